@@ -1,0 +1,3 @@
+from nbox.cli import main
+
+main()

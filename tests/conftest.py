@@ -1,0 +1,67 @@
+"""Shared fixtures for the nbox test-suite.
+
+Sample traces written by other tools live in ``../shared/samples`` beside the repository root (see
+``MANIFEST.md`` there). Tests that need them skip with a clear reason when the folder is missing.
+
+Test functions that take one of these arguments are parametrized over sample files (ids are the
+paths relative to the samples folder):
+
+* ``sample_et``: every Chakra ET file under ``chakra_et/`` and ``cpu_gloo_official_pipeline/*.et``;
+* ``microbench_et``: the 112 ASTRA-sim microbenchmark files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+#: The repository root (the folder holding ``nbox/`` and ``tests/``).
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Real traces from other tools, kept beside the repository (never edited by tests).
+SAMPLES = REPO_ROOT.parent / "shared" / "samples"
+SAMPLES_MISSING_REASON = f"sample traces not found: {SAMPLES} (expected ../shared/samples beside the repo root)"
+
+
+def samples_present() -> bool:
+    return (SAMPLES / "chakra_et").is_dir()
+
+
+def _rank_key(path: Path) -> tuple[str, int, str]:
+    """Sort ``<prefix>.<rank>.et`` numerically by rank inside a folder."""
+    parts = path.name.split(".")
+    rank = int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else -1
+    return (str(path.parent), rank, path.name)
+
+
+def sample_et_files() -> list[Path]:
+    """All sample ET files (raw protobuf), sorted by folder then rank."""
+    if not samples_present():
+        return []
+    files = list((SAMPLES / "chakra_et").rglob("*.et")) + list((SAMPLES / "cpu_gloo_official_pipeline").glob("*.et"))
+    return sorted(files, key=_rank_key)
+
+
+def microbench_files() -> list[Path]:
+    return [p for p in sample_et_files() if "astra-sim_microbenchmarks" in p.parts]
+
+
+def _params(files: list[Path]) -> list[object]:
+    if not files:
+        return [pytest.param(None, id="no-samples", marks=pytest.mark.skip(reason=SAMPLES_MISSING_REASON))]
+    return [pytest.param(p, id=p.relative_to(SAMPLES).as_posix()) for p in files]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "sample_et" in metafunc.fixturenames:
+        metafunc.parametrize("sample_et", _params(sample_et_files()))
+    if "microbench_et" in metafunc.fixturenames:
+        metafunc.parametrize("microbench_et", _params(microbench_files()))
+
+
+@pytest.fixture(scope="session")
+def samples() -> Path:
+    """The samples folder; skips the test when it is missing."""
+    if not samples_present():
+        pytest.skip(SAMPLES_MISSING_REASON)
+    return SAMPLES
