@@ -68,7 +68,7 @@ class InspectConfig:
 
 @trace_app.command("inspect")
 def trace_inspect(
-    path: Annotated[str, typer.Argument(help="One .et file, a directory of <prefix>.<rank>.et files, or the <prefix>.")],
+    path: Annotated[str, typer.Argument(help="One .et file, a directory of <prefix>.<rank>.et files, or <prefix>.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when any problem is found.")] = False,
     comm_group: Annotated[

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 from nbox.chakra import et_def_pb2 as pb
 from nbox.errors import TraceValueError
@@ -40,8 +39,8 @@ _INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 _INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 _UINT64_RANGE = (0, (1 << 64) - 1)
 
-AttrScalar = Union[bool, int, float, str, bytes]
-AttrValue = Union[AttrScalar, list[bool], list[int], list[float], list[str], list[bytes]]
+AttrScalar = bool | int | float | str | bytes
+AttrValue = AttrScalar | list[bool] | list[int] | list[float] | list[str] | list[bytes]
 
 
 @dataclass(frozen=True)
@@ -138,12 +137,12 @@ def make_attr(name: str, value: AttrValue) -> pb.AttributeProto:
         if kind.endswith("_list"):
             if not isinstance(value, list):
                 raise TraceValueError(f"attribute {name!r} needs a list for {kind}, got {type(value).__name__}")
-            getattr(attr, kind).values.extend(value)  # type: ignore[arg-type]
+            getattr(attr, kind).values.extend(value)
         else:
             if kind in INT_KINDS:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise TraceValueError(f"attribute {name!r} needs an integer for {kind}, got {value!r}")
-                bounds = _INT32_RANGE if kind == "int32_val" else _UINT64_RANGE if kind == "uint64_val" else _INT64_RANGE
+                bounds = {"int32_val": _INT32_RANGE, "uint64_val": _UINT64_RANGE}.get(kind, _INT64_RANGE)
                 _check_range(name, value, bounds)
             elif kind == "bool_val" and not isinstance(value, bool):
                 raise TraceValueError(f"attribute {name!r} needs a bool, got {value!r}")

@@ -25,9 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, BinaryIO
-
-from google.protobuf.message import DecodeError
+from typing import BinaryIO, Protocol
 
 from nbox.chakra import et_def_pb2 as pb
 from nbox.errors import TraceDecodeError, TraceLimitError, TraceWriteError
@@ -46,6 +44,9 @@ MAX_KNOWN_NODE_TYPE = 10
 STABLE_NODE_TYPES = frozenset(pb.NodeType.values())
 
 _CHUNK_BYTES = 1 << 20
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK  # what open() would give a new file
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -57,10 +58,14 @@ class ZeroLengthMessage:
     node_index: int
 
 
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class _CappedReader(io.RawIOBase):
     """Wraps a decompressing stream and raises once more than ``cap`` bytes came out of it."""
 
-    def __init__(self, inner: IO[bytes], cap: int, path: str) -> None:
+    def __init__(self, inner: _Readable, cap: int, path: str) -> None:
         self._inner = inner
         self._cap = cap
         self._path = path
@@ -129,7 +134,7 @@ class EtReader:
         except OSError as exc:
             raise TraceDecodeError(self.path, f"cannot open: {exc.strerror or exc}") from exc
         self._raw = raw
-        self._stream: IO[bytes] = raw
+        self._stream: _Readable = raw
         try:
             head = raw.read(2)
             raw.seek(0)
@@ -322,8 +327,11 @@ class EtWriter:
         except OSError as exc:
             raise TraceWriteError(f"{self.path}: cannot create a file in {directory}: {exc.strerror or exc}") from exc
         self._tmp = Path(tmp)
+        os.chmod(fd, _FILE_MODE)  # mkstemp makes 0600; a trace is meant to be shared
         self._file: BinaryIO = os.fdopen(fd, "wb")
-        self._out: IO[bytes] = gzip.GzipFile(fileobj=self._file, mode="wb", mtime=0) if compress else self._file
+        self._out: BinaryIO | gzip.GzipFile = (
+            gzip.GzipFile(fileobj=self._file, mode="wb", mtime=0) if compress else self._file
+        )
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._emit(encode_delimited(metadata))

@@ -7,6 +7,7 @@ any of them into a :class:`TraceSet`, or raises an error that says what was foun
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,7 @@ def _group(directory: Path, names: list[str]) -> dict[str, dict[int, Path]]:
     return groups
 
 
-def resolve_trace_set(path: str | Path) -> TraceSet:
+def resolve_trace_set(path: str | os.PathLike[str]) -> TraceSet:
     """Resolve one ``.et`` file, a directory holding one trace, or a ``<prefix>`` of per-rank files.
 
     Raises:

@@ -269,7 +269,7 @@ def inspect_rank(path: str | os.PathLike[str], rank: int, *,
 
     with EtReader(path, max_message_bytes=max_message_bytes) as reader:
         meta = attr_map(reader.metadata.attr)
-        schema = meta["schema"].value if "schema" in meta and meta["schema"].kind == "string_val" else None
+        schema = str(meta["schema"].value) if "schema" in meta and meta["schema"].kind == "string_val" else None
         for node in reader:
             nid = node.id
             t = node.type
@@ -598,19 +598,19 @@ def _check_p2p_pairs(present: dict[int, RankReport]) -> list[Problem]:
         src, dst, tag = key
         if src not in present or dst not in present:
             continue  # the other end is not in this trace set
-        s, r = sent.get(key, []), received.get(key, [])
-        for i in range(max(len(s), len(r))):
-            if i >= len(s) or i >= len(r) or s[i].size != r[i].size:
-                if i >= len(s):
-                    text = f"rank {dst} receives message #{i} (node id {r[i].node_id}) that rank {src} never sends"
-                    rank, nid = dst, r[i].node_id
-                elif i >= len(r):
-                    text = f"rank {src} sends message #{i} (node id {s[i].node_id}) that rank {dst} never receives"
-                    rank, nid = src, s[i].node_id
+        snd, rcv = sent.get(key, []), received.get(key, [])
+        for i in range(max(len(snd), len(rcv))):
+            if i >= len(snd) or i >= len(rcv) or snd[i].size != rcv[i].size:
+                if i >= len(snd):
+                    text = f"rank {dst} receives message #{i} (node id {rcv[i].node_id}) that rank {src} never sends"
+                    rank, nid = dst, rcv[i].node_id
+                elif i >= len(rcv):
+                    text = f"rank {src} sends message #{i} (node id {snd[i].node_id}) that rank {dst} never receives"
+                    rank, nid = src, snd[i].node_id
                 else:
-                    text = (f"message #{i}: rank {src} sends {s[i].size} B (node id {s[i].node_id}), rank {dst} "
-                            f"receives {r[i].size} B (node id {r[i].node_id})")
-                    rank, nid = dst, r[i].node_id
+                    text = (f"message #{i}: rank {src} sends {snd[i].size} B (node id {snd[i].node_id}), rank {dst} "
+                            f"receives {rcv[i].size} B (node id {rcv[i].node_id})")
+                    rank, nid = dst, rcv[i].node_id
                 problems.append(Problem("p2p-mismatch", "error", f"{src} -> {dst} tag {tag}: {text}", rank, nid))
                 break
     return problems
