@@ -125,11 +125,12 @@ def _print_inspect(report: TraceReport, max_problems: int) -> None:
     from nbox.chakra.validate import iter_problem_lines
 
     # Not a terminal (a log, a pipe): wide enough that the tables do not wrap.
-    con = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 150)
+    # markup=False: paths, versions and group names come from users and files, never parsed as rich markup.
+    con = Console(stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 150)
     ranks = [r.rank for r in report.ranks]
-    con.print(f"[bold]{Path(report.directory) / report.prefix}[/bold]: {len(ranks)} rank(s) {_rank_span(ranks)}",
-              soft_wrap=True)
-    con.print(f"process groups from {report.process_groups_source}", soft_wrap=True, markup=False)
+    con.print(f"{Path(report.directory) / report.prefix}: {len(ranks)} rank(s) {_rank_span(ranks)}",
+              soft_wrap=True, style="bold")
+    con.print(f"process groups from {report.process_groups_source}", soft_wrap=True)
     first = report.ranks[0]
     con.print(f"metadata version {first.version!r}, schema {first.schema!r}")
     kinds = [("COMP_NODE", "comp"), ("COMM_COLL_NODE", "coll"), ("COMM_SEND_NODE", "send"),
@@ -163,15 +164,15 @@ def _print_inspect(report: TraceReport, max_problems: int) -> None:
     errors = sum(p.count for p in report.all_problems() if p.severity == "error")
     total = report.problem_count()
     if not problems:
-        con.print("[green]no problems found[/green]")
+        con.print("no problems found", style="green")
         return
     by_code: dict[str, int] = {}
     for p in report.all_problems():
         by_code[p.code] = by_code.get(p.code, 0) + p.count
-    con.print(f"[bold]{total} problem(s)[/bold] ({errors} error(s), {total - errors} warning(s)): "
+    con.print(f"{total} problem(s) ({errors} error(s), {total - errors} warning(s)): "
               + ", ".join(f"{code} {n}" for code, n in sorted(by_code.items(), key=lambda kv: -kv[1])))
     for line in problems[:max_problems]:
-        con.print("  " + line, markup=False, soft_wrap=True)
+        con.print("  " + line, soft_wrap=True)
     if len(problems) > max_problems:
         con.print(f"  ... {len(problems) - max_problems} more entries (use --json or --max-problems)")
 

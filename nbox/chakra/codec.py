@@ -233,41 +233,65 @@ class EtReader:
     def _nodes(self) -> Iterator[pb.Node]:
         parse = pb.Node.FromString
         max_type = MAX_KNOWN_NODE_TYPE
+        max_len = self.max_message_bytes
         index = 0
-        # Fast path inlined for the common case (length < 128 and the bytes already buffered);
-        # everything else goes through _next_frame, which handles refills and all the errors.
+        # The buffer state lives in locals and is written back to self only around _next_frame,
+        # the one place besides this loop that reads or changes it. `pos` is the start of the
+        # current frame (its length prefix) until the frame is done, `stop` the end of it.
+        buf = self._buf
+        pos = self._pos
+        end = len(buf)
+        base = self._base
         while True:
-            buf = self._buf
-            pos = self._pos
-            if pos < len(buf) and buf[pos] < 0x80 and pos + 1 + buf[pos] <= len(buf):
+            # Fast path, inlined: a 1- or 2-byte length prefix (messages < 16 KiB) within the cap and
+            # the whole message already buffered. Everything else (refills, longer prefixes, over the
+            # cap, truncation, end of file) goes through _next_frame, which raises all the errors.
+            if pos < end:
                 length = buf[pos]
-                offset = self._base + pos
-                payload = buf[pos + 1 : pos + 1 + length]
-                self._pos = pos + 1 + length
+                if length < 0x80:
+                    start = pos + 1
+                elif pos + 1 < end and buf[pos + 1] < 0x80:
+                    length = (length & 0x7F) | (buf[pos + 1] << 7)
+                    start = pos + 2
+                else:
+                    start = end + 1
+                stop = start + length
             else:
+                stop = end + 1
+            if stop <= end and length <= max_len:
+                payload = buf[start:stop]
+            else:
+                self._pos = pos
                 frame = self._next_frame(index)
                 if frame is None:
                     return
                 offset, payload = frame
                 length = len(payload)
+                buf = self._buf
+                end = len(buf)
+                base = self._base
+                stop = self._pos
+                pos = offset - base  # may be < 0 when a refill dropped the prefix; only summed
             self.messages_read = index + 1
             if length == 0:
-                self.zero_length_messages.append(ZeroLengthMessage(offset, index))
+                self.zero_length_messages.append(ZeroLengthMessage(base + pos, index))
                 index += 1
+                pos = stop
                 continue
             try:
                 node = parse(payload)
             except Exception as exc:  # any parser failure on untrusted bytes is a decode error
                 raise TraceDecodeError(self.path, f"node does not decode: {exc}",
-                                       offset=offset, node_index=index) from exc
+                                       offset=base + pos, node_index=index) from exc
             if node.type > max_type:
                 raise TraceDecodeError(
                     self.path,
                     f"node id {node.id}: NodeType {node.type} is not defined by any Chakra schema "
                     f"(known: 0-{max_type})",
-                    offset=offset, node_index=index,
+                    offset=base + pos, node_index=index,
                 )
             index += 1
+            pos = stop
             yield node
 
 
@@ -359,38 +383,45 @@ class EtWriter:
         """Append nodes in order (faster than calling :meth:`write` per node)."""
         if self._closed:
             raise TraceWriteError(f"{self.path}: writer is closed")
-        last = self._last_id
-        pending = self._pending
+        # The hot loop keeps its state in locals; the finally block writes it back, also when a
+        # check below raises or the iterable itself fails, so the writer stays consistent.
+        # Ids are uint64, so -1 stands for "no node written yet".
+        last = -1 if self._last_id is None else self._last_id
+        append = self._pending.append
         varints = _VARINTS
+        invalid = pb.INVALID_NODE
+        # Unbound: looking the method up on each upb message goes through its field lookup first.
+        serialize = pb.Node.SerializeToString
+        chunk = _CHUNK_BYTES
         size = self._pending_bytes
-        for node in nodes:
-            nid = node.id
-            if last is not None and nid <= last:
-                self._pending_bytes = size
-                self._last_id = last
-                raise TraceWriteError(
-                    f"{self.path}: node id {nid} written after id {last}: ids must be unique and increasing"
-                )
-            if not node.name or node.type == pb.INVALID_NODE:
-                self._pending_bytes = size
-                self._last_id = last
-                raise TraceWriteError(
-                    f"{self.path}: node id {nid} has no name or no type (INVALID_NODE): "
-                    "refusing to write an empty node"
-                )
-            body = node.SerializeToString()
-            n = len(body)
-            pending.append(varints[n] if n < 16384 else _varint(n))
-            pending.append(body)
-            size += n + 2
-            last = nid
-            self.nodes_written += 1
-            if size >= _CHUNK_BYTES:
-                self._pending_bytes = size
-                self._flush_pending()
-                size = 0
-        self._pending_bytes = size
-        self._last_id = last
+        written = self.nodes_written
+        try:
+            for node in nodes:
+                nid = node.id
+                if nid <= last:
+                    raise TraceWriteError(
+                        f"{self.path}: node id {nid} written after id {last}: ids must be unique and increasing"
+                    )
+                if not node.name or node.type == invalid:
+                    raise TraceWriteError(
+                        f"{self.path}: node id {nid} has no name or no type (INVALID_NODE): "
+                        "refusing to write an empty node"
+                    )
+                body = serialize(node)
+                n = len(body)
+                append(varints[n] if n < 16384 else _varint(n))
+                append(body)
+                size += n + 2
+                last = nid
+                written += 1
+                if size >= chunk:
+                    self._pending_bytes = size
+                    self._flush_pending()
+                    size = 0
+        finally:
+            self._pending_bytes = size
+            self._last_id = None if last < 0 else last
+            self.nodes_written = written
 
     def close(self) -> Path:
         """Flush, fsync and rename into place; return the final path."""

@@ -32,7 +32,7 @@ from nbox.chakra import et_def_pb2 as pb
 from nbox.chakra.attrs import CONTRACT_KINDS, Attr, as_int, attr_map
 from nbox.chakra.codec import DEFAULT_MAX_MESSAGE_BYTES, EtReader
 from nbox.chakra.tracefiles import TraceSet, resolve_trace_set
-from nbox.errors import InvalidInputError
+from nbox.errors import InputNotFoundError, InvalidInputError
 
 #: Version of the JSON document :meth:`TraceReport.to_dict` produces.
 REPORT_SCHEMA = "nbox.trace-inspect/1"
@@ -207,6 +207,14 @@ class TraceReport:
         }
 
 
+def _json_loads(text: str | bytes) -> Any:
+    """json.loads for untrusted text: every failure (deep nesting, huge integers, bad bytes) is a ValueError."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError, MemoryError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"not valid JSON: {type(exc).__name__}: {str(exc)[:120]}") from None
+
+
 def parse_pg_init(values: str) -> list[dict[str, Any]]:
     """Parse the ``inputs.values`` of a ``## process_group:init ##`` node into a list of dicts.
 
@@ -220,21 +228,18 @@ def parse_pg_init(values: str) -> list[dict[str, Any]]:
     if len(values) > _MAX_PG_JSON_BYTES:
         raise ValueError(f"process-group config is {len(values)} bytes, over the {_MAX_PG_JSON_BYTES} cap")
     try:
-        data: Any = json.loads(values)
-    except json.JSONDecodeError:
+        data: Any = _json_loads(values)
+    except ValueError:
         try:
             data = ast.literal_eval(values)
         except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError) as exc:
-            raise ValueError(f"neither JSON nor a literal list: {exc}") from None
+            raise ValueError(f"neither JSON nor a literal list: {type(exc).__name__}") from None
     out: list[dict[str, Any]] = []
     stack = [data]
     while stack:  # flatten lists and JSON strings nested inside lists, without recursion
         item = stack.pop()
         if isinstance(item, str):
-            try:
-                stack.append(json.loads(item))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"embedded string is not JSON: {exc}") from None
+            stack.append(_json_loads(item))
         elif isinstance(item, list):
             stack.extend(reversed(item))
         elif isinstance(item, dict):
@@ -371,7 +376,7 @@ def _check_collective(node: pb.Node, attrs: dict[str, Attr], log: _ProblemLog,
     if ctype is None or size is None:
         return
     pg_attr = attrs.get("pg_name")
-    pg = "" if pg_attr is None else str(pg_attr.value)
+    pg = "" if pg_attr is None or pg_attr.value is None else str(pg_attr.value)
     stats[(pg, ctype)] += 1
     nbytes[(pg, ctype)] += size
     split = ctype == pb.ALL_TO_ALL and any(a in attrs for a in SPLIT_ATTRS)
@@ -491,13 +496,19 @@ def load_comm_groups(path: str | os.PathLike[str]) -> dict[str, list[int]]:
         InvalidInputError: not JSON, too big, or not that shape (the message names the key).
     """
     p = Path(path)
-    size = p.stat().st_size
-    if size > _MAX_PG_JSON_BYTES:
-        raise InvalidInputError(f"{p}: {size} bytes, over the {_MAX_PG_JSON_BYTES}-byte cap for a comm-group file")
     try:
-        data = json.loads(p.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{p}: not valid JSON: {exc}") from None
+        if not p.is_file():
+            raise InputNotFoundError(f"{p}: comm-group file not found (or not a regular file)")
+        size = p.stat().st_size
+        if size > _MAX_PG_JSON_BYTES:
+            raise InvalidInputError(f"{p}: {size} bytes, over the {_MAX_PG_JSON_BYTES}-byte cap for a comm-group file")
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InvalidInputError(f"{p}: cannot read the comm-group file: {exc.strerror or exc}") from None
+    try:
+        data = _json_loads(raw)
+    except ValueError as exc:
+        raise InvalidInputError(f"{p}: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"{p}: expected an object {{pg_name: [ranks]}}, got {type(data).__name__}")
     out: dict[str, list[int]] = {}
@@ -548,8 +559,11 @@ def check_cross_rank(reports: list[RankReport], groups: dict[str, list[int] | No
         for pg in r.coll_seq:
             used[pg].add(r.rank)
     for pg in sorted(used):
-        declared = groups.get(pg)
-        members = sorted(present) if declared is None and pg in groups else sorted(declared or used[pg])
+        if pg in groups:
+            declared = groups[pg]
+            members = sorted(present) if declared is None else sorted(declared)
+        else:
+            members = sorted(used[pg])
         for rank in sorted(used[pg] - set(members)):
             problems.append(Problem("pg-membership", "error",
                                     f"rank {rank} issues collectives on process group {pg!r}, whose members are "
