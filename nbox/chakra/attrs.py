@@ -137,21 +137,37 @@ def make_attr(name: str, value: AttrValue) -> pb.AttributeProto:
         if kind.endswith("_list"):
             if not isinstance(value, list):
                 raise TraceValueError(f"attribute {name!r} needs a list for {kind}, got {type(value).__name__}")
+            scalar_kind = kind[: -len("_list")] + "_val"
+            for item in value:
+                _check_scalar(name, scalar_kind, item)
             getattr(attr, kind).values.extend(value)
         else:
-            if kind in INT_KINDS:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise TraceValueError(f"attribute {name!r} needs an integer for {kind}, got {value!r}")
-                bounds = {"int32_val": _INT32_RANGE, "uint64_val": _UINT64_RANGE}.get(kind, _INT64_RANGE)
-                _check_range(name, value, bounds)
-            elif kind == "bool_val" and not isinstance(value, bool):
-                raise TraceValueError(f"attribute {name!r} needs a bool, got {value!r}")
-            elif kind == "string_val" and not isinstance(value, str):
-                raise TraceValueError(f"attribute {name!r} needs a str, got {value!r}")
+            _check_scalar(name, kind, value)
             setattr(attr, kind, value)
     except (TypeError, ValueError) as exc:
         raise TraceValueError(f"attribute {name!r}: {value!r} does not fit {kind}: {exc}") from exc
     return attr
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "bool_val": (bool,), "string_val": (str,), "bytes_val": (bytes,), "double_val": (float, int),
+    "float_val": (float, int),
+}
+
+
+def _check_scalar(name: str, kind: str, value: object) -> None:
+    """Refuse a value that the oneof member ``kind`` would silently convert (e.g. 2 -> True, True -> 1)."""
+    if kind in INT_KINDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TraceValueError(f"attribute {name!r} needs an integer for {kind}, got {value!r}")
+        bounds = {"int32_val": _INT32_RANGE, "uint64_val": _UINT64_RANGE}.get(kind, _INT64_RANGE)
+        _check_range(name, value, bounds)
+        if name == "comm_type" and value not in pb.CollectiveCommType.values():
+            raise TraceValueError(f"attribute 'comm_type': {value} is not a CollectiveCommType (0-9)")
+        return
+    allowed = _PY_TYPES.get(kind)
+    if allowed is not None and (not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))):
+        raise TraceValueError(f"attribute {name!r} needs {allowed[0].__name__} for {kind}, got {value!r}")
 
 
 def _infer_kind(name: str, value: AttrValue) -> str:

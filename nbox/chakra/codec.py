@@ -283,7 +283,7 @@ class EtReader:
             except Exception as exc:  # any parser failure on untrusted bytes is a decode error
                 raise TraceDecodeError(self.path, f"node does not decode: {exc}",
                                        offset=base + pos, node_index=index) from exc
-            if node.type > max_type:
+            if not 0 <= node.type <= max_type:
                 raise TraceDecodeError(
                     self.path,
                     f"node id {node.id}: NodeType {node.type} is not defined by any Chakra schema "
@@ -345,6 +345,7 @@ class EtWriter:
         self._last_id: int | None = None
         self.nodes_written = 0
         self._closed = False
+        self._aborted = False
         directory = self.path.parent
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
@@ -425,6 +426,8 @@ class EtWriter:
 
     def close(self) -> Path:
         """Flush, fsync and rename into place; return the final path."""
+        if self._aborted:
+            raise TraceWriteError(f"{self.path}: writer was aborted; nothing was written")
         if self._closed:
             return self.path
         self._flush_pending()
@@ -444,6 +447,7 @@ class EtWriter:
     def abort(self) -> None:
         """Drop the temporary file; the final path is left untouched."""
         self._closed = True
+        self._aborted = True
         try:
             self._file.close()
         finally:
