@@ -181,7 +181,8 @@ KIND_VALUES = {
     "bool_list": st.lists(st.booleans(), max_size=4),
 }
 contract_attr = st.sampled_from(sorted(CONTRACT_KINDS)).flatmap(
-    lambda name: KIND_VALUES[CONTRACT_KINDS[name]].map(lambda value: (name, value))
+    lambda name: (st.sampled_from(sorted(pb.CollectiveCommType.values())) if name == "comm_type"
+                  else KIND_VALUES[CONTRACT_KINDS[name]]).map(lambda value: (name, value))
 )
 free_value = st.one_of(
     st.booleans(),

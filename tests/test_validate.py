@@ -446,7 +446,9 @@ def test_collective_without_type_and_size(tmp_path: Path) -> None:
 
 
 def test_comm_type_out_of_range_is_bad_enum(tmp_path: Path) -> None:
-    r = inspect_one(tmp_path, [coll(1, 42, 100), coll(2, pb.BARRIER, 0)])
+    bad_node = coll(1, None, 100)
+    bad_node.attr.append(pb.AttributeProto(name="comm_type", int64_val=42))  # make_attr refuses 42
+    r = inspect_one(tmp_path, [bad_node, coll(2, pb.BARRIER, 0)])
     bad = of_code(r.problems, "bad-enum")
     assert len(bad) == 1 and bad[0].node_id == 1 and "42" in bad[0].message
     assert [(c.comm_type, c.count) for c in r.collectives] == [("BARRIER", 1)]
