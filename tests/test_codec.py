@@ -787,3 +787,23 @@ def test_close_after_abort_does_not_report_success(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
     with pytest.raises(TraceWriteError):
         writer.close()
+
+
+def test_truncated_gzip_yields_the_intact_nodes_then_names_the_node_index(tmp_path: Path) -> None:
+    # ~600 KiB inflated, cut at 60% of the compressed bytes: the nodes inflated before the cut
+    # come out, then the error names the file, the inflated offset and the node being read.
+    nodes = [pb.Node(id=i, name=f"aten::op_{i}_" + "x" * 40, type=pb.COMP_NODE, duration_micros=i,
+                     data_deps=[i - 1] if i else []) for i in range(10_000)]
+    path = tmp_path / "t.0.et"
+    write_et(path, pb.GlobalMetadata(version="1.0.0"), nodes, compress=True)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 6 // 10])
+    got: list[pb.Node] = []
+    with pytest.raises(TraceDecodeError) as info, EtReader(path) as reader:
+        got.extend(reader)
+    err = info.value
+    assert 1000 < len(got) < len(nodes)
+    assert got == nodes[: len(got)]
+    assert str(path) in str(err) and "gzip" in str(err)
+    assert err.node_index is not None and len(got) <= err.node_index <= len(got) + 1
+    assert err.offset is not None and err.offset > 0

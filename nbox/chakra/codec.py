@@ -44,6 +44,7 @@ MAX_KNOWN_NODE_TYPE = 10
 STABLE_NODE_TYPES = frozenset(pb.NodeType.values())
 
 _CHUNK_BYTES = 1 << 20
+_GZIP_PIECE = 64 << 10
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 _FILE_MODE = 0o666 & ~_UMASK  # what open() would give a new file
@@ -62,29 +63,55 @@ class _Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-class _CappedReader(io.RawIOBase):
-    """Wraps a decompressing stream and raises once more than ``cap`` bytes came out of it."""
+class _StreamError(Exception):
+    """Raised by :class:`_CappedReader`; EtReader turns it into a TraceDecodeError with the position."""
 
-    def __init__(self, inner: _Readable, cap: int, path: str) -> None:
+    def __init__(self, reason: str, *, limit: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.limit = limit
+
+
+class _CappedReader(io.RawIOBase):
+    """Wraps a decompressing stream; raises once more than ``cap`` bytes came out of it.
+
+    Inflates in pieces of ``_GZIP_PIECE`` bytes so that a corrupt or truncated stream costs at most
+    one piece: what inflated cleanly before the damage is returned first (its nodes are read), and
+    the error is raised on the next call.
+    """
+
+    def __init__(self, inner: _Readable, cap: int) -> None:
         self._inner = inner
         self._cap = cap
-        self._path = path
+        self._pending: _StreamError | None = None
         self.total = 0
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
-        try:
-            data = self._inner.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceDecodeError(self._path, f"corrupt gzip stream: {exc}", offset=self.total) from exc
-        self.total += len(data)
-        if self.total > self._cap:
-            raise TraceLimitError(
-                self._path, f"gzip stream inflates past the cap of {self._cap} bytes (max_inflated_bytes)"
-            )
-        return data
+        if self._pending is not None:
+            raise self._pending
+        pieces: list[bytes] = []
+        got = 0
+        while got < size:
+            try:
+                data = self._inner.read(min(_GZIP_PIECE, size - got))
+            except (OSError, EOFError, zlib.error) as exc:
+                err = _StreamError(f"corrupt or truncated gzip stream after {self.total} inflated bytes: {exc}")
+                if not pieces:
+                    raise err from exc
+                self._pending = err
+                break
+            if not data:
+                break
+            self.total += len(data)
+            if self.total > self._cap:
+                raise _StreamError(f"gzip stream inflates past the cap of {self._cap} bytes (max_inflated_bytes)",
+                                   limit=True)
+            pieces.append(data)
+            got += len(data)
+        return b"".join(pieces)
 
 
 class EtReader:
@@ -128,6 +155,7 @@ class EtReader:
         self._pos = 0
         self._base = 0  # stream offset of self._buf[0]
         self._eof = False
+        self._frame_index = -1  # node index of the frame being read, for errors raised while refilling
         self._iterating = False
         try:
             raw: BinaryIO = open(self.path, "rb")  # noqa: SIM115 - closed in close()
@@ -140,7 +168,7 @@ class EtReader:
             raw.seek(0)
             if head == _GZIP_MAGIC:
                 self.compressed = True
-                self._stream = _CappedReader(gzip.GzipFile(fileobj=raw, mode="rb"), max_inflated_bytes, self.path)
+                self._stream = _CappedReader(gzip.GzipFile(fileobj=raw, mode="rb"), max_inflated_bytes)
             self.metadata = self._read_metadata()
         except BaseException:
             self.close()
@@ -165,7 +193,12 @@ class EtReader:
         while len(self._buf) - self._pos < need:
             if self._eof:
                 return False
-            chunk = self._stream.read(max(_CHUNK_BYTES, need))
+            try:
+                chunk = self._stream.read(max(_CHUNK_BYTES, need))
+            except _StreamError as exc:
+                cls = TraceLimitError if exc.limit else TraceDecodeError
+                raise cls(self.path, exc.reason, offset=self._base + len(self._buf),
+                          node_index=self._frame_index) from exc
             if not chunk:
                 self._eof = True
                 return False
@@ -176,6 +209,7 @@ class EtReader:
 
     def _next_frame(self, node_index: int) -> tuple[int, bytes] | None:
         """Read one length-delimited message: (offset, payload), or None at a clean end of file."""
+        self._frame_index = node_index
         if not self._fill(1):
             return None
         offset = self._base + self._pos
