@@ -1,0 +1,259 @@
+"""Trace bundles: per-rank Chakra ETs plus ``manifest.json``, written atomically, read as untrusted.
+
+Layout of a bundle directory (schema ``nbox.bundle`` 1.x)::
+
+    manifest.json           the facts below, and a sha256 + size for every other file
+    trace/trace.<rank>.et   one Chakra ET per recorded rank (``prefix`` = ``trace/trace``)
+    comm_group.json         {"<pg_name>": [global ranks]}, ASTRA-sim's process-group file
+
+The manifest records: schema version; producer versions (nbox, torch, backend, CUDA/NCCL if any,
+Python); hardware; the job (world size, ranks recorded, process groups with global ranks,
+parallelism, the command); the observed iteration time from un-instrumented iterations (microseconds:
+median, p10, p90 and every sample per rank); how the capture was made; whether it is complete.
+
+Writing goes to a temporary directory beside the target, renamed into place at the end, so an
+interrupted ``nbox record`` never leaves a half-written bundle under the final name. Reading treats
+every byte as untrusted: size caps, no path outside the bundle, versions checked, nothing executed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
+
+BUNDLE_SCHEMA = "nbox.bundle"
+#: major.minor. A reader refuses a newer major (it may mean anything); a newer minor only adds keys.
+BUNDLE_VERSION = "1.0"
+MANIFEST_NAME = "manifest.json"
+TRACE_PREFIX = "trace/trace"
+COMM_GROUP_NAME = "comm_group.json"
+MAX_MANIFEST_BYTES = 16 << 20
+_HASH_CHUNK = 1 << 20
+
+
+class BundleError(InvalidInputError):
+    """A bundle (or its manifest) is malformed, inconsistent, or from an unsupported version."""
+
+
+class BundleWriteError(NboxError):
+    """A bundle could not be written."""
+
+    exit_code = 5
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of the bundle: path relative to the bundle root (POSIX), size and sha256."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json``. Times in microseconds; see the module docstring for the meaning of each part."""
+
+    producer: dict[str, Any]
+    hardware: dict[str, Any]
+    job: dict[str, Any]
+    observed: dict[str, Any]
+    capture: dict[str, Any]
+    complete: bool = True
+    files: tuple[FileEntry, ...] = ()
+    schema: str = BUNDLE_SCHEMA
+    version: str = BUNDLE_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["files"] = [asdict(f) for f in self.files]
+        return out
+
+
+def observed_summary(per_rank_us: Mapping[int, list[float]]) -> dict[str, Any]:
+    """The observed iteration time: median, p10, p90 over the slowest rank of each iteration.
+
+    An iteration of a synchronous data-parallel job ends when its slowest rank ends, so the job's
+    iteration time for iteration ``i`` is ``max over ranks of rank_times[i]``. Percentiles use the
+    inclusive method of :func:`statistics.quantiles`.
+    """
+    if not per_rank_us or not all(per_rank_us.values()):
+        raise ValueError("observed_summary needs at least one timed iteration per rank")
+    n = min(len(v) for v in per_rank_us.values())
+    job = [max(times[i] for times in per_rank_us.values()) for i in range(n)]
+    if len(job) >= 2:
+        deciles = statistics.quantiles(job, n=10, method="inclusive")
+        p10, p90 = deciles[0], deciles[-1]
+    else:
+        p10 = p90 = job[0]
+    return {
+        "iteration_time_us": {"median": statistics.median(job), "p10": p10, "p90": p90, "n": len(job),
+                              "min": min(job), "max": max(job)},
+        "rule": "per iteration, the slowest rank; un-instrumented iterations only",
+        "per_rank_us": {str(r): list(v) for r, v in sorted(per_rank_us.items())},
+    }
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_relpath(rel: str, where: str) -> PurePosixPath:
+    p = PurePosixPath(rel)
+    if not rel or p.is_absolute() or ".." in p.parts or "\\" in rel or rel.startswith("./") or "\0" in rel:
+        raise BundleError(f"{where}: file path {rel!r} is not a plain relative path inside the bundle")
+    return p
+
+
+def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping[str, Path | bytes], *,
+                 overwrite: bool = False) -> Path:
+    """Write a bundle directory atomically; return its path.
+
+    Args:
+        out: the bundle directory to create.
+        manifest: everything but ``files``, which is computed here (size + sha256 of each file).
+        files: bundle-relative POSIX path -> source file (copied) or bytes.
+        overwrite: replace an existing ``out`` (only once the new bundle is complete).
+
+    Raises:
+        BundleWriteError: ``out`` exists (without overwrite), or a write failed; nothing is left behind.
+    """
+    target = Path(out)
+    if target.exists() and not overwrite:
+        raise BundleWriteError(f"{target}: already exists (pass overwrite to replace it)")
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise BundleWriteError(f"{target}: cannot create a directory in {parent}: {exc.strerror or exc}") from exc
+    try:
+        entries = []
+        for rel, src in sorted(files.items()):
+            if rel == MANIFEST_NAME:
+                raise BundleWriteError(f"{target}: {MANIFEST_NAME} is written by write_bundle, not passed in")
+            _check_relpath(rel, str(target))
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(src, bytes):
+                dest.write_bytes(src)
+            else:
+                shutil.copyfile(src, dest)
+            entries.append(FileEntry(rel, dest.stat().st_size, _sha256(dest)))
+        final = Manifest(**{**{k: getattr(manifest, k) for k in manifest.__dataclass_fields__},
+                            "files": tuple(entries)})
+        (tmp / MANIFEST_NAME).write_text(json.dumps(final.to_dict(), indent=1, sort_keys=True) + "\n")
+        for path in [tmp, *tmp.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise BundleWriteError(f"{target}: write failed: {exc.strerror or exc}") from exc
+        raise
+    return target
+
+
+def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
+    """Read and validate ``manifest.json`` of a bundle directory (files are not hashed here).
+
+    Raises:
+        InputNotFoundError: no bundle or no manifest there.
+        BundleError: malformed, over the size cap, or a newer major version.
+    """
+    root = Path(bundle)
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise InputNotFoundError(f"{root}: not a bundle (no {MANIFEST_NAME})")
+    size = path.stat().st_size
+    if size > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{path}: {size} bytes, over the {MAX_MANIFEST_BYTES}-byte cap")
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as exc:
+        raise BundleError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if data.get("schema") != BUNDLE_SCHEMA:
+        raise BundleError(f"{path}: key 'schema' is {data.get('schema')!r}, expected {BUNDLE_SCHEMA!r}")
+    version = data.get("version")
+    major = str(version).split(".", 1)[0]
+    if not isinstance(version, str) or not major.isdigit():
+        raise BundleError(f"{path}: key 'version' is {version!r}, expected 'MAJOR.MINOR'")
+    if int(major) > int(BUNDLE_VERSION.split(".")[0]):
+        raise BundleError(f"{path}: bundle version {version} is newer than this nbox reads ({BUNDLE_VERSION}); "
+                          "upgrade nbox to read it")
+    for key in ("producer", "hardware", "job", "observed", "capture"):
+        if not isinstance(data.get(key), dict):
+            raise BundleError(f"{path}: key {key!r} missing or not an object")
+    if not isinstance(data.get("complete"), bool):
+        raise BundleError(f"{path}: key 'complete' missing or not true/false")
+    raw_files = data.get("files")
+    if not isinstance(raw_files, list):
+        raise BundleError(f"{path}: key 'files' missing or not a list")
+    entries = []
+    seen = set()
+    for i, f in enumerate(raw_files):
+        if not (isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("bytes"), int)
+                and isinstance(f.get("sha256"), str) and len(f["sha256"]) == 64):
+            raise BundleError(f"{path}: files[{i}] is not {{path, bytes, sha256}}")
+        _check_relpath(f["path"], f"{path}: files[{i}]")
+        if f["path"] in seen:
+            raise BundleError(f"{path}: files[{i}] lists {f['path']!r} twice")
+        seen.add(f["path"])
+        entries.append(FileEntry(f["path"], f["bytes"], f["sha256"]))
+    return Manifest(producer=data["producer"], hardware=data["hardware"], job=data["job"],
+                    observed=data["observed"], capture=data["capture"], complete=data["complete"],
+                    files=tuple(entries), schema=data["schema"], version=version,
+                    extra={k: v for k, v in data.items() if k not in Manifest.__dataclass_fields__})
+
+
+def verify_files(bundle: str | os.PathLike[str], manifest: Manifest) -> list[str]:
+    """Check every listed file: present, a regular file, size first, then streamed sha256.
+
+    Returns the list of problems (empty when all hold); files not listed are reported too.
+    """
+    root = Path(bundle)
+    problems = []
+    for entry in manifest.files:
+        p = root / entry.path
+        if p.is_symlink() or not p.is_file():
+            problems.append(f"{entry.path}: missing or not a regular file")
+            continue
+        size = p.stat().st_size
+        if size != entry.bytes:
+            problems.append(f"{entry.path}: {size} bytes, manifest says {entry.bytes}")
+        elif _sha256(p) != entry.sha256:
+            problems.append(f"{entry.path}: sha256 differs from the manifest")
+    listed = {e.path for e in manifest.files} | {MANIFEST_NAME}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if (p.is_file() or p.is_symlink()) and rel not in listed:
+            problems.append(f"{rel}: present but not listed in the manifest")
+    return problems
+
+
+def trace_prefix(bundle: str | os.PathLike[str]) -> Path:
+    """The ``<prefix>`` of the bundle's per-rank traces, for nbox.chakra.validate.inspect_trace."""
+    return Path(bundle) / TRACE_PREFIX

@@ -1,0 +1,92 @@
+"""The raw per-rank capture that the in-rank bootstrap writes and the converter reads.
+
+``nbox record`` launches the user's script through torch.distributed.run with nbox's bootstrap
+injected. Each rank writes, into ``<work_dir>/rank<R>/``:
+
+``host_et.json``
+    ``torch.profiler.ExecutionTraceObserver`` output for the captured iteration(s) (PyTorch host ET,
+    schema "1.1.1-chakra.0.0.4" on torch 2.13).
+``kineto.json``
+    The Kineto (``torch.profiler.profile``) Chrome trace of the same iteration(s), recorded in the
+    same profiler session, so ET ``rf_id`` == Kineto ``args["Record function id"]``.
+``collectives.json``
+    nbox's own log of every collective and p2p operation issued during the captured iteration(s)
+    (gloo emits no ``record_param_comms``): a :class:`CollectiveLog`.
+``timings.json``
+    The clean (un-instrumented) iteration times and the facts of the run: a :class:`RankTimings`.
+``error.json``
+    Only when the script failed on this rank: ``{"rank": R, "type": "...", "message": "...",
+    "traceback": "..."}``.
+
+All times are microseconds. Files are JSON (never pickle). Written atomically (temp + rename).
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+RAW_FORMAT_VERSION = 1
+
+HOST_ET = "host_et.json"
+KINETO = "kineto.json"
+COLLECTIVES = "collectives.json"
+TIMINGS = "timings.json"
+ERROR = "error.json"
+
+
+class ProcessGroupInfo(TypedDict):
+    """One process group as the rank saw it."""
+
+    pg_name: str          # torch's group name, e.g. "0" for the default group
+    pg_desc: str          # e.g. "default_pg"
+    ranks: list[int]      # global ranks, in group-rank order
+    backend: str          # e.g. "gloo", "nccl"
+
+
+class CollectiveRecord(TypedDict):
+    """One collective or p2p operation, in issue order on this rank."""
+
+    seq: int                  # 0-based issue order among the captured collectives of this rank
+    op: str                   # the c10d op, e.g. "allreduce_", "allgather_into_tensor_coalesced_", "send"
+    comm_type: str            # Chakra CollectiveCommType name ("ALL_REDUCE", ...) or "SEND" / "RECV"
+    pg_name: str              # process group name (see ProcessGroupInfo)
+    dtype: str                # e.g. "float32"
+    in_numel: int             # elements in the input tensor(s) of this rank
+    out_numel: int            # elements in the output tensor(s) of this rank
+    elem_bytes: int           # bytes per element
+    comm_bytes: int           # the comm_size written to Chakra: per-rank input bytes (see below)
+    in_split_sizes: list[int]  # all-to-all(v): elements per peer sent, else []
+    out_split_sizes: list[int]  # all-to-all(v): elements per peer received, else []
+    peer: int | None          # send/recv: the global rank of the other end, else None
+    tag: int | None           # send/recv: the tag, else None
+    root: int | None          # broadcast/reduce/gather/scatter: the global root rank, else None
+    async_op: bool            # True when the script got a Work object back (waited on later)
+    issue_us: float           # wall clock (time.time()*1e6) when issued
+    wait_us: float | None     # when the script waited on it (None: blocking or never waited)
+    done_us: float | None     # when it completed, if known
+
+
+class CollectiveLog(TypedDict):
+    version: int
+    rank: int
+    world_size: int
+    process_groups: list[ProcessGroupInfo]
+    collectives: list[CollectiveRecord]
+
+
+class RankTimings(TypedDict):
+    version: int
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str                 # "gloo" | "nccl"
+    device: str                  # "cpu" | "cuda:0" ...
+    boundary: str                # how iterations were found: "optimizer_step" | "profiler_step" | "marker"
+    warmup: int                  # iterations skipped before timing
+    iteration_us: list[float]    # the K clean iterations (no profiler attached)
+    captured_iterations: int     # iterations recorded with the ET observer + Kineto
+    torch: str                   # torch.__version__
+    cuda: str | None             # torch.version.cuda
+    nccl: str | None             # NCCL version string, if any
+    hostname: str
+    python: str
