@@ -14,6 +14,9 @@ injected. Each rank writes, into ``<work_dir>/rank<R>/``:
     (gloo emits no ``record_param_comms``): a :class:`CollectiveLog`.
 ``timings.json``
     The clean (un-instrumented) iteration times and the facts of the run: a :class:`RankTimings`.
+``progress.json``
+    ``{"phase": "warmup|timing|capture|done|failed", "iteration": N, "time_us": T}``, kept current about
+    once a second by a background thread, so a run stopped at its deadline can say where each rank was.
 ``error.json``
     Only when the script failed on this rank: ``{"rank": R, "type": "...", "message": "...",
     "traceback": "..."}``.
@@ -32,6 +35,7 @@ KINETO = "kineto.json"
 COLLECTIVES = "collectives.json"
 TIMINGS = "timings.json"
 ERROR = "error.json"
+PROGRESS = "progress.json"
 
 
 class ProcessGroupInfo(TypedDict):

@@ -1,0 +1,31 @@
+"""Built-in example workloads for ``nbox record`` (used when no script is given).
+
+Each module is a plain, self-contained training script that runs unchanged under torchrun, with or
+without nbox::
+
+    python -m torch.distributed.run --nproc-per-node 2 nbox_record/examples/ddp_mlp.py --steps 20
+
+* :mod:`~nbox_record.examples.ddp_mlp`: DDP over a 3-layer MLP (SGD, MSE, random data);
+* :mod:`~nbox_record.examples.ddp_transformer`: DDP over one transformer block;
+* :mod:`~nbox_record.examples.fsdp2_transformer`: FSDP2 (``fully_shard``) over two transformer blocks,
+  so all-gathers and reduce-scatters appear.
+
+All of them: backend from ``NBOX_BACKEND`` (default ``gloo``, or ``cpu:gloo,cuda:nccl`` when CUDA is
+available), model seeded identically on every rank and data seeded per rank, no output per step,
+``--steps`` iterations (default 20). Each exposes ``build_model()`` so tests can compute the expected
+collective sizes from the very same definition. They import nothing from nbox.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: Example name -> script file, as ``nbox record`` offers them.
+EXAMPLES_DIR = Path(__file__).resolve().parent
+EXAMPLES: dict[str, Path] = {
+    "ddp_mlp": EXAMPLES_DIR / "ddp_mlp.py",
+    "ddp_transformer": EXAMPLES_DIR / "ddp_transformer.py",
+    "fsdp2_transformer": EXAMPLES_DIR / "fsdp2_transformer.py",
+}
+#: The example ``nbox record`` runs when no script is given.
+DEFAULT_EXAMPLE = "ddp_mlp"

@@ -1,0 +1,95 @@
+"""DDP over a 3-layer MLP: SGD, MSE loss, random data. A plain torchrun script (no nbox import).
+
+    python -m torch.distributed.run --nproc-per-node 2 ddp_mlp.py --steps 20
+
+Backend: ``NBOX_BACKEND`` or ``gloo`` (``cpu:gloo,cuda:nccl`` when CUDA is available). Prints nothing
+per step. One iteration is a few milliseconds on one CPU core per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+IN_DIM = 256
+HIDDEN = 512
+OUT_DIM = 64
+BATCH = 32
+MODEL_SEED = 0
+DATA_SEED = 1000
+
+
+def build_model(in_dim: int = IN_DIM, hidden: int = HIDDEN, out_dim: int = OUT_DIM) -> nn.Module:
+    """The 3-layer MLP (the same on every rank: seed before calling)."""
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, out_dim),
+    )
+
+
+def default_backend() -> str:
+    return os.environ.get("NBOX_BACKEND") or ("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--steps", type=int, default=20, help="training iterations (default 20)")
+    parser.add_argument("--report-times", default=None, metavar="PATH",
+                        help="write this rank's iteration times (us, optimizer step end to step end) to "
+                             "PATH.rank<R> as JSON (bench/record_overhead.py uses it)")
+    parser.add_argument("--batch-size", type=int, default=BATCH)
+    parser.add_argument("--hidden", type=int, default=HIDDEN)
+    args = parser.parse_args(argv)
+
+    dist.init_process_group(backend=default_backend())
+    rank = dist.get_rank()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+
+    torch.manual_seed(MODEL_SEED)
+    model = build_model(hidden=args.hidden).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    loss_fn = nn.MSELoss()
+
+    generator = torch.Generator().manual_seed(DATA_SEED + rank)
+    batches = [
+        (torch.randn(args.batch_size, IN_DIM, generator=generator).to(device),
+         torch.randn(args.batch_size, OUT_DIM, generator=generator).to(device))
+        for _ in range(4)
+    ]
+    times_us: list[float] = []
+    t_prev = None
+    for step in range(args.steps):
+        x, y = batches[step % len(batches)]
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(ddp(x), y)
+        loss.backward()
+        optimizer.step()
+        now = time.perf_counter()
+        if t_prev is not None:
+            times_us.append((now - t_prev) * 1e6)
+        t_prev = now
+
+    if args.report_times:
+        with open(f"{args.report_times}.rank{rank}", "w") as f:
+            json.dump(times_us, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""The in-rank bootstrap (nbox_record/bootstrap.py + _inject/sitecustomize.py) on real 2-rank gloo runs.
+
+Each integration test launches ``python -m torch.distributed.run --nproc-per-node 2`` on an unmodified
+script with the inject folder on PYTHONPATH, exactly as ``nbox record`` does, and checks the raw files
+of every rank (see nbox_record/rawformat.py). One thread per rank (OMP_NUM_THREADS=1). A few fast unit
+tests (configuration, sitecustomize chaining) need no torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbox_record import bootstrap, rawformat
+
+ROOT = Path(__file__).resolve().parents[1]
+INJECT = ROOT / "nbox_record" / "_inject"
+EXAMPLES = ROOT / "nbox_record" / "examples"
+WORLD = 2
+WARMUP = 2
+ITERATIONS = 5
+RAW_FILES = (rawformat.HOST_ET, rawformat.KINETO, rawformat.COLLECTIVES, rawformat.TIMINGS)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _record(script: Path, out: Path, *args: str, extra_env: dict[str, str] | None = None,
+            timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NBOX_")}
+    env.update({
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(INJECT), str(ROOT)]),
+        "NBOX_RECORD_DIR": str(out),
+        "NBOX_WARMUP": str(WARMUP),
+        "NBOX_ITERATIONS": str(ITERATIONS),
+        "NBOX_BACKEND": "gloo",
+    })
+    env.update(extra_env or {})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
+           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script), *args]
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+class Run:
+    """One finished recording: the process result and the per-rank files."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[str], out: Path) -> None:
+        self.proc = proc
+        self.out = out
+
+    def why(self) -> str:
+        proc = self.proc
+        return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}"
+
+    def rank_dir(self, rank: int) -> Path:
+        return self.out / f"rank{rank}"
+
+    def json(self, rank: int, name: str) -> Any:
+        return _load(self.rank_dir(rank) / name)
+
+
+@pytest.fixture(scope="module")
+def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Record each built-in example once (8 steps = warm-up 2 + timed 5 + captured 1), lazily."""
+    cache: dict[str, Run] = {}
+
+    class Lazy(dict[str, Run]):
+        def __missing__(self, name: str) -> Run:
+            out = tmp_path_factory.mktemp(name)
+            proc = _record(EXAMPLES / f"{name}.py", out, "--steps", str(WARMUP + ITERATIONS + 1 + 2))
+            cache[name] = Run(proc, out)
+            return cache[name]
+
+    return Lazy()
+
+
+def _check_common(run: Run) -> list[list[dict[str, Any]]]:
+    """Assertions every successful recording meets; returns each rank's collective records."""
+    assert run.proc.returncode == 0, run.why()
+    per_rank: list[list[dict[str, Any]]] = []
+    for rank in range(WORLD):
+        folder = run.rank_dir(rank)
+        for name in RAW_FILES:
+            assert (folder / name).is_file(), f"{folder / name} missing\n{run.why()}"
+            _load(folder / name)  # parses
+        assert not (folder / rawformat.ERROR).exists(), run.json(rank, rawformat.ERROR)
+        assert not [p.name for p in folder.iterdir() if p.name.startswith(".")], "temporary files left behind"
+
+        timings = run.json(rank, rawformat.TIMINGS)
+        assert set(timings) == set(rawformat.RankTimings.__annotations__)
+        assert timings["rank"] == rank and timings["world_size"] == WORLD
+        assert timings["backend"] == "gloo" and timings["device"] == "cpu"
+        assert timings["boundary"] == "optimizer_step" and timings["warmup"] == WARMUP
+        assert len(timings["iteration_us"]) == ITERATIONS
+        assert all(math.isfinite(t) and t > 0 for t in timings["iteration_us"])
+        assert timings["captured_iterations"] == 1
+
+        log = run.json(rank, rawformat.COLLECTIVES)
+        assert set(log) == set(rawformat.CollectiveLog.__annotations__)
+        assert log["rank"] == rank and log["world_size"] == WORLD
+        assert {"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1], "backend": "gloo"} in log["process_groups"]
+        records = log["collectives"]
+        assert records, "no collective captured"
+        for seq, rec in enumerate(records):
+            assert set(rec) == set(rawformat.CollectiveRecord.__annotations__)
+            assert rec["seq"] == seq and rec["pg_name"] == "0" and rec["dtype"] == "float32"
+            assert rec["elem_bytes"] == 4 and rec["comm_bytes"] == rec["in_numel"] * 4
+            assert rec["done_us"] is None or rec["done_us"] >= rec["issue_us"]
+        issue = [rec["issue_us"] for rec in records]
+        assert issue == sorted(issue)
+
+        et = run.json(rank, rawformat.HOST_ET)
+        names = collections.Counter(node["name"] for node in et["nodes"])
+        assert names["## process_group:init ##"] == 1
+        assert names[bootstrap.BOUNDARY_MARKER] == 2  # capture start and end
+        ops = collections.Counter(rec["op"] for rec in records)
+        assert {n.removeprefix("c10d::"): c for n, c in names.items() if n.startswith("c10d::")} == dict(ops)
+        ids = {node["id"] for node in et["nodes"]}
+        dangling = [n["id"] for n in et["nodes"] if n["ctrl_deps"] not in ids]
+        assert not dangling, f"ET nodes whose parent is not in the ET: {dangling[:10]}"
+
+        kineto = run.json(rank, rawformat.KINETO)
+        cpu_ops = [e for e in kineto["traceEvents"] if e.get("cat") == "cpu_op"]
+        assert cpu_ops and all("Record function id" in e.get("args", {}) for e in cpu_ops)
+        rf_ids = {a["value"] for n in et["nodes"] for a in n["attrs"] if a["name"] == "rf_id"}
+        assert {e["args"]["Record function id"] for e in cpu_ops} & rf_ids, "ET and Kineto do not join on rf_id"
+        per_rank.append(records)
+    return per_rank
+
+
+def _param_bytes(model: Any) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["ddp_mlp", "ddp_transformer"])
+def test_ddp_example_all_reduces_every_gradient_once(example_runs: dict[str, Run], name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"nbox_record.examples.{name}")
+    grad_bytes = _param_bytes(module.build_model())
+    run = example_runs[name]
+    for records in _check_common(run):
+        assert {r["op"] for r in records} == {"allreduce_"}
+        assert all(r["comm_type"] == "ALL_REDUCE" and r["in_numel"] == r["out_numel"] for r in records)
+        assert sum(r["comm_bytes"] for r in records) == grad_bytes
+        assert all(r["async_op"] for r in records)  # DDP's reducer issues them asynchronously
+
+
+@pytest.mark.integration
+def test_fsdp2_example_all_gathers_and_reduce_scatters_the_shards(example_runs: dict[str, Run]) -> None:
+    from nbox_record.examples import fsdp2_transformer
+
+    model = fsdp2_transformer.build_model()
+    # FSDP2 groups: every block, then the root's own parameters; dim 0 of each parameter padded to W.
+    groups = [list(block.parameters()) for block in model.blocks]
+    groups.append([*model.norm.parameters(), *model.head.parameters()])
+    shard_bytes = sorted(
+        sum(math.ceil(p.shape[0] / WORLD) * (p.numel() // p.shape[0]) * p.element_size() for p in params)
+        for params in groups
+    )
+    for records in _check_common(example_runs["fsdp2_transformer"]):
+        gathers = [r for r in records if r["comm_type"] == "ALL_GATHER"]
+        scatters = [r for r in records if r["comm_type"] == "REDUCE_SCATTER"]
+        assert gathers and scatters and len(gathers) + len(scatters) == len(records)
+        # Every group is gathered in forward; blocks again in backward (reshard after forward).
+        assert sorted({r["comm_bytes"] for r in gathers}) == sorted(set(shard_bytes))
+        assert len(gathers) == len(groups) + len(model.blocks)
+        for r in gathers:
+            assert r["out_numel"] == WORLD * r["in_numel"]
+        # Every group's gradients are reduce-scattered exactly once, into its shard.
+        assert sorted(r["out_numel"] * 4 for r in scatters) == shard_bytes
+        for r in scatters:
+            assert r["in_numel"] == WORLD * r["out_numel"]
+
+
+NO_OPTIMIZER = """
+import sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+w = torch.zeros(16, requires_grad=True)
+for _ in range(int(sys.argv[1])):
+    loss = (w - 1).square().sum()
+    loss.backward()
+    with torch.no_grad():
+        w -= 0.1 * w.grad
+        w.grad = None
+    dist.all_reduce(w.detach())
+    if "--marker" in sys.argv:
+        from nbox_record.marker import step
+        step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.integration
+def test_a_script_without_optimizer_gets_the_marker_hint(tmp_path: Path) -> None:
+    script = tmp_path / "manual_sgd.py"
+    script.write_text(NO_OPTIMIZER)
+    run = Run(_record(script, tmp_path / "out", "3"), tmp_path / "out")
+    assert run.proc.returncode != 0, run.why()
+    for rank in range(WORLD):
+        error = run.json(rank, rawformat.ERROR)
+        assert set(error) == {"rank", "type", "message", "traceback", "time_us"}
+        assert error["rank"] == rank and error["type"] == "NoIterationBoundary"
+        assert "nbox_record.step()" in error["message"]
+        assert not (run.rank_dir(rank) / rawformat.TIMINGS).exists()
+
+
+@pytest.mark.integration
+def test_the_marker_gives_iterations_to_a_script_without_optimizer(tmp_path: Path) -> None:
+    script = tmp_path / "manual_sgd.py"
+    script.write_text(NO_OPTIMIZER)
+    run = Run(_record(script, tmp_path / "out", str(WARMUP + ITERATIONS + 1), "--marker"), tmp_path / "out")
+    assert run.proc.returncode == 0, run.why()
+    for rank in range(WORLD):
+        timings = run.json(rank, rawformat.TIMINGS)
+        assert timings["boundary"] == "marker" and len(timings["iteration_us"]) == ITERATIONS
+        records = run.json(rank, rawformat.COLLECTIVES)["collectives"]
+        assert [(r["op"], r["comm_bytes"], r["async_op"]) for r in records] == [("allreduce_", 64, False)]
+        # A blocking collective is waited on by torch.distributed itself: completion is known.
+        assert records[0]["done_us"] is not None and records[0]["wait_us"] is None
+
+
+NO_BOUNDARY_EVER = """
+import time
+time.sleep(60)
+"""
+
+
+@pytest.mark.integration
+def test_the_boundary_watchdog_stops_a_script_that_never_iterates(tmp_path: Path) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(NO_BOUNDARY_EVER)
+    run = Run(_record(script, tmp_path / "out", extra_env={"NBOX_BOUNDARY_TIMEOUT_S": "1"}, timeout=50),
+              tmp_path / "out")
+    assert run.proc.returncode != 0, run.why()
+    # The first rank to fail makes torchrun stop the other (SIGTERM), which may not get to write its own.
+    errors = [run.json(r, rawformat.ERROR) for r in range(WORLD) if (run.rank_dir(r) / rawformat.ERROR).exists()]
+    assert errors, run.why()
+    for error in errors:
+        assert error["type"] == "NoIterationBoundary" and "NBOX_BOUNDARY_TIMEOUT_S" in error["message"]
+        assert "nbox_record.step()" in error["message"]
+
+
+RAISES_ON_RANK_1 = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+dist.init_process_group("gloo")
+model = DistributedDataParallel(torch.nn.Linear(8, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(20):
+    if step == 3 and dist.get_rank() == 1:
+        raise RuntimeError("boom on rank 1 at step 3")
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+"""
+
+
+@pytest.mark.integration
+def test_a_script_that_raises_leaves_its_traceback_in_error_json(tmp_path: Path) -> None:
+    script = tmp_path / "raises.py"
+    script.write_text(RAISES_ON_RANK_1)
+    run = Run(_record(script, tmp_path / "out"), tmp_path / "out")
+    assert run.proc.returncode != 0, run.why()
+    error = run.json(1, rawformat.ERROR)
+    assert error == {**error, "rank": 1, "type": "RuntimeError", "message": "boom on rank 1 at step 3"}
+    assert "raises.py" in error["traceback"] and "RuntimeError: boom on rank 1" in error["traceback"]
+    assert not (run.rank_dir(1) / rawformat.TIMINGS).exists()
+    assert not (run.rank_dir(0) / rawformat.TIMINGS).exists()  # rank 0 never finished either
+
+
+# -- unit tests: no ranks, no torch ---------------------------------------------------------------------
+
+
+def test_config_defaults_and_errors_name_the_variable(tmp_path: Path) -> None:
+    cfg = bootstrap.config_from_env({"NBOX_RECORD_DIR": str(tmp_path)})
+    assert (cfg.warmup, cfg.iterations, cfg.capture, cfg.run_to_end) == (3, 10, 1, False)
+    assert cfg.boundary_timeout_s == 120.0
+    assert bootstrap.config_from_env({"NBOX_RECORD_DIR": "x", "NBOX_WARMUP": "0"}).effective_warmup == 1
+    bad = {"NBOX_ITERATIONS": "0", "NBOX_CAPTURE": "two", "NBOX_RUN_TO_END": "yes",
+           "NBOX_BOUNDARY_TIMEOUT_S": "-1", "NBOX_WARMUP": "-2"}
+    for name, value in bad.items():
+        with pytest.raises(bootstrap.ConfigError, match=name):
+            bootstrap.config_from_env({"NBOX_RECORD_DIR": "x", name: value})
+    with pytest.raises(bootstrap.ConfigError, match="NBOX_RECORD_DIR"):
+        bootstrap.config_from_env({})
+
+
+def test_record_env_round_trips_through_the_config(tmp_path: Path) -> None:
+    env = bootstrap.record_env(tmp_path, warmup=1, iterations=4, capture=2, run_to_end=True, pythonpath="/x")
+    cfg = bootstrap.config_from_env(env)
+    assert (cfg.record_dir, cfg.warmup, cfg.iterations, cfg.capture, cfg.run_to_end) == (tmp_path, 1, 4, 2, True)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(INJECT), str(ROOT), "/x"]
+
+
+def test_install_does_nothing_outside_a_rank(tmp_path: Path) -> None:
+    assert bootstrap.install({"NBOX_RECORD_DIR": str(tmp_path)}) is None  # the torchrun agent: no RANK
+    child = {"NBOX_RECORD_DIR": str(tmp_path), "RANK": "0", bootstrap.ENV_OWNER: str(os.getpid() + 1)}
+    assert bootstrap.install(child) is None  # a DataLoader worker of a recording rank
+    assert not any(tmp_path.iterdir())
+
+
+def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text(textwrap.dedent("""
+        import os
+        open(os.environ["CHAIN_PROBE"], "w").write("chained")
+    """))
+    probe = tmp_path / "probe.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NBOX_")}
+    env.update({"PYTHONPATH": os.pathsep.join([str(INJECT), str(other)]), "CHAIN_PROBE": str(probe)})
+    code = "import sys; print('torch' in sys.modules, 'nbox_record.bootstrap' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert probe.read_text() == "chained"
+    assert proc.stdout.split() == ["False", "False"]  # without NBOX_RECORD_DIR nothing else happens
