@@ -78,6 +78,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["files"] = [asdict(f) for f in self.files]
+        out.update(out.pop("extra"))  # keys from a newer minor version, kept as they came
         return out
 
 

@@ -105,6 +105,107 @@ def trace_inspect(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
+_RECORD_EPILOG = """Examples:
+
+  nbox record  (the built-in DDP MLP on 2 gloo ranks)
+
+  nbox record --example fsdp2_transformer -o fsdp.bundle
+
+  nbox record -n 2 --iterations 20 -o run.bundle -- train.py --lr 0.1
+
+  nbox record convert et_0.json.gz kineto_0.json.gz et_1.json.gz kineto_1.json.gz -o imported.bundle
+"""
+
+
+def _say_record(msg: str) -> None:
+    sys.stderr.write(f"nbox record: {msg}\n")
+    sys.stderr.flush()
+
+
+@app.command("record", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             epilog=_RECORD_EPILOG)
+def record_cmd(
+    ctx: typer.Context,
+    script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        help="Training script, launched like torchrun (put `--` before it); none: --example.")] = None,
+    nproc_per_node: Annotated[int, typer.Option("-n", "--nproc-per-node", min=1, help="Ranks on this node.")] = 2,
+    nnodes: Annotated[str, typer.Option(help="torchrun --nnodes (e.g. 2 or 1:4).")] = "1",
+    node_rank: Annotated[int, typer.Option(help="torchrun --node-rank.", min=0)] = 0,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun c10d rendezvous host:port.")] = None,  # noqa: UP045
+    warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
+    iterations: Annotated[int, typer.Option(help="Clean (un-instrumented) iterations timed.", min=1)] = 10,
+    capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1)] = 1,
+    backend: Annotated[str, typer.Option(help="auto | gloo | nccl (auto: nccl with CUDA, else gloo).")] = "auto",
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
+    example: Annotated[str, typer.Option(help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer.")]
+    = "ddp_mlp",
+    run_to_end: Annotated[bool, typer.Option("--run-to-end", help="Let the script finish after the capture.")] = False,
+    keep_partial: Annotated[bool, typer.Option("--keep-partial", help="On failure, write a bundle marked incomplete.")]
+    = False,
+    keep_raw: Annotated[bool, typer.Option("--keep-raw", help="Keep the raw per-rank capture (debugging).")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing bundle.")] = False,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
+    = 900.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Record a short real run of an unmodified training script into a Chakra trace bundle.
+
+    Launches the script through torch.distributed.run with nbox's capture injected: W warm-up
+    iterations, K clean timed iterations (the observed iteration time), then the captured
+    iteration(s) with the execution-trace observer and Kineto; then the run stops (--run-to-end
+    lets it finish). Iterations end at each optimizer step; a script without one can call
+    `nbox_record.step()` once per iteration. `nbox record convert --help`: import existing traces.
+    """
+    from nbox_record.launcher import RecordConfig, record
+
+    name = script.stem if script is not None else example
+    try:
+        cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=tuple(ctx.args),
+                           example=example, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                           rdzv_endpoint=rdzv_endpoint, warmup=warmup, iterations=iterations, capture=capture,
+                           backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
+                           overwrite=overwrite, timeout_s=timeout)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    result = record(cfg, progress=_say_record)
+    doc = {"bundle": str(result.bundle), "ranks": result.ranks, "complete": result.complete,
+           "observed_iteration_median_us": result.observed_median_us, "wall_s": round(result.wall_s, 3),
+           "nodes_per_rank": {str(k): v for k, v in result.nodes_per_rank.items()}}
+    if json_out:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        state = "" if result.complete else " (INCOMPLETE: --keep-partial)"
+        sys.stderr.write(f"nbox record: wrote {result.bundle}{state}: ranks {result.ranks}, observed iteration "
+                         f"median {result.observed_median_us / 1000:.2f} ms, {result.wall_s:.1f} s wall\n"
+                         f"  inspect it: nbox trace inspect {result.bundle}/trace/trace\n")
+    if not result.complete:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command("record-convert", hidden=True)
+def record_convert_cmd(
+    files: Annotated[list[Path], typer.Argument(help="HOST_ET.json[.gz] KINETO.json[.gz], one pair per rank.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")],
+    no_kineto: Annotated[bool, typer.Option("--no-kineto", help="Only host ETs are given (durations stay 0).")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing bundle.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """nbox record convert: import host-ET + Kineto pairs (Chakra's recipe) into a bundle.
+
+    Example: nbox record convert et_0.json.gz kineto_0.json.gz et_1.json.gz kineto_1.json.gz -o run.bundle
+    """
+    from nbox_record.importer import ConvertConfig, import_traces
+
+    if not no_kineto and len(files) % 2:
+        raise typer.BadParameter(f"expected HOST_ET KINETO pairs, got {len(files)} files (or pass --no-kineto)")
+    pairs = tuple((f, None) for f in files) if no_kineto else tuple(zip(files[::2], files[1::2], strict=True))
+    bundle, nodes = import_traces(ConvertConfig(pairs=pairs, out=out, overwrite=overwrite))
+    if json_out:
+        sys.stdout.write(json.dumps({"bundle": str(bundle), "nodes_per_rank": nodes}, indent=1) + "\n")
+    else:
+        sys.stderr.write(f"nbox record convert: wrote {bundle}: {len(nodes)} rank(s), nodes per rank {nodes}\n")
+
+
 def _fmt_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -185,6 +286,10 @@ def _rank_span(ranks: list[int]) -> str:
 
 def main() -> None:
     """Console-script entry point: run the app, turning NboxError into a short message + exit code."""
+    # `nbox record convert ...` is the hidden command `record-convert`: `record` itself takes a script
+    # and arbitrary script arguments, so it cannot also be a group of subcommands.
+    if sys.argv[1:3] == ["record", "convert"]:
+        sys.argv[1:3] = ["record-convert"]
     try:
         app()
     except NboxError as exc:

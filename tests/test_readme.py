@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,11 +31,22 @@ def test_readme_installs_the_local_cpu_torch_first() -> None:
         assert "pip install torch==2.13.0" in block  # an open range would pull multi-GB CUDA wheels
 
 
-def test_readme_main_command_runs_on_the_shipped_trace() -> None:
+@pytest.mark.integration
+def test_readme_main_command_records_and_inspects(tmp_path: Path) -> None:
     main_cmd = _bash_blocks((ROOT / "README.md").read_text())[0]
-    inspect_part = main_cmd.split("&& nbox ", 1)[1]
-    args = inspect_part.split()
-    proc = subprocess.run([sys.executable, "-m", "nbox", *args, "--strict"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    steps = [shlex.split(part)[1:] for part in main_cmd.split("&&") if part.strip().startswith("nbox ")]
+    assert [s[0] for s in steps] == ["record", "trace"]
+    outputs = []
+    for args in steps:  # run where a user would: a fresh directory, relative paths
+        proc = subprocess.run([sys.executable, "-m", "nbox", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stderr)
+    assert "wrote nbox-example.bundle" in outputs[0]  # it says where the bundle is
+    assert "no problems found" in outputs[1]
+
+
+def test_shipped_synthetic_trace_is_strict_clean() -> None:
+    proc = subprocess.run([sys.executable, "-m", "nbox", "trace", "inspect", "traces/synthetic_ddp_mlp", "--strict"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "no problems found" in proc.stderr

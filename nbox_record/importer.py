@@ -1,0 +1,93 @@
+"""``nbox record convert``: turn host-ET + Kineto pairs that users already collect (Chakra's recipe)
+into an nbox bundle.
+
+Each pair is one rank. The rank comes from the last number in the host-ET file name
+(``megatron_et_3.json.gz`` -> 3, ``host.1.json`` -> 1), else from the pair's position. No clean
+iteration time exists for such traces, so the manifest's ``observed`` part says so instead of
+inventing one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from nbox import __version__
+from nbox.errors import InputNotFoundError, InvalidInputError
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    """Arguments of ``nbox record convert``: (host ET, Kineto or None) per rank, and the bundle to write."""
+
+    pairs: tuple[tuple[Path, Path | None], ...]
+    out: Path
+    overwrite: bool = False
+
+
+_LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+def rank_of(path: Path, position: int) -> int:
+    """The last number in a file name, else ``position``."""
+    name = path.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    match = _LAST_NUMBER.search(name)
+    return int(match.group(1)) if match else position
+
+
+def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
+    """Convert every pair and write the bundle; return (bundle path, nodes per rank).
+
+    Raises:
+        InputNotFoundError: a file is missing.
+        InvalidInputError: two pairs claim one rank, or a file does not convert.
+    """
+    import tempfile
+
+    from nbox.bundle import COMM_GROUP_NAME, Manifest, write_bundle
+    from nbox.chakra.codec import write_et
+    from nbox_record.convert import convert_rank
+
+    if not cfg.pairs:
+        raise InvalidInputError("nothing to convert: give HOST_ET.json [KINETO.json] per rank")
+    ranks: dict[int, tuple[Path, Path | None]] = {}
+    for i, (host, kineto) in enumerate(cfg.pairs):
+        for p in (host, kineto):
+            if p is not None and not p.is_file():
+                raise InputNotFoundError(f"{p}: file not found")
+        r = rank_of(host, i)
+        if r in ranks:
+            raise InvalidInputError(f"{host} and {ranks[r][0]} both claim rank {r} (from their file names)")
+        ranks[r] = (host, kineto)
+    files: dict[str, Path | bytes] = {}
+    groups: dict[str, list[int]] = {}
+    nodes: dict[int, int] = {}
+    schema = None
+    parent = cfg.out.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{cfg.out.name}.convert-", dir=parent) as tmp:
+        for r, (host, kineto) in sorted(ranks.items()):
+            conv = convert_rank(host, kineto, rank=r)
+            files[f"trace/trace.{r}.et"] = write_et(Path(tmp) / f"trace.{r}.et", conv.metadata, conv.nodes)
+            nodes[r] = len(conv.nodes)
+            for name, members in conv.process_groups.items():
+                groups.setdefault(name, list(members))
+            schema = schema or next((a.string_val for a in conv.metadata.attr if a.name == "schema"), None)
+        files[COMM_GROUP_NAME] = (json.dumps(groups, indent=1, sort_keys=True) + "\n").encode()
+        world = max((max(m) + 1 for m in groups.values() if m), default=max(ranks) + 1)
+        manifest = Manifest(
+            producer={"nbox": __version__, "torch": None, "backend": None, "source_schema": schema,
+                      "converted_from": [str(h) for h, _ in cfg.pairs]},
+            hardware={},
+            job={"world_size": world, "ranks_recorded": sorted(ranks), "process_groups": groups},
+            observed={"iteration_time_us": None,
+                      "rule": "not measured: converted from existing traces, which carry no clean iterations"},
+            capture={"source": "nbox record convert", "kineto": all(k is not None for _, k in ranks.values())},
+            complete=True,
+        )
+        out = write_bundle(cfg.out, manifest, files, overwrite=cfg.overwrite)
+    return out, nodes

@@ -1,0 +1,195 @@
+"""`nbox record` end to end: real 2-rank gloo runs through the CLI, the bundle they leave, and faults.
+
+Each test launches torchrun (about 6 s of start-up on this machine), so they are marked
+``integration`` and kept to a few iterations. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nbox.bundle import read_manifest, trace_prefix, verify_files
+from nbox.chakra import pb, read_et
+from nbox.chakra.attrs import attr_map
+from nbox.chakra.validate import inspect_trace
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nbox(*args: object, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "nbox", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=ROOT)
+
+
+def comm_nodes(bundle: Path, rank: int) -> list[tuple[int, int, str]]:
+    """(comm_type, comm_size, pg_name) of every collective of one rank, in file order."""
+    _, nodes = read_et(bundle / "trace" / f"trace.{rank}.et")
+    out = []
+    for n in nodes:
+        if n.type == pb.COMM_COLL_NODE:
+            a = attr_map(n.attr)
+            out.append((int(a["comm_type"].value), int(a["comm_size"].value), str(a["pg_name"].value)))  # type: ignore[arg-type]
+    return out
+
+
+def model_params(example: str) -> list[object]:
+    module = importlib.import_module(f"nbox_record.examples.{example}")
+    return list(module.build_model().parameters())
+
+
+def check_bundle(bundle: Path) -> None:
+    manifest = read_manifest(bundle)
+    assert manifest.complete and manifest.job["ranks_recorded"] == [0, 1] and manifest.job["world_size"] == 2
+    assert verify_files(bundle, manifest) == []
+    obs = manifest.observed["iteration_time_us"]
+    assert obs["n"] == 3 and 0 < obs["p10"] <= obs["median"] <= obs["p90"]
+    assert manifest.producer["backend"] == "gloo" and manifest.producer["torch"]
+    report = inspect_trace(trace_prefix(bundle))
+    assert report.problem_count() == 0, [p.message for p in report.all_problems()][:5]  # --strict clean
+    assert (bundle / "comm_group.json").is_file()
+
+
+@pytest.mark.parametrize("example", ["ddp_mlp", "ddp_transformer"])
+def test_ddp_examples_record_their_gradient_all_reduce(tmp_path: Path, example: str) -> None:
+    out = tmp_path / f"{example}.bundle"
+    proc = nbox("record", "--example", example, "--warmup", 2, "--iterations", 3, "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["bundle"] == str(out) and doc["complete"] is True and doc["ranks"] == [0, 1]
+    check_bundle(out)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model_params(example))  # type: ignore[attr-defined]
+    for rank in (0, 1):
+        colls = comm_nodes(out, rank)
+        assert colls and all(c[0] == pb.ALL_REDUCE for c in colls)
+        assert sum(c[1] for c in colls) == grad_bytes  # DDP all-reduces every gradient byte once per iteration
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no raw capture left behind
+
+
+def test_fsdp2_example_records_shard_sized_all_gathers_and_reduce_scatters(tmp_path: Path) -> None:
+    out = tmp_path / "fsdp.bundle"
+    proc = nbox("record", "--example", "fsdp2_transformer", "--warmup", 2, "--iterations", 3, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out}" in proc.stderr
+    check_bundle(out)
+    module = importlib.import_module("nbox_record.examples.fsdp2_transformer")
+    model = module.build_model()
+    world = 2
+
+    def shard_bytes(params: list[object]) -> int:  # FSDP2 pads dim 0 to a multiple of the world size
+        total = 0
+        for p in params:
+            shape = list(p.shape)  # type: ignore[attr-defined]
+            rows = math.ceil(shape[0] / world) if shape else 1
+            total += rows * math.prod(shape[1:]) * p.element_size()  # type: ignore[attr-defined]
+        return total
+
+    # FSDP2 groups (the example's shard()): one per block, then the root's own norm + head.
+    units = [list(b.parameters()) for b in model.blocks] + [[*model.norm.parameters(), *model.head.parameters()]]
+    shards = {shard_bytes(u) for u in units}
+    for rank in (0, 1):
+        colls = comm_nodes(out, rank)
+        gathers = [c[1] for c in colls if c[0] == pb.ALL_GATHER]
+        scatters = [c[1] for c in colls if c[0] == pb.REDUCE_SCATTER]
+        assert gathers and scatters
+        assert set(gathers) <= shards  # comm_size of an all-gather: this rank's input shard
+        assert set(scatters) <= {world * b for b in shards}  # of a reduce-scatter: the unsharded input
+        assert shard_bytes(units[0]) in gathers
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent("""
+        import os, sys, time
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        def step():
+            opt.zero_grad()
+            loss = model(torch.randn(4, 8)).sum()
+            loss.backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            opt.step()
+    """) + textwrap.dedent(body))
+    return path
+
+
+def test_a_rank_that_raises_is_named_and_no_bundle_is_written(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+        for i in range(50):
+            if rank == 1 and i == 1:
+                raise RuntimeError("injected failure on rank 1")
+            step()
+    """)
+    out = tmp_path / "x.bundle"
+    proc = nbox("record", "-o", out, "--timeout", 120, "--", script)
+    assert proc.returncode != 0
+    assert "rank 1 failed" in proc.stderr and "injected failure on rank 1" in proc.stderr
+    assert "Traceback" not in proc.stderr.split("nbox: error:")[-1]
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_script_without_optimizer_steps_is_told_about_the_marker(tmp_path: Path) -> None:
+    script = tmp_path / "nostep.py"
+    script.write_text("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "x = torch.ones(4)\nfor _ in range(3):\n    dist.all_reduce(x)\n")
+    proc = nbox("record", "-o", tmp_path / "x.bundle", "--timeout", 120, "--", script)
+    assert proc.returncode != 0
+    assert "nbox_record.step()" in proc.stderr
+
+
+def test_the_marker_defines_iterations_for_a_script_without_optimizer(tmp_path: Path) -> None:
+    script = tmp_path / "marked.py"
+    script.write_text("import torch, torch.distributed as dist, nbox_record\ndist.init_process_group('gloo')\n"
+                      "x = torch.ones(1024)\nfor _ in range(20):\n    y = (x * 2).sum()\n    dist.all_reduce(x)\n"
+                      "    nbox_record.step()\n")
+    out = tmp_path / "m.bundle"
+    proc = nbox("record", "--warmup", 2, "--iterations", 3, "-o", out, "--", script)
+    assert proc.returncode == 0, proc.stderr
+    assert read_manifest(out).capture["boundary"] == "marker"
+    assert [c[:2] for c in comm_nodes(out, 0)] == [(pb.ALL_REDUCE, 4096)]
+
+
+def test_a_hung_rank_is_stopped_at_the_deadline_and_named(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+        for i in range(1000):
+            if rank == 1 and i == 4:
+                time.sleep(3600)
+            step()
+    """)
+    out = tmp_path / "h.bundle"
+    proc = nbox("record", "--warmup", 2, "--iterations", 10, "-o", out, "--timeout", 25, "--", script, timeout=120)
+    assert proc.returncode != 0
+    assert "did not finish within 25 s" in proc.stderr
+    assert "rank 1: last seen in phase" in proc.stderr
+    assert not out.exists()
+
+
+def test_keep_partial_marks_the_bundle_incomplete(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+        for i in range(12):
+            step()
+        if rank == 1:
+            sys.exit(3)
+    """)
+    out = tmp_path / "p.bundle"
+    args = ("record", "--warmup", 2, "--iterations", 3, "--run-to-end", "-o", out)
+    failed = nbox(*args, "--", script)
+    assert failed.returncode != 0 and not out.exists()
+    kept = nbox(*args, "--keep-partial", "--", script)
+    assert kept.returncode == 1, kept.stderr
+    assert "INCOMPLETE" in kept.stderr
+    assert read_manifest(out).complete is False

@@ -1,0 +1,98 @@
+"""nbox record's launcher without launching: config checks, the torchrun command, the env, and how
+failures are reported from what ranks left behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nbox_record import launcher as L
+from nbox_record import rawformat as raw
+
+
+def cfg(tmp_path: Path, **kw: object) -> L.RecordConfig:
+    return L.RecordConfig(out=tmp_path / "out.bundle", **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"nproc_per_node": 0}, "nproc_per_node"),
+    ({"iterations": 0}, "iterations"),
+    ({"warmup": -1}, "warmup"),
+    ({"backend": "mpi"}, "backend"),
+    ({"example": "resnet"}, "unknown example 'resnet'"),
+    ({"timeout_s": 0}, "timeout_s"),
+])
+def test_config_names_the_bad_value(tmp_path: Path, kw: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        cfg(tmp_path, **kw)
+
+
+def test_launch_goes_through_torchrun_with_no_restarts(tmp_path: Path) -> None:
+    c = cfg(tmp_path, nproc_per_node=3, script_args=("--lr", "0.1"))
+    cmd = L.launch_command(c, tmp_path / "logs")
+    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
+    assert cmd[cmd.index("--max-restarts") + 1] == "0"
+    assert cmd[-3:] == [str(L._EXAMPLES_DIR / "ddp_mlp.py"), "--lr", "0.1"]
+    multi = L.launch_command(cfg(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400"), tmp_path)
+    assert multi[multi.index("--rdzv-endpoint") + 1] == "h:29400" and "--master-port" not in multi
+    assert multi[multi.index("--node-rank") + 1] == "1"
+
+
+def test_missing_script_is_not_found(tmp_path: Path) -> None:
+    from nbox.errors import InputNotFoundError
+
+    with pytest.raises(InputNotFoundError, match=r"nope\.py"):
+        L.script_path(cfg(tmp_path, script=tmp_path / "nope.py"))
+
+
+def test_env_injects_the_bootstrap_and_one_thread_per_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", "/user/path")
+    env = L.launch_env(cfg(tmp_path, warmup=2, iterations=7, capture=2), tmp_path / "work", "gloo")
+    assert env["PYTHONPATH"].split(":") == [str(L._INJECT_DIR), str(L._INJECT_DIR.parents[1]), "/user/path"]
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert (env["NBOX_WARMUP"], env["NBOX_ITERATIONS"], env["NBOX_CAPTURE"]) == ("2", "7", "2")
+    assert env["NBOX_RECORD_DIR"] == str(tmp_path / "work") and env["NBOX_RUN_TO_END"] == "0"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert L.launch_env(cfg(tmp_path), tmp_path, "gloo")["OMP_NUM_THREADS"] == "4"  # the user's choice wins
+
+
+def _rank(work: Path, r: int, **files: object) -> None:
+    d = work / f"rank{r}"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (d / name).write_text(json.dumps(content))
+
+
+def test_failure_names_the_rank_that_raised(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    _rank(work, 0, **{raw.ERROR: {"rank": 0, "type": "RuntimeError", "message": "Connection closed by peer",
+                                  "time_us": 2e15}})
+    _rank(work, 1, **{raw.ERROR: {"rank": 1, "type": "RuntimeError", "message": "boom in step 3",
+                                  "time_us": 1e15}})
+    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
+    assert "rank 1 failed: RuntimeError: boom in step 3 (then rank(s) [0] failed too)" in str(err)
+    assert err.exit_code != 0
+
+
+def test_timeout_names_unfinished_ranks_and_their_last_phase(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    _rank(work, 0, **{raw.TIMINGS: {}})
+    _rank(work, 1, **{"progress.json": {"phase": "timing", "iteration": 4}})
+    err = L._failure(cfg(tmp_path, timeout_s=30), work, tmp_path / "logs", None, timed_out=True)
+    text = str(err)
+    assert "within 30 s" in text and "rank 1: last seen in phase 'timing' at iteration 4" in text
+    assert "rank 0:" not in text
+
+
+def test_dead_rank_without_error_file_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    _rank(work, 0, **{raw.TIMINGS: {}})
+    log = tmp_path / "logs" / "run" / "attempt_0" / "1" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("line\nKilled by signal 9\n")
+    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
+    assert "exited with code 1" in str(err) and "[1]" in str(err) and "Killed by signal 9" in str(err)
