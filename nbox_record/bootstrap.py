@@ -230,15 +230,16 @@ def record_env(
 # -- files --------------------------------------------------------------------------------------------
 
 
-def write_json_atomic(path: Path, obj: object) -> None:
-    """Write strict JSON to a temporary name in the same folder, fsync, then rename over ``path``."""
+def write_json_atomic(path: Path, obj: object, *, durable: bool = True) -> None:
+    """Write strict JSON to a temporary name in the same folder, fsync (``durable``), then rename over ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = json.dumps(obj, indent=1, allow_nan=False)
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -614,7 +615,8 @@ class Recorder:
             kind, message = "TooFewIterations", (
                 f"the script ended after {self.boundaries} iteration(s) ({self.boundary_kind} boundaries); nbox "
                 f"needs {needed} = warm-up {self.config.effective_warmup} + timed {self.config.iterations} + "
-                f"captured {self.config.capture}. Run more steps or lower NBOX_WARMUP / NBOX_ITERATIONS.")
+                f"captured {self.config.capture}. Run more steps, or lower --warmup / --iterations "
+                "(NBOX_WARMUP / NBOX_ITERATIONS).")
         self.fail(kind, message)
 
     def _report_progress(self, period_s: float = 1.0) -> None:
@@ -627,7 +629,8 @@ class Recorder:
             if state != last:
                 try:
                     write_json_atomic(self.out_dir / rawformat.PROGRESS, {"phase": state[0], "iteration": state[1],
-                                                                "time_us": time.time() * 1e6})
+                                                                "time_us": time.time() * 1e6},
+                                      durable=False)  # diagnostic only: no fsync stalls during timing
                 except OSError:
                     return
                 last = state

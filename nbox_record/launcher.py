@@ -119,12 +119,15 @@ def launch_command(cfg: RecordConfig, log_dir: Path) -> list[str]:
     """The torch.distributed.run command line (rendezvous: c10d endpoint, or a free local port)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.nproc_per_node),
            "--nnodes", cfg.nnodes, "--node-rank", str(cfg.node_rank), "--max-restarts", "0",
-           "--log-dir", str(log_dir), "--redirects", "3", "--tee", "3"]
+           "--log-dir", str(log_dir), "--redirects", "3"]
     if cfg.rdzv_endpoint:
         cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", cfg.rdzv_endpoint]
     else:
         cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-    return [*cmd, str(script_path(cfg)), *cfg.script_args]
+    args = list(cfg.script_args)
+    if cfg.script is None:  # a built-in example runs exactly the iterations the capture needs, plus slack
+        args = ["--steps", str(max(cfg.warmup, 1) + cfg.iterations + cfg.capture + 2), *args]
+    return [*cmd, str(script_path(cfg)), *args]
 
 
 def launch_env(cfg: RecordConfig, work: Path, backend: str) -> dict[str, str]:

@@ -213,3 +213,13 @@ def test_zero_length_node_stops_chakra_but_not_nbox(tmp_path: Path, compress: bo
     assert reader.zero_length_messages[0].offset == len(
         encode_delimited(metadata) + encode_delimited(nodes[0]) + encode_delimited(nodes[1])
     )
+
+
+# -- bundles recorded with nbox record: Chakra's reader decodes them to the same nodes ----------------
+def test_chakra_reads_the_shipped_recorded_bundles(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1] / "traces"
+    paths = sorted(root.glob("*/trace/trace.*.et"))
+    assert len(paths) >= 6  # ddp_mlp, ddp_transformer, fsdp2_transformer x 2 ranks
+    seen = chakra_read(paths, tmp_path)
+    for path in paths:
+        assert seen[str(path)] == nbox_view(path), path

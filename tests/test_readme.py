@@ -50,3 +50,17 @@ def test_shipped_synthetic_trace_is_strict_clean() -> None:
     proc = subprocess.run([sys.executable, "-m", "nbox", "trace", "inspect", "traces/synthetic_ddp_mlp", "--strict"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("name", ["ddp_mlp", "ddp_transformer", "fsdp2_transformer"])
+def test_shipped_recorded_bundles_verify_and_are_strict_clean(name: str) -> None:
+    from nbox.bundle import read_manifest, trace_prefix, verify_files
+    from nbox.chakra.validate import inspect_trace
+
+    bundle = ROOT / "traces" / name
+    manifest = read_manifest(bundle)
+    assert manifest.complete and manifest.job["ranks_recorded"] == [0, 1]
+    assert verify_files(bundle, manifest) == []
+    assert sum(f.bytes for f in manifest.files) < 2 * 1024 * 1024  # shipped bundles stay small
+    assert inspect_trace(trace_prefix(bundle)).problem_count() == 0
+    assert f"-o traces/{name} " in (ROOT / "traces" / "README.md").read_text()  # the command that made it

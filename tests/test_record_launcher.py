@@ -35,7 +35,9 @@ def test_launch_goes_through_torchrun_with_no_restarts(tmp_path: Path) -> None:
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
     assert cmd[cmd.index("--max-restarts") + 1] == "0"
-    assert cmd[-3:] == [str(L._EXAMPLES_DIR / "ddp_mlp.py"), "--lr", "0.1"]
+    assert cmd[-5:] == [str(L._EXAMPLES_DIR / "ddp_mlp.py"), "--steps", str(3 + 10 + 1 + 2), "--lr", "0.1"]
+    user = L.launch_command(cfg(tmp_path, script=Path(__file__), script_args=("--x",)), tmp_path)
+    assert user[-2:] == [__file__, "--x"]  # a user's script gets its own arguments only
     multi = L.launch_command(cfg(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400"), tmp_path)
     assert multi[multi.index("--rdzv-endpoint") + 1] == "h:29400" and "--master-port" not in multi
     assert multi[multi.index("--node-rank") + 1] == "1"
