@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -197,14 +198,33 @@ def _tail(path: Path, lines: int = 6) -> str:
     return "\n".join(text[-lines:])
 
 
-def _failure(cfg: RecordConfig, work: Path, log_dir: Path, rc: int | None, timed_out: bool) -> RecordError:
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
+                         r"[^\n]*?(?:\((SIG\w+)\))?\s*$", re.S | re.M)
+
+
+def root_cause(torchrun_stderr: str) -> tuple[int, str] | None:
+    """torchrun's own verdict on a failed run: (rank, "rank 1 exited with code -9 (SIGKILL)"), if it gave one."""
+    match = _ROOT_CAUSE.search(torchrun_stderr)
+    if match is None:
+        return None
+    rank, code, sig = match.groups()
+    return int(rank), f"rank {rank} exited with code {code}" + (f" ({sig})" if sig else "")
+
+
+def _failure(cfg: RecordConfig, work: Path, log_dir: Path, rc: int | None, timed_out: bool,
+             torchrun_stderr: str = "") -> RecordError:
     dirs = _rank_dirs(work)
+    verdict = root_cause(torchrun_stderr)
     errors = []
     for rank, d in dirs.items():
         if (d / raw.ERROR).is_file():
             err = _read_json(d / raw.ERROR)
             if isinstance(err, dict):
                 errors.append((float(err.get("time_us") or (d / raw.ERROR).stat().st_mtime * 1e6), rank, err))
+    if verdict is not None and verdict[0] not in {r for _, r, _ in errors}:
+        # The first rank to fail left no error.json (a signal, os._exit): its peers' errors are consequences.
+        others = sorted(r for _, r, _ in errors)
+        return RecordError(verdict[1] + (f" (then rank(s) {others} failed too)" if others else ""))
     if errors:
         # When one rank fails, its peers fail next (e.g. gloo "Connection closed by peer"): the earliest
         # error is the root cause.
@@ -264,7 +284,7 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
         complete = not timed_out and rc == 0 and len(dirs) == cfg.nproc_per_node and all(
             (d / raw.TIMINGS).is_file() and (d / raw.HOST_ET).is_file() for d in dirs.values())
         if not complete and not cfg.keep_partial:
-            raise _failure(cfg, work, log_dir, rc, timed_out)
+            raise _failure(cfg, work, log_dir, rc, timed_out, (err_bytes or b"").decode(errors="replace"))
         say("converting the capture to Chakra ET")
         result = _write_bundle(cfg, work, script, backend, complete)
         return RecordResult(result[0], result[1], result[2], complete, time.monotonic() - started, result[3])

@@ -193,3 +193,18 @@ def test_keep_partial_marks_the_bundle_incomplete(tmp_path: Path) -> None:
     assert kept.returncode == 1, kept.stderr
     assert "INCOMPLETE" in kept.stderr
     assert read_manifest(out).complete is False
+
+
+def test_a_rank_killed_by_a_signal_is_named(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+        import signal
+        for i in range(50):
+            if rank == 1 and i == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            step()
+    """)
+    out = tmp_path / "k.bundle"
+    proc = nbox("record", "-o", out, "--timeout", 120, "--", script)
+    assert proc.returncode != 0
+    assert "rank 1 exited with code -9 (SIGKILL)" in proc.stderr, proc.stderr[-2000:]
+    assert not out.exists()

@@ -98,3 +98,37 @@ def test_dead_rank_without_error_file_reports_exit_code_and_log_tail(tmp_path: P
     log.write_text("line\nKilled by signal 9\n")
     err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
     assert "exited with code 1" in str(err) and "[1]" in str(err) and "Killed by signal 9" in str(err)
+
+
+TORCHRUN_FAILURE = """
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-21_02:50:00
+  host      : vm
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 101)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_02:49:59
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 102)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 102
+============================================================
+"""
+
+
+def test_a_rank_killed_by_a_signal_is_named_from_torchruns_root_cause(tmp_path: Path) -> None:
+    assert L.root_cause(TORCHRUN_FAILURE) == (1, "rank 1 exited with code -9 (SIGKILL)")
+    assert L.root_cause("no summary here") is None
+    work = tmp_path / "work"
+    _rank(work, 0, **{raw.ERROR: {"rank": 0, "type": "RuntimeError", "message": "Connection closed by peer"}})
+    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False, torchrun_stderr=TORCHRUN_FAILURE)
+    assert str(err) == "rank 1 exited with code -9 (SIGKILL) (then rank(s) [0] failed too)"
