@@ -67,10 +67,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import json
 import logging
-import math
 import os
 import platform
 import socket
@@ -80,26 +78,30 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import FrameType, ModuleType, TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from nbox_record import rawformat
+from nbox_record.hooks import PostImportHook, after_frame_returns, optimizer_step_frame
+from nbox_record.recordenv import (  # noqa: F401 - re-exported: the bootstrap's configuration API
+    ENV_BOUNDARY_TIMEOUT,
+    ENV_CAPTURE,
+    ENV_DIR,
+    ENV_EXIT_BARRIER_TIMEOUT,
+    ENV_ITERATIONS,
+    ENV_OWNER,
+    ENV_RUN_TO_END,
+    ENV_WARMUP,
+    Config,
+    ConfigError,
+    config_from_env,
+    inject_dir,
+    record_env,
+)
 
 if TYPE_CHECKING:
     from nbox_record.commlog import CollectiveLogger
-
-ENV_DIR = "NBOX_RECORD_DIR"
-ENV_WARMUP = "NBOX_WARMUP"
-ENV_ITERATIONS = "NBOX_ITERATIONS"
-ENV_CAPTURE = "NBOX_CAPTURE"
-ENV_RUN_TO_END = "NBOX_RUN_TO_END"
-ENV_BOUNDARY_TIMEOUT = "NBOX_BOUNDARY_TIMEOUT_S"
-ENV_EXIT_BARRIER_TIMEOUT = "NBOX_EXIT_BARRIER_TIMEOUT_S"
-#: Set by :func:`install` to the recording process's pid, so that its children do not record.
-ENV_OWNER = "NBOX_RECORD_OWNER_PID"
 
 #: Exit code of a rank that nbox stops because of a failure (a script's own exception also gives 1).
 EXIT_FAILURE = 1
@@ -122,109 +124,6 @@ class ErrorRecord(TypedDict):
     traceback: str
     time_us: float  # wall clock when written: the earliest error of a run is its root cause
 
-
-class ConfigError(ValueError):
-    """A bad ``NBOX_*`` environment variable; the message names it."""
-
-
-@dataclass(frozen=True)
-class Config:
-    record_dir: Path
-    warmup: int = 3
-    iterations: int = 10
-    capture: int = 1
-    run_to_end: bool = False
-    boundary_timeout_s: float = 120.0
-    exit_barrier_timeout_s: float = 60.0
-
-    @property
-    def effective_warmup(self) -> int:
-        """At least one iteration is skipped: the first has no boundary to start its clock."""
-        return max(self.warmup, 1)
-
-
-def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: not an integer") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={value}: must be >= {minimum}")
-    return value
-
-
-def _seconds_env(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name}={raw!r}: must be a positive number of seconds")
-    return value
-
-
-def config_from_env(env: Mapping[str, str] | None = None) -> Config:
-    """Read the configuration; raises :class:`ConfigError` naming the bad variable."""
-    env = os.environ if env is None else env
-    record_dir = env.get(ENV_DIR, "")
-    if not record_dir:
-        raise ConfigError(f"{ENV_DIR} is not set")
-    run_to_end = env.get(ENV_RUN_TO_END, "").strip()
-    if run_to_end not in ("", "0", "1"):
-        raise ConfigError(f"{ENV_RUN_TO_END}={run_to_end!r}: use 1 or 0")
-    return Config(
-        record_dir=Path(record_dir),
-        warmup=_int_env(env, ENV_WARMUP, 3, 0),
-        iterations=_int_env(env, ENV_ITERATIONS, 10, 1),
-        capture=_int_env(env, ENV_CAPTURE, 1, 1),
-        run_to_end=run_to_end == "1",
-        boundary_timeout_s=_seconds_env(env, ENV_BOUNDARY_TIMEOUT, 120.0),
-        exit_barrier_timeout_s=_seconds_env(env, ENV_EXIT_BARRIER_TIMEOUT, 60.0),
-    )
-
-
-def inject_dir() -> Path:
-    """The folder to put first on ``PYTHONPATH``: it holds nbox's ``sitecustomize.py``."""
-    return Path(__file__).resolve().parent / "_inject"
-
-
-def record_env(
-    record_dir: str | os.PathLike[str],
-    *,
-    warmup: int = 3,
-    iterations: int = 10,
-    capture: int = 1,
-    run_to_end: bool = False,
-    boundary_timeout_s: float = 120.0,
-    pythonpath: str | None = None,
-) -> dict[str, str]:
-    """The environment variables a launcher adds for ``python -m torch.distributed.run``.
-
-    ``PYTHONPATH`` = the inject folder, the folder holding ``nbox_record`` (so a non-installed checkout
-    works; skipped for an installed nbox), then ``pythonpath`` (pass the caller's own ``PYTHONPATH`` to
-    keep it). Threads are the caller's business: on CPU set ``OMP_NUM_THREADS=1`` per rank (torchrun
-    does when it is unset).
-    """
-    package_root = Path(__file__).resolve().parent.parent
-    parts = [str(inject_dir())]
-    if package_root.name not in ("site-packages", "dist-packages"):  # an installed nbox is importable anyway
-        parts.append(str(package_root))
-    parts += [pythonpath] if pythonpath else []
-    return {
-        ENV_DIR: str(Path(record_dir).resolve()),
-        ENV_WARMUP: str(warmup),
-        ENV_ITERATIONS: str(iterations),
-        ENV_CAPTURE: str(capture),
-        ENV_RUN_TO_END: "1" if run_to_end else "0",
-        ENV_BOUNDARY_TIMEOUT: repr(float(boundary_timeout_s)),
-        "PYTHONPATH": os.pathsep.join(parts),
-    }
 
 
 # -- files --------------------------------------------------------------------------------------------
@@ -253,56 +152,6 @@ def _flush_everything() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-
-
-# -- the import hook -------------------------------------------------------------------------------------
-
-
-class _CallbackLoader:
-    """Wraps the real loader of one module; calls ``callback(module)`` once the module has executed."""
-
-    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]) -> None:
-        self._loader = loader
-        self._callback = callback
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module: ModuleType) -> None:
-        # Hide the wrapper: the module keeps its real loader.
-        module.__loader__ = self._loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        self._callback(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class _PostImportHook:
-    """A one-shot ``sys.meta_path`` finder: runs a callback right after ``name`` is first imported."""
-
-    def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
-        self._name = name
-        self._callback = callback
-        self._busy = False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        if fullname != self._name or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _CallbackLoader(spec.loader, self._callback)  # type: ignore[assignment]
-        return spec
 
 
 # -- the recorder ----------------------------------------------------------------------------------------
@@ -349,7 +198,7 @@ class Recorder:
         if "torch" in sys.modules:
             self.on_torch_imported(sys.modules["torch"])
         else:
-            sys.meta_path.insert(0, _PostImportHook("torch", self._on_torch_import_safe))
+            sys.meta_path.insert(0, PostImportHook("torch", self._on_torch_import_safe))
 
     def _on_torch_import_safe(self, module: ModuleType) -> None:
         try:
@@ -376,7 +225,7 @@ class Recorder:
             return
         self.boundary_kind = "optimizer_step"
         action = self._boundary()
-        if action is not None and not _after_frame_returns(_optimizer_step_frame(sys._getframe(1)), action):
+        if action is not None and not after_frame_returns(optimizer_step_frame(sys._getframe(1)), action):
             action()
 
     def on_marker(self) -> None:
@@ -647,43 +496,6 @@ class Recorder:
         self.fail("NoIterationBoundary",
                   f"no iteration boundary within {self.config.boundary_timeout_s:g} s "
                   f"({ENV_BOUNDARY_TIMEOUT}). " + MARKER_HINT)
-
-
-# -- deferring to the end of Optimizer.step -------------------------------------------------------------------
-
-
-def _optimizer_step_frame(frame: FrameType | None) -> FrameType | None:
-    """The outermost ``Optimizer.step`` profiling wrapper frame (torch/optim/optimizer.py) on the stack.
-
-    Outermost: an optimizer that steps another one (``ZeroRedundancyOptimizer``) has both record
-    functions open; the capture must wait until both have closed.
-    """
-    found: FrameType | None = None
-    while frame is not None:
-        code = frame.f_code
-        if (code.co_name == "wrapper" and "profile_name" in code.co_varnames
-                and code.co_filename.replace(os.sep, "/").endswith("torch/optim/optimizer.py")):
-            found = frame
-        frame = frame.f_back
-    return found
-
-
-def _after_frame_returns(frame: FrameType | None, action: Callable[[], None]) -> bool:
-    """Run ``action`` when ``frame`` returns (a one-shot ``sys.setprofile`` on this thread).
-
-    Returns False, doing nothing, when there is no frame or another profile function is installed
-    (a Python profiler or coverage tool): the caller then runs the action at once.
-    """
-    if frame is None or sys.getprofile() is not None:
-        return False
-
-    def profile(current: FrameType, event: str, _arg: object) -> None:
-        if event == "return" and current is frame:
-            sys.setprofile(None)
-            action()
-
-    sys.setprofile(profile)
-    return True
 
 
 # -- torch facts --------------------------------------------------------------------------------------------

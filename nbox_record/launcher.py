@@ -35,9 +35,9 @@ from typing import Any
 from nbox import __version__
 from nbox.errors import InputNotFoundError, NboxError
 from nbox_record import rawformat as raw
+from nbox_record.recordenv import record_env
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
-_INJECT_DIR = Path(__file__).resolve().parent / "_inject"
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 
 
@@ -132,17 +132,14 @@ def launch_command(cfg: RecordConfig, log_dir: Path) -> list[str]:
 
 
 def launch_env(cfg: RecordConfig, work: Path, backend: str) -> dict[str, str]:
+    """The caller's environment plus :func:`nbox_record.recordenv.record_env` and one thread per rank."""
     env = dict(os.environ)
     env.update(cfg.extra_env)
-    # The bootstrap first, then the folder holding nbox_record (in case nbox is not installed), then the user's.
-    env["PYTHONPATH"] = os.pathsep.join([str(_INJECT_DIR), str(_INJECT_DIR.parents[1]),
-                                         *filter(None, [env.get("PYTHONPATH")])])
+    env.update(record_env(work, warmup=cfg.warmup, iterations=cfg.iterations, capture=cfg.capture,
+                          run_to_end=cfg.run_to_end, pythonpath=env.get("PYTHONPATH")))
     env.setdefault("OMP_NUM_THREADS", "1")  # two ranks x two threads on two cores run ~50x slower
-    env.update({
-        "NBOX_RECORD_DIR": str(work), "NBOX_WARMUP": str(cfg.warmup), "NBOX_ITERATIONS": str(cfg.iterations),
-        "NBOX_CAPTURE": str(cfg.capture), "NBOX_RUN_TO_END": "1" if cfg.run_to_end else "0",
-        "NBOX_BACKEND": backend, "PYTHONUNBUFFERED": "1",
-    })
+    env["NBOX_BACKEND"] = backend  # read by the built-in examples
+    env["PYTHONUNBUFFERED"] = "1"
     return env
 
 

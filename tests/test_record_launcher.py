@@ -54,10 +54,13 @@ def test_env_injects_the_bootstrap_and_one_thread_per_rank(tmp_path: Path, monke
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("PYTHONPATH", "/user/path")
     env = L.launch_env(cfg(tmp_path, warmup=2, iterations=7, capture=2), tmp_path / "work", "gloo")
-    assert env["PYTHONPATH"].split(":") == [str(L._INJECT_DIR), str(L._INJECT_DIR.parents[1]), "/user/path"]
+    from nbox_record.recordenv import inject_dir
+
+    inject = inject_dir()
+    assert env["PYTHONPATH"].split(":") == [str(inject), str(inject.parents[1]), "/user/path"]
     assert env["OMP_NUM_THREADS"] == "1"
     assert (env["NBOX_WARMUP"], env["NBOX_ITERATIONS"], env["NBOX_CAPTURE"]) == ("2", "7", "2")
-    assert env["NBOX_RECORD_DIR"] == str(tmp_path / "work") and env["NBOX_RUN_TO_END"] == "0"
+    assert env["NBOX_RECORD_DIR"] == str((tmp_path / "work").resolve()) and env["NBOX_RUN_TO_END"] == "0"
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     assert L.launch_env(cfg(tmp_path), tmp_path, "gloo")["OMP_NUM_THREADS"] == "4"  # the user's choice wins
 
