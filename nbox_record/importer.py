@@ -19,6 +19,49 @@ from nbox.errors import InputNotFoundError, InvalidInputError
 
 
 @dataclass(frozen=True)
+class RankInput:
+    """One rank's raw capture: host ET, and optionally Kineto and nbox's collectives.json."""
+
+    host_et: Path
+    kineto: Path | None = None
+    collectives: Path | None = None
+    world_size: int | None = None
+
+
+@dataclass
+class ConvertedRanks:
+    """Bundle files (``trace/trace.<rank>.et`` + ``comm_group.json``) and what the conversion found."""
+
+    files: dict[str, Path | bytes]
+    process_groups: dict[str, list[int]]
+    nodes_per_rank: dict[int, int]
+    source_schema: str | None
+
+
+def convert_ranks(ranks: dict[int, RankInput], staging: Path) -> ConvertedRanks:
+    """Convert every rank into ``staging`` with :func:`nbox_record.convert.convert_rank`; the bundle's
+    files, keyed by their path inside the bundle. Shared by ``nbox record`` and ``nbox record convert``."""
+    from nbox.bundle import COMM_GROUP_NAME
+    from nbox.chakra.codec import write_et
+    from nbox_record.convert import convert_rank
+
+    files: dict[str, Path | bytes] = {}
+    groups: dict[str, list[int]] = {}
+    nodes: dict[int, int] = {}
+    schema = None
+    for rank, item in sorted(ranks.items()):
+        conv = convert_rank(item.host_et, item.kineto, rank=rank, collectives=item.collectives,
+                            world_size=item.world_size)
+        files[f"trace/trace.{rank}.et"] = write_et(staging / f"trace.{rank}.et", conv.metadata, conv.nodes)
+        nodes[rank] = len(conv.nodes)
+        for name, members in conv.process_groups.items():
+            groups.setdefault(name, list(members))
+        schema = schema or next((a.string_val for a in conv.metadata.attr if a.name == "schema"), None)
+    files[COMM_GROUP_NAME] = (json.dumps(groups, indent=1, sort_keys=True) + "\n").encode()
+    return ConvertedRanks(files, groups, nodes, schema)
+
+
+@dataclass(frozen=True)
 class ConvertConfig:
     """Arguments of ``nbox record convert``: (host ET, Kineto or None) per rank, and the bundle to write."""
 
@@ -48,9 +91,7 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
     """
     import tempfile
 
-    from nbox.bundle import COMM_GROUP_NAME, Manifest, write_bundle
-    from nbox.chakra.codec import write_et
-    from nbox_record.convert import convert_rank
+    from nbox.bundle import Manifest, write_bundle
 
     if not cfg.pairs:
         raise InvalidInputError("nothing to convert: give HOST_ET.json [KINETO.json] per rank")
@@ -63,21 +104,11 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
         if r in ranks:
             raise InvalidInputError(f"{host} and {ranks[r][0]} both claim rank {r} (from their file names)")
         ranks[r] = (host, kineto)
-    files: dict[str, Path | bytes] = {}
-    groups: dict[str, list[int]] = {}
-    nodes: dict[int, int] = {}
-    schema = None
     parent = cfg.out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{cfg.out.name}.convert-", dir=parent) as tmp:
-        for r, (host, kineto) in sorted(ranks.items()):
-            conv = convert_rank(host, kineto, rank=r)
-            files[f"trace/trace.{r}.et"] = write_et(Path(tmp) / f"trace.{r}.et", conv.metadata, conv.nodes)
-            nodes[r] = len(conv.nodes)
-            for name, members in conv.process_groups.items():
-                groups.setdefault(name, list(members))
-            schema = schema or next((a.string_val for a in conv.metadata.attr if a.name == "schema"), None)
-        files[COMM_GROUP_NAME] = (json.dumps(groups, indent=1, sort_keys=True) + "\n").encode()
+        conv = convert_ranks({r: RankInput(host, kineto) for r, (host, kineto) in ranks.items()}, Path(tmp))
+        groups, nodes, schema = conv.process_groups, conv.nodes_per_rank, conv.source_schema
         world = max((max(m) + 1 for m in groups.values() if m), default=max(ranks) + 1)
         manifest = Manifest(
             producer={"nbox": __version__, "torch": None, "backend": None, "source_schema": schema,
@@ -89,5 +120,5 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
             capture={"source": "nbox record convert", "kineto": all(k is not None for _, k in ranks.values())},
             complete=True,
         )
-        out = write_bundle(cfg.out, manifest, files, overwrite=cfg.overwrite)
+        out = write_bundle(cfg.out, manifest, conv.files, overwrite=cfg.overwrite)
     return out, nodes

@@ -294,33 +294,25 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
 
 def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str,
                   complete: bool) -> tuple[Path, list[int], float, dict[int, int]]:
-    from nbox.bundle import COMM_GROUP_NAME, Manifest, observed_summary, write_bundle
-    from nbox.chakra.codec import write_et
-    from nbox_record.convert import convert_rank
+    from nbox.bundle import Manifest, observed_summary, write_bundle
+    from nbox_record.importer import RankInput, convert_ranks
 
     staging = work / "staging"
     staging.mkdir()
-    files: dict[str, Path | bytes] = {}
     timings: dict[int, dict[str, Any]] = {}
-    groups: dict[str, list[int]] = {}
-    nodes_per_rank: dict[int, int] = {}
+    inputs: dict[int, RankInput] = {}
     for rank, d in _rank_dirs(work).items():
         if not (d / raw.TIMINGS).is_file() or not (d / raw.HOST_ET).is_file():
             continue  # keep_partial: ranks without a capture are left out and listed in the manifest
         timings[rank] = _read_json(d / raw.TIMINGS)
-        kineto = d / raw.KINETO
-        coll = d / raw.COLLECTIVES
-        conv = convert_rank(d / raw.HOST_ET, kineto if kineto.is_file() else None, rank=rank,
-                            collectives=coll if coll.is_file() else None,
-                            world_size=int(timings[rank].get("world_size", 0)) or None)
-        path = write_et(staging / f"trace.{rank}.et", conv.metadata, conv.nodes)
-        files[f"trace/trace.{rank}.et"] = path
-        nodes_per_rank[rank] = len(conv.nodes)
-        for name, ranks in conv.process_groups.items():
-            groups.setdefault(name, list(ranks))
+        kineto, coll = d / raw.KINETO, d / raw.COLLECTIVES
+        inputs[rank] = RankInput(d / raw.HOST_ET, kineto if kineto.is_file() else None,
+                                 coll if coll.is_file() else None,
+                                 int(timings[rank].get("world_size", 0)) or None)
     if not timings:
         raise RecordError(f"no rank produced a usable capture in {work}")
-    files[COMM_GROUP_NAME] = (json.dumps(groups, indent=1, sort_keys=True) + "\n").encode()
+    conv = convert_ranks(inputs, staging)
+    groups, nodes_per_rank = conv.process_groups, conv.nodes_per_rank
     first = timings[min(timings)]
     observed = observed_summary({r: t["iteration_us"] for r, t in timings.items()})
     manifest = Manifest(
@@ -338,5 +330,5 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str,
                  "boundary": first.get("boundary"), "raw_format": raw.RAW_FORMAT_VERSION},
         complete=complete,
     )
-    out = write_bundle(cfg.out, manifest, files, overwrite=cfg.overwrite)
+    out = write_bundle(cfg.out, manifest, conv.files, overwrite=cfg.overwrite)
     return out, sorted(timings), float(observed["iteration_time_us"]["median"]), nodes_per_rank
