@@ -1,0 +1,587 @@
+"""What-if scenarios: the target cluster the emulator answers for, as one frozen dataclass tree.
+
+A :class:`Scenario` is loaded from TOML (:func:`load_scenario`), optionally changed by ``--set a.b=c``
+overrides, and validated when it is constructed; every error is a :class:`ScenarioError` naming the key
+path and the bad value, e.g. ``topology.dims[1].bandwidth_gbps = -3: must be > 0``.
+
+Units (they also live in the key names):
+
+* bandwidth: ``*_gbps`` is gigaBITS per second with giga = 1e9, i.e. 1 Gb/s = 1e9 bits/s = 1.25e8 bytes/s.
+  Per rank, per direction (a full-duplex 400 Gb/s NIC is ``bandwidth_gbps = 400``).
+* bytes are bytes (8 bits); where binary multiples appear, 1 KiB = 2^10, 1 MiB = 2^20, 1 GiB = 2^30 bytes.
+* time: ``*_us`` is microseconds (1e-6 s).
+
+TOML layout (see the shipped examples in ``emulator_core/scenarios/``)::
+
+    world_size = 1024          # ranks the script sees (W)
+    compute_scale = 1.0        # 1.0 = recorded speed; 2.0 = compute twice as fast
+    overlap = "overlap"        # or "serialize"
+
+    [algorithms]               # collective -> algorithm name, or "auto" (the default for any not listed)
+    all_reduce = "ring"
+
+    [[topology.dims]]          # innermost dimension first (e.g. GPUs within a node)
+    name = "nvlink"
+    size = 8
+    kind = "switch"            # "ring" | "switch" | "fully_connected"
+    bandwidth_gbps = 3600.0
+    latency_us = 2.0
+    links_per_rank = 18        # optional, default 1
+
+    [[stragglers]]             # optional: rank 3 computes 1.5x slower
+    rank = 3
+    slowdown = 1.5
+
+The product of the dimension sizes must equal ``world_size``. The LAST dimension may say ``size = 0``,
+meaning "whatever makes the product equal world_size"; it is resolved when the :class:`Scenario` is built
+(the stored scenario always holds concrete sizes, so dumping then loading gives an equal scenario).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from nbox.errors import InputNotFoundError, InvalidInputError
+
+#: Dimension kinds: a ring (each rank talks to 2 neighbours), a switch (any pair at full per-rank
+#: bandwidth, non-blocking), fully connected (a dedicated link per pair; bandwidth split over peers).
+DIMENSION_KINDS = ("ring", "switch", "fully_connected")
+#: Overlap policies: "overlap" lets communication run concurrently with compute (as recorded);
+#: "serialize" makes every collective wait for compute and compute wait for every collective.
+OVERLAP_POLICIES = ("overlap", "serialize")
+#: Collective names accepted as keys of ``[algorithms]``.
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
+               "reduce", "gather", "scatter", "barrier", "send_recv")
+#: The algorithm name meaning "pick the fastest for each size".
+AUTO = "auto"
+#: Largest world size accepted (2^24 ranks); a guard against typos, far above any real cluster.
+MAX_WORLD_SIZE = 1 << 24
+#: The scenario used by :func:`load_scenario` when no file is given: this machine's loopback.
+DEFAULT_SCENARIO = "loopback_cpu"
+#: Folder of the shipped example scenarios.
+SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
+
+# Algorithm names are checked for form only here (lowercase identifier); the cost models decide which
+# (collective, algorithm) pairs exist.
+_ALGO_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
+
+_TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap")
+_TOPOLOGY_KEYS = ("dims",)
+_DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank")
+_STRAGGLER_KEYS = ("rank", "slowdown")
+
+
+class ScenarioError(InvalidInputError):
+    """A scenario file, override or value is invalid.
+
+    Attributes:
+        key: the key path (``topology.dims[1].bandwidth_gbps``), or ``""`` when not tied to a key.
+        reason: what is wrong, without the key or file.
+        file: the scenario file, or ``None``.
+        value: the offending value as written in the message (``None`` when there is none).
+    """
+
+    def __init__(self, key: str, reason: str, *, value: Any = None, has_value: bool = False,
+                 file: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.value = value
+        self.has_value = has_value
+        self.file = file
+        where = key + (f" = {_fmt(value)}" if has_value else "")
+        msg = f"{where}: {reason}" if where else reason
+        super().__init__(f"{file}: {msg}" if file else msg)
+
+    def prefixed(self, prefix: str) -> ScenarioError:
+        """The same error with ``prefix`` put before the key path (``topology.dims[1].`` + ``size``)."""
+        return ScenarioError(prefix + self.key if self.key else prefix.rstrip("."), self.reason, value=self.value,
+                             has_value=self.has_value, file=self.file)
+
+    def in_file(self, file: str) -> ScenarioError:
+        """The same error, naming ``file``."""
+        return ScenarioError(self.key, self.reason, value=self.value, has_value=self.has_value, file=file)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _bad(key: str, value: Any, reason: str) -> ScenarioError:
+    return ScenarioError(key, reason, value=value, has_value=True)
+
+
+def _int(key: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(key, value, "must be an integer")
+    if value < lo:
+        raise _bad(key, value, f"must be >= {lo}")
+    if hi is not None and value > hi:
+        raise _bad(key, value, f"must be <= {hi}")
+    return value
+
+
+def _float(key: str, value: Any, *, gt: float | None = None, ge: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(key, value, "must be a number")
+    v = float(value)
+    if not math.isfinite(v):
+        raise _bad(key, value, "must be finite")
+    if gt is not None and not v > gt:
+        raise _bad(key, value, f"must be > {gt:g}")
+    if ge is not None and not v >= ge:
+        raise _bad(key, value, f"must be >= {ge:g}")
+    return v
+
+
+def _choice(key: str, value: Any, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise _bad(key, value, f"must be one of {', '.join(repr(a) for a in allowed)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of the topology (e.g. the 8 GPUs of a node, or the nodes of a cluster).
+
+    Attributes:
+        name: a label (letters, digits, ``_``, ``-``; starts with a letter), unique within the topology.
+        size: ranks along this dimension (>= 1; ``0`` only for the last dimension of a topology given to
+            a :class:`Scenario`, resolved there).
+        kind: ``"ring"``, ``"switch"`` or ``"fully_connected"`` (see :data:`DIMENSION_KINDS`).
+        bandwidth_gbps: per rank, per direction, in gigabits per second (1 Gb/s = 1e9 bits/s), summed over
+            the rank's ``links_per_rank`` links in this dimension.
+        latency_us: per hop / per message latency in microseconds (>= 0).
+        links_per_rank: links each rank has in this dimension (>= 1); the bandwidth is split evenly over them.
+    """
+
+    name: str
+    size: int
+    kind: str
+    bandwidth_gbps: float
+    latency_us: float
+    links_per_rank: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise _bad("name", self.name, "must be 1-64 letters, digits, '_' or '-', starting with a letter")
+        _int("size", self.size, 0, MAX_WORLD_SIZE)
+        _choice("kind", self.kind, DIMENSION_KINDS)
+        object.__setattr__(self, "bandwidth_gbps", _float("bandwidth_gbps", self.bandwidth_gbps, gt=0))
+        object.__setattr__(self, "latency_us", _float("latency_us", self.latency_us, ge=0))
+        _int("links_per_rank", self.links_per_rank, 1, 1024)
+
+    @property
+    def bandwidth_bytes_per_us(self) -> float:
+        """Per-rank, per-direction bandwidth in bytes per microsecond (Gb/s x 1e9 / 8 / 1e6 = Gb/s x 125)."""
+        return self.bandwidth_gbps * 125.0
+
+    @property
+    def link_bandwidth_bytes_per_us(self) -> float:
+        """Bandwidth of ONE of the rank's links, per direction, in bytes per microsecond."""
+        return self.bandwidth_bytes_per_us / self.links_per_rank
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "kind": self.kind, "bandwidth_gbps": self.bandwidth_gbps,
+                "latency_us": self.latency_us, "links_per_rank": self.links_per_rank}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Dimension:
+        """Build from a TOML table; errors name the key relative to the table (prefix them)."""
+        _check_table("", d, _DIM_KEYS)
+        missing = [k for k in _DIM_KEYS[:5] if k not in d]
+        if missing:
+            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(_DIM_KEYS[:5])})")
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The network, as dimensions from innermost (fastest-varying rank index) to outermost.
+
+    Global rank ``r`` has coordinate ``(r % s0, (r // s0) % s1, ...)`` for sizes ``s0, s1, ...``.
+    """
+
+    dims: tuple[Dimension, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dims, tuple):
+            object.__setattr__(self, "dims", tuple(self.dims))
+        if not self.dims:
+            raise ScenarioError("dims", "needs at least one dimension")
+        seen: set[str] = set()
+        for i, d in enumerate(self.dims):
+            if not isinstance(d, Dimension):
+                raise _bad(f"dims[{i}]", d, "must be a Dimension")
+            if d.name in seen:
+                raise _bad(f"dims[{i}].name", d.name, "duplicate dimension name")
+            seen.add(d.name)
+            if d.size == 0 and i != len(self.dims) - 1:
+                raise _bad(f"dims[{i}].size", 0, "only the last dimension may have size 0 (= fill to world_size)")
+
+    @property
+    def world_size(self) -> int:
+        """The product of the dimension sizes (0 while the last size is still unresolved)."""
+        return math.prod(d.size for d in self.dims)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dims": [d.to_dict() for d in self.dims]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Topology:
+        _check_table("", d, _TOPOLOGY_KEYS)
+        dims = d.get("dims")
+        if not isinstance(dims, list):
+            raise ScenarioError("dims", "missing: an array of tables [[topology.dims]]") if dims is None \
+                else _bad("dims", dims, "must be an array of tables [[topology.dims]]")
+        out = []
+        for i, t in enumerate(dims):
+            try:
+                out.append(Dimension.from_dict(t))
+            except ScenarioError as e:
+                raise e.prefixed(f"dims[{i}].") from None
+        return cls(tuple(out))
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank whose compute runs ``slowdown`` times slower than recorded (>= 1; 1.0 = on time)."""
+
+    rank: int
+    slowdown: float
+
+    def __post_init__(self) -> None:
+        _int("rank", self.rank, 0)
+        object.__setattr__(self, "slowdown", _float("slowdown", self.slowdown, ge=1.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "slowdown": self.slowdown}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Straggler:
+        _check_table("", d, _STRAGGLER_KEYS)
+        for k in _STRAGGLER_KEYS:
+            if k not in d:
+                raise ScenarioError(k, f"missing (required keys: {', '.join(_STRAGGLER_KEYS)})")
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A what-if scenario: the cluster the emulator answers collectives for.
+
+    Attributes:
+        world_size: ranks the training script sees (1 .. :data:`MAX_WORLD_SIZE`).
+        topology: the network; the product of its dimension sizes equals ``world_size`` (a last size of 0
+            is resolved here).
+        algorithms: ``(collective, algorithm)`` pairs sorted by collective; a collective not listed uses
+            ``"auto"``. A ``Mapping`` is accepted and converted. Read it with :meth:`algorithm`.
+        compute_scale: compute speed factor (> 0): 1.0 = recorded speed, 2.0 = compute twice as fast
+            (compute durations are divided by it).
+        stragglers: ranks whose compute is slowed down (unique ranks, each < ``world_size``).
+        overlap: ``"overlap"`` or ``"serialize"`` (see :data:`OVERLAP_POLICIES`).
+    """
+
+    world_size: int
+    topology: Topology
+    algorithms: tuple[tuple[str, str], ...] = ()
+    compute_scale: float = 1.0
+    stragglers: tuple[Straggler, ...] = ()
+    overlap: str = "overlap"
+    _slowdowns: Mapping[int, float] = field(default_factory=dict, init=False, repr=False, compare=False,
+                                            hash=False)
+
+    def __post_init__(self) -> None:
+        w = _int("world_size", self.world_size, 1, MAX_WORLD_SIZE)
+        if not isinstance(self.topology, Topology):
+            raise _bad("topology", self.topology, "must be a Topology")
+        self._resolve_topology(w)
+        algos: Any = self.algorithms
+        pairs = list(algos.items()) if isinstance(algos, Mapping) else list(algos)
+        seen: dict[str, str] = {}
+        for item in pairs:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise _bad("algorithms", item, "must be (collective, algorithm) pairs")
+            coll, algo = item
+            if not isinstance(coll, str) or coll not in COLLECTIVES:
+                raise ScenarioError(f"algorithms.{coll}", f"unknown collective (allowed: {', '.join(COLLECTIVES)})")
+            if coll in seen:
+                raise ScenarioError(f"algorithms.{coll}", "given twice")
+            if not isinstance(algo, str) or not _ALGO_RE.match(algo):
+                raise _bad(f"algorithms.{coll}", algo,
+                           f"must be {AUTO!r} or an algorithm name (lowercase letters, digits, '_'; e.g. 'ring')")
+            seen[coll] = algo
+        object.__setattr__(self, "algorithms", tuple(sorted(seen.items())))
+        object.__setattr__(self, "compute_scale", _float("compute_scale", self.compute_scale, gt=0))
+        _choice("overlap", self.overlap, OVERLAP_POLICIES)
+        stragglers = tuple(self.stragglers)
+        slow: dict[int, float] = {}
+        for i, s in enumerate(stragglers):
+            if not isinstance(s, Straggler):
+                raise _bad(f"stragglers[{i}]", s, "must be a Straggler")
+            if s.rank >= w:
+                raise _bad(f"stragglers[{i}].rank", s.rank, f"must be < world_size ({w})")
+            if s.rank in slow:
+                raise _bad(f"stragglers[{i}].rank", s.rank, "rank listed twice")
+            slow[s.rank] = s.slowdown
+        object.__setattr__(self, "stragglers", stragglers)
+        object.__setattr__(self, "_slowdowns", slow)
+
+    def _resolve_topology(self, w: int) -> None:
+        dims = self.topology.dims
+        last = dims[-1]
+        inner = math.prod(d.size for d in dims[:-1])
+        key = f"topology.dims[{len(dims) - 1}].size"
+        if last.size == 0:
+            if w % inner:
+                raise _bad(key, 0, f"cannot fill: world_size {w} is not a multiple of the other dimensions' "
+                                   f"product {inner}")
+            new_last = replace(last, size=w // inner)
+            object.__setattr__(self, "topology", Topology((*dims[:-1], new_last)))
+        elif inner * last.size != w:
+            sizes = " x ".join(str(d.size) for d in dims)
+            raise _bad("topology.dims", sizes, f"the product of the sizes ({inner * last.size}) must equal "
+                                               f"world_size ({w}); the last size may be 0 to fill it")
+
+    def algorithm(self, collective: str) -> str:
+        """The algorithm chosen for ``collective`` (``"auto"`` when the scenario does not say)."""
+        return dict(self.algorithms).get(collective, AUTO)
+
+    def slowdown(self, rank: int) -> float:
+        """The compute slowdown of ``rank`` (1.0 when it is not a straggler)."""
+        return self._slowdowns.get(rank, 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self)."""
+        return {"world_size": self.world_size, "compute_scale": self.compute_scale, "overlap": self.overlap,
+                "algorithms": dict(self.algorithms), "topology": self.topology.to_dict(),
+                "stragglers": [s.to_dict() for s in self.stragglers]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Scenario:
+        """Build from the parsed TOML document; unknown keys are rejected, errors name the key path."""
+        _check_table("", d, _TOP_KEYS)
+        for k in ("world_size", "topology"):
+            if k not in d:
+                raise ScenarioError(k, "missing (required keys: world_size, topology)")
+        try:
+            topo = Topology.from_dict(d["topology"])
+        except ScenarioError as e:
+            raise e.prefixed("topology.") from None
+        algos = d.get("algorithms", {})
+        if not isinstance(algos, dict):
+            raise _bad("algorithms", algos, "must be a table of collective = \"algorithm\"")
+        raw_strag = d.get("stragglers", [])
+        if not isinstance(raw_strag, list):
+            raise _bad("stragglers", raw_strag, "must be an array of tables [[stragglers]]")
+        stragglers = []
+        for i, t in enumerate(raw_strag):
+            try:
+                stragglers.append(Straggler.from_dict(t))
+            except ScenarioError as e:
+                raise e.prefixed(f"stragglers[{i}].") from None
+        kwargs = {k: d[k] for k in ("compute_scale", "overlap") if k in d}
+        return cls(world_size=d["world_size"], topology=topo, algorithms=tuple(algos.items()),
+                   stragglers=tuple(stragglers), **kwargs)
+
+
+def _check_table(key: str, d: Any, allowed: Sequence[str]) -> None:
+    if not isinstance(d, dict):
+        raise _bad(key, d, "must be a table") if key else ScenarioError("", f"must be a table, not {_fmt(d)}")
+    for k in d:
+        if k not in allowed:
+            path = f"{key}.{k}" if key else str(k)
+            raise ScenarioError(path, f"unknown key (allowed: {', '.join(allowed)})")
+
+
+# ---------------------------------------------------------------------------------------------- TOML I/O
+
+
+def _toml_module() -> Any:
+    """``tomllib`` (Python >= 3.11) or the ``tomli`` package (Python 3.10), which has the same API."""
+    name = "tomllib" if sys.version_info >= (3, 11) else "tomli"
+    try:
+        return importlib.import_module(name)
+    except ImportError:  # pragma: no cover - Python 3.10 without tomli
+        raise ScenarioError("", "reading TOML on Python 3.10 needs the 'tomli' package (pip install tomli), "
+                                "or use Python >= 3.11") from None
+
+
+def _toml_loads() -> Callable[[str], dict[str, Any]]:
+    loads: Callable[[str], dict[str, Any]] = _toml_module().loads
+    return loads
+
+
+def _toml_error_type() -> type[Exception]:
+    err: type[Exception] = _toml_module().TOMLDecodeError
+    return err
+
+
+def shipped_scenarios() -> dict[str, Path]:
+    """The example scenarios shipped in ``emulator_core/scenarios/``: name (file stem) -> path."""
+    return {p.stem: p for p in sorted(SCENARIOS_DIR.glob("*.toml"))}
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b.c=VALUE`` into its key path and value.
+
+    The value is read as a TOML scalar (``2`` is an int, ``2.0`` a float, ``true`` a bool, ``"x"`` a
+    string); anything that is not a TOML value is taken as a bare string (so ``algorithms.all_reduce=ring``
+    works). Arrays and tables are refused. List elements are addressed by index: ``topology.dims.1.size``.
+    """
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key or not _OVERRIDE_KEY_RE.match(key):
+        raise ScenarioError(f"--set {text}", "expected KEY=VALUE with a dotted key, e.g. topology.dims.1.size=16")
+    if not raw or "\n" in raw or "\r" in raw:
+        raise ScenarioError(f"--set {text}", "the value must be a single non-empty line")
+    try:
+        doc = _toml_loads()(f"v = {raw}")
+    except _toml_error_type():
+        value: Any = raw
+    else:
+        if set(doc) != {"v"}:  # pragma: no cover - a single line cannot define two keys
+            raise ScenarioError(f"--set {text}", "the value must be one TOML scalar")
+        value = doc["v"]
+        if not isinstance(value, (str, int, float, bool)):
+            raise ScenarioError(f"--set {text}", "the value must be a scalar (number, string or boolean)")
+    return key.split("."), value
+
+
+_SCHEMA: dict[str, Any] = {
+    "world_size": None, "compute_scale": None, "overlap": None,
+    "algorithms": {c: None for c in COLLECTIVES},
+    "topology": {"dims": [{k: None for k in _DIM_KEYS}]},
+    "stragglers": [{k: None for k in _STRAGGLER_KEYS}],
+}
+
+
+def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``--set`` overrides to a parsed scenario document (a new dict; ``doc`` is not changed).
+
+    A list index may be the list's length, which appends a new table (e.g. a first straggler:
+    ``stragglers.0.rank=5 stragglers.0.slowdown=2``). Unknown keys are refused, listing the allowed ones.
+    """
+    import copy
+
+    out = copy.deepcopy(doc)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node: Any = out
+        schema: Any = _SCHEMA
+        where = f"--set {text}"
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            so_far = ".".join(parts[: depth + 1])
+            if isinstance(schema, dict):
+                if part not in schema:
+                    raise ScenarioError(so_far, f"unknown key in {where} (allowed: {', '.join(schema)})")
+                sub = schema[part]
+                if last:
+                    if sub is not None:
+                        raise ScenarioError(so_far, f"{where}: is a table or array; set one of its keys")
+                    node[part] = value
+                    break
+                if not isinstance(node.get(part), (dict, list)):
+                    node[part] = [] if isinstance(sub, list) else {}
+                node, schema = node[part], sub
+            else:  # a list: the part is an index
+                if not part.isdigit():
+                    raise ScenarioError(so_far, f"{where}: expected a list index (0, 1, ...)")
+                idx = int(part)
+                if idx > len(node):
+                    raise ScenarioError(so_far, f"{where}: index out of range (the list has {len(node)} entries)")
+                if last:
+                    raise ScenarioError(so_far, f"{where}: is a table; set one of its keys")
+                if idx == len(node):
+                    node.append({})
+                if not isinstance(node[idx], dict):
+                    raise ScenarioError(so_far, f"{where}: not a table")
+                node, schema = node[idx], schema[0]
+    return out
+
+
+def load_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
+    """Load a scenario from a TOML file (``None``: the shipped :data:`DEFAULT_SCENARIO`), apply overrides.
+
+    Raises:
+        InputNotFoundError: ``path`` does not exist.
+        ScenarioError: the file is not TOML, or a key or value is invalid (the message names the file and key).
+    """
+    p = path if path is not None else SCENARIOS_DIR / f"{DEFAULT_SCENARIO}.toml"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{p}: scenario file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError("", f"cannot read: {e}", file=str(p)) from None
+    try:
+        doc = _toml_loads()(text)
+    except _toml_error_type() as e:
+        raise ScenarioError("", f"not valid TOML: {e}", file=str(p)) from None
+    try:
+        return Scenario.from_dict(apply_overrides(doc, overrides))
+    except ScenarioError as e:
+        raise e.in_file(str(p)) from None
+
+
+def loads_scenario(text: str) -> Scenario:
+    """Parse a scenario from TOML text (errors name the key but no file)."""
+    try:
+        doc = _toml_loads()(text)
+    except _toml_error_type() as e:
+        raise ScenarioError("", f"not valid TOML: {e}") from None
+    return Scenario.from_dict(doc)
+
+
+def _toml_str(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)  # finite (validated); repr round-trips exactly and is valid TOML (1e-05, 3600.0)
+    if isinstance(v, str):
+        return _toml_str(v)
+    raise TypeError(f"not a TOML scalar: {v!r}")  # pragma: no cover - the tree holds scalars only
+
+
+def dump_toml(scenario: Scenario) -> str:
+    """The scenario as TOML text, in the layout of the module docstring; ``loads_scenario`` reads it back equal."""
+    d = scenario.to_dict()
+    lines = [f"{k} = {_toml_value(d[k])}" for k in ("world_size", "compute_scale", "overlap")]
+    if d["algorithms"]:
+        lines += ["", "[algorithms]"] + [f"{k} = {_toml_value(v)}" for k, v in d["algorithms"].items()]
+    for dim in d["topology"]["dims"]:
+        lines += ["", "[[topology.dims]]"] + [f"{k} = {_toml_value(v)}" for k, v in dim.items()]
+    for s in d["stragglers"]:
+        lines += ["", "[[stragglers]]"] + [f"{k} = {_toml_value(v)}" for k, v in s.items()]
+    return "\n".join(lines) + "\n"
