@@ -206,6 +206,78 @@ def record_convert_cmd(
         sys.stderr.write(f"nbox record convert: wrote {bundle}: {len(nodes)} rank(s), nodes per rank {nodes}\n")
 
 
+scenario_app = typer.Typer(help="What-if scenarios: show, validate, and price a collective.", no_args_is_help=True)
+app.add_typer(scenario_app, name="scenario")
+_SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a key: a.b=c (repeatable).")]  # noqa: UP045
+
+
+@scenario_app.command("show")
+def scenario_show(
+    file: Annotated[Optional[Path], typer.Argument(help="Scenario TOML (default: the loopback one).")] = None,  # noqa: UP045
+    set_: _SetOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Print a scenario after overrides, as TOML (or --json) on stdout.
+
+    Example: nbox scenario show emulator_core/scenarios/dgx_h100_400g.toml --set world_size=2048
+    """
+    from emulator_core.scenario import dump_toml, load_scenario
+
+    scenario = load_scenario(file, tuple(set_ or ()))
+    sys.stdout.write(json.dumps(scenario.to_dict(), indent=1) + "\n" if json_out else dump_toml(scenario))
+
+
+@scenario_app.command("validate")
+def scenario_validate(
+    file: Annotated[Path, typer.Argument(help="Scenario TOML.")],
+    set_: _SetOpt = None,
+) -> None:
+    """Check a scenario; exit 0 when valid, 3 with the bad key named when not."""
+    from emulator_core.scenario import load_scenario
+
+    scenario = load_scenario(file, tuple(set_ or ()))
+    dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
+    sys.stderr.write(f"{file}: valid: world size {scenario.world_size} ({dims})\n")
+
+
+@scenario_app.command("cost")
+def scenario_cost(
+    collective: Annotated[str, typer.Argument(help="all_reduce, all_gather, reduce_scatter, all_to_all, ...")],
+    nbytes: Annotated[int, typer.Option("--bytes", help="Per-rank input bytes (all-gather: the shard).", min=0)],
+    world_size: Annotated[Optional[int], typer.Option(help="Price at this world size.", min=1)] = None,  # noqa: UP045
+    algorithm: Annotated[str, typer.Option(help="An algorithm, 'auto', or 'all'.")] = "all",
+    what_if: Annotated[Optional[Path], typer.Option(help="Scenario TOML (default: loopback).")] = None,  # noqa: UP045
+    set_: _SetOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Modeled time and bus bandwidth (nccl-tests style) of one collective, per algorithm.
+
+    Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
+    """
+    from emulator_core.pricing import price, with_world_size
+    from emulator_core.scenario import load_scenario
+
+    scenario = load_scenario(what_if, tuple(set_ or ()))
+    if world_size is not None:
+        scenario = with_world_size(scenario, world_size)
+    try:
+        prices, chosen = price(scenario, collective, nbytes, algorithm)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if json_out:
+        doc = {"collective": collective, "bytes": nbytes, "world_size": scenario.world_size, "auto": chosen,
+               "algorithms": [vars(p) for p in prices]}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    sys.stderr.write(f"{collective} of {_fmt_bytes(nbytes)} per rank over {scenario.world_size} ranks "
+                     f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); auto picks {chosen}\n")
+    sys.stderr.write(f"  {'algorithm':<28}{'time':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}\n")
+    for p in prices:
+        mark = " *" if p.algorithm == chosen else ""
+        sys.stderr.write(f"  {p.algorithm + mark:<28}{_fmt_us(round(p.time_us)):>12}{p.algbw_gbps:>12.2f}"
+                         f"{p.busbw_gbps:>12.2f}\n")
+
+
 def _fmt_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):

@@ -1,0 +1,82 @@
+"""Pricing a collective on a scenario, and the `nbox scenario show|validate|cost` commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator_core import costmodels as cm
+from emulator_core.pricing import flat_link, price, with_world_size
+from emulator_core.scenario import ScenarioError, load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+DGX = ROOT / "emulator_core" / "scenarios" / "dgx_h100_400g.toml"
+
+
+def test_flat_algorithms_run_at_the_slowest_dimension_crossed() -> None:
+    s = load_scenario(DGX)
+    ib = s.topology.dims[1]
+    link = flat_link(s)
+    assert link.bandwidth_bytes_per_us == ib.bandwidth_bytes_per_us == 400 * 125  # 400 Gb/s = 50,000 B/us
+    assert link.latency_us == max(d.latency_us for d in s.topology.dims)
+
+
+def test_ring_all_reduce_matches_the_closed_form_by_hand() -> None:
+    s = load_scenario(DGX)
+    p, n = s.world_size, 1 << 30
+    alpha, bw = flat_link(s).latency_us, 400 * 125
+    by_hand = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n / bw
+    ring = next(x for x in price(s, "all_reduce", n)[0] if x.algorithm == "ring")
+    assert ring.time_us == pytest.approx(by_hand)
+    assert ring.busbw_gbps == pytest.approx(n / by_hand / 1e3 * 2 * (p - 1) / p)
+
+
+def test_auto_picks_hierarchical_for_a_big_all_reduce_on_two_dimensions_and_never_direct() -> None:
+    s = load_scenario(DGX)
+    prices, chosen = price(s, "all_reduce", 1 << 30)
+    assert chosen == "hierarchical"
+    assert {p.algorithm for p in prices} == set(cm.algorithms_for("all_reduce"))
+    small, chosen_small = price(s, "all_reduce", 8, "auto")
+    assert chosen_small != "direct" and [p.algorithm for p in small] == [chosen_small]
+
+
+def test_world_size_grows_the_outermost_dimension() -> None:
+    s = with_world_size(load_scenario(DGX), 64)
+    assert s.world_size == 64 and [d.size for d in s.topology.dims] == [8, 8]
+    with pytest.raises(ScenarioError, match="world_size = 12"):
+        with_world_size(load_scenario(DGX), 12)
+
+
+def test_unknown_algorithm_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="known: ring"):
+        price(load_scenario(DGX), "all_reduce", 1, "quantum")
+
+
+def nbox(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nbox", *map(str, args)], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+
+
+def test_cost_command_json_and_human() -> None:
+    proc = nbox("scenario", "cost", "all_reduce", "--bytes", 1 << 30, "--what-if", DGX, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["world_size"] == 1024 and doc["auto"] == "hierarchical" and len(doc["algorithms"]) == 5
+    human = nbox("scenario", "cost", "all_gather", "--bytes", 1 << 20, "--world-size", 64, "--what-if", DGX)
+    assert human.returncode == 0 and human.stdout == "" and "over 64 ranks" in human.stderr
+
+
+def test_show_round_trips_and_validate_names_the_bad_key(tmp_path: Path) -> None:
+    shown = nbox("scenario", "show", DGX, "--set", "world_size=2048", "--set", "topology.dims.1.size=256")
+    assert shown.returncode == 0, shown.stderr
+    (tmp_path / "s.toml").write_text(shown.stdout)
+    assert load_scenario(tmp_path / "s.toml").world_size == 2048
+    ok = nbox("scenario", "validate", tmp_path / "s.toml")
+    assert ok.returncode == 0 and "valid: world size 2048" in ok.stderr
+    bad = nbox("scenario", "validate", DGX, "--set", "topology.dims.1.bandwidth_gbps=-3")
+    assert bad.returncode == 3 and "topology.dims[1].bandwidth_gbps = -3" in bad.stderr
+    assert "Traceback" not in bad.stderr
