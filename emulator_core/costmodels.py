@@ -398,10 +398,7 @@ def broadcast_binomial_tree(nbytes: float, p: int, link: Link) -> float:
 
 def reduce_ring(nbytes: float, p: int, link: Link) -> float:
     """Ring reduce as a pipelined chain (mirror of :func:`broadcast_ring`): same formula, gamma not modeled."""
-    n = _check(nbytes, p, link)
-    if p == 1:
-        return 0.0
-    return _pipelined_chain(n, p, link)
+    return broadcast_ring(nbytes, p, link)
 
 
 def reduce_binomial_tree(nbytes: float, p: int, link: Link) -> float:
@@ -409,10 +406,7 @@ def reduce_binomial_tree(nbytes: float, p: int, link: Link) -> float:
 
     Source: Thakur et al. 2005 §4.3.
     """
-    n = _check(nbytes, p, link)
-    if p == 1:
-        return 0.0
-    return _ceil_log2(p) * (link.alpha + n * link.beta(n))
+    return broadcast_binomial_tree(nbytes, p, link)
 
 
 # ------------------------------------------------------------------------------------- gather and scatter
@@ -423,34 +417,22 @@ def gather_binomial_tree(nbytes: float, p: int, link: Link) -> float:
 
     Source: Chan et al. 2007 (MST gather: ``log2(p)alpha + (p-1)/p · N·beta`` with N = p·n at the root).
     """
-    n = _check(nbytes, p, link)
-    if p == 1:
-        return 0.0
-    return _ceil_log2(p) * link.alpha + (p - 1) * n * link.beta(p * n)
+    return all_gather_recursive_halving_doubling(nbytes, p, link)  # same step count and bytes at the root
 
 
 def gather_direct(nbytes: float, p: int, link: Link) -> float:
     """Direct gather: the root receives p-1 pieces of n concurrently, ``alpha + (p-1)·n·beta`` (root link bound)."""
-    n = _check(nbytes, p, link)
-    if p == 1:
-        return 0.0
-    return link.alpha + (p - 1) * n * link.beta(p * n)
+    return all_gather_direct(nbytes, p, link)  # the same bound: p-1 pieces of n over one rank's link
 
 
 def scatter_binomial_tree(nbytes: float, p: int, link: Link) -> float:
     """Binomial-tree scatter of n bytes per rank: ``ceil(log2 p)·alpha + (p-1)·n·beta``. Source: Chan et al. 2007."""
-    n = _check(nbytes, p, link)
-    if p == 1:
-        return 0.0
-    return _ceil_log2(p) * link.alpha + (p - 1) * n * link.beta(p * n)
+    return gather_binomial_tree(nbytes, p, link)
 
 
 def scatter_direct(nbytes: float, p: int, link: Link) -> float:
     """Direct scatter: the root sends p-1 pieces of n concurrently, ``alpha + (p-1)·n·beta``."""
-    n = _check(nbytes, p, link)
-    if p == 1:
-        return 0.0
-    return link.alpha + (p - 1) * n * link.beta(p * n)
+    return gather_direct(nbytes, p, link)
 
 
 # -------------------------------------------------------------------------------------------- all-to-all

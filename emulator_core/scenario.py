@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from nbox.errors import InputNotFoundError, InvalidInputError
 
@@ -74,6 +74,7 @@ _ALGO_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 
+_T = TypeVar("_T")
 _TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap")
 _TOPOLOGY_KEYS = ("dims",)
 _DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank")
@@ -117,6 +118,17 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def _parse_tables(key: str, tables: list[Any], parse: Callable[[Any], _T]) -> list[_T]:
+    """Parse an array of tables element by element; an error gets the element's path (``key[i].``)."""
+    out = []
+    for i, table in enumerate(tables):
+        try:
+            out.append(parse(table))
+        except ScenarioError as e:
+            raise e.prefixed(f"{key}[{i}].") from None
+    return out
 
 
 def _bad(key: str, value: Any, reason: str) -> ScenarioError:
@@ -246,13 +258,7 @@ class Topology:
         if not isinstance(dims, list):
             raise ScenarioError("dims", "missing: an array of tables [[topology.dims]]") if dims is None \
                 else _bad("dims", dims, "must be an array of tables [[topology.dims]]")
-        out = []
-        for i, t in enumerate(dims):
-            try:
-                out.append(Dimension.from_dict(t))
-            except ScenarioError as e:
-                raise e.prefixed(f"dims[{i}].") from None
-        return cls(tuple(out))
+        return cls(tuple(_parse_tables("dims", dims, Dimension.from_dict)))
 
 
 @dataclass(frozen=True)
@@ -386,12 +392,7 @@ class Scenario:
         raw_strag = d.get("stragglers", [])
         if not isinstance(raw_strag, list):
             raise _bad("stragglers", raw_strag, "must be an array of tables [[stragglers]]")
-        stragglers = []
-        for i, t in enumerate(raw_strag):
-            try:
-                stragglers.append(Straggler.from_dict(t))
-            except ScenarioError as e:
-                raise e.prefixed(f"stragglers[{i}].") from None
+        stragglers = _parse_tables("stragglers", raw_strag, Straggler.from_dict)
         kwargs = {k: d[k] for k in ("compute_scale", "overlap") if k in d}
         return cls(world_size=d["world_size"], topology=topo, algorithms=tuple(algos.items()),
                    stragglers=tuple(stragglers), **kwargs)
