@@ -619,7 +619,7 @@ def algorithms_for(collective: str) -> tuple[str, ...]:
     return algos
 
 
-def cost(collective: str, algorithm: str, nbytes: int, p: int, link: Link, **kw: Any) -> float:
+def cost(collective: str, algorithm: str, nbytes: float, p: int, link: Link, **kw: Any) -> float:
     """Modeled time in microseconds of ``collective`` with ``algorithm`` (or ``"auto"``) on ``p`` ranks.
 
     ``nbytes`` as in the module docstring; ``kw`` goes to the model (``p_intra``, ``inter_link``,
@@ -636,7 +636,7 @@ def cost(collective: str, algorithm: str, nbytes: int, p: int, link: Link, **kw:
 
 def auto(
     collective: str,
-    nbytes: int,
+    nbytes: float,
     p: int,
     link: Link,
     *,

@@ -18,10 +18,12 @@ for but never chosen by ``auto`` (they assume all p-1 messages proceed at once).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from emulator_core import costmodels as cm
-from emulator_core.scenario import Scenario, ScenarioError
+from emulator_core.scenario import Dimension, Scenario, ScenarioError
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,103 @@ class Price:
     busbw_gbps: float
 
 
-def flat_link(scenario: Scenario) -> cm.Link:
-    """The slowest dimension crossed by a flat algorithm over all ranks (see the module docstring)."""
-    dims = [d for d in scenario.topology.dims if d.size > 1] or list(scenario.topology.dims)
+@dataclass(frozen=True)
+class GroupShape:
+    """Where a process group lies on the topology.
+
+    Attributes:
+        size: ranks in the group.
+        dims: ``(ranks along it, dimension)`` for every dimension along which the group's members differ,
+            innermost first. The count is the number of distinct coordinates the members have on that
+            dimension (for a regular group, e.g. "GPU 0 of every node", that is the group's extent there).
+    """
+
+    size: int
+    dims: tuple[tuple[int, Dimension], ...]
+
+
+def group_shape(scenario: Scenario, ranks: Sequence[int] | None = None) -> GroupShape:
+    """The shape of the group of global ``ranks`` (``None``: every rank) on ``scenario``'s topology.
+
+    Global rank ``r`` has coordinate ``(r // stride_i) % size_i`` on dimension ``i`` (innermost first).
+    O(len(ranks) x dimensions); callers cache it per group.
+
+    Raises:
+        ValueError: a rank outside ``0 .. world_size - 1``, or a rank listed twice.
+    """
+    dims = scenario.topology.dims
+    if ranks is None:
+        return GroupShape(scenario.world_size, tuple((d.size, d) for d in dims if d.size > 1))
+    members = list(ranks)
+    if len(set(members)) != len(members):
+        raise ValueError(f"process group ranks {members[:16]} list a rank twice")
+    bad = [r for r in members if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < scenario.world_size]
+    if bad:
+        raise ValueError(f"process group rank {bad[0]!r} is outside 0..{scenario.world_size - 1} (world size "
+                         f"{scenario.world_size})")
+    spanned: list[tuple[int, Dimension]] = []
+    stride = 1
+    for d in dims:
+        distinct = len({(r // stride) % d.size for r in members})
+        if distinct > 1:
+            spanned.append((distinct, d))
+        stride *= d.size
+    return GroupShape(len(members), tuple(spanned))
+
+
+def dimension_link(dim: Dimension) -> cm.Link:
+    """The cost-model link of one topology dimension (bandwidth converted from Gb/s to bytes/us)."""
+    return cm.Link(dim.latency_us, dim.bandwidth_bytes_per_us)
+
+
+def link_for(scenario: Scenario, collective: str, shape: GroupShape) -> cm.Link:
+    """The link a flat algorithm of ``collective`` over a group of ``shape`` runs at: the slowest dimension
+    it crosses (lowest bandwidth, highest latency among the spanned dimensions; all dimensions of size > 1
+    when the group spans none, e.g. one rank)."""
+    del collective  # the same fabric for every collective until calibration says otherwise
+    dims = [d for _, d in shape.dims] or [d for d in scenario.topology.dims if d.size > 1] \
+        or list(scenario.topology.dims)
     bandwidth = min(d.bandwidth_bytes_per_us for d in dims)
     latency = max(d.latency_us for d in dims)
     return cm.Link(latency, bandwidth)
+
+
+def flat_link(scenario: Scenario) -> cm.Link:
+    """The slowest dimension crossed by a flat algorithm over all ranks (see the module docstring)."""
+    return link_for(scenario, "all_reduce", group_shape(scenario))
+
+
+def price_group(scenario: Scenario, collective: str, nbytes: float, shape: GroupShape,
+                **kw: Any) -> tuple[str, float]:
+    """The algorithm the scenario uses for ``collective`` on a group of ``shape``, and its time (us).
+
+    The scenario's algorithm for the collective, or ``auto``: the fastest of NCCL's set (ring, double
+    binary tree) plus hierarchical for an all-reduce over more than one dimension. ``hierarchical`` over a
+    group that spans one dimension is the flat ring (they are equal, see costmodels). ``kw`` goes to the
+    model (``send_bytes``/``recv_bytes`` for all_to_all_v). A one-rank group costs 0.
+
+    Raises:
+        ValueError: the scenario names an algorithm not modeled for ``collective``.
+    """
+    algorithm = scenario.algorithm(collective)
+    if shape.size <= 1:
+        return algorithm, 0.0
+    link = link_for(scenario, collective, shape)
+    multi = [(n, dimension_link(d)) for n, d in shape.dims]
+    if algorithm == "hierarchical" and collective == "all_reduce":
+        if len(multi) < 2:
+            return algorithm, cm.cost("all_reduce", "ring", nbytes, shape.size, link)
+        return algorithm, cm.hierarchical_all_reduce(nbytes, multi)
+    if algorithm != "auto":
+        return algorithm, cm.cost(collective, algorithm, nbytes, shape.size, link, **kw)
+    known = cm.algorithms_for(collective)
+    name, best = cm.auto(collective, nbytes, shape.size, link,
+                         algorithms=[a for a in cm.NCCL_ALGORITHMS if a in known] or None, **kw)
+    if collective == "all_reduce" and len(multi) > 1:
+        t = cm.hierarchical_all_reduce(nbytes, multi)
+        if t < best:
+            name, best = "hierarchical", t
+    return name, best
 
 
 def with_world_size(scenario: Scenario, world_size: int) -> Scenario:
@@ -65,9 +158,10 @@ def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "al
         ValueError: unknown collective or algorithm (the message lists the known ones).
     """
     p = scenario.world_size
-    link = flat_link(scenario)
+    shape = group_shape(scenario)
+    link = link_for(scenario, collective, shape)
     known = cm.algorithms_for(collective)
-    multi = [(d.size, cm.Link(d.latency_us, d.bandwidth_bytes_per_us)) for d in scenario.topology.dims if d.size > 1]
+    multi = [(n, dimension_link(d)) for n, d in shape.dims]
     names = list(known) if algorithm == "all" else [algorithm if algorithm != "auto" else ""]
     if algorithm not in ("all", "auto") and algorithm not in known:
         raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}")

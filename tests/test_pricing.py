@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from emulator_core import costmodels as cm
-from emulator_core.pricing import flat_link, price, with_world_size
+from emulator_core.pricing import flat_link, group_shape, price, price_group, with_world_size
 from emulator_core.scenario import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +80,28 @@ def test_show_round_trips_and_validate_names_the_bad_key(tmp_path: Path) -> None
     bad = nbox("scenario", "validate", DGX, "--set", "topology.dims.1.bandwidth_gbps=-3")
     assert bad.returncode == 3 and "topology.dims[1].bandwidth_gbps = -3" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_group_shape_finds_the_dimensions_a_group_spans() -> None:
+    s = with_world_size(load_scenario(DGX), 64)  # 8 per node x 8 nodes
+    node0 = group_shape(s, range(8))
+    assert node0.size == 8 and [(n, d.name) for n, d in node0.dims] == [(8, s.topology.dims[0].name)]
+    rail = group_shape(s, range(0, 64, 8))  # GPU 0 of every node
+    assert [(n, d.name) for n, d in rail.dims] == [(8, s.topology.dims[1].name)]
+    assert [n for n, _ in group_shape(s).dims] == [8, 8]
+    with pytest.raises(ValueError, match="outside 0..63"):
+        group_shape(s, [0, 64])
+    with pytest.raises(ValueError, match="twice"):
+        group_shape(s, [1, 1])
+
+
+def test_price_group_agrees_with_price_over_the_world_and_uses_the_intra_node_link_inside_a_node() -> None:
+    s = with_world_size(load_scenario(DGX), 64)
+    for coll in ("all_reduce", "all_gather", "all_to_all", "broadcast"):
+        prices, chosen = price(s, coll, 1 << 24, "auto")
+        assert price_group(s, coll, 1 << 24, group_shape(s)) == (chosen, pytest.approx(prices[0].time_us))
+    intra = s.topology.dims[0]
+    name, t = price_group(s, "all_gather", 1 << 20, group_shape(s, range(8)))
+    link = cm.Link(intra.latency_us, intra.bandwidth_bytes_per_us)
+    assert (name, t) == ("ring", pytest.approx(cm.all_gather_ring(1 << 20, 8, link)))
+    assert price_group(s, "all_reduce", 1 << 20, group_shape(s, [5])) == ("auto", 0.0)
