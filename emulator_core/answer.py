@@ -1,0 +1,188 @@
+"""Answering a collective: when does it complete, given when its real participants arrived?
+
+The rule (design.md, "Answering a collective"), for one collective on a process group:
+
+* **arrivals.** Every real participant reports the time it issued the collective. An emulated member
+  *mirrors* a real one (:func:`mirror_member`: group member ``j`` that is not real mirrors the real member
+  at position ``j mod n`` among the ``n`` real members, in group order) and arrives when its mirror does,
+  i.e. on time. A member the scenario lists as a straggler (``[[stragglers]]``, real or emulated) arrives
+  late: its compute since the group's previous completion is stretched by its slowdown,
+  ``arrival' = free + (arrival - free) * slowdown`` with ``free`` the previous completion on the group.
+* **start.** ``start = max(free, max of the members' arrivals)``: a collective cannot start before its
+  last participant arrives, and collectives on one group run one after another, in issue order (one
+  communication stream per communicator, as NCCL and gloo do).
+* **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.price_group` for the
+  group's shape on the scenario's topology (microseconds).
+
+Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
+1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the
+group's previous answers, so real ranks that feed the same arrivals compute the same completion, bit for
+bit. Cost: a dictionary lookup per answer once a (collective, size) has been priced on a group; O(real
+members + stragglers in the group) otherwise, never O(world size).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from emulator_core.pricing import GroupShape, group_shape, price_group
+from emulator_core.scenario import Scenario
+
+__all__ = ["Answer", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"]
+
+
+class Answer(NamedTuple):
+    """One answered collective (microseconds on the caller's clock)."""
+
+    start_us: float
+    end_us: float
+    cost_us: float
+    algorithm: str
+
+
+def mirror_member(j: int, real_positions: Sequence[int]) -> int:
+    """The index (into ``real_positions``) of the real member that group member ``j`` mirrors.
+
+    ``real_positions`` are the group positions of the real members, ascending. A real member mirrors
+    itself; an emulated member ``j`` mirrors real member ``j mod n``.
+    """
+    n = len(real_positions)
+    if n == 0:
+        raise ValueError("a group without real members has no mirrors")
+    for k, pos in enumerate(real_positions):
+        if pos == j:
+            return k
+    return j % n
+
+
+def mirror_weights(group_size: int, real_positions: Sequence[int]) -> list[int]:
+    """How many group members each real member stands for (itself included), in O(real members).
+
+    ``weights[k] = 1 + #{emulated j in 0..p-1 : j mod n == k}``; they sum to ``group_size``. An
+    average all-reduce over the group then equals the weighted average of the real members' values
+    (the plain average when every real member stands for ``p / n`` members).
+    """
+    n, p = len(real_positions), group_size
+    if n == 0:
+        raise ValueError("a group without real members has no mirrors")
+    if len(set(real_positions)) != n or any(not 0 <= pos < p for pos in real_positions):
+        raise ValueError(f"real member positions {list(real_positions)[:16]} must be distinct and in 0..{p - 1}")
+    weights = []
+    for k in range(n):
+        congruent = (p - k + n - 1) // n  # j in [0, p) with j % n == k
+        real_congruent = sum(1 for pos in real_positions if pos % n == k)
+        weights.append(1 + congruent - real_congruent)
+    return weights
+
+
+@dataclass
+class FabricGroup:
+    """One process group as the fabric sees it; mutable: ``free_us`` is when its last collective ended.
+
+    Attributes:
+        shape: where the group lies on the topology.
+        real_positions: group positions of the real members, ascending.
+        stragglers: ``(slowdown, index of the real member it mirrors)`` for each straggling member.
+        free_us: completion time of the previous collective on this group (``-inf`` before the first).
+    """
+
+    shape: GroupShape
+    real_positions: tuple[int, ...]
+    stragglers: tuple[tuple[float, int], ...]
+    free_us: float = -math.inf
+    answered: int = 0
+
+    def __post_init__(self) -> None:
+        self._prices: dict[tuple[str, float], tuple[str, float]] = {}
+
+
+class Fabric:
+    """The emulated network of one scenario: prices and orders the collectives of its groups."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        if not isinstance(scenario, Scenario):
+            raise ValueError(f"scenario must be a Scenario, got {scenario!r}")
+        self.scenario = scenario
+
+    def group(self, ranks: Sequence[int] | None, real_ranks: Sequence[int]) -> FabricGroup:
+        """A group of global ``ranks`` (``None``: all ranks, in order) of which ``real_ranks`` are real.
+
+        Raises:
+            ValueError: a rank out of range or repeated, or a real rank that is not a member.
+        """
+        s = self.scenario
+        shape = group_shape(s, ranks)
+        members = range(s.world_size) if ranks is None else list(ranks)
+        if ranks is None:
+            positions = sorted(real_ranks)
+            bad = [r for r in positions if not 0 <= r < s.world_size]
+        else:
+            index = {g: j for j, g in enumerate(members)}
+            bad = [r for r in real_ranks if r not in index]
+            positions = sorted(index[r] for r in real_ranks if r in index)
+        if bad:
+            raise ValueError(f"real rank {bad[0]} is not a member of the group")
+        if not positions:
+            raise ValueError("a group needs at least one real member")
+        stragglers: list[tuple[float, int]] = []
+        for st in s.stragglers:
+            if ranks is None:
+                j = st.rank
+            else:
+                j = index.get(st.rank, -1)
+                if j < 0:
+                    continue
+            stragglers.append((st.slowdown, mirror_member(j, positions)))
+        return FabricGroup(shape, tuple(positions), tuple(stragglers))
+
+    def price(self, group: FabricGroup, collective: str, nbytes: float) -> tuple[str, float]:
+        """``(algorithm, cost_us)`` of ``collective`` on ``nbytes`` over ``group``, cached per group."""
+        key = (collective, nbytes)
+        hit = group._prices.get(key)
+        if hit is None:
+            hit = price_group(self.scenario, collective, nbytes, group.shape)
+            if len(group._prices) < 65536:
+                group._prices[key] = hit
+        return hit
+
+    def answer(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
+               *, send_bytes: Sequence[float] | None = None,
+               recv_bytes: Sequence[float] | None = None) -> Answer:
+        """Answer one collective and advance the group's stream (see the module docstring).
+
+        Args:
+            group: from :meth:`group`.
+            collective: a costmodels collective name (``all_reduce``, ``all_gather``, ...).
+            nbytes: the size in costmodels' convention (the per-rank input; see costmodels' table).
+            arrivals_us: issue time of each real member, in ``group.real_positions`` order.
+            send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
+
+        Raises:
+            ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.
+        """
+        if len(arrivals_us) != len(group.real_positions):
+            raise ValueError(f"{collective}: {len(arrivals_us)} arrival times for "
+                             f"{len(group.real_positions)} real members")
+        free = group.free_us
+        last = max(arrivals_us)
+        if not math.isfinite(last) or not math.isfinite(min(arrivals_us)):
+            raise ValueError(f"{collective}: arrival times must be finite, got {list(arrivals_us)}")
+        if group.stragglers:
+            base = free if free > -math.inf else min(arrivals_us)
+            for slowdown, k in group.stragglers:
+                a = arrivals_us[k]
+                late = base + (a - base) * slowdown if a > base else a
+                last = max(last, late)
+        start = max(free, last)
+        if send_bytes is not None or recv_bytes is not None:
+            algorithm, cost = price_group(self.scenario, collective, nbytes, group.shape,
+                                          send_bytes=send_bytes, recv_bytes=recv_bytes)
+        else:
+            algorithm, cost = self.price(group, collective, nbytes)
+        end = start + cost
+        group.free_us = end
+        group.answered += 1
+        return Answer(start, end, cost, algorithm)

@@ -1,0 +1,502 @@
+"""The ``nbox`` torch.distributed backend: a world of W ranks played by N >= 1 real processes.
+
+How a script gets here: ``init_process_group(backend="nbox")`` (the backend is registered when torch is
+imported, through the ``torch.backends`` entry point, see :mod:`emulator_core._autoload`), launched like
+any torch.distributed job with N processes (``WORLD_SIZE=N``, ``RANK=0..N-1``). The emulated world comes
+from the environment (:class:`EmulationConfig`):
+
+=============================  ===========================================================================
+``NBOX_WORLD_SIZE``            W, the world size the script sees (default: N, nothing emulated)
+``NBOX_REAL_RANKS``            the global ranks of the real processes, comma-separated, in real-rank
+                               order (default ``0,1,...,N-1``)
+``NBOX_SCENARIO``              the what-if scenario TOML (default: the shipped ``loopback_cpu``)
+``NBOX_SCENARIO_SET``          overrides, one ``key=value`` per line (as ``--set``)
+``NBOX_SPIN_US``               how long before a deadline a waiting thread stops sleeping and spins (200)
+=============================  ===========================================================================
+
+``get_world_size()`` is W and ``get_rank()`` the chosen global rank. Every collective is priced by
+:class:`emulator_core.answer.Fabric` from the real members' arrival times; its work object completes at the
+modeled time (:mod:`emulator_core.delay`). Data moves for real among the real members (gloo on CPU, NCCL
+on CUDA) and emulated members mirror real ones (:mod:`emulator_core.mirror` states the rule per
+collective). When the real communication takes longer than the model says, the work completes when the
+real communication does, and the overrun is recorded (:attr:`NboxProcessGroup.records`).
+
+Not done: on CUDA, the delay is host-side (``wait()`` blocks the host) rather than a hold on the
+communication stream; no GPU was available to build and check the stream path.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
+
+from emulator_core import mirror
+from emulator_core.answer import Fabric, FabricGroup
+from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, run_finish
+from emulator_core.pricing import with_world_size
+from emulator_core.scenario import Scenario, load_scenario
+from nbox.errors import InvalidInputError
+
+__all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "create_process_group"]
+
+#: Records kept per process group (older ones are dropped and counted).
+MAX_RECORDS = 1 << 20
+
+
+class EmulationConfigError(InvalidInputError):
+    """The emulation settings (environment variables) are invalid; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class EmulationConfig:
+    """The emulated world, validated at construction.
+
+    Attributes:
+        world_size: W, the ranks the script sees.
+        real_ranks: global rank of each real process, indexed by its real rank (0..N-1); distinct, < W.
+        scenario: the what-if scenario, resized to W (its outermost dimension grows or shrinks).
+        spin_ns: spin this long before a deadline (nanoseconds, >= 0).
+    """
+
+    world_size: int
+    real_ranks: tuple[int, ...]
+    scenario: Scenario
+    spin_ns: int = DEFAULT_SPIN_NS
+
+    def __post_init__(self) -> None:
+        w = self.world_size
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise EmulationConfigError(f"NBOX_WORLD_SIZE: must be an integer >= 1, got {w!r}")
+        ranks = tuple(self.real_ranks)
+        if not ranks:
+            raise EmulationConfigError("NBOX_REAL_RANKS: needs at least one real rank")
+        if len(set(ranks)) != len(ranks) or any(not 0 <= r < w for r in ranks):
+            raise EmulationConfigError(f"NBOX_REAL_RANKS: {list(ranks)} must be distinct global ranks in 0..{w - 1}")
+        object.__setattr__(self, "real_ranks", ranks)
+        if self.scenario.world_size != w:
+            raise EmulationConfigError(f"NBOX_SCENARIO: world size {self.scenario.world_size} != NBOX_WORLD_SIZE {w}")
+        if self.spin_ns < 0:
+            raise EmulationConfigError(f"NBOX_SPIN_US: must be >= 0, got {self.spin_ns / 1000}")
+
+    @classmethod
+    def from_env(cls, nproc: int, env: Mapping[str, str] | None = None) -> EmulationConfig:
+        """Read the ``NBOX_*`` variables (module docstring) for a job of ``nproc`` real processes."""
+        e = os.environ if env is None else env
+
+        def integer(name: str, default: int) -> int:
+            raw = e.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                return int(raw)
+            except ValueError:
+                raise EmulationConfigError(f"{name}: not an integer: {raw!r}") from None
+
+        w = integer("NBOX_WORLD_SIZE", nproc)
+        raw_ranks = e.get("NBOX_REAL_RANKS", "").strip()
+        try:
+            ranks = tuple(int(x) for x in raw_ranks.split(",")) if raw_ranks else tuple(range(nproc))
+        except ValueError:
+            raise EmulationConfigError(f"NBOX_REAL_RANKS: not a comma-separated list of ranks: {raw_ranks!r}") from None
+        if len(ranks) != nproc:
+            raise EmulationConfigError(f"NBOX_REAL_RANKS: lists {len(ranks)} ranks but the job has {nproc} real "
+                                       f"processes (WORLD_SIZE)")
+        path = e.get("NBOX_SCENARIO", "").strip()
+        overrides = [line for line in e.get("NBOX_SCENARIO_SET", "").splitlines() if line.strip()]
+        scenario = load_scenario(Path(path) if path else None, overrides)
+        try:
+            scenario = with_world_size(scenario, w) if scenario.world_size != w else scenario
+        except InvalidInputError as err:
+            raise EmulationConfigError(f"NBOX_WORLD_SIZE: {err}") from None
+        spin_us = integer("NBOX_SPIN_US", DEFAULT_SPIN_NS // 1000)
+        return cls(w, ranks, scenario, spin_us * 1000)
+
+
+class OpRecord(NamedTuple):
+    """One answered call. Times in microseconds on ``time.perf_counter_ns()/1000``."""
+
+    call: str
+    collective: str
+    nbytes: float
+    issue_us: float
+    start_us: float
+    end_us: float
+    algorithm: str
+    real_done_us: float
+
+    @property
+    def overrun_us(self) -> float:
+        """How much later than modeled the real communication finished (0 when in time)."""
+        return max(0.0, self.real_done_us - self.end_us)
+
+
+def _nbytes(ts: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+@dataclass
+class _Pending:
+    work: NboxWork
+    ts_work: Any  # the real members' arrival-time exchange; None for point-to-point (own arrival only)
+    ts: torch.Tensor
+    works: list[Any]
+    finish: Callable[[], None] | None
+    collective: str
+    nbytes: float
+    issue_us: float
+    pricing: Mapping[str, Any] | None = None
+
+
+@dataclass
+class _Group:
+    """The state shared by one process group's calls: layout, fabric group, real backend, resolver."""
+
+    layout: mirror.Layout
+    fabric_group: FabricGroup
+    inner: Any
+    exchange: bool = True  # exchange arrival times among the real members (collectives, not p2p)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: queue.SimpleQueue[_Pending | None] = field(default_factory=queue.SimpleQueue)
+    resolver: threading.Thread | None = None
+
+
+class NboxProcessGroup(dist.ProcessGroup):
+    """A process group whose size is the emulated group's; see the module docstring."""
+
+    def __init__(self, config: EmulationConfig, fabric: Fabric, members: Sequence[int] | None, global_rank: int,
+                 store: Any, timeout: timedelta) -> None:
+        size = config.world_size if members is None else len(members)
+        me = global_rank if members is None else list(members).index(global_rank)
+        super().__init__(me, size)  # type: ignore[call-arg]  # the (rank, size) overload exists at run time
+        self.config = config
+        self.fabric = fabric
+        self.members = None if members is None else tuple(members)
+        self.global_rank = global_rank
+        self.timeout_s = timeout.total_seconds()
+        self._store = store
+        real = [r for r in config.real_ranks if members is None or r in members]
+        positions = sorted(real if members is None else [list(members).index(r) for r in real])
+        self.layout = mirror.Layout(size, me, tuple(positions))
+        self._group = _Group(self.layout, fabric.group(members, real), self._make_inner(store, "main"))
+        self._pairs: dict[int, _Group] = {}
+        self.records: list[OpRecord] = []
+        self.dropped_records = 0
+        self._coalescing: list[NboxWork] | None = None
+        self._name = ""
+        self._desc = ""
+
+    # -- identity ---------------------------------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return "nbox"
+
+    def setGroupName(self, name: str) -> None:
+        self._name = name
+
+    def getGroupName(self) -> str:
+        return self._name
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._desc = desc
+
+    def getGroupDesc(self) -> str:
+        return self._desc
+
+    def __repr__(self) -> str:
+        return (f"NboxProcessGroup(rank {self.layout.me} of {self.layout.size}, real members "
+                f"{list(self.layout.real_positions)[:8]}, name {self._name!r})")
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    def _make_inner(self, store: Any, tag: str) -> Any:
+        lay = self.layout
+        if lay.n == 1:
+            return None
+        prefixed = PrefixStore(f"nbox_inner/{tag}/", store)
+        return ProcessGroupGloo(prefixed, lay.inner_index, lay.n, timedelta(seconds=self.timeout_s))
+
+    def _record(self, rec: OpRecord) -> None:
+        if len(self.records) >= MAX_RECORDS:
+            del self.records[: MAX_RECORDS // 2]
+            self.dropped_records += MAX_RECORDS // 2
+        self.records.append(rec)
+
+    def _call(self, call: str, collective: str, nbytes: float, result: list[torch.Tensor],
+              real: Callable[[Any], mirror.Result], group: _Group | None = None,
+              pricing: Mapping[str, Any] | None = None) -> NboxWork:
+        """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in)."""
+        g = group or self._group
+        t_issue_ns = time.perf_counter_ns()
+        issue_us = t_issue_ns / 1000.0
+        what = f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
+        n_real = len(g.fabric_group.real_positions)
+        if g.inner is None:
+            works, finish = real(None)
+            run_finish(finish)
+            with g.lock:
+                ans = self.fabric.answer(g.fabric_group, collective, nbytes, [issue_us] * n_real, **(pricing or {}))
+            done_us = time.perf_counter_ns() / 1000.0
+            self._record(OpRecord(call, collective, nbytes, issue_us, ans.start_us, ans.end_us, ans.algorithm, done_us))
+            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, int(ans.end_us * 1000.0))
+        else:
+            if g.exchange:
+                arrivals = torch.empty(g.layout.n, dtype=torch.int64)
+                ts_work = g.inner._allgather_base(arrivals, torch.tensor([t_issue_ns], dtype=torch.int64))
+            else:
+                arrivals, ts_work = torch.full((n_real,), t_issue_ns, dtype=torch.int64), None
+            works, finish = real(g.inner)
+            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
+            self._start_resolver(g)
+            g.pending.put(_Pending(work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing))
+        if self._coalescing is not None:
+            self._coalescing.append(work)
+        return work
+
+    def _start_resolver(self, g: _Group) -> None:
+        if g.resolver is None:
+            g.resolver = threading.Thread(target=self._resolve_loop, args=(g,), daemon=True,
+                                          name=f"nbox-resolver-{self._name or 'default'}")
+            g.resolver.start()
+
+    def _resolve_loop(self, g: _Group) -> None:
+        """Resolve a group's calls in issue order: arrivals in, answer, real data done, finish."""
+        limit = timedelta(seconds=self.timeout_s)
+        while True:
+            item = g.pending.get()
+            if item is None:
+                return
+            try:
+                if item.ts_work is not None:
+                    item.ts_work.wait(limit)
+                arrivals = [a / 1000.0 for a in item.ts.tolist()]
+                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, **(item.pricing or {}))
+                for w in item.works:
+                    w.wait(limit)
+                run_finish(item.finish)
+                done_us = time.perf_counter_ns() / 1000.0
+                self._record(OpRecord(item.work.call, item.collective, item.nbytes, item.issue_us, ans.start_us,
+                                      ans.end_us, ans.algorithm, done_us))
+                item.work.resolve(int(ans.end_us * 1000.0))
+            except BaseException as err:  # handed to the script's wait(), never swallowed
+                item.work.fail(err)
+
+    def _pair(self, peer: int) -> _Group:
+        """The two-member group {me, peer} (group positions) that a send/recv is priced and ordered on.
+
+        Its arrivals are this process's own issue time (no exchange with the peer: the real receive cannot
+        finish before the real send anyway); its real data goes over this group's real backend.
+        """
+        if isinstance(peer, bool) or not 0 <= peer < self.layout.size or peer == self.layout.me:
+            raise mirror.UnsupportedCollective(f"send/recv peer {peer} is not another member of a group of "
+                                               f"{self.layout.size} (rank {self.global_rank})")
+        hit = self._pairs.get(peer)
+        if hit is None:
+            m = self.members
+            pair = [self.layout.me, peer] if m is None else [m[self.layout.me], m[peer]]
+            real = [r for r in pair if r in self.config.real_ranks]
+            inner = self._group.inner if peer in self.layout.real_positions else None
+            hit = _Group(self.layout, self.fabric.group(pair, real), inner, exchange=False)
+            self._pairs[peer] = hit
+        return hit
+
+    # -- collectives ------------------------------------------------------------------------------------
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
+        o = opts if opts is not None else dist.AllreduceOptions()
+        return self._call("all_reduce", "all_reduce", _nbytes(tensors), tensors,
+                          lambda inner: mirror.all_reduce(self.layout, inner, tensors, o))
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
+        o = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        return self._call("all_reduce_coalesced", "all_reduce", _nbytes(tensors), tensors,
+                          lambda inner: mirror.all_reduce(self.layout, inner, tensors, o))
+
+    def allgather(self, outs: list[list[torch.Tensor]], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
+        def real(inner: Any) -> mirror.Result:
+            return _each([mirror.all_gather(self.layout, inner, o, i) for o, i in zip(outs, ins, strict=True)])
+        return self._call("all_gather", "all_gather", _nbytes(ins), [t for o in outs for t in o], real)
+
+    def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> NboxWork:
+        return self._call("all_gather_into_tensor", "all_gather", _nbytes([inp]), [out],
+                          lambda inner: mirror.all_gather_single(self.layout, inner, out, inp))
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outs: list[torch.Tensor], ins: list[torch.Tensor],
+                                    opts: Any = None) -> NboxWork:
+        def real(inner: Any) -> mirror.Result:
+            return _each([mirror.all_gather_single(self.layout, inner, o, i) for o, i in zip(outs, ins, strict=True)])
+        return self._call("all_gather_into_tensor_coalesced", "all_gather", _nbytes(ins), outs, real)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter(self, outs: list[torch.Tensor], ins: list[list[torch.Tensor]], opts: Any = None) -> NboxWork:
+        o = opts if opts is not None else dist.ReduceScatterOptions()
+
+        def real(inner: Any) -> mirror.Result:
+            return _each([mirror.reduce_scatter(self.layout, inner, out, i, o)
+                          for out, i in zip(outs, ins, strict=True)])
+        return self._call("reduce_scatter", "reduce_scatter", _nbytes([t for i in ins for t in i]), outs, real)
+
+    def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> NboxWork:
+        o = opts if opts is not None else dist.ReduceScatterOptions()
+        return self._call("reduce_scatter_tensor", "reduce_scatter", _nbytes([inp]), [out],
+                          lambda inner: mirror.reduce_scatter_single(self.layout, inner, out, inp, o))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outs: list[torch.Tensor], ins: list[torch.Tensor],
+                                        opts: Any = None) -> NboxWork:
+        o = opts if opts is not None else dist.ReduceScatterOptions()
+
+        def real(inner: Any) -> mirror.Result:
+            return _each([mirror.reduce_scatter_single(self.layout, inner, out, i, o)
+                          for out, i in zip(outs, ins, strict=True)])
+        return self._call("reduce_scatter_tensor_coalesced", "reduce_scatter", _nbytes(ins), outs, real)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
+        root = opts.rootRank if opts is not None else 0
+        return self._call("broadcast", "broadcast", _nbytes(tensors), tensors,
+                          lambda inner: mirror.broadcast(self.layout, inner, tensors, root))
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
+        o = opts if opts is not None else dist.ReduceOptions()
+        return self._call("reduce", "reduce", _nbytes(tensors), tensors,
+                          lambda inner: mirror.reduce(self.layout, inner, tensors, o.rootRank, o))
+
+    def gather(self, outs: list[list[torch.Tensor]], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
+        root = opts.rootRank if opts is not None else 0
+        out = outs[0] if outs else []
+        return self._call("gather", "gather", _nbytes(ins), out,
+                          lambda inner: mirror.gather(self.layout, inner, out, ins[0], root))
+
+    def scatter(self, outs: list[torch.Tensor], ins: list[list[torch.Tensor]], opts: Any = None) -> NboxWork:
+        root = opts.rootRank if opts is not None else 0
+        pieces = ins[0] if ins else []
+        return self._call("scatter", "scatter", _nbytes(outs), outs,
+                          lambda inner: mirror.scatter(self.layout, inner, outs[0], pieces, root))
+
+    def alltoall(self, outs: list[torch.Tensor], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
+        sizes = [_nbytes([t]) for t in ins]
+        pricing = None
+        if len(set(sizes)) > 1:
+            me = self.layout.me
+            pricing = {"send_bytes": [s for j, s in enumerate(sizes) if j != me],
+                       "recv_bytes": [_nbytes([t]) for j, t in enumerate(outs) if j != me]}
+        return self._call("all_to_all", "all_to_all_v" if pricing else "all_to_all", sum(sizes), outs,
+                          lambda inner: mirror.all_to_all(self.layout, inner, outs, ins), pricing=pricing)
+
+    def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
+                          opts: Any = None) -> NboxWork:
+        pricing = None
+        if in_splits or out_splits:
+            row = (inp.numel() // inp.shape[0] if inp.dim() and inp.shape[0] else 1) * inp.element_size()
+            me = self.layout.me
+            pricing = {"send_bytes": [s * row for j, s in enumerate(in_splits) if j != me],
+                       "recv_bytes": [s * row for j, s in enumerate(out_splits) if j != me]}
+        return self._call("all_to_all_single", "all_to_all_v" if pricing else "all_to_all", _nbytes([inp]), [out],
+                          lambda inner: mirror.all_to_all_single(self.layout, inner, out, inp, out_splits, in_splits),
+                          pricing=pricing)
+
+    alltoall_base = all_to_all_single
+
+    def barrier(self, opts: Any = None) -> NboxWork:
+        return self._call("barrier", "barrier", 0, [], lambda inner: mirror.barrier(self.layout, inner))
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> NboxWork:
+        return self._call(f"send to {dst}", "send_recv", _nbytes(tensors), tensors,
+                          lambda inner: mirror.send(self.layout, inner, tensors, dst, tag), group=self._pair(dst))
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> NboxWork:
+        return self._call(f"recv from {src}", "send_recv", _nbytes(tensors), tensors,
+                          lambda inner: mirror.recv(self.layout, inner, tensors, src, tag), group=self._pair(src))
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> NboxWork:
+        raise mirror.UnsupportedCollective(f"recv from any source (rank {self.global_rank}): the emulator cannot "
+                                           f"tell which emulated peer sends; name the source rank")
+
+    # -- coalescing (batch_isend_irecv, coalescing managers) ---------------------------------------------
+    def _start_coalescing(self, device: Any = None) -> None:
+        self._coalescing = []
+
+    def _end_coalescing(self, device: Any = None) -> NboxWork:
+        works, self._coalescing = self._coalescing or [], None
+        return _CoalescedWork(works, self.timeout_s, self.config.spin_ns)
+
+    def shutdown(self) -> None:
+        """Stop the resolver threads (after the calls already issued), then the real backend."""
+        groups = (self._group, *self._pairs.values())
+        for g in groups:
+            if g.resolver is not None:
+                g.pending.put(None)
+        for g in groups:
+            if g.resolver is not None:
+                g.resolver.join(self.timeout_s)
+                g.resolver = None
+        if self._group.inner is not None:
+            self._group.inner.shutdown()
+            self._group.inner = None
+
+    def abort(self) -> None:
+        self.shutdown()
+
+
+def _each(results: list[mirror.Result]) -> mirror.Result:
+    works = [w for ws, _ in results for w in ws]
+    finishes = [f for _, f in results if f is not None]
+
+    def finish() -> None:
+        for f in finishes:
+            f()
+    return works, (finish if finishes else None)
+
+
+class _CoalescedWork(NboxWork):
+    """Done when every coalesced work is (its deadline is the latest of theirs)."""
+
+    def __init__(self, works: list[NboxWork], timeout_s: float, spin_ns: int) -> None:
+        super().__init__("coalesced", [t for w in works for t in w._result], timeout_s, spin_ns)
+        self._works = works
+        if not works:
+            self.resolve(time.perf_counter_ns())
+        else:
+            threading.Thread(target=self._join, daemon=True, name="nbox-coalesced").start()
+
+    def _join(self) -> None:
+        try:
+            self.resolve(max(w._await_resolution(None) for w in self._works))
+        except BaseException as err:
+            self.fail(err)
+
+
+_CONFIG: EmulationConfig | None = None
+_FABRIC: Fabric | None = None
+
+
+def create_process_group(opts: Any, backend_options: Any = None) -> NboxProcessGroup:
+    """The creator registered with ``torch.distributed.Backend.register_backend`` (extended API).
+
+    The default group is created with the real rank and real world size from the launcher; every other
+    group with the global ranks of its members (torch passes those).
+    """
+    global _CONFIG, _FABRIC
+    members = list(opts.global_ranks_in_group)
+    if not members:  # the default group: group_rank / group_size are the real rank and real world size
+        _CONFIG = EmulationConfig.from_env(opts.group_size)
+        _FABRIC = Fabric(_CONFIG.scenario)
+        global_rank = _CONFIG.real_ranks[opts.group_rank]
+        return NboxProcessGroup(_CONFIG, _FABRIC, None, global_rank, opts.store, opts.timeout)
+    if _CONFIG is None or _FABRIC is None:
+        raise RuntimeError("nbox: a sub-group was created before the default process group")
+    global_rank = members[opts.group_rank]
+    return NboxProcessGroup(_CONFIG, _FABRIC, members, global_rank, opts.store, opts.timeout)

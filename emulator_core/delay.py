@@ -1,0 +1,168 @@
+"""Completing work at a modeled time: sleep then spin, work objects, and the timer for futures.
+
+A collective answered by the emulator completes at a deadline on ``time.perf_counter_ns()`` (CLOCK_MONOTONIC
+on Linux: one clock for every process on a host, which is what lets real ranks compare arrival times).
+
+* :func:`sleep_until` is the precise path: the thread that waits sleeps (GIL released) until
+  ``spin_ns`` before the deadline, then spins on the clock. Precision is the clock read, a few hundred ns,
+  unless the OS preempts the spinner; ``bench/emulator.py`` measures it.
+* :class:`FutureTimer` completes ``torch.futures.Future`` objects (what DDP's reducer and ``then()``
+  callbacks wait on) from one background thread that only sleeps (never spins, so it does not steal the
+  GIL from the training thread); its precision is the OS's timer wake-up, tens of microseconds.
+* :class:`NboxWork` is the ``Work`` the script gets: ``wait()`` waits for the real communication, then
+  sleeps-and-spins to the deadline; ``get_future()`` gives a future the timer completes at the deadline.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch._C._distributed_c10d import Work
+from torch.futures import Future
+
+__all__ = ["DEFAULT_SPIN_NS", "FutureTimer", "NboxWork", "sleep_until"]
+
+#: Spin the last 200 us before a deadline (above Linux's default 50 us timer slack plus wake-up latency).
+DEFAULT_SPIN_NS = 200_000
+
+
+def sleep_until(deadline_ns: int, spin_ns: int = DEFAULT_SPIN_NS) -> None:
+    """Return at ``deadline_ns`` (``time.perf_counter_ns()``): sleep until ``spin_ns`` before it, then spin."""
+    clock = time.perf_counter_ns
+    remaining = deadline_ns - clock()
+    if remaining > spin_ns:
+        time.sleep((remaining - spin_ns) / 1e9)
+    while clock() < deadline_ns:
+        pass
+
+
+class FutureTimer:
+    """One daemon thread that completes futures at their deadlines (earliest first, then issue order)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Future[Any], Any]] = []
+        self._seq = itertools.count()
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def complete_at(self, deadline_ns: int, future: Future[Any], value: Any) -> None:
+        """Set ``future``'s result to ``value`` at ``deadline_ns`` (at once when it is past)."""
+        if time.perf_counter_ns() >= deadline_ns:
+            future.set_result(value)
+            return
+        with self._cv:
+            heapq.heappush(self._heap, (deadline_ns, next(self._seq), future, value))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="nbox-future-timer", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap:
+                    self._cv.wait()
+                deadline, _, fut, value = self._heap[0]
+                wait_s = (deadline - time.perf_counter_ns()) / 1e9
+                if wait_s > 0:
+                    self._cv.wait(wait_s)
+                    continue
+                heapq.heappop(self._heap)
+            fut.set_result(value)
+
+
+TIMER = FutureTimer()
+
+
+class NboxWork(Work):
+    """A collective's work object: done when the real communication is and the modeled deadline passed.
+
+    ``deadline_ns`` is known at issue time when this process is the group's only real member; otherwise
+    the group's resolver thread sets it (:meth:`resolve`) once the real members' arrival times are in.
+    """
+
+    def __init__(self, call: str, result: list[torch.Tensor], timeout_s: float, spin_ns: int,
+                 deadline_ns: int | None = None) -> None:
+        super().__init__()
+        self.call = call
+        self._result = result
+        self._timeout_s = timeout_s
+        self._spin_ns = spin_ns
+        self.deadline_ns = deadline_ns
+        self._resolved = threading.Event()
+        self._error: BaseException | None = None
+        self._future: Future[Any] | None = None
+        self._lock = threading.Lock()
+        if deadline_ns is not None:
+            self._resolved.set()
+
+    # -- resolution (resolver thread) --------------------------------------------------------------------
+    def resolve(self, deadline_ns: int) -> None:
+        with self._lock:
+            self.deadline_ns = deadline_ns
+            self._resolved.set()
+            fut = self._future
+        if fut is not None:
+            TIMER.complete_at(deadline_ns, fut, self._result)
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            self._error = error
+            self._resolved.set()
+            fut = self._future
+        if fut is not None:
+            fut.set_exception(error)
+
+    # -- the Work API --------------------------------------------------------------------------------------
+    def _await_resolution(self, timeout: timedelta | None) -> int:
+        limit = timeout.total_seconds() if timeout else self._timeout_s
+        if not self._resolved.wait(limit):
+            raise RuntimeError(f"nbox: {self.call} did not complete within {limit:.1f} s (a real member did not "
+                               f"join, or the real communication hung)")
+        if self._error is not None:
+            raise RuntimeError(f"nbox: {self.call} failed: {self._error}") from self._error
+        assert self.deadline_ns is not None
+        return self.deadline_ns
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        sleep_until(self._await_resolution(timeout), self._spin_ns)
+        return True
+
+    def is_completed(self) -> bool:
+        return (self._resolved.is_set() and self._error is None and self.deadline_ns is not None
+                and time.perf_counter_ns() >= self.deadline_ns)
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def result(self) -> list[torch.Tensor]:
+        self.wait()
+        return self._result
+
+    def get_future(self) -> Future[Any]:
+        with self._lock:
+            if self._future is None:
+                self._future = Future()
+                if self._error is not None:
+                    self._future.set_exception(self._error)
+                elif self.deadline_ns is not None:
+                    TIMER.complete_at(self.deadline_ns, self._future, self._result)
+            return self._future
+
+    def synchronize(self) -> None:
+        self.wait()
+
+
+def run_finish(finish: Callable[[], None] | None) -> None:
+    if finish is not None:
+        finish()
