@@ -116,6 +116,8 @@ class Fabric:
         s = self.scenario
         shape = group_shape(s, ranks)
         members = range(s.world_size) if ranks is None else list(ranks)
+        if len(set(real_ranks)) != len(real_ranks):
+            raise ValueError(f"real ranks {list(real_ranks)[:16]} list a rank twice")
         if ranks is None:
             positions = sorted(real_ranks)
             bad = [r for r in positions if not 0 <= r < s.world_size]
@@ -167,9 +169,9 @@ class Fabric:
             raise ValueError(f"{collective}: {len(arrivals_us)} arrival times for "
                              f"{len(group.real_positions)} real members")
         free = group.free_us
+        if not all(math.isfinite(a) for a in arrivals_us):
+            raise ValueError(f"{collective}: arrival times must be finite, got {list(arrivals_us)[:16]}")
         last = max(arrivals_us)
-        if not math.isfinite(last) or not math.isfinite(min(arrivals_us)):
-            raise ValueError(f"{collective}: arrival times must be finite, got {list(arrivals_us)}")
         if group.stragglers:
             base = free if free > -math.inf else min(arrivals_us)
             for slowdown, k in group.stragglers:

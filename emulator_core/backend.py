@@ -104,6 +104,8 @@ class EmulationConfig:
                 raise EmulationConfigError(f"{name}: not an integer: {raw!r}") from None
 
         w = integer("NBOX_WORLD_SIZE", nproc)
+        if w < 1:
+            raise EmulationConfigError(f"NBOX_WORLD_SIZE: must be an integer >= 1, got {w}")
         raw_ranks = e.get("NBOX_REAL_RANKS", "").strip()
         try:
             ranks = tuple(int(x) for x in raw_ranks.split(",")) if raw_ranks else tuple(range(nproc))

@@ -90,8 +90,9 @@ class Timeline:
     def run(self, until_us: float | None = None) -> int:
         """Run events in (time, scheduling order) until none is left or the next lies after ``until_us``
         (then the clock stops at ``until_us``). Returns the number of events run."""
-        if until_us is not None and (not isinstance(until_us, (int, float)) or until_us < self._now):
-            raise ValueError(f"until_us must be >= now ({self._now}), got {until_us!r}")
+        if until_us is not None and (isinstance(until_us, bool) or not isinstance(until_us, (int, float))
+                                     or not math.isfinite(until_us) or until_us < self._now):
+            raise ValueError(f"until_us must be a finite number >= now ({self._now}), got {until_us!r}")
         ran = 0
         while True:
             nxt = self.peek_us()

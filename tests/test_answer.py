@@ -1,0 +1,239 @@
+"""Answering a collective (emulator_core.answer): the rule of its module docstring, by hand."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import emulator_core.answer as answer_mod
+from emulator_core.answer import Answer, Fabric, mirror_member, mirror_weights
+from emulator_core.pricing import group_shape, price_group, with_world_size
+from emulator_core.scenario import Scenario, Straggler, load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "emulator_core" / "scenarios"
+NVLINK_ALPHA, NVLINK_BW = 2.0, 3600 * 125.0  # dgx_h100_400g's nvlink dimension: 2 us, 3600 Gb/s in bytes/us
+
+
+def dgx64(**changes: object) -> Scenario:
+    """dgx_h100_400g resized to 8 GPUs x 8 nodes."""
+    return replace(with_world_size(load_scenario(SCENARIOS / "dgx_h100_400g.toml"), 64), **changes)  # type: ignore[arg-type]
+
+
+def test_ring_all_reduce_on_a_node_costs_the_closed_form_and_ends_at_last_arrival_plus_cost() -> None:
+    s = dgx64()
+    fabric = Fabric(s)
+    g = fabric.group(range(8), [0, 1])  # one node: the nvlink dimension only
+    n = 1 << 30  # big: ring beats the double binary tree
+    by_hand = 2 * 7 * NVLINK_ALPHA + 2 * 7 / 8 * n / NVLINK_BW
+    a = fabric.answer(g, "all_reduce", n, [10.0, 25.0])
+    assert a == Answer(25.0, 25.0 + a.cost_us, a.cost_us, "ring")
+    assert a.cost_us == pytest.approx(by_hand, rel=1e-12)
+    assert (a.algorithm, a.cost_us) == price_group(s, "all_reduce", n, group_shape(s, range(8)))
+    small = fabric.answer(g, "all_reduce", 1 << 20, [0.0, 0.0])  # small: the tree wins
+    assert small.algorithm == "double_binary_tree"
+    assert small.cost_us == pytest.approx(2 * 3 * NVLINK_ALPHA + 2 * (1 << 20) / NVLINK_BW, rel=1e-12)
+    assert small.start_us == a.end_us  # same group: waits for the first
+
+
+def test_all_gather_on_a_node_costs_the_ring_closed_form() -> None:
+    s = dgx64()
+    fabric = Fabric(s)
+    g = fabric.group(range(8, 16), [8, 11, 15])  # node 1
+    n = 1 << 20
+    a = fabric.answer(g, "all_gather", n, [3.0, 1.0, 2.0])
+    assert a.algorithm == "ring" and a.start_us == 3.0
+    assert a.cost_us == pytest.approx(7 * NVLINK_ALPHA + 7 * n / NVLINK_BW, rel=1e-12)
+    assert a.end_us == 3.0 + a.cost_us
+
+
+def test_a_collective_cannot_complete_before_its_last_real_participant_arrives() -> None:
+    fabric = Fabric(dgx64())
+    g = fabric.group(range(8), [0, 1])
+    a = fabric.answer(g, "broadcast", 4096, [0.0, 500.0])
+    assert a.start_us == 500.0 and a.end_us == 500.0 + a.cost_us > 500.0
+
+
+def test_collectives_on_one_group_serialize_and_separate_groups_do_not() -> None:
+    fabric = Fabric(dgx64())
+    g = fabric.group(range(8), [0, 1])
+    h = fabric.group(range(8), [0, 1])  # another communicator on the same ranks
+    first = fabric.answer(g, "all_reduce", 1 << 24, [0.0, 0.0])
+    assert first.start_us == 0.0 and g.free_us == first.end_us and g.answered == 1
+    second = fabric.answer(g, "all_reduce", 1 << 24, [1.0, 2.0])  # issued before first ended
+    assert second.start_us == first.end_us and second.end_us == first.end_us + second.cost_us
+    other = fabric.answer(h, "all_reduce", 1 << 24, [1.0, 2.0])
+    assert other.start_us == 2.0 and h.answered == 1 and g.answered == 2
+    later = second.end_us + 100.0
+    third = fabric.answer(g, "all_reduce", 1 << 24, [later, later - 50.0])  # arrives after the group is free
+    assert third.start_us == later
+
+
+def test_an_emulated_straggler_stretches_its_mirrors_arrival_since_the_previous_completion() -> None:
+    s = dgx64(stragglers=(Straggler(3, 2.0),))  # rank 3 is emulated, mirrors real member 3 % 2 = 1
+    fabric = Fabric(s)
+    g = fabric.group(range(8), [0, 1])
+    assert g.stragglers == ((2.0, 1),)
+    free = fabric.answer(g, "all_reduce", 1 << 20, [0.0, 0.0]).end_us
+    a = fabric.answer(g, "all_reduce", 1 << 20, [free + 30.0, free + 20.0])
+    assert a.start_us == free + ((free + 20.0) - free) * 2.0  # 40 us after free, later than member 0's 30
+    b = fabric.answer(g, "all_reduce", 1 << 20, [a.end_us + 5.0, a.end_us])  # mirror on time: no delay
+    assert b.start_us == a.end_us + 5.0
+
+
+def test_a_real_straggler_and_a_straggler_outside_the_group() -> None:
+    s = dgx64(stragglers=(Straggler(1, 3.0), Straggler(20, 100.0)))
+    fabric = Fabric(s)
+    node0 = fabric.group(range(8), [0, 1])
+    assert node0.stragglers == ((3.0, 1),)  # rank 20 is on node 2: no effect here
+    free = fabric.answer(node0, "all_gather", 1024, [0.0, 0.0]).end_us
+    late = fabric.answer(node0, "all_gather", 1024, [free + 5.0, free + 10.0])
+    assert late.start_us == free + ((free + 10.0) - free) * 3.0  # real member 1 is 3x slower
+    node1 = fabric.group(range(8, 16), [8, 9])
+    assert node1.stragglers == ()
+    free = fabric.answer(node1, "all_gather", 1024, [0.0, 0.0]).end_us
+    assert fabric.answer(node1, "all_gather", 1024, [free + 7.0, free + 9.0]).start_us == free + 9.0
+
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "reduce")
+Call = tuple[str, int, list[float]]
+
+
+def _replay(calls: list[Call]) -> list[Answer]:
+    fabric = Fabric(dgx64(stragglers=(Straggler(5, 1.5), Straggler(12, 4.0))))
+    world = fabric.group(None, [0, 9, 40])
+    return [fabric.answer(world, coll, n, arrivals) for coll, n, arrivals in calls]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(COLLECTIVES), st.integers(0, 1 << 30),
+                          st.lists(st.floats(0.0, 1e7, allow_nan=False), min_size=3, max_size=3)), max_size=12))
+def test_the_same_calls_on_fresh_fabrics_answer_bit_for_bit_the_same(calls: list[Call]) -> None:
+    first, second = _replay(calls), _replay(calls)
+    assert [[x.hex() for x in a[:3]] + [a[3]] for a in first] == [[x.hex() for x in a[:3]] + [a[3]] for a in second]
+    free = -math.inf
+    for (_, _, arrivals), a in zip(calls, first, strict=True):
+        assert a.start_us >= max(free, *arrivals) and a.end_us == a.start_us + a.cost_us
+        free = a.end_us
+
+
+@pytest.mark.parametrize("world", [8, 64, 4096, 1 << 16, 1 << 20])
+def test_world_sized_groups_answer_from_the_real_members_and_price_once(
+        world: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = with_world_size(load_scenario(SCENARIOS / "loopback_cpu.toml"), world)
+    calls: list[tuple[str, float]] = []
+
+    def counting(scenario: Scenario, collective: str, nbytes: float, shape: object, **kw: object) -> tuple[str, float]:
+        calls.append((collective, nbytes))
+        return price_group(scenario, collective, nbytes, shape, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(answer_mod, "price_group", counting)
+    fabric = Fabric(s)
+    g = fabric.group(None, [0])
+    assert g.shape.size == world and g.real_positions == (0,) and g.stragglers == ()
+    first = fabric.answer(g, "all_reduce", 1 << 20, [0.0])
+    second = fabric.answer(g, "all_reduce", 1 << 20, [0.0])
+    assert calls == [("all_reduce", 1 << 20)] and len(g._prices) == 1  # second answer: a cache hit
+    assert first == Answer(0.0, first.cost_us, first.cost_us, first.algorithm)
+    assert second == Answer(first.end_us, 2 * first.cost_us, first.cost_us, first.algorithm)
+    assert (first.algorithm, first.cost_us) == price_group(s, "all_reduce", 1 << 20, group_shape(s))
+    last = fabric.group(None, [world - 1])
+    assert last.real_positions == (world - 1,)
+
+
+def _brute_weights(p: int, positions: list[int]) -> list[int]:
+    weights = [0] * len(positions)
+    for j in range(p):
+        weights[mirror_member(j, positions)] += 1
+    return weights
+
+
+def test_mirror_weights_by_hand() -> None:
+    assert mirror_weights(8, [0, 1]) == [4, 4]
+    assert [mirror_member(j, [0, 3]) for j in range(7)] == [0, 1, 0, 1, 0, 1, 0]
+    assert mirror_weights(7, [0, 3]) == _brute_weights(7, [0, 3]) == [4, 3]
+    assert mirror_weights(5, [4]) == [5]
+    assert mirror_member(4, [1, 4, 6]) == 1  # a real member mirrors itself, not 4 % 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 300).flatmap(lambda p: st.tuples(st.just(p), st.lists(st.integers(0, p - 1), min_size=1,
+                                                                             max_size=min(p, 12), unique=True))))
+def test_mirror_weights_match_a_brute_force_count(case: tuple[int, list[int]]) -> None:
+    p, positions = case
+    positions.sort()
+    weights = mirror_weights(p, positions)
+    assert weights == _brute_weights(p, positions) and sum(weights) == p
+
+
+def test_mirror_weights_for_a_million_ranks_follow_the_closed_form() -> None:
+    p, positions = 1 << 20, [0, 5, (1 << 20) - 1]  # residues mod 3: 0, 2, 0
+    expected = [1 + math.ceil((p - k) / 3) - real for k, real in enumerate((2, 0, 1))]
+    assert expected == [349525, 349526, 349525]
+    assert mirror_weights(p, positions) == expected and sum(expected) == p
+    small = 3 * 1000 + 1  # same residues pattern: p % 3 == 1 and the last position is p - 1
+    assert mirror_weights(small, [0, 5, small - 1]) == _brute_weights(small, [0, 5, small - 1]) == [1000, 1001, 1000]
+
+
+def test_mirror_errors() -> None:
+    with pytest.raises(ValueError, match="without real members"):
+        mirror_weights(8, [])
+    with pytest.raises(ValueError, match="without real members"):
+        mirror_member(3, [])
+    with pytest.raises(ValueError, match=r"\[1, 1\] must be distinct and in 0..7"):
+        mirror_weights(8, [1, 1])
+    with pytest.raises(ValueError, match=r"\[0, 8\] must be distinct and in 0..7"):
+        mirror_weights(8, [0, 8])
+    with pytest.raises(ValueError, match=r"\[-1\] must be distinct"):
+        mirror_weights(8, [-1])
+
+
+def test_answer_and_group_errors_leave_the_group_untouched() -> None:
+    fabric = Fabric(dgx64())
+    g = fabric.group(range(8), [0, 1])
+    with pytest.raises(ValueError, match="all_reduce: 1 arrival times for 2 real members"):
+        fabric.answer(g, "all_reduce", 8, [0.0])
+    for bad in ([0.0, math.inf], [math.nan, 0.0], [-math.inf, 1.0]):
+        with pytest.raises(ValueError, match="arrival times must be finite"):
+            fabric.answer(g, "all_reduce", 8, bad)
+    with pytest.raises(ValueError, match="all_frobnicate"):
+        fabric.answer(g, "all_frobnicate", 8, [0.0, 0.0])
+    assert g.free_us == -math.inf and g.answered == 0
+    with pytest.raises(ValueError, match="real rank 9 is not a member of the group"):
+        fabric.group(range(8), [0, 9])
+    with pytest.raises(ValueError, match="real rank 64 is not a member"):
+        fabric.group(None, [64])
+    with pytest.raises(ValueError, match="at least one real member"):
+        fabric.group(range(8), [])
+    with pytest.raises(ValueError, match="must be a Scenario"):
+        Fabric("dgx")  # type: ignore[arg-type]
+
+
+def test_a_nan_arrival_anywhere_is_rejected() -> None:
+    fabric = Fabric(dgx64())
+    g = fabric.group(range(8), [0, 1, 2])
+    with pytest.raises(ValueError, match="arrival times must be finite"):
+        fabric.answer(g, "all_reduce", 8, [0.0, math.nan, 5.0])
+
+
+def test_all_to_all_v_splits_go_through_the_per_peer_model() -> None:
+    send = [1000.0 * k for k in range(1, 8)]  # to the 7 peers
+    recv = [3000.0] * 7
+    busiest = max(sum(send), sum(recv))  # 28,000 sent vs 21,000 received
+    fabric = Fabric(dgx64())
+    g = fabric.group(range(8), [0])
+    a = fabric.answer(g, "all_to_all_v", 8000, [0.0], send_bytes=send, recv_bytes=recv)
+    assert (a.algorithm, a.start_us) == ("direct", 0.0)
+    assert a.cost_us == pytest.approx(NVLINK_ALPHA + busiest / NVLINK_BW, rel=1e-12)
+    uniform = fabric.answer(g, "all_to_all_v", 8000, [0.0])
+    assert uniform.cost_us == pytest.approx(NVLINK_ALPHA + 7 / 8 * 8000 / NVLINK_BW, rel=1e-12)
+    again = fabric.answer(g, "all_to_all_v", 8000, [0.0], send_bytes=recv, recv_bytes=recv)  # not cached by size
+    assert again.cost_us == pytest.approx(NVLINK_ALPHA + 21000 / NVLINK_BW, rel=1e-12)
+    pair = Fabric(dgx64(algorithms={"all_to_all_v": "pairwise"}))
+    b = pair.answer(pair.group(range(8), [0]), "all_to_all_v", 8000, [0.0], send_bytes=send, recv_bytes=recv)
+    by_hand = sum(NVLINK_ALPHA + max(x, y) / NVLINK_BW for x, y in zip(send, recv, strict=True))
+    assert b.algorithm == "pairwise" and b.cost_us == pytest.approx(by_hand, rel=1e-12)
