@@ -149,6 +149,7 @@ def _nbytes(ts: Sequence[torch.Tensor]) -> int:
 
 @dataclass
 class _Pending:
+    call: str
     work: NboxWork
     ts_work: Any  # the real members' arrival-time exchange; None for point-to-point (own arrival only)
     ts: torch.Tensor
@@ -239,7 +240,9 @@ class NboxProcessGroup(dist.ProcessGroup):
         g = group or self._group
         t_issue_ns = time.perf_counter_ns()
         issue_us = t_issue_ns / 1000.0
-        what = f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
+
+        def what() -> str:
+            return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
         if g.inner is None:
             works, finish = real(None)
@@ -257,8 +260,9 @@ class NboxProcessGroup(dist.ProcessGroup):
                 arrivals, ts_work = torch.full((n_real,), t_issue_ns, dtype=torch.int64), None
             works, finish = real(g.inner)
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
-            self._start_resolver(g)
-            g.pending.put(_Pending(work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing))
+            if g.resolver is None:
+                self._start_resolver(g)
+            g.pending.put(_Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing))
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
@@ -285,7 +289,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                     w.wait(limit)
                 run_finish(item.finish)
                 done_us = time.perf_counter_ns() / 1000.0
-                self._record(OpRecord(item.work.call, item.collective, item.nbytes, item.issue_us, ans.start_us,
+                self._record(OpRecord(item.call, item.collective, item.nbytes, item.issue_us, ans.start_us,
                                       ans.end_us, ans.algorithm, done_us))
                 item.work.resolve(int(ans.end_us * 1000.0))
             except BaseException as err:  # handed to the script's wait(), never swallowed
@@ -467,7 +471,7 @@ class _CoalescedWork(NboxWork):
     """Done when every coalesced work is (its deadline is the latest of theirs)."""
 
     def __init__(self, works: list[NboxWork], timeout_s: float, spin_ns: int) -> None:
-        super().__init__("coalesced", [t for w in works for t in w._result], timeout_s, spin_ns)
+        super().__init__(lambda: "coalesced calls", [t for w in works for t in w._result], timeout_s, spin_ns)
         self._works = works
         if not works:
             self.resolve(time.perf_counter_ns())

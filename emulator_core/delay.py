@@ -84,27 +84,36 @@ TIMER = FutureTimer()
 class NboxWork(Work):
     """A collective's work object: done when the real communication is and the modeled deadline passed.
 
-    ``deadline_ns`` is known at issue time when this process is the group's only real member; otherwise
-    the group's resolver thread sets it (:meth:`resolve`) once the real members' arrival times are in.
+    ``deadline_ns`` is known at issue time when this process is the group's only real member (then the work
+    carries no lock or event: the cheap path); otherwise the group's resolver thread sets it
+    (:meth:`resolve`) once the real members' arrival times are in. ``call`` is a zero-argument function
+    that names the call for error messages (formatted only when one is raised).
     """
 
-    def __init__(self, call: str, result: list[torch.Tensor], timeout_s: float, spin_ns: int,
+    def __init__(self, call: Callable[[], str], result: list[torch.Tensor], timeout_s: float, spin_ns: int,
                  deadline_ns: int | None = None) -> None:
         super().__init__()
-        self.call = call
+        self._call = call
         self._result = result
         self._timeout_s = timeout_s
         self._spin_ns = spin_ns
         self.deadline_ns = deadline_ns
-        self._resolved = threading.Event()
         self._error: BaseException | None = None
         self._future: Future[Any] | None = None
-        self._lock = threading.Lock()
-        if deadline_ns is not None:
-            self._resolved.set()
+        self._resolved: threading.Event | None = None
+        self._lock: threading.Lock | None = None
+        if deadline_ns is None:
+            self._resolved = threading.Event()
+            self._lock = threading.Lock()
+
+    @property
+    def call(self) -> str:
+        """What was called, by whom, on which group."""
+        return self._call()
 
     # -- resolution (resolver thread) --------------------------------------------------------------------
     def resolve(self, deadline_ns: int) -> None:
+        assert self._lock is not None and self._resolved is not None, "resolve() on a work resolved at issue"
         with self._lock:
             self.deadline_ns = deadline_ns
             self._resolved.set()
@@ -113,6 +122,7 @@ class NboxWork(Work):
             TIMER.complete_at(deadline_ns, fut, self._result)
 
     def fail(self, error: BaseException) -> None:
+        assert self._lock is not None and self._resolved is not None, "fail() on a work resolved at issue"
         with self._lock:
             self._error = error
             self._resolved.set()
@@ -122,12 +132,13 @@ class NboxWork(Work):
 
     # -- the Work API --------------------------------------------------------------------------------------
     def _await_resolution(self, timeout: timedelta | None) -> int:
-        limit = timeout.total_seconds() if timeout else self._timeout_s
-        if not self._resolved.wait(limit):
-            raise RuntimeError(f"nbox: {self.call} did not complete within {limit:.1f} s (a real member did not "
-                               f"join, or the real communication hung)")
-        if self._error is not None:
-            raise RuntimeError(f"nbox: {self.call} failed: {self._error}") from self._error
+        if self._resolved is not None:
+            limit = timeout.total_seconds() if timeout else self._timeout_s
+            if not self._resolved.wait(limit):
+                raise RuntimeError(f"nbox: {self.call} did not complete within {limit:.1f} s (a real member did "
+                                   f"not join, or the real communication hung)")
+            if self._error is not None:
+                raise RuntimeError(f"nbox: {self.call} failed: {self._error}") from self._error
         assert self.deadline_ns is not None
         return self.deadline_ns
 
@@ -136,8 +147,8 @@ class NboxWork(Work):
         return True
 
     def is_completed(self) -> bool:
-        return (self._resolved.is_set() and self._error is None and self.deadline_ns is not None
-                and time.perf_counter_ns() >= self.deadline_ns)
+        deadline = self.deadline_ns
+        return self._error is None and deadline is not None and time.perf_counter_ns() >= deadline
 
     def is_success(self) -> bool:
         return self.is_completed()
@@ -150,6 +161,12 @@ class NboxWork(Work):
         return self._result
 
     def get_future(self) -> Future[Any]:
+        if self._lock is None:  # resolved at issue: no other thread touches this work
+            if self._future is None:
+                self._future = Future()
+                assert self.deadline_ns is not None
+                TIMER.complete_at(self.deadline_ns, self._future, self._result)
+            return self._future
         with self._lock:
             if self._future is None:
                 self._future = Future()

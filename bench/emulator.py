@@ -1,0 +1,210 @@
+"""Emulator-core figures: answer latency, backend overhead, delay precision, cost vs world size, calibration.
+
+    python bench/emulator.py [--quick] [--no-calibration] [--json]
+
+Prints one table per figure (medians, p99, spread) and the targets from the emulator-core issue:
+
+1. time to answer one collective through the cost model (``Fabric.answer``): a size already priced on
+   the group (a dictionary hit, the steady state of a training loop) and a size never seen (closed forms
+   evaluated); target <= 5 us;
+2. the backend path excluding the modeled delay: the ``dist.all_reduce(..., async_op=True)`` call on the
+   ``nbox`` backend (1 real rank, W = 8) until it returns the work; target <= 20 us;
+3. delay precision: ``|time wait() returned - modeled completion|`` for modeled delays of 50 us to 5 ms,
+   through ``Work.wait()`` (sleep then spin) and through ``get_future().wait()`` (timer thread, no spin);
+   target p50 <= 5 us, p99 <= 50 us;
+4. the cost of answering at W = 8 ... 1,048,576 (should be flat);
+5. the calibrated model against measured gloo collectives on 2 ranks, 1 KiB - 64 MiB (bench/calibration.py),
+   target: median |error| <= 10% on held-out sizes.
+
+Timings are wall-clock on a shared machine: each figure is many repetitions; medians and percentiles are
+reported, nothing is asserted beyond sanity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from emulator_core.answer import Fabric  # noqa: E402
+from emulator_core.pricing import with_world_size  # noqa: E402
+from emulator_core.scenario import SCENARIOS_DIR, load_scenario  # noqa: E402
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    return {"n": len(xs), "p50": statistics.median(xs), "p10": pct(xs, 10), "p90": pct(xs, 90), "p99": pct(xs, 99),
+            "max": max(xs)}
+
+
+def timed_ns(fn: Callable[[], object], reps: int) -> list[float]:
+    """Per-call time in microseconds, each call timed alone (clock overhead ~0.1 us included)."""
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(reps):
+        t0 = clock()
+        fn()
+        out.append((clock() - t0) / 1000)
+    return out
+
+
+def bench_answer(reps: int) -> list[dict[str, Any]]:
+    rows = []
+    scenario = with_world_size(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 1024)
+    for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
+        fabric = Fabric(scenario)
+        group = fabric.group(None, [0, 1])
+        t = [0.0]
+
+        def warm(c: str = collective) -> object:
+            t[0] += 1.0
+            return fabric.answer(group, c, 1 << 20, (t[0], t[0]))
+        cold_size = [1]
+
+        def cold(c: str = collective) -> object:
+            t[0] += 1.0
+            cold_size[0] += 1
+            return fabric.answer(group, c, cold_size[0], (t[0], t[0]))
+        warm()
+        rows.append({"collective": collective, "case": "size seen before", **summary(timed_ns(warm, reps))})
+        rows.append({"collective": collective, "case": "new size", **summary(timed_ns(cold, reps))})
+    return rows
+
+
+def bench_world_sizes(reps: int) -> list[dict[str, Any]]:
+    rows = []
+    base = load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml")
+    for w in (8, 64, 1024, 16384, 131072, 1048576):
+        scenario = with_world_size(base, w)
+        fabric = Fabric(scenario)
+        t0 = time.perf_counter_ns()
+        group = fabric.group(None, [0, 1])
+        build_us = (time.perf_counter_ns() - t0) / 1000
+        size = [1]
+
+        def cold() -> object:
+            size[0] += 1
+            return fabric.answer(group, "all_reduce", size[0], (0.0, 0.0))
+        rows.append({"world_size": w, "group_build_us": build_us, **summary(timed_ns(cold, reps))})
+    return rows
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_backend(reps: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
+                      NBOX_WORLD_SIZE="8")
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("nbox")
+    pg: Any = dist.group.WORLD
+    x = torch.ones(256)
+    overhead = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        work = dist.all_reduce(x, async_op=True)
+        overhead.append((time.perf_counter_ns() - t0) / 1000)
+        assert work is not None
+        work.wait()
+    call_rows = [{"path": "dist.all_reduce(async_op=True), 1 KiB, W=8", **summary(overhead)}]
+    wait_err: list[float] = []
+    fut_err: list[float] = []
+    modeled: list[float] = []
+    tensors = [torch.ones(n) for n in (256, 16384, 131072, 524288)]  # 1 KiB .. 2 MiB of float32
+    for i in range(reps):
+        t = tensors[i % len(tensors)]
+        work = dist.all_reduce(t, async_op=True)
+        assert work is not None
+        work.wait()
+        done = time.perf_counter_ns() / 1000
+        rec = pg.records[-1]
+        wait_err.append(abs(done - rec.end_us))
+        modeled.append(rec.end_us - rec.issue_us)
+        work = dist.all_reduce(t, async_op=True)
+        assert work is not None
+        work.get_future().wait()
+        done = time.perf_counter_ns() / 1000
+        fut_err.append(abs(done - pg.records[-1].end_us))
+        t.fill_(1.0)
+    dist.destroy_process_group()
+    span = f"modeled delays {min(modeled):.0f}-{max(modeled):.0f} us"
+    precision = [{"path": "Work.wait() (sleep + spin)", "delays": span, **summary(wait_err)},
+                 {"path": "get_future().wait() (timer thread)", "delays": span, **summary(fut_err)}]
+    return call_rows, precision
+
+
+def bench_calibration(quick: bool) -> list[dict[str, Any]]:
+    path = ROOT / "bench" / "calibration.py"
+    spec = importlib.util.spec_from_file_location("nbox_bench_calibration", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows: list[dict[str, Any]] = mod.run(nproc=2, quick=quick) if quick else mod.run(nproc=2)
+    print(mod.format_table(rows), file=sys.stderr)
+    return rows
+
+
+def table(title: str, rows: list[dict[str, Any]], keys: list[str]) -> str:
+    lines = [title, "  " + " | ".join(f"{k:>14}" for k in keys)]
+    for r in rows:
+        cells = []
+        for k in keys:
+            v = r.get(k, "")
+            cells.append(f"{v:>14.2f}" if isinstance(v, float) else f"{v!s:>14}")
+        lines.append("  " + " | ".join(cells))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    ap.add_argument("--no-calibration", action="store_true", help="skip the 2-rank gloo calibration figure")
+    ap.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    args = ap.parse_args()
+    reps = 2000 if args.quick else 20000
+    doc: dict[str, Any] = {"machine": f"{os.cpu_count()} cores, {sys.platform}, Python {sys.version.split()[0]}"}
+    doc["answer_us"] = bench_answer(reps)
+    doc["world_size_us"] = bench_world_sizes(reps // 4)
+    doc["backend_call_us"], doc["delay_error_us"] = bench_backend(reps // 20 if args.quick else reps // 10)
+    if not args.no_calibration:
+        doc["calibration"] = bench_calibration(args.quick)
+    cols = ["p50", "p10", "p90", "p99", "max"]
+    out = [
+        table("1. answer one collective through the cost model (us; target p50 <= 5)", doc["answer_us"],
+              ["collective", "case", *cols]),
+        table("2. backend call path, modeled delay excluded (us; target p50 <= 20)", doc["backend_call_us"],
+              ["path", *cols]),
+        table("3. delay precision |returned - modeled completion| (us; target p50 <= 5, p99 <= 50)",
+              doc["delay_error_us"], ["path", *cols, "delays"]),
+        table("4. answering cost vs world size (new size each call, us; flat is the target)", doc["world_size_us"],
+              ["world_size", "group_build_us", "p50", "p99"]),
+    ]
+    print("\n\n".join(out), file=sys.stderr)
+    if args.json:
+        print(json.dumps(doc))
+
+
+if __name__ == "__main__":
+    main()
