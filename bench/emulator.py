@@ -30,14 +30,13 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.answer import Fabric  # noqa: E402
+from emulator_core.answer import Fabric, FabricGroup  # noqa: E402
 from emulator_core.pricing import with_world_size  # noqa: E402
 from emulator_core.scenario import SCENARIOS_DIR, load_scenario  # noqa: E402
 
@@ -52,13 +51,15 @@ def summary(xs: list[float]) -> dict[str, float]:
             "max": max(xs)}
 
 
-def timed_ns(fn: Callable[[], object], reps: int) -> list[float]:
-    """Per-call time in microseconds, each call timed alone (clock overhead ~0.1 us included)."""
+def answer_times_us(fabric: Fabric, group: FabricGroup, collective: str, reps: int, new_size: bool) -> list[float]:
+    """Time ``reps`` answers of ``collective`` on ``group``: the same 1 MiB each time, or a new size each time."""
     clock = time.perf_counter_ns
     out = []
-    for _ in range(reps):
+    fabric.answer(group, collective, 1 << 20, (0.0, 0.0))
+    for i in range(1, reps + 1):
+        size = (1 << 20) + i if new_size else 1 << 20
         t0 = clock()
-        fn()
+        fabric.answer(group, collective, size, (float(i), float(i)))
         out.append((clock() - t0) / 1000)
     return out
 
@@ -69,20 +70,9 @@ def bench_answer(reps: int) -> list[dict[str, Any]]:
     for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         fabric = Fabric(scenario)
         group = fabric.group(None, [0, 1])
-        t = [0.0]
-
-        def warm(c: str = collective) -> object:
-            t[0] += 1.0
-            return fabric.answer(group, c, 1 << 20, (t[0], t[0]))
-        cold_size = [1]
-
-        def cold(c: str = collective) -> object:
-            t[0] += 1.0
-            cold_size[0] += 1
-            return fabric.answer(group, c, cold_size[0], (t[0], t[0]))
-        warm()
-        rows.append({"collective": collective, "case": "size seen before", **summary(timed_ns(warm, reps))})
-        rows.append({"collective": collective, "case": "new size", **summary(timed_ns(cold, reps))})
+        for new_size, case in ((False, "size seen before"), (True, "new size")):
+            rows.append({"collective": collective, "case": case,
+                         **summary(answer_times_us(fabric, group, collective, reps, new_size))})
     return rows
 
 
@@ -90,17 +80,12 @@ def bench_world_sizes(reps: int) -> list[dict[str, Any]]:
     rows = []
     base = load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml")
     for w in (8, 64, 1024, 16384, 131072, 1048576):
-        scenario = with_world_size(base, w)
-        fabric = Fabric(scenario)
+        fabric = Fabric(with_world_size(base, w))
         t0 = time.perf_counter_ns()
         group = fabric.group(None, [0, 1])
         build_us = (time.perf_counter_ns() - t0) / 1000
-        size = [1]
-
-        def cold() -> object:
-            size[0] += 1
-            return fabric.answer(group, "all_reduce", size[0], (0.0, 0.0))
-        rows.append({"world_size": w, "group_build_us": build_us, **summary(timed_ns(cold, reps))})
+        rows.append({"world_size": w, "group_build_us": build_us,
+                     **summary(answer_times_us(fabric, group, "all_reduce", reps, True))})
     return rows
 
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from emulator_core.pricing import GroupShape, group_shape, price_group
+from emulator_core.pricing import GroupShape, Pricer, group_shape, make_pricer
 from emulator_core.scenario import Scenario
 
 __all__ = ["Answer", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"]
@@ -97,6 +97,7 @@ class FabricGroup:
 
     def __post_init__(self) -> None:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
+        self._pricers: dict[str, Pricer] = {}
 
 
 class Fabric:
@@ -145,10 +146,16 @@ class Fabric:
         key = (collective, nbytes)
         hit = group._prices.get(key)
         if hit is None:
-            hit = price_group(self.scenario, collective, nbytes, group.shape)
+            hit = self._pricer(group, collective)(nbytes)
             if len(group._prices) < 65536:
                 group._prices[key] = hit
         return hit
+
+    def _pricer(self, group: FabricGroup, collective: str) -> Pricer:
+        pricer = group._pricers.get(collective)
+        if pricer is None:
+            pricer = group._pricers[collective] = make_pricer(self.scenario, collective, group.shape)
+        return pricer
 
     def answer(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
                *, send_bytes: Sequence[float] | None = None,
@@ -180,8 +187,7 @@ class Fabric:
                 last = max(last, late)
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
-            algorithm, cost = price_group(self.scenario, collective, nbytes, group.shape,
-                                          send_bytes=send_bytes, recv_bytes=recv_bytes)
+            algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)
         else:
             algorithm, cost = self.price(group, collective, nbytes)
         end = start + cost

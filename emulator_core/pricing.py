@@ -10,20 +10,29 @@ How a scenario becomes cost-model links (``costmodels.Link``):
   within dimension 0, all-reduce across the rest, all-gather within dimension 0
   (``costmodels.hierarchical_all_reduce``).
 
-``auto`` picks the fastest of NCCL's own algorithm set (ring, double binary tree), plus hierarchical
-for an all-reduce over more than one dimension; the optimistic ``direct`` models are priced when asked
-for but never chosen by ``auto`` (they assume all p-1 messages proceed at once).
+**calibration**: when a group spans exactly one dimension (or spans none and the topology has exactly
+one dimension of size > 1, or only one dimension) and the scenario holds a ``[[calibration]]`` for
+(collective, that dimension), the collective runs on that dimension's figures times the calibration's
+factors, with its efficiency curve: ``Link(latency_us * latency_factor,
+bandwidth_bytes_per_us * bandwidth_factor, Efficiency(points))``; and ``auto`` means the calibrated
+algorithm (what the measured library runs) instead of a choice by modeled time.
+
+Otherwise ``auto`` picks the fastest of NCCL's own algorithm set (ring, double binary tree), plus hierarchical
+for an all-reduce over more than one dimension. The optimistic ``direct`` models (all p-1 messages at
+once) are never chosen for a collective that has a ring or tree model; for those that have none (all-to-all,
+all-to-all-v, gather, scatter: NCCL runs them as grouped point-to-point to every peer at once, i.e. direct)
+``auto`` takes the fastest of the modeled ones, direct included.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from emulator_core import costmodels as cm
-from emulator_core.scenario import Dimension, Scenario, ScenarioError
+from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario, ScenarioError
 
 
 @dataclass(frozen=True)
@@ -85,13 +94,36 @@ def dimension_link(dim: Dimension) -> cm.Link:
     return cm.Link(dim.latency_us, dim.bandwidth_bytes_per_us)
 
 
-def link_for(scenario: Scenario, collective: str, shape: GroupShape) -> cm.Link:
-    """The link a flat algorithm of ``collective`` over a group of ``shape`` runs at: the slowest dimension
-    it crosses (lowest bandwidth, highest latency among the spanned dimensions; all dimensions of size > 1
-    when the group spans none, e.g. one rank)."""
-    del collective  # the same fabric for every collective until calibration says otherwise
-    dims = [d for _, d in shape.dims] or [d for d in scenario.topology.dims if d.size > 1] \
+def _spanned(scenario: Scenario, shape: GroupShape) -> list[Dimension]:
+    return [d for _, d in shape.dims] or [d for d in scenario.topology.dims if d.size > 1] \
         or list(scenario.topology.dims)
+
+
+def calibration_for(scenario: Scenario, collective: str, shape: GroupShape) -> tuple[Dimension, Calibration] | None:
+    """The dimension and calibration that apply to ``collective`` over a group of ``shape``, if any: the group
+    spans exactly one dimension (or none, and the topology has one dimension of size > 1, or one dimension)
+    and ``scenario.calibrated(collective, that_dimension.name)`` exists."""
+    dims = _spanned(scenario, shape)
+    if len(dims) != 1:
+        return None
+    cal = scenario.calibrated(collective, dims[0].name)
+    return (dims[0], cal) if cal is not None else None
+
+
+def link_for(scenario: Scenario, collective: str, shape: GroupShape) -> cm.Link:
+    """The link a flat algorithm of ``collective`` over a group of ``shape`` runs at.
+
+    With a calibration (see :func:`calibration_for`): the dimension's latency (us) and bandwidth (bytes/us)
+    times the calibration's factors, with its efficiency curve. Otherwise the slowest dimension it crosses
+    (lowest bandwidth, highest latency among the spanned dimensions; all dimensions of size > 1 when the
+    group spans none, e.g. one rank), efficiency 1.
+    """
+    found = calibration_for(scenario, collective, shape)
+    if found is not None:
+        dim, cal = found
+        return cm.Link(dim.latency_us * cal.latency_factor, dim.bandwidth_bytes_per_us * cal.bandwidth_factor,
+                       cal.curve)
+    dims = _spanned(scenario, shape)
     bandwidth = min(d.bandwidth_bytes_per_us for d in dims)
     latency = max(d.latency_us for d in dims)
     return cm.Link(latency, bandwidth)
@@ -102,37 +134,74 @@ def flat_link(scenario: Scenario) -> cm.Link:
     return link_for(scenario, "all_reduce", group_shape(scenario))
 
 
+Pricer = Callable[..., tuple[str, float]]
+
+
+def make_pricer(scenario: Scenario, collective: str, shape: GroupShape) -> Pricer:
+    """:func:`price_group` for one (collective, group) with everything but the size resolved once.
+
+    Returns ``pricer(nbytes, **kw) -> (algorithm, time_us)``: the link, the dimensions, the algorithm or
+    ``auto``'s candidates are fixed here, so a call only evaluates closed forms (what the emulator does per
+    collective it answers). ``kw`` is ``send_bytes``/``recv_bytes`` for all_to_all_v.
+
+    Raises:
+        ValueError: unknown collective, or the scenario names an algorithm not modeled for ``collective``.
+    """
+    known = cm.algorithms_for(collective)
+    algorithm = scenario.algorithm(collective)
+    found = calibration_for(scenario, collective, shape) if algorithm == AUTO else None
+    if found is not None:
+        algorithm = found[1].algorithm
+    if shape.size <= 1:
+        return lambda nbytes, **kw: (algorithm, 0.0)
+    p = shape.size
+    link = link_for(scenario, collective, shape)
+    multi = [(n, dimension_link(d)) for n, d in shape.dims]
+    if algorithm == "hierarchical" and collective == "all_reduce":
+        if len(multi) < 2:
+            ring = cm.COST_MODELS[("all_reduce", "ring")]
+            return lambda nbytes, **kw: (algorithm, ring(nbytes, p, link))
+        return lambda nbytes, **kw: (algorithm, cm.hierarchical_all_reduce(nbytes, multi))
+    if algorithm != AUTO:
+        model = cm.COST_MODELS.get((collective, algorithm))
+        if model is None:
+            raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}, auto")
+        return lambda nbytes, **kw: (algorithm, model(nbytes, p, link, **kw))
+    nccl = [a for a in cm.NCCL_ALGORITHMS if a in known]
+    names = nccl or [a for a in known if (collective, a) != ("all_reduce", "hierarchical")]
+    models = [(a, cm.COST_MODELS[(collective, a)]) for a in names]
+    hierarchical = collective == "all_reduce" and len(multi) > 1
+
+    def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
+        best_name, best = "", math.inf
+        for name, model in models:
+            t = model(nbytes, p, link, **kw)
+            if t < best:
+                best_name, best = name, t
+        if hierarchical:
+            t = cm.hierarchical_all_reduce(nbytes, multi)
+            if t < best:
+                best_name, best = "hierarchical", t
+        return best_name, best
+    return pricer
+
+
 def price_group(scenario: Scenario, collective: str, nbytes: float, shape: GroupShape,
                 **kw: Any) -> tuple[str, float]:
     """The algorithm the scenario uses for ``collective`` on a group of ``shape``, and its time (us).
 
     The scenario's algorithm for the collective, or ``auto``: the fastest of NCCL's set (ring, double
-    binary tree) plus hierarchical for an all-reduce over more than one dimension. ``hierarchical`` over a
-    group that spans one dimension is the flat ring (they are equal, see costmodels). ``kw`` goes to the
-    model (``send_bytes``/``recv_bytes`` for all_to_all_v). A one-rank group costs 0.
+    binary tree) plus hierarchical for an all-reduce over more than one dimension (a collective with
+    neither, e.g. all-to-all: the fastest modeled one). ``hierarchical`` over a group that spans one
+    dimension is the flat ring (they are equal, see costmodels). ``kw`` goes to the model
+    (``send_bytes``/``recv_bytes`` for all_to_all_v). A one-rank group costs 0. With a calibration (see
+    :func:`calibration_for`), ``auto`` is the calibrated algorithm. See :func:`make_pricer` to price many
+    sizes on one group.
 
     Raises:
         ValueError: the scenario names an algorithm not modeled for ``collective``.
     """
-    algorithm = scenario.algorithm(collective)
-    if shape.size <= 1:
-        return algorithm, 0.0
-    link = link_for(scenario, collective, shape)
-    multi = [(n, dimension_link(d)) for n, d in shape.dims]
-    if algorithm == "hierarchical" and collective == "all_reduce":
-        if len(multi) < 2:
-            return algorithm, cm.cost("all_reduce", "ring", nbytes, shape.size, link)
-        return algorithm, cm.hierarchical_all_reduce(nbytes, multi)
-    if algorithm != "auto":
-        return algorithm, cm.cost(collective, algorithm, nbytes, shape.size, link, **kw)
-    known = cm.algorithms_for(collective)
-    name, best = cm.auto(collective, nbytes, shape.size, link,
-                         algorithms=[a for a in cm.NCCL_ALGORITHMS if a in known] or None, **kw)
-    if collective == "all_reduce" and len(multi) > 1:
-        t = cm.hierarchical_all_reduce(nbytes, multi)
-        if t < best:
-            name, best = "hierarchical", t
-    return name, best
+    return make_pricer(scenario, collective, shape)(nbytes, **kw)
 
 
 def with_world_size(scenario: Scenario, world_size: int) -> Scenario:
@@ -152,7 +221,8 @@ def with_world_size(scenario: Scenario, world_size: int) -> Scenario:
 
 def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "all") -> tuple[list[Price], str]:
     """Modeled time of ``collective`` on ``nbytes`` (the per-rank input, costmodels' convention) over all
-    ranks of ``scenario``: one Price per algorithm (or the one named), and the algorithm ``auto`` picks.
+    ranks of ``scenario``: one Price per algorithm (or the one named), and the algorithm ``auto`` picks
+    (the calibrated algorithm when a calibration applies, see :func:`calibration_for`).
 
     Raises:
         ValueError: unknown collective or algorithm (the message lists the known ones).
@@ -177,6 +247,9 @@ def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "al
                              cm.bus_bandwidth_gbps(collective, nbytes, p, t) if t > 0 else 0.0)
     candidates = [a for a in (*cm.NCCL_ALGORITHMS, "hierarchical") if a in prices] or list(prices)
     chosen = min(candidates, key=lambda a: prices[a].time_us)
+    found = calibration_for(scenario, collective, shape)
+    if found is not None and found[1].algorithm in prices:
+        chosen = found[1].algorithm
     if algorithm == "auto":
         names = [chosen]
     return [prices[n] for n in names if n in prices], chosen

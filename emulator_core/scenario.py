@@ -32,6 +32,15 @@ TOML layout (see the shipped examples in ``emulator_core/scenarios/``)::
     rank = 3
     slowdown = 1.5
 
+    [[calibration]]            # optional, from `nbox calibrate` (see Calibration): factors x the dimension's
+    collective = "all_reduce"
+    dimension = "nvlink"
+    algorithm = "ring"         # the fitted closed form
+    ranks = 8
+    latency_factor = 1.0
+    bandwidth_factor = 0.93
+    efficiency = [[1024, 0.05], [65536, 0.6], [67108864, 1.0]]   # (size_bytes, fraction) pairs
+
 The product of the dimension sizes must equal ``world_size``. The LAST dimension may say ``size = 0``,
 meaning "whatever makes the product equal world_size"; it is resolved when the :class:`Scenario` is built
 (the stored scenario always holds concrete sizes, so dumping then loading gives an equal scenario).
@@ -48,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from emulator_core import costmodels as cm
 from nbox.errors import InputNotFoundError, InvalidInputError
 
 #: Dimension kinds: a ring (each rank talks to 2 neighbours), a switch (any pair at full per-rank
@@ -75,10 +85,12 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 
 _T = TypeVar("_T")
-_TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap")
+_TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration")
 _TOPOLOGY_KEYS = ("dims",)
 _DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank")
 _STRAGGLER_KEYS = ("rank", "slowdown")
+_CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
+                     "efficiency")
 
 
 class ScenarioError(InvalidInputError):
@@ -285,6 +297,70 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """How one collective, measured on one topology dimension, departs from the dimension's nominal figures.
+
+    Written by ``nbox calibrate``; applied by ``emulator_core.pricing`` when a group spans exactly that dimension:
+    the collective runs on a link of ``latency_us * latency_factor`` microseconds and
+    ``bandwidth_gbps * bandwidth_factor`` Gb/s (1 Gb/s = 1e9 bits/s = 125 bytes/us), scaled per size by
+    ``efficiency``. Factors, not absolute figures, so ``--set topology.dims.0.bandwidth_gbps=400`` still scales it.
+
+    Attributes:
+        collective: one of :data:`COLLECTIVES`; dimension: an existing topology dimension's name.
+        algorithm: the fitted closed form (one of ``costmodels.algorithms_for(collective)``); ``auto`` pricing
+            uses it, since it is what the measured library runs. ranks: ranks measured with (>= 2).
+        latency_factor, bandwidth_factor: > 0, multiply the dimension's ``latency_us`` / ``bandwidth_gbps``.
+        efficiency: ``(size_bytes, fraction)`` pairs as ``costmodels.Efficiency`` (sizes in bytes, the
+            collective's nccl-tests "size"; strictly increasing; fractions in (0, 1]); empty = 1.0 everywhere.
+    """
+
+    collective: str
+    dimension: str
+    algorithm: str
+    ranks: int
+    latency_factor: float = 1.0
+    bandwidth_factor: float = 1.0
+    efficiency: tuple[tuple[int, float], ...] = ()
+    #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
+    curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        _choice("collective", self.collective, COLLECTIVES)
+        if not isinstance(self.dimension, str) or not _NAME_RE.match(self.dimension):
+            raise _bad("dimension", self.dimension, "must be a dimension name (letters, digits, '_' or '-')")
+        known = cm.algorithms_for(self.collective)
+        if not isinstance(self.algorithm, str) or self.algorithm not in known:
+            raise _bad("algorithm", self.algorithm, f"must be one of {', '.join(known)} for {self.collective}")
+        _int("ranks", self.ranks, 2, MAX_WORLD_SIZE)
+        object.__setattr__(self, "latency_factor", _float("latency_factor", self.latency_factor, gt=0))
+        object.__setattr__(self, "bandwidth_factor", _float("bandwidth_factor", self.bandwidth_factor, gt=0))
+        raw: Any = self.efficiency
+        bad = [raw] if not isinstance(raw, (list, tuple)) else [pt for pt in raw if not (
+            isinstance(pt, (list, tuple)) and len(pt) == 2)]
+        if bad:
+            raise _bad("efficiency", bad[0], "must be an array of [size_bytes, fraction] pairs")
+        points = tuple((pt[0], _float("efficiency", pt[1])) for pt in raw)
+        try:
+            object.__setattr__(self, "curve", cm.Efficiency(points))
+        except ValueError as e:
+            raise _bad("efficiency", [list(pt) for pt in points], str(e)) from None
+        object.__setattr__(self, "efficiency", points)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in _CALIBRATION_KEYS}
+        return {**d, "efficiency": [list(p) for p in self.efficiency]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Calibration:
+        """Build from a TOML table; ``latency_factor``/``bandwidth_factor`` default to 1, ``efficiency`` to []."""
+        _check_table("", d, _CALIBRATION_KEYS)
+        missing = [k for k in _CALIBRATION_KEYS[:4] if k not in d]
+        if missing:
+            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(_CALIBRATION_KEYS[:4])})")
+        return cls(**d)
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A what-if scenario: the cluster the emulator answers collectives for.
 
@@ -298,6 +374,9 @@ class Scenario:
             (compute durations are divided by it).
         stragglers: ranks whose compute is slowed down (unique ranks, each < ``world_size``).
         overlap: ``"overlap"`` or ``"serialize"`` (see :data:`OVERLAP_POLICIES`).
+        calibration: measured departures from the dimensions' nominal figures, per (collective, dimension)
+            (see :class:`Calibration`; at most one per pair, each naming an existing dimension). Read them
+            with :meth:`calibrated`.
     """
 
     world_size: int
@@ -306,6 +385,9 @@ class Scenario:
     compute_scale: float = 1.0
     stragglers: tuple[Straggler, ...] = ()
     overlap: str = "overlap"
+    calibration: tuple[Calibration, ...] = ()
+    _calibrated: Mapping[tuple[str, str], Calibration] = field(default_factory=dict, init=False, repr=False,
+                                                               compare=False, hash=False)
     _slowdowns: Mapping[int, float] = field(default_factory=dict, init=False, repr=False, compare=False,
                                             hash=False)
 
@@ -344,6 +426,26 @@ class Scenario:
             slow[s.rank] = s.slowdown
         object.__setattr__(self, "stragglers", stragglers)
         object.__setattr__(self, "_slowdowns", slow)
+        self._check_calibration()
+
+    def _check_calibration(self) -> None:
+        entries, names, found = tuple(self.calibration), {d.name for d in self.topology.dims}, {}
+        for i, c in enumerate(entries):
+            if not isinstance(c, Calibration):
+                raise _bad(f"calibration[{i}]", c, "must be a Calibration")
+            if c.dimension not in names:
+                raise _bad(f"calibration[{i}].dimension", c.dimension,
+                           f"no such topology dimension (known: {', '.join(sorted(names))})")
+            if (c.collective, c.dimension) in found:
+                raise _bad(f"calibration[{i}].collective", c.collective,
+                           f"calibrated twice on dimension {c.dimension!r}")
+            found[(c.collective, c.dimension)] = c
+        object.__setattr__(self, "calibration", entries)
+        object.__setattr__(self, "_calibrated", found)
+
+    def calibrated(self, collective: str, dimension_name: str) -> Calibration | None:
+        """The calibration of ``collective`` on the dimension named ``dimension_name``, or ``None``."""
+        return self._calibrated.get((collective, dimension_name))
 
     def _resolve_topology(self, w: int) -> None:
         dims = self.topology.dims
@@ -373,7 +475,8 @@ class Scenario:
         """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self)."""
         return {"world_size": self.world_size, "compute_scale": self.compute_scale, "overlap": self.overlap,
                 "algorithms": dict(self.algorithms), "topology": self.topology.to_dict(),
-                "stragglers": [s.to_dict() for s in self.stragglers]}
+                "stragglers": [s.to_dict() for s in self.stragglers],
+                "calibration": [c.to_dict() for c in self.calibration]}
 
     @classmethod
     def from_dict(cls, d: Any) -> Scenario:
@@ -393,9 +496,12 @@ class Scenario:
         if not isinstance(raw_strag, list):
             raise _bad("stragglers", raw_strag, "must be an array of tables [[stragglers]]")
         stragglers = _parse_tables("stragglers", raw_strag, Straggler.from_dict)
+        if not isinstance(raw_cal := d.get("calibration", []), list):
+            raise _bad("calibration", raw_cal, "must be an array of tables [[calibration]]")
         kwargs = {k: d[k] for k in ("compute_scale", "overlap") if k in d}
         return cls(world_size=d["world_size"], topology=topo, algorithms=tuple(algos.items()),
-                   stragglers=tuple(stragglers), **kwargs)
+                   stragglers=tuple(stragglers),
+                   calibration=tuple(_parse_tables("calibration", raw_cal, Calibration.from_dict)), **kwargs)
 
 
 def _check_table(key: str, d: Any, allowed: Sequence[str]) -> None:
@@ -466,6 +572,7 @@ _SCHEMA: dict[str, Any] = {
     "algorithms": {c: None for c in COLLECTIVES},
     "topology": {"dims": [{k: None for k in _DIM_KEYS}]},
     "stragglers": [{k: None for k in _STRAGGLER_KEYS}],
+    "calibration": [{k: None for k in _CALIBRATION_KEYS}],
 }
 
 
@@ -572,7 +679,9 @@ def _toml_value(v: Any) -> str:
         return repr(v)  # finite (validated); repr round-trips exactly and is valid TOML (1e-05, 3600.0)
     if isinstance(v, str):
         return _toml_str(v)
-    raise TypeError(f"not a TOML scalar: {v!r}")  # pragma: no cover - the tree holds scalars only
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"not a TOML scalar: {v!r}")  # pragma: no cover - scalars and lists only
 
 
 def dump_toml(scenario: Scenario) -> str:
@@ -585,4 +694,6 @@ def dump_toml(scenario: Scenario) -> str:
         lines += ["", "[[topology.dims]]"] + [f"{k} = {_toml_value(v)}" for k, v in dim.items()]
     for s in d["stragglers"]:
         lines += ["", "[[stragglers]]"] + [f"{k} = {_toml_value(v)}" for k, v in s.items()]
+    for c in d["calibration"]:
+        lines += ["", "[[calibration]]"] + [f"{k} = {_toml_value(v)}" for k, v in c.items()]
     return "\n".join(lines) + "\n"

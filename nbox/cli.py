@@ -278,6 +278,64 @@ def scenario_cost(
                          f"{p.busbw_gbps:>12.2f}\n")
 
 
+@app.command("calibrate")
+def calibrate_cmd(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Scenario fragment (TOML) to write.")],
+    nproc: Annotated[int, typer.Option("-n", "--nproc", help="Ranks to launch on this machine.", min=2)] = 2,
+    backend: Annotated[Optional[str], typer.Option(help="gloo | nccl (default: nccl with CUDA, else gloo).")]  # noqa: UP045
+    = None,
+    sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
+    = "1KiB..64MiB",
+    collectives: Annotated[str, typer.Option(help="Comma list (default: all measurable).")]
+    = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier,send_recv",
+    budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
+    = 600.0,
+    dimension: Annotated[str, typer.Option(help="Name of the topology dimension written.")] = "loopback",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
+
+    Prints the fit error per size (stderr, or --json); the TOML holds one dimension with the all_reduce
+    latency/bandwidth and a [[calibration]] entry per collective (factors and efficiency curve).
+
+    Examples:
+
+      nbox calibrate -n 2 -o loopback.toml
+
+      nbox calibrate --sizes 1KiB,64KiB --collectives all_reduce,all_gather -o small.toml --json
+    """
+    from dataclasses import replace
+
+    from emulator_core.calibrate import CalibrateConfig, calibrate, parse_sizes
+
+    cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
+                          collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
+                          timeout_s=timeout, dimension=dimension)  # bad input is refused before torch loads
+    if backend is None:
+        import torch  # only here: --help must not load torch
+
+        cfg = replace(cfg, backend="nccl" if torch.cuda.is_available() else "gloo")
+    if not json_out:
+        sys.stderr.write(f"nbox calibrate: measuring {len(cfg.collectives)} collective(s) x {len(cfg.sizes)} "
+                         f"size(s) on {cfg.nproc} {cfg.backend} rank(s)\n")
+    cmd = "nbox calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else None
+    result = calibrate(cfg, out, command=cmd)
+    if json_out:
+        doc = {"profile": str(result.path), "backend": cfg.backend, "nproc": cfg.nproc,
+               "wall_s": round(result.wall_s, 3), "torch": result.info.get("torch"),
+               "scenario": result.scenario.to_dict(),
+               "fits": [{"collective": f.collective, "algorithm": f.algorithm, "ranks": f.ranks,
+                         "latency_us": f.latency_us, "bandwidth_gbps": f.bandwidth_gbps,
+                         "median_abs_error_pct": f.median_abs_error_pct(),
+                         "points": [vars(p) for p in f.points]} for f in result.fits]}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    from emulator_core.calibrate import format_fits
+
+    sys.stderr.write(format_fits(result.fits) + f"\nnbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
+
+
 def _fmt_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):

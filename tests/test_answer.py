@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import emulator_core.answer as answer_mod
 from emulator_core.answer import Answer, Fabric, mirror_member, mirror_weights
-from emulator_core.pricing import group_shape, price_group, with_world_size
+from emulator_core.pricing import GroupShape, Pricer, group_shape, make_pricer, price_group, with_world_size
 from emulator_core.scenario import Scenario, Straggler, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "emulator_core" / "scenarios"
@@ -127,11 +127,15 @@ def test_world_sized_groups_answer_from_the_real_members_and_price_once(
     s = with_world_size(load_scenario(SCENARIOS / "loopback_cpu.toml"), world)
     calls: list[tuple[str, float]] = []
 
-    def counting(scenario: Scenario, collective: str, nbytes: float, shape: object, **kw: object) -> tuple[str, float]:
-        calls.append((collective, nbytes))
-        return price_group(scenario, collective, nbytes, shape, **kw)  # type: ignore[arg-type]
+    def counting_pricer(scenario: Scenario, collective: str, shape: GroupShape) -> Pricer:
+        inner = make_pricer(scenario, collective, shape)
 
-    monkeypatch.setattr(answer_mod, "price_group", counting)
+        def pricer(nbytes: float, **kw: object) -> tuple[str, float]:
+            calls.append((collective, nbytes))
+            return inner(nbytes, **kw)
+        return pricer
+
+    monkeypatch.setattr(answer_mod, "make_pricer", counting_pricer)
     fabric = Fabric(s)
     g = fabric.group(None, [0])
     assert g.shape.size == world and g.real_positions == (0,) and g.stragglers == ()
