@@ -144,7 +144,7 @@ class OpRecord(NamedTuple):
 
 
 def _nbytes(ts: Sequence[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in ts)
+    return ts[0].nbytes if len(ts) == 1 else sum(t.nbytes for t in ts)
 
 
 @dataclass
@@ -247,8 +247,10 @@ class NboxProcessGroup(dist.ProcessGroup):
         if g.inner is None:
             works, finish = real(None)
             run_finish(finish)
+            arrivals_us = [issue_us] * n_real
             with g.lock:
-                ans = self.fabric.answer(g.fabric_group, collective, nbytes, [issue_us] * n_real, **(pricing or {}))
+                ans = (self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us) if pricing is None else
+                       self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, **pricing))
             done_us = time.perf_counter_ns() / 1000.0
             self._record(OpRecord(call, collective, nbytes, issue_us, ans.start_us, ans.end_us, ans.algorithm, done_us))
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, int(ans.end_us * 1000.0))

@@ -7,8 +7,9 @@ on Linux: one clock for every process on a host, which is what lets real ranks c
   ``spin_ns`` before the deadline, then spins on the clock. Precision is the clock read, a few hundred ns,
   unless the OS preempts the spinner; ``bench/emulator.py`` measures it.
 * :class:`FutureTimer` completes ``torch.futures.Future`` objects (what DDP's reducer and ``then()``
-  callbacks wait on) from one background thread that only sleeps (never spins, so it does not steal the
-  GIL from the training thread); its precision is the OS's timer wake-up, tens of microseconds.
+  callbacks wait on) from one background thread that sleeps until :data:`TIMER_SPIN_NS` before the
+  earliest deadline and spins the rest (a short spin: that thread holds the GIL while it spins). The
+  waiter then wakes through torch's condition variable, which adds the OS's wake-up latency.
 * :class:`NboxWork` is the ``Work`` the script gets: ``wait()`` waits for the real communication, then
   sleeps-and-spins to the deadline; ``get_future()`` gives a future the timer completes at the deadline.
 """
@@ -31,6 +32,9 @@ __all__ = ["DEFAULT_SPIN_NS", "FutureTimer", "NboxWork", "sleep_until"]
 
 #: Spin the last 200 us before a deadline (above Linux's default 50 us timer slack plus wake-up latency).
 DEFAULT_SPIN_NS = 200_000
+#: The future timer spins only the last 100 us (it holds the GIL while it spins; whoever waits on the
+#: future has released it, but other Python threads of the script have not).
+TIMER_SPIN_NS = 100_000
 
 
 def sleep_until(deadline_ns: int, spin_ns: int = DEFAULT_SPIN_NS) -> None:
@@ -65,16 +69,20 @@ class FutureTimer:
             self._cv.notify()
 
     def _run(self) -> None:
+        clock = time.perf_counter_ns
         while True:
             with self._cv:
                 while not self._heap:
                     self._cv.wait()
-                deadline, _, fut, value = self._heap[0]
-                wait_s = (deadline - time.perf_counter_ns()) / 1e9
-                if wait_s > 0:
-                    self._cv.wait(wait_s)
+                deadline = self._heap[0][0]
+                remaining = deadline - clock()
+                if remaining > TIMER_SPIN_NS:
+                    self._cv.wait((remaining - TIMER_SPIN_NS) / 1e9)  # woken early by an earlier deadline
                     continue
-                heapq.heappop(self._heap)
+            while clock() < deadline:  # the last TIMER_SPIN_NS, outside the lock
+                pass
+            with self._cv:
+                _, _, fut, value = heapq.heappop(self._heap)
             fut.set_result(value)
 
 
