@@ -108,8 +108,12 @@ class Fabric:
             raise ValueError(f"scenario must be a Scenario, got {scenario!r}")
         self.scenario = scenario
 
-    def group(self, ranks: Sequence[int] | None, real_ranks: Sequence[int]) -> FabricGroup:
+    def group(self, ranks: Sequence[int] | None, real_ranks: Sequence[int], *,
+              real_stragglers: bool = True) -> FabricGroup:
         """A group of global ``ranks`` (``None``: all ranks, in order) of which ``real_ranks`` are real.
+
+        ``real_stragglers=False``: a real member listed as a straggler is not stretched here, because the
+        caller already slows its compute (virtual replay); emulated stragglers always are.
 
         Raises:
             ValueError: a rank out of range or repeated, or a real rank that is not a member.
@@ -131,7 +135,10 @@ class Fabric:
         if not positions:
             raise ValueError("a group needs at least one real member")
         stragglers: list[tuple[float, int]] = []
+        real_set = set(real_ranks)
         for st in s.stragglers:
+            if not real_stragglers and st.rank in real_set:
+                continue
             if ranks is None:
                 j = st.rank
             else:

@@ -1,0 +1,239 @@
+"""One rank's Chakra trace as a replayable graph: flat lists indexed by position, dependencies as positions.
+
+What the replay needs from each node (attribute contract: chakra-format.md, nbox's ``nbox_*`` attributes):
+
+* ``kind``: compute (COMP, MEM_LOAD/STORE), collective (COMM_COLL), send, recv, or metadata (no time);
+* ``duration_us``: the recorded duration (``duration_micros``); for an asynchronous comm node that is the
+  communication's own span, and ``issue_us`` (``nbox_cpu_duration_micros``) is what issuing it cost the
+  thread;
+* ``resource``: what the node occupies while it runs: ``"stream:<n>"`` for GPU work (``nbox_stream``),
+  ``"thread:<tid>"`` for host work (``tid``), one shared ``"thread:?"`` when a trace names neither (e.g.
+  ASTRA-sim workloads, which are then replayed in node order);
+* ``deps``: data and control dependencies as positions (a dependency on an id absent from the file is
+  dropped and counted: ``dangling``);
+* comm facts: collective name (costmodels' names), ``comm_size`` bytes, process group (``pg_name``),
+  peer and tag for send/recv, all-to-all splits, and whether the issuer waits (``nbox_async``). A
+  comm node without ``comm_type``/``comm_size`` is :data:`UNPRICED` (recorded duration, counted).
+
+Nodes are kept in file order. nbox's converter writes them in recorded order (every dependency points
+earlier); a trace from another tool may not, so :func:`load_rank` sorts them topologically (stable, by
+position) and refuses a cycle, naming a node on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbox.chakra import et_def_pb2 as pb
+from nbox.chakra.attrs import Attr, as_int, attr_map
+from nbox.chakra.codec import EtReader
+from nbox.errors import InvalidInputError
+
+__all__ = ["COMPUTE", "COLLECTIVE", "META", "RECV", "SEND", "CommInfo", "RankGraph", "load_rank"]
+
+COMPUTE, COLLECTIVE, SEND, RECV, META = 0, 1, 2, 3, 4
+
+#: Chakra CollectiveCommType -> the emulator's collective names (costmodels).
+COLLECTIVE_NAMES = {0: "all_reduce", 1: "reduce", 2: "all_gather", 3: "gather", 4: "scatter", 5: "broadcast",
+                    6: "all_to_all", 7: "reduce_scatter", 8: "reduce_scatter", 9: "barrier"}
+
+
+class ReplayInputError(InvalidInputError):
+    """A trace cannot be replayed as it is (the message names the file, node and what is wrong)."""
+
+
+@dataclass(frozen=True)
+class CommInfo:
+    """A communication node's facts. ``nbytes`` follows comm_size's convention (nbox_record/comms.py)."""
+
+    collective: str  # costmodels name; "send_recv" for point-to-point
+    nbytes: int
+    pg: str  # process group name ("" = the world)
+    peer: int | None = None  # send: destination; recv: source (global ranks)
+    tag: int = 0
+    blocking: bool = False  # the issuing thread waits for completion (a synchronous gloo collective)
+    in_splits: tuple[int, ...] | None = None  # all-to-all elements per peer
+    out_splits: tuple[int, ...] | None = None
+    root: int | None = None
+
+
+@dataclass
+class RankGraph:
+    """One rank's nodes, by position. See the module docstring for each list's meaning."""
+
+    rank: int
+    path: str
+    ids: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    duration_us: list[float] = field(default_factory=list)
+    issue_us: list[float] = field(default_factory=list)
+    resource: list[int] = field(default_factory=list)  # index into resources
+    resources: list[str] = field(default_factory=list)
+    deps: list[tuple[int, ...]] = field(default_factory=list)
+    iteration: list[int] = field(default_factory=list)
+    comm: dict[int, CommInfo] = field(default_factory=dict)
+    dangling: int = 0
+    nodes: list[pb.Node] | None = None  # the protobuf nodes, when asked for (live replay)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def compute_us(self) -> float:
+        """Recorded compute time (microseconds), the sum over compute nodes."""
+        return sum(d for d, k in zip(self.duration_us, self.kind, strict=True) if k == COMPUTE)
+
+
+#: A communication node without ``comm_type``/``comm_size`` (e.g. from an old Chakra converter): it cannot
+#: be priced or matched across ranks, so the replay gives it its recorded duration and counts it.
+UNPRICED = CommInfo("unpriced", -1, "")
+
+
+def _int(attrs: dict[str, Attr], name: str) -> int | None:
+    found = attrs.get(name)
+    return None if found is None else as_int(found)
+
+
+def _splits(attrs: dict[str, Attr], name: str, where: str) -> tuple[int, ...] | None:
+    found = attrs.get(name)
+    if found is None or found.value is None:
+        return None
+    value: Any = found.value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ReplayInputError(f"{where}: attribute {name} is not a JSON list: {value[:80]!r}") from None
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in value):
+        raise ReplayInputError(f"{where}: attribute {name} must list non-negative integers, got {str(value)[:80]}")
+    return tuple(value)
+
+
+def _comm(node: pb.Node, attrs: dict[str, Attr], where: str) -> CommInfo:
+    size = _int(attrs, "comm_size")
+    if size is None or size < 0:
+        size = 0 if node.type == pb.COMM_COLL_NODE and _int(attrs, "comm_type") == 9 else None
+    if size is None or (node.type == pb.COMM_COLL_NODE and _int(attrs, "comm_type") not in COLLECTIVE_NAMES):
+        return UNPRICED  # replayed with its recorded duration, on this rank alone, and counted
+    pg_attr = attrs.get("pg_name")
+    pg = str(pg_attr.value) if pg_attr is not None and pg_attr.value is not None else ""
+    async_attr = attrs.get("nbox_async")
+    blocking = async_attr is not None and str(async_attr.value).lower() in ("false", "0")
+    if node.type == pb.COMM_COLL_NODE:
+        name = COLLECTIVE_NAMES[_int(attrs, "comm_type") or 0]
+        ins, outs = _splits(attrs, "nbox_in_split_sizes", where), _splits(attrs, "nbox_out_split_sizes", where)
+        if name == "all_to_all" and ins and len(set(ins)) > 1:
+            name = "all_to_all_v"
+        return CommInfo(name, size, pg, blocking=blocking, in_splits=ins, out_splits=outs,
+                        root=_int(attrs, "nbox_root"))
+    peer = _int(attrs, "comm_dst" if node.type == pb.COMM_SEND_NODE else "comm_src")
+    if peer is None:
+        raise ReplayInputError(f"{where}: point-to-point node without "
+                               f"{'comm_dst' if node.type == pb.COMM_SEND_NODE else 'comm_src'}")
+    return CommInfo("send_recv", size, pg, peer=peer, tag=_int(attrs, "comm_tag") or 0, blocking=blocking)
+
+
+def load_rank(path: str | os.PathLike[str], rank: int, *, keep_nodes: bool = False) -> RankGraph:
+    """Read one rank's ``.et`` into a :class:`RankGraph` (streaming: the file is read once).
+
+    Raises:
+        ReplayInputError: a node the replay cannot use (the message names file and node id), or a cycle.
+        TraceDecodeError, InputNotFoundError: from the codec.
+    """
+    g = RankGraph(rank, str(path), nodes=[] if keep_nodes else None)
+    resources: dict[str, int] = {}
+    raw_deps: list[list[int]] = []
+    with EtReader(path) as reader:
+        g.metadata = {a.name: v.value for a, v in ((a, attr_map([a])[a.name]) for a in reader.metadata.attr)}
+        for node in reader:
+            attrs = attr_map(node.attr)
+            where = f"{path}: node {node.id} ({node.name[:60]!r})"
+            if node.type in (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+                g.comm[len(g.ids)] = _comm(node, attrs, where)
+                kind = {pb.COMM_COLL_NODE: COLLECTIVE, pb.COMM_SEND_NODE: SEND, pb.COMM_RECV_NODE: RECV}[node.type]
+            elif node.type == pb.METADATA_NODE:
+                kind = META
+            else:
+                kind = COMPUTE
+            stream, tid = _int(attrs, "nbox_stream"), _int(attrs, "tid")
+            res = f"stream:{stream}" if stream is not None else (f"thread:{tid}" if tid is not None else "thread:?")
+            idx = resources.get(res)
+            if idx is None:
+                idx = resources[res] = len(g.resources)
+                g.resources.append(res)
+            issue = _int(attrs, "nbox_cpu_duration_micros")
+            g.ids.append(node.id)
+            g.names.append(node.name)
+            g.kind.append(kind)
+            g.duration_us.append(float(node.duration_micros))
+            g.issue_us.append(float(issue) if issue is not None else 0.0)
+            g.resource.append(idx)
+            g.iteration.append(_int(attrs, "nbox_iteration") or 0)
+            raw_deps.append([*node.data_deps, *node.ctrl_deps])
+            if g.nodes is not None:
+                g.nodes.append(node)
+    _link(g, raw_deps)
+    return g
+
+
+def _link(g: RankGraph, raw_deps: list[list[int]]) -> None:
+    """Turn dependency ids into positions; reorder topologically when a dependency points forward."""
+    pos = {node_id: i for i, node_id in enumerate(g.ids)}
+    if len(pos) != len(g.ids):
+        seen: set[int] = set()
+        dup = next(i for i in g.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        raise ReplayInputError(f"{g.path}: node id {dup} appears twice")
+    forward = False
+    deps: list[tuple[int, ...]] = []
+    for i, ids in enumerate(raw_deps):
+        resolved = []
+        for d in ids:
+            j = pos.get(d)
+            if j is None:
+                g.dangling += 1
+            elif j == i:
+                continue  # a self-dependency (seen in old Chakra converters): meaningless, dropped
+            else:
+                resolved.append(j)
+                forward |= j > i
+        deps.append(tuple(dict.fromkeys(resolved)))
+    g.deps = deps
+    if forward:
+        _toposort(g)
+
+
+def _toposort(g: RankGraph) -> None:
+    n = len(g.ids)
+    indeg = [len(d) for d in g.deps]
+    users: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(g.deps):
+        for j in ds:
+            users[j].append(i)
+    import heapq
+
+    ready = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != n:
+        stuck = next(i for i in range(n) if indeg[i] > 0)
+        raise ReplayInputError(f"{g.path}: the dependencies form a cycle through node id {g.ids[stuck]}")
+    new_pos = {old: new for new, old in enumerate(order)}
+    for name in ("ids", "names", "kind", "duration_us", "issue_us", "resource", "iteration"):
+        old_list = getattr(g, name)
+        setattr(g, name, [old_list[i] for i in order])
+    g.deps = [tuple(new_pos[j] for j in g.deps[i]) for i in order]
+    g.comm = {new_pos[i]: c for i, c in g.comm.items()}
+    if g.nodes is not None:
+        g.nodes = [g.nodes[i] for i in order]
