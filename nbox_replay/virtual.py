@@ -344,7 +344,7 @@ class _Runner:
         self.keys[i] = key
         p = sim.pending.get(key)
         if p is None:
-            members, grows = sim.members(comm.pg) if comm.collective != "send_recv" else ([], False)
+            _, grows = sim.members(comm.pg) if comm.collective != "send_recv" else ([], False)
             nbytes, rule = retarget(comm, sim.recorded_world, sim.world, grows)
             p = sim.pending[key] = _Pending(comm, nbytes, rule)
         p.arrivals[g.rank] = t
