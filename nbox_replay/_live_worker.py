@@ -1,0 +1,326 @@
+"""One replayed rank of a live replay (``--clock real``), launched by ``torch.distributed.run``.
+
+Started by :func:`nbox_replay.live.replay_live` as ``python -m nbox_replay._live_worker CONFIG.json`` in
+each of N processes; process ``RANK`` replays global rank ``config["ranks"][RANK]``. The parent sets the
+``nbox`` backend's environment (``NBOX_WORLD_SIZE`` = the what-if world size W, ``NBOX_REAL_RANKS`` = the
+replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W), so collectives are answered with the
+emulator core's modeled delays while the data moves among the replayed ranks.
+
+The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node
+that depends on a comm node first waits on its work (a comm node that depends on another comm node does
+not: a group's collectives are ordered by the group itself); a compute node runs live
+(:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or on fallback, waits its recorded duration
+(divided by the scenario's ``compute_scale``, times the rank's straggler slowdown; a live node on a
+slowed rank is padded by the same factor); a comm node is issued with ``async_op=True`` on buffers of the
+retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is waited on at once. A
+repetition ends when its last work has completed. Warm-up repetitions run first (not timed), then the
+timed ones.
+
+Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
+time on this rank), ``compute_us`` and ``wait_us`` per repetition, ``coverage``, ``fallbacks`` (nodes per
+operator name) and ``fallback_reasons``; on any exception ``<result_dir>/error<R>.json`` names the rank,
+the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before a
+collective is issued and at the end of a repetition (the communication stream is not modeled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from emulator_core.delay import sleep_until
+from emulator_core.scenario import load_scenario
+from nbox.chakra.attrs import attr_map
+from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, load_rank
+from nbox_replay.ops import LiveOps, prepare
+from nbox_replay.virtual import retarget
+
+Issue = Callable[[], Any]
+
+
+class NodeError(RuntimeError):
+    """A node could not be replayed (carries its id and name for the error file)."""
+
+    def __init__(self, node_id: int, name: str, message: str) -> None:
+        super().__init__(message)
+        self.node_id, self.name = node_id, name
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+
+
+def _dtype(name: str | None) -> torch.dtype:
+    found = getattr(torch, name, None) if name else None
+    return found if isinstance(found, torch.dtype) else torch.float32
+
+
+class Groups:
+    """Process groups at the what-if world size: the recorded world grows to W, others keep their members."""
+
+    def __init__(self, groups: dict[str, list[int]], recorded_world: int, world: int) -> None:
+        self.world = world
+        self.recorded_world = recorded_world
+        self.by_name: dict[str, tuple[Any, list[int], bool]] = {}
+        everyone = list(range(recorded_world))
+        for name in sorted(groups):  # every process creates the same groups in the same order (torch's rule)
+            members = sorted(int(r) for r in groups[name])
+            grows = members == everyone and world != recorded_world
+            if grows or members == list(range(world)):
+                self.by_name[name] = (None, list(range(world)), grows)
+                continue
+            bad = [r for r in members if not 0 <= r < world]
+            if bad:
+                raise ValueError(f"process group {name!r} has member(s) {bad} outside the what-if world of {world}")
+            self.by_name[name] = (dist.new_group(members), members, False)
+
+    def get(self, name: str) -> tuple[Any, list[int], bool]:
+        """(group object or None for the world, members' global ranks, grown)."""
+        found = self.by_name.get(name)
+        if found is None:  # undeclared: the world, like torch's default group
+            found = self.by_name[name] = (None, list(range(self.world)), self.world != self.recorded_world)
+        return found
+
+
+def _root(comm: CommInfo, members: list[int]) -> int:
+    r = comm.root
+    if r is not None and r in members:
+        return r
+    if r is not None and 0 <= r < len(members):
+        return members[r]
+    return members[0]
+
+
+def make_issue(g: RankGraph, i: int, groups: Groups, device: str) -> Issue | None:
+    """A function issuing comm node ``i`` (returns its work), or None for an unpriced one (recorded duration)."""
+    comm = g.comm[i]
+    node_id, name = g.ids[i], g.names[i]
+    if comm.collective == "unpriced":
+        return None
+    me = g.rank
+    node = g.nodes[i] if g.nodes is not None else None
+    attrs = attr_map(node.attr) if node is not None else {}
+    dt_attr = attrs.get("nbox_dtype")
+    dtype = _dtype(str(dt_attr.value) if dt_attr is not None and dt_attr.value is not None else None)
+    item = torch.empty(0, dtype=dtype).element_size()
+
+    def buf(n: int) -> torch.Tensor:
+        return torch.zeros(max(n, 0), dtype=dtype, device=device)
+
+    if comm.collective == "send_recv":
+        peer, world = comm.peer, groups.world
+        if peer is None or not 0 <= peer < world or peer == me:
+            raise NodeError(node_id, name, f"send/recv peer {peer} is not another rank of the what-if world of "
+                                           f"{world} (rank {me})")
+        t = buf(max(1, round(comm.nbytes / item)))
+        if g.kind[i] == SEND:
+            return lambda: dist.isend(t, dst=peer, tag=comm.tag)
+        return lambda: dist.irecv(t, src=peer, tag=comm.tag)
+    pg, members, grows = groups.get(comm.pg)
+    if me not in members:
+        raise NodeError(node_id, name, f"rank {me} is not a member of process group {comm.pg!r} ({members[:8]})")
+    nbytes, _ = retarget(comm, groups.recorded_world, groups.world, grows)
+    n = max(1, round(nbytes / item))
+    gs = len(members)
+    c = comm.collective
+    if c == "all_reduce":
+        t = buf(n)
+        return lambda: dist.all_reduce(t, group=pg, async_op=True)
+    if c == "all_gather":
+        inp, out = buf(n), buf(n * gs)
+        return lambda: dist.all_gather_into_tensor(out, inp, group=pg, async_op=True)
+    if c == "reduce_scatter":
+        per = max(1, -(-n // gs))
+        inp, out = buf(per * gs), buf(per)
+        return lambda: dist.reduce_scatter_tensor(out, inp, group=pg, async_op=True)
+    if c in ("all_to_all", "all_to_all_v"):
+        ins, outs = comm.in_splits, comm.out_splits
+        if c == "all_to_all_v" and ins and outs and len(ins) == gs and len(outs) == gs and sum(ins) > 0:
+            row = max(1, n // sum(ins))
+            a, b = torch.zeros(sum(ins), row, dtype=dtype, device=device), \
+                torch.zeros(sum(outs), row, dtype=dtype, device=device)
+            in_s, out_s = list(ins), list(outs)
+            return lambda: dist.all_to_all_single(b, a, out_s, in_s, group=pg, async_op=True)
+        per = max(1, -(-n // gs))
+        inp, out = buf(per * gs), buf(per * gs)
+        return lambda: dist.all_to_all_single(out, inp, group=pg, async_op=True)
+    if c == "broadcast":
+        t, src = buf(n), _root(comm, members)
+        return lambda: dist.broadcast(t, src=src, group=pg, async_op=True)
+    if c == "reduce":
+        t, dst = buf(n), _root(comm, members)
+        return lambda: dist.reduce(t, dst=dst, group=pg, async_op=True)
+    if c == "gather":
+        t, dst = buf(n), _root(comm, members)
+        gl = [buf(n) for _ in range(gs)] if dst == me else None
+        return lambda: dist.gather(t, gl, dst=dst, group=pg, async_op=True)
+    if c == "scatter":
+        t, src = buf(n), _root(comm, members)
+        sl = [buf(n) for _ in range(gs)] if src == me else None
+        return lambda: dist.scatter(t, sl, src=src, group=pg, async_op=True)
+    if c == "barrier":
+        return lambda: dist.barrier(group=pg, async_op=True)
+    raise NodeError(node_id, name, f"collective {c!r} cannot be issued live")
+
+
+class Replayer:
+    """One rank's walk through its graph on the real clock (module docstring)."""
+
+    def __init__(self, g: RankGraph, cfg: dict[str, Any], groups: Groups, factor: float) -> None:
+        self.g = g
+        self.device = str(cfg["device"])
+        self.live = cfg["compute"] == "live"
+        # a wait gives up before the parent's deadline, so the error file can name the node it was stuck on
+        self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
+        self.factor = factor
+        self.ops: LiveOps | None = prepare(g, self.device) if self.live else None
+        self.issues: dict[int, Issue | None] = {}
+        for i in range(len(g)):
+            if COLLECTIVE <= g.kind[i] <= RECV:
+                self.issues[i] = make_issue(g, i, groups, self.device)
+        self.comm_deps = [[j for j in deps if COLLECTIVE <= g.kind[j] <= RECV] for deps in g.deps]
+        self.node = -1  # the position being replayed (for errors)
+        self.cuda = self.device.startswith("cuda")
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def _wait(self, work: Any, i: int) -> None:
+        if work is None:
+            return
+        try:
+            work.wait(self.timeout)
+        except Exception as err:
+            raise NodeError(self.g.ids[i], self.g.names[i], f"waiting for comm node {self.g.ids[i]} "
+                                                           f"({self.g.comm[i].collective}): {err}") from err
+
+    def repetition(self) -> tuple[float, float, float]:
+        """Run the graph once; (wall time, time in compute nodes, time waiting for comm) in microseconds."""
+        g = self.g
+        clock = time.perf_counter_ns
+        works: dict[int, Any] = {}
+        compute_ns = wait_ns = 0
+        start = clock()
+        for i in range(len(g)):
+            self.node = i
+            k = g.kind[i]
+            is_comm = COLLECTIVE <= k <= RECV
+            if not is_comm:
+                for j in self.comm_deps[i]:
+                    w = works.pop(j, None)
+                    if w is not None:
+                        t0 = clock()
+                        self._wait(w, j)
+                        wait_ns += clock() - t0
+            if k == COMPUTE:
+                t0 = clock()
+                ran = self.ops is not None and self.ops.run(i)
+                if ran:
+                    if self.factor > 1.0:
+                        self._sync()
+                        sleep_until(t0 + int((clock() - t0) * self.factor))
+                else:
+                    sleep_until(t0 + int(g.duration_us[i] * self.factor * 1000))
+                compute_ns += clock() - t0
+            elif is_comm:
+                issue = self.issues[i]
+                if issue is None:  # unpriced: its recorded duration on this rank alone
+                    sleep_until(clock() + int(g.duration_us[i] * 1000))
+                    continue
+                self._sync()
+                try:
+                    work = issue()
+                except Exception as err:
+                    raise NodeError(g.ids[i], g.names[i], f"issuing {g.comm[i].collective}: {err}") from err
+                if g.comm[i].blocking:
+                    t0 = clock()
+                    self._wait(work, i)
+                    wait_ns += clock() - t0
+                else:
+                    works[i] = work
+        t0 = clock()
+        for j, w in list(works.items()):
+            self.node = j
+            self._wait(w, j)
+        self._sync()
+        end = clock()
+        wait_ns += end - t0
+        self.node = -1
+        return (end - start) / 1000.0, compute_ns / 1000.0, wait_ns / 1000.0
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(Path(argv[1]).read_text())
+    local = int(os.environ["RANK"])
+    rank = int(cfg["ranks"][local])
+    out = Path(cfg["result_dir"])
+    where: dict[str, Any] = {"phase": "start", "node": None}
+    replayer: Replayer | None = None
+    try:
+        if os.environ.get("OMP_NUM_THREADS") == "1":
+            torch.set_num_threads(1)
+        where["phase"] = "loading the trace"
+        g = load_rank(cfg["traces"][str(rank)], rank, keep_nodes=True)
+        scenario = load_scenario(Path(cfg["scenario_path"]))
+        factor = scenario.slowdown(rank) / scenario.compute_scale
+        where["phase"] = "init_process_group"
+        dist.init_process_group("nbox", timeout=timedelta(seconds=float(cfg["timeout_s"])))
+        if dist.get_rank() != rank or dist.get_world_size() != int(cfg["world"]):
+            raise RuntimeError(f"the nbox backend gave rank {dist.get_rank()} of {dist.get_world_size()}, "
+                               f"expected rank {rank} of {cfg['world']}")
+        where["phase"] = "creating process groups"
+        groups = Groups({k: list(v) for k, v in cfg["groups"].items()}, int(cfg["recorded_world"]), int(cfg["world"]))
+        where["phase"] = "preparing the nodes"
+        replayer = Replayer(g, cfg, groups, factor)
+        iteration_us: list[float] = []
+        compute_us: list[float] = []
+        wait_us: list[float] = []
+        for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
+            where["phase"] = f"repetition {rep}"
+            wall, comp, waited = replayer.repetition()
+            if rep >= int(cfg["warmup"]):
+                iteration_us.append(wall)
+                compute_us.append(comp)
+                wait_us.append(waited)
+        ops = replayer.ops
+        _write_json(out / f"rank{rank}.json", {
+            "rank": rank, "iteration_us": iteration_us, "compute_us": compute_us, "wait_us": wait_us,
+            "recorded_compute_us": g.compute_us(),
+            "live_compute_us": ops.live_us() if ops is not None else 0.0,
+            "coverage": ops.coverage() if ops is not None else 0.0,
+            "fallbacks": dict(ops.fallbacks) if ops is not None else {},
+            "fallback_reasons": ops.reasons_by_op() if ops is not None else {},
+            "nodes": len(g)})
+    except BaseException as err:  # every failure becomes an error file naming the rank and node
+        node_id, node_name = None, None
+        if isinstance(err, NodeError):
+            node_id, node_name = err.node_id, err.name
+        elif replayer is not None and replayer.node >= 0:
+            node_id, node_name = replayer.g.ids[replayer.node], replayer.g.names[replayer.node]
+        _write_json(out / f"error{rank}.json", {
+            "rank": rank, "phase": where["phase"], "node_id": node_id, "node_name": node_name,
+            "type": type(err).__name__, "message": str(err)[:2000], "time_us": time.time() * 1e6,
+            "traceback": traceback.format_exc()[-4000:]})
+        return 1
+    try:
+        dist.destroy_process_group()
+    except Exception as err:  # the results are written; a teardown hiccup is only reported
+        print(f"nbox live worker rank {rank}: destroy_process_group: {err}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,290 @@
+"""Live replay (``--clock real``): re-execute a bundle's ranks on this machine, collectives emulated.
+
+:func:`replay_live` launches one process per replayed rank with ``python -m torch.distributed.run
+--standalone --nproc-per-node=N -m nbox_replay._live_worker``; each walks its rank's graph on the real
+clock (:mod:`nbox_replay._live_worker`): compute nodes run live (:mod:`nbox_replay.ops`) or wait their
+recorded durations (``compute="recorded"``, and every fallback), and collectives go through the ``nbox``
+``torch.distributed`` backend, which presents the what-if world of W ranks and completes each collective at
+the time the emulator core models for the scenario (:mod:`emulator_core.backend`).
+
+The job's iteration time of one repetition is the slowest replayed rank's wall time for it (microseconds).
+Every run has a deadline (``timeout_s``): past it, torchrun's whole process group is terminated and a
+:class:`LiveReplayError` names the ranks that had not finished; a rank that fails writes an error file and
+the error names the rank, the node and what went wrong. Temporary files live in a temporary directory that
+is removed afterwards. This module does not import torch (the workers do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from emulator_core.scenario import Scenario, dump_toml
+from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
+
+__all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "replay_live"]
+
+COMPUTE_MODES = ("live", "recorded")
+DEVICES = ("cpu", "cuda")
+
+
+class LiveConfigError(InvalidInputError):
+    """The live-replay settings are invalid (the message names the setting)."""
+
+
+class LiveReplayError(NboxError):
+    """The live replay failed: a rank raised, died or did not finish in time (the message names it)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """What a live replay runs, validated at construction.
+
+    Attributes:
+        files: replayed global rank -> its ``.et`` file (the rank's trace at the recorded world size).
+        groups: process group name -> its members' global ranks at the recorded world size.
+        recorded_world: the world size the bundle was recorded at.
+        scenario: the what-if scenario at the target world size W (``scenario.world_size``).
+        compute: ``"live"`` (re-execute operators) or ``"recorded"`` (recorded durations only).
+        device: ``"cpu"`` or ``"cuda"`` (where live operators run).
+        warmup: repetitions of the graph run first and not timed (>= 0).
+        iterations: timed repetitions (>= 1).
+        timeout_s: deadline for the whole run, seconds (> 0); each wait for a collective gives up after 3/4 of it.
+    """
+
+    files: Mapping[int, Path]
+    groups: Mapping[str, Sequence[int]]
+    recorded_world: int
+    scenario: Scenario
+    compute: str = "live"
+    device: str = "cpu"
+    warmup: int = 1
+    iterations: int = 5
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not self.files:
+            raise LiveConfigError("files: at least one rank must be replayed")
+        w = self.scenario.world_size
+        traces: dict[int, Path] = {}
+        for rank, path in sorted(self.files.items()):
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < w:
+                raise LiveConfigError(f"files: replayed rank {rank!r} is outside the what-if world of {w} ranks")
+            p = Path(path)
+            if not p.is_file():
+                raise InputNotFoundError(f"{p}: trace file of rank {rank} not found")
+            traces[rank] = p
+        object.__setattr__(self, "files", MappingProxyType(traces))
+        rw = self.recorded_world
+        if isinstance(rw, bool) or not isinstance(rw, int) or rw < 1:
+            raise LiveConfigError(f"recorded_world: must be an integer >= 1, got {rw!r}")
+        groups: dict[str, tuple[int, ...]] = {}
+        for name, members in self.groups.items():
+            ms = tuple(members)
+            if not ms or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ms):
+                raise LiveConfigError(f"groups[{name!r}]: members must be non-negative global ranks, "
+                                      f"got {list(ms)[:8]}")
+            groups[str(name)] = ms
+        object.__setattr__(self, "groups", MappingProxyType(groups))
+        if self.compute not in COMPUTE_MODES:
+            raise LiveConfigError(f"compute: must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
+        if self.device not in DEVICES:
+            raise LiveConfigError(f"device: must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise LiveConfigError(f"warmup: must be an integer >= 0, got {self.warmup!r}")
+        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 1:
+            raise LiveConfigError(f"iterations: must be an integer >= 1, got {self.iterations!r}")
+        if not self.timeout_s > 0:
+            raise LiveConfigError(f"timeout_s: must be > 0, got {self.timeout_s!r}")
+
+
+@dataclass(frozen=True)
+class LiveResult:
+    """The outcome of one live replay. Times in microseconds of wall time.
+
+    Attributes:
+        world_size: the what-if world size W.
+        compute: ``"live"`` or ``"recorded"``.
+        rank_iteration_us: per replayed rank, its wall time per timed repetition.
+        iteration_us: per timed repetition, the slowest replayed rank's time (the job's iteration time).
+        rank_compute_us / rank_wait_us: per rank and repetition, time in compute nodes / waiting for comm.
+        coverage: share of the replayed ranks' recorded compute time that ran live (0..1).
+        rank_coverage: the same per rank.
+        fallbacks: compute nodes that fell back to their recorded duration, per operator name (all ranks).
+        fallback_reasons: one reason per fallback operator name.
+        wall_s: the whole run, launch to exit, in seconds.
+    """
+
+    world_size: int
+    compute: str
+    rank_iteration_us: dict[int, list[float]]
+    iteration_us: list[float]
+    rank_compute_us: dict[int, list[float]]
+    rank_wait_us: dict[int, list[float]]
+    coverage: float
+    rank_coverage: dict[int, float]
+    fallbacks: dict[str, int]
+    fallback_reasons: dict[str, str] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def median_us(self) -> float:
+        """Median of the job's iteration times."""
+        return float(statistics.median(self.iteration_us))
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM torchrun's whole process group, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
+                         r"[^\n]*?(?:\((SIG\w+)\))?\s*$", re.S | re.M)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n    ".join(text.strip().splitlines()[-lines:])
+
+
+def _failure(cfg: LiveConfig, work: Path, rc: int | None, timed_out: bool, stderr: str) -> LiveReplayError:
+    ranks = sorted(cfg.files)
+    errors = [e for r in ranks if (e := _read(work / f"error{r}.json")) is not None]
+    if errors:
+        first = min(errors, key=lambda e: (float(e.get("time_us") or 0.0), int(e.get("rank", 0))))
+        node = (f" at node {first['node_id']} ({str(first.get('node_name'))[:60]})"
+                if first.get("node_id") is not None else f" while {first.get('phase')}")
+        others = sorted(int(e["rank"]) for e in errors if e is not first)
+        return LiveReplayError(f"live replay: rank {first.get('rank')} failed{node}: {first.get('type')}: "
+                               f"{str(first.get('message'))[:600]}"
+                               + (f" (then rank(s) {others} failed too)" if others else ""))
+    missing = [r for r in ranks if not (work / f"rank{r}.json").is_file()]
+    if timed_out:
+        return LiveReplayError(f"live replay did not finish within {cfg.timeout_s:g} s and was stopped; "
+                               f"ranks without a result: {missing}")
+    match = _ROOT_CAUSE.search(stderr)
+    if match is not None:
+        local, code, sig = match.groups()
+        idx = int(local)
+        who = ranks[idx] if 0 <= idx < len(ranks) else idx
+        return LiveReplayError(f"live replay: rank {who} exited with code {code}" + (f" ({sig})" if sig else ""))
+    return LiveReplayError(f"live replay exited with code {rc}; ranks without a result: {missing}\n    "
+                           f"{_tail(stderr)}")
+
+
+def _command(n: int, config_path: Path, log_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+            "--max-restarts=0", "--log-dir", str(log_dir), "--redirects", "3", "-m", "nbox_replay._live_worker",
+            str(config_path)]
+
+
+def _env(cfg: LiveConfig, scenario_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("NBOX_SCENARIO_SET", "NBOX_RECORD_DIR"):
+        env.pop(key, None)
+    env["NBOX_WORLD_SIZE"] = str(cfg.scenario.world_size)
+    env["NBOX_REAL_RANKS"] = ",".join(str(r) for r in sorted(cfg.files))
+    env["NBOX_SCENARIO"] = str(scenario_path)
+    env["OMP_NUM_THREADS"] = "1"  # two ranks x two threads on two cores run ~50x slower
+    env["PYTHONUNBUFFERED"] = "1"
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def replay_live(config: LiveConfig) -> LiveResult:
+    """Run the live replay described by ``config`` (module docstring) and collect every rank's result.
+
+    Raises:
+        LiveReplayError: a rank failed (names the rank and node), died, or the run passed ``timeout_s``.
+    """
+    started = time.monotonic()
+    ranks = sorted(config.files)
+    work = Path(tempfile.mkdtemp(prefix="nbox-live-"))
+    try:
+        scenario_path = work / "scenario.toml"
+        scenario_path.write_text(dump_toml(config.scenario))
+        doc = {"ranks": ranks, "traces": {str(r): str(config.files[r].resolve()) for r in ranks},
+               "groups": {k: list(v) for k, v in config.groups.items()},
+               "recorded_world": config.recorded_world, "world": config.scenario.world_size,
+               "scenario_path": str(scenario_path), "compute": config.compute, "device": config.device,
+               "warmup": config.warmup, "iterations": config.iterations, "timeout_s": config.timeout_s,
+               "result_dir": str(work)}
+        config_path = work / "config.json"
+        config_path.write_text(json.dumps(doc))
+        log_dir = work / "logs"
+        proc = subprocess.Popen(_command(len(ranks), config_path, log_dir), env=_env(config, scenario_path),
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        timed_out = False
+        try:
+            _, err_bytes = proc.communicate(timeout=config.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _terminate(proc)
+            err_bytes = b""
+        except BaseException:
+            _terminate(proc)
+            raise
+        results = {r: doc_r for r in ranks if (doc_r := _read(work / f"rank{r}.json")) is not None}
+        if timed_out or proc.returncode != 0 or len(results) != len(ranks):
+            raise _failure(config, work, proc.returncode, timed_out, (err_bytes or b"").decode(errors="replace"))
+        return _collect(config, results, time.monotonic() - started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _floats(doc: dict[str, Any], key: str) -> list[float]:
+    return [float(x) for x in doc.get(key) or []]
+
+
+def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: float) -> LiveResult:
+    per_rank = {r: _floats(d, "iteration_us") for r, d in results.items()}
+    reps = min(len(v) for v in per_rank.values())
+    job = [max(v[k] for v in per_rank.values()) for k in range(reps)]
+    fallbacks: Counter[str] = Counter()
+    reasons: dict[str, str] = {}
+    for d in results.values():
+        fallbacks.update({str(k): int(v) for k, v in (d.get("fallbacks") or {}).items()})
+        for k, v in (d.get("fallback_reasons") or {}).items():
+            reasons.setdefault(str(k), str(v))
+    recorded = sum(float(d.get("recorded_compute_us") or 0.0) for d in results.values())
+    live = sum(float(d.get("live_compute_us") or 0.0) for d in results.values())
+    return LiveResult(
+        world_size=config.scenario.world_size, compute=config.compute, rank_iteration_us=per_rank,
+        iteration_us=job, rank_compute_us={r: _floats(d, "compute_us") for r, d in results.items()},
+        rank_wait_us={r: _floats(d, "wait_us") for r, d in results.items()},
+        coverage=live / recorded if recorded > 0 else 0.0,
+        rank_coverage={r: float(d.get("coverage") or 0.0) for r, d in results.items()},
+        fallbacks=dict(fallbacks), fallback_reasons=reasons, wall_s=wall_s)

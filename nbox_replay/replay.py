@@ -1,0 +1,204 @@
+"""``nbox replay``: one frozen config, one library function (the CLI only parses into :class:`ReplayConfig`).
+
+A replay runs twice: under the **baseline** scenario (the fabric the bundle was recorded on: the shipped,
+calibrated ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a GPU bundle or a bare ET, or
+``--baseline``) at the recorded world size, and under the **what-if** (``--what-if``, ``--set``,
+``--world-size``; by default the baseline's scenario). With ``--clock virtual`` both run in virtual time
+(recorded compute, no torch, deterministic); with ``--clock real`` both run live on this machine
+(:mod:`nbox_replay.live`) and the virtual model of the same run supplies the breakdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from emulator_core.pricing import with_world_size
+from emulator_core.scenario import SCENARIOS_DIR, Scenario, ScenarioError, load_scenario
+from nbox.errors import InvalidInputError
+from nbox_replay.graph import RankGraph, load_rank
+from nbox_replay.report import ReplayReport, RunSummary, summarize_sim
+from nbox_replay.source import ReplaySource, open_source
+from nbox_replay.virtual import simulate
+
+__all__ = ["ReplayConfig", "baseline_scenario", "resize", "run_replay"]
+
+CLOCKS = ("real", "virtual")
+COMPUTES = ("auto", "live", "recorded")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ReplayConfigError(InvalidInputError):
+    """An invalid combination of replay options (the message names the option)."""
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """What ``nbox replay`` was asked (validated at construction; errors name the option).
+
+    Attributes:
+        bundle: a bundle directory, or a bare Chakra ET (directory or ``<prefix>``).
+        what_if: the what-if scenario TOML (None: the baseline's).
+        overrides: ``key=value`` overrides applied to the what-if.
+        world_size: the what-if world size (None: the recorded one).
+        baseline: the baseline scenario TOML (None: chosen from the recorded device, module docstring).
+        compute: ``live``, ``recorded`` or ``auto`` (live when the device allows it).
+        clock: ``real`` (live, on this machine) or ``virtual`` (simulated time, recorded compute).
+        ranks: global ranks to replay (None: every recorded rank).
+        iterations: timed repetitions of the captured iteration(s) per run (>= 1).
+        warmup: untimed repetitions before them (real clock).
+        device: ``auto``, ``cpu`` or ``cuda`` (real clock).
+        out: directory for the per-rank Perfetto timelines (None: none written).
+        timeout_s: deadline of a real-clock run.
+    """
+
+    bundle: str
+    what_if: Path | None = None
+    overrides: tuple[str, ...] = ()
+    world_size: int | None = None
+    baseline: Path | None = None
+    compute: str = "auto"
+    clock: str = "real"
+    ranks: tuple[int, ...] | None = None
+    iterations: int = 3
+    warmup: int = 1
+    device: str = "auto"
+    out: Path | None = None
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
+                                     ("--device", self.device, DEVICES)):
+            if value not in allowed:
+                raise ReplayConfigError(f"{name} {value!r}: must be one of {', '.join(allowed)}")
+        if self.clock == "virtual" and self.compute == "live":
+            raise ReplayConfigError("--clock virtual replays recorded compute; use --compute recorded "
+                                    "(or --clock real)")
+        if self.iterations < 1 or self.warmup < 0:
+            raise ReplayConfigError(f"--iterations must be >= 1 and --warmup >= 0, got {self.iterations}, "
+                                    f"{self.warmup}")
+        if self.world_size is not None and self.world_size < 1:
+            raise ReplayConfigError(f"--world-size must be >= 1, got {self.world_size}")
+        if self.ranks is not None and (not self.ranks or len(set(self.ranks)) != len(self.ranks)):
+            raise ReplayConfigError(f"--ranks must name distinct ranks, got {list(self.ranks)}")
+        if self.timeout_s <= 0:
+            raise ReplayConfigError(f"--timeout must be > 0, got {self.timeout_s}")
+
+
+def resize(scenario: Scenario, world_size: int) -> Scenario:
+    """``scenario`` at ``world_size``: the outermost dimension grows or shrinks (pricing.with_world_size); a
+    world smaller than the inner dimensions (e.g. 2 ranks on an 8-GPU-per-node scenario) keeps the
+    innermost dimension only, sized to the world."""
+    try:
+        return with_world_size(scenario, world_size)
+    except ScenarioError:
+        dims = scenario.topology.dims
+        if world_size > dims[0].size:
+            raise
+        first = replace(dims[0], size=world_size)
+        rest = tuple(replace(d, size=1) for d in dims[1:])
+        return replace(scenario, world_size=world_size, topology=replace(scenario.topology, dims=(first, *rest)))
+
+
+def baseline_scenario(source: ReplaySource, path: Path | None) -> tuple[Scenario, str]:
+    """The baseline scenario at the recorded world size, and its name (module docstring)."""
+    if path is None:
+        name = "loopback_cpu" if source.device == "cpu" else "dgx_h100_400g"
+        path = SCENARIOS_DIR / f"{name}.toml"
+    return resize(load_scenario(path), source.recorded_world), path.stem
+
+
+def _load(source: ReplaySource, ranks: Sequence[int] | None) -> dict[int, RankGraph]:
+    chosen = list(source.ranks) if ranks is None else list(ranks)
+    missing = [r for r in chosen if r not in source.trace_set.files]
+    if missing:
+        raise InvalidInputError(f"--ranks: rank {missing[0]} is not in {source.path} (ranks: {source.ranks})")
+    return {r: load_rank(source.trace_set.files[r], r) for r in chosen}
+
+
+def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = None) -> ReplayReport:
+    """Replay ``config.bundle`` under the baseline and the what-if; see the module docstring.
+
+    Raises:
+        NboxError subclasses: bad input (bundle, scenario, options), a replay that cannot finish.
+    """
+    say = progress or (lambda _msg: None)
+    source = open_source(config.bundle)
+    notices: list[str] = []
+    compute, clock = config.compute, config.clock
+    if source.device == "unknown":
+        if compute == "live":
+            raise ReplayConfigError(f"{config.bundle}: a bare Chakra ET holds no operator schemas to re-execute; "
+                                    f"use --compute recorded")
+        if clock == "real":
+            notices.append("a bare Chakra ET (no manifest): replayed in virtual time with recorded compute")
+            clock = "virtual"
+        compute = "recorded"
+    if compute == "auto":
+        compute = "recorded" if clock == "virtual" else "live"
+    base, base_name = baseline_scenario(source, config.baseline)
+    what_if_path = config.what_if or config.baseline or SCENARIOS_DIR / f"{base_name}.toml"
+    what_if_base = load_scenario(what_if_path, config.overrides)
+    what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
+    world = config.world_size or (what_if_base.world_size if any(o.startswith("world_size=") for o in config.overrides)
+                                  else source.recorded_world)
+    what_if = resize(what_if_base, world)
+    say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
+    graphs = _load(source, config.ranks)
+    reps = config.iterations
+    say("virtual replay: baseline")
+    base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
+    say("virtual replay: what-if")
+    wi_sim = simulate(graphs, what_if, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
+    baseline = summarize_sim(base_sim, label="baseline", scenario=base_name)
+    whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name)
+    report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
+                          source.observed, baseline, whatif, unpriced=wi_sim.unpriced, notices=notices)
+    if clock == "real":
+        _run_live(config, source, graphs, base, what_if, compute, report, say)
+    if config.out is not None:
+        from nbox_replay.timeline import write_timelines
+
+        written = write_timelines(base_sim, graphs, config.out, label="baseline")
+        written += write_timelines(wi_sim, graphs, config.out, label="what_if")
+        report.timelines = [str(p) for p in written]
+    return report
+
+
+def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, RankGraph], base: Scenario,
+              what_if: Scenario, compute: str, report: ReplayReport, say: Callable[[str], None]) -> None:
+    """Replace the report's iteration times by live runs (the virtual breakdown stays as the model)."""
+    from nbox_replay.live import LiveConfig, replay_live
+
+    device = config.device
+    if device == "auto":
+        device = "cuda" if source.device == "cuda" and _cuda_available() else "cpu"
+    if source.device == "cuda" and device == "cpu" and compute == "live":
+        report.notices.append("a CUDA bundle on a machine without CUDA: compute replayed with recorded durations")
+        compute = report.compute = "recorded"
+    files = {r: source.trace_set.files[r] for r in graphs}
+    for label, scenario, summary in (("baseline", base, report.baseline), ("what-if", what_if, report.what_if)):
+        say(f"live replay ({compute} compute, {device}): {label} at world size {scenario.world_size}")
+        live = replay_live(LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
+                                      scenario=scenario, compute=compute, device=device, warmup=config.warmup,
+                                      iterations=config.iterations, timeout_s=config.timeout_s))
+        _apply_live(summary, live)
+        if compute == "live":
+            report.coverage = live.coverage
+            report.fallbacks = dict(live.fallbacks)
+
+
+def _apply_live(summary: RunSummary, live: object) -> None:
+    summary.modeled_iteration_us = summary.median_us
+    summary.iteration_us = list(live.iteration_us)  # type: ignore[attr-defined]
+    summary.clock = "real"
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False

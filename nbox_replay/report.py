@@ -1,0 +1,162 @@
+"""The replay report: recorded vs baseline vs what-if, the breakdown, the top collectives, as text and JSON.
+
+Times are microseconds. The breakdown is the slowest replayed rank's, from the virtual-time model of
+the same graphs (it is exact for ``--clock virtual``; for ``--clock real`` it explains the measured time):
+
+* ``compute``: the compute nodes' durations (recorded, divided by the compute scale and stretched for
+  stragglers);
+* ``exposed comm``: time the rank's threads waited for a collective to complete;
+* ``overlapped comm``: the rest of the collectives' modeled time, hidden behind compute;
+* ``idle``: iteration time minus compute minus exposed comm (waiting for other ranks, issue costs).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbox_replay.virtual import SimResult
+
+__all__ = ["REPORT_SCHEMA", "ReplayReport", "RunSummary", "summarize_sim"]
+
+REPORT_SCHEMA = "nbox.replay/1"
+
+
+@dataclass
+class RunSummary:
+    """One replay (baseline or what-if). ``iteration_us``: per repetition, the slowest rank's time."""
+
+    label: str
+    scenario: str
+    world_size: int
+    clock: str
+    iteration_us: list[float]
+    compute_us: float
+    exposed_comm_us: float
+    overlapped_comm_us: float
+    top_collectives: list[dict[str, Any]] = field(default_factory=list)
+    rules: dict[str, int] = field(default_factory=dict)
+    modeled_iteration_us: float | None = None  # the virtual model's time, when the run itself was real-clock
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.iteration_us)
+
+    @property
+    def idle_us(self) -> float:
+        return max(0.0, self.median_us - self.compute_us - self.exposed_comm_us)
+
+    def spread_us(self) -> tuple[float, float]:
+        xs = sorted(self.iteration_us)
+        if len(xs) < 2:
+            return xs[0], xs[0]
+        q = statistics.quantiles(xs, n=10, method="inclusive")
+        return q[0], q[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        p10, p90 = self.spread_us()
+        return {"label": self.label, "scenario": self.scenario, "world_size": self.world_size, "clock": self.clock,
+                "iteration_us": {"median": self.median_us, "p10": p10, "p90": p90, "values": self.iteration_us},
+                "breakdown_us": {"compute": self.compute_us, "exposed_comm": self.exposed_comm_us,
+                                 "overlapped_comm": self.overlapped_comm_us, "idle": self.idle_us},
+                "modeled_iteration_us": self.modeled_iteration_us,
+                "top_collectives": self.top_collectives, "retarget_rules": self.rules}
+
+
+def summarize_sim(sim: SimResult, *, label: str, scenario: str, top: int = 5) -> RunSummary:
+    """A :class:`RunSummary` of a virtual replay: the slowest rank's breakdown, collectives by exposed time."""
+    iters = sim.iteration_us()
+    slowest = max(sim.ranks.values(), key=lambda r: (statistics.median(r.iteration_us), -r.rank))
+    reps = max(1, len(iters))
+    by_key: dict[tuple[str, str, float, str, str], dict[str, Any]] = {}
+    rules: dict[str, int] = {}
+    for c in sim.collectives:
+        rules[f"{c.collective}: {c.rule}"] = rules.get(f"{c.collective}: {c.rule}", 0) + 1
+        key = (c.pg, c.collective, c.nbytes, c.algorithm, c.rule)
+        agg = by_key.setdefault(key, {"process_group": c.pg, "collective": c.collective, "bytes": c.nbytes,
+                                      "algorithm": c.algorithm, "rule": c.rule, "count": 0,
+                                      "modeled_us": 0.0, "exposed_us": 0.0})
+        agg["count"] += 1
+        agg["modeled_us"] += c.end_us - c.start_us
+        agg["exposed_us"] += c.exposed_us / max(1, len(sim.ranks))
+    tops = sorted(by_key.values(), key=lambda a: (-a["exposed_us"], -a["modeled_us"]))[:top]
+    for a in tops:  # per iteration
+        a["count"] //= reps
+        a["modeled_us"] /= reps
+        a["exposed_us"] /= reps
+    return RunSummary(label, scenario, sim.world_size, "virtual", iters, slowest.compute_us / reps,
+                      slowest.exposed_comm_us / reps, slowest.overlapped_comm_us / reps, tops, rules)
+
+
+@dataclass
+class ReplayReport:
+    """Everything ``nbox replay`` says."""
+
+    source: str
+    recorded_world: int
+    device: str
+    ranks: list[int]
+    compute: str
+    clock: str
+    observed: dict[str, Any] | None
+    baseline: RunSummary
+    what_if: RunSummary
+    coverage: float | None = None  # share of recorded compute time re-executed live
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    unpriced: int = 0
+    notices: list[str] = field(default_factory=list)
+    timelines: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        """Baseline time / what-if time (> 1: the what-if is faster)."""
+        return self.baseline.median_us / self.what_if.median_us if self.what_if.median_us > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": REPORT_SCHEMA, "source": self.source, "recorded_world_size": self.recorded_world,
+                "device": self.device, "ranks_replayed": self.ranks, "compute": self.compute, "clock": self.clock,
+                "observed_iteration_us": self.observed, "baseline": self.baseline.to_dict(),
+                "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
+                "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
+                "timelines": self.timelines}
+
+    def format_text(self) -> str:
+        ms = 1000.0
+        lines = [f"replay of {self.source}: recorded on {self.device} at world size {self.recorded_world}; "
+                 f"ranks {','.join(map(str, self.ranks))} replayed, compute {self.compute}, clock {self.clock}"]
+        lines += [f"notice: {n}" for n in self.notices]
+        head = (f"{'':34} {'iteration ms':>12} {'p10-p90 ms':>15} {'compute':>9} {'exp.comm':>9} {'ovl.comm':>9} "
+                f"{'idle':>8}")
+        lines.append(head)
+        if self.observed and self.observed.get("median") is not None:
+            o = self.observed
+            spread = f"{o.get('p10', o['median']) / ms:.2f}-{o.get('p90', o['median']) / ms:.2f}"
+            lines.append(f"{'recorded (observed, un-instrumented)':34} {o['median'] / ms:12.2f} {spread:>15}")
+        for run in (self.baseline, self.what_if):
+            p10, p90 = run.spread_us()
+            name = f"{run.label} W={run.world_size} ({run.scenario})"[:34]
+            lines.append(f"{name:34} {run.median_us / ms:12.2f} {f'{p10 / ms:.2f}-{p90 / ms:.2f}':>15} "
+                         f"{run.compute_us / ms:9.2f} {run.exposed_comm_us / ms:9.2f} "
+                         f"{run.overlapped_comm_us / ms:9.2f} {run.idle_us / ms:8.2f}")
+        if self.observed and self.observed.get("median"):
+            err = (self.baseline.median_us - self.observed["median"]) / self.observed["median"] * 100
+            lines.append(f"baseline vs recorded: {err:+.1f}%")
+        faster = "faster" if self.speedup > 1 else ("slower" if self.speedup < 1 else "the same")
+        lines.append(f"what-if vs baseline: {self.speedup:.3f}x ({faster})")
+        if self.what_if.top_collectives:
+            lines.append("top collectives by exposed time, per iteration (what-if):")
+            for c in self.what_if.top_collectives:
+                lines.append(f"  {c['collective']:<14} {c['bytes'] / 1e6:10.3f} MB x{c['count']:<3} "
+                             f"{c['algorithm']:<20} modeled {c['modeled_us'] / ms:8.3f} ms  exposed "
+                             f"{c['exposed_us'] / ms:8.3f} ms  (group {c['process_group']!r})")
+        for rule, n in sorted(self.what_if.rules.items()):
+            lines.append(f"size rule: {rule} ({n} answered)")
+        if self.coverage is not None:
+            fb = ", ".join(f"{k} x{v}" for k, v in sorted(self.fallbacks.items(), key=lambda kv: -kv[1])[:6])
+            lines.append(f"live compute coverage: {self.coverage * 100:.1f}% of recorded compute time"
+                         + (f"; recorded durations for: {fb}" if fb else ""))
+        if self.unpriced:
+            lines.append(f"{self.unpriced} communication node(s) without comm_type/comm_size: recorded durations")
+        lines += [f"timeline: {t}" for t in self.timelines]
+        return "\n".join(lines)

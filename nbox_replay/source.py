@@ -1,0 +1,109 @@
+"""What is being replayed: a trace bundle, or a bare Chakra ET (a directory or ``<prefix>`` of ``.et`` files).
+
+:func:`open_source` reads the manifest (a bundle) or only the traces (a bare ET, e.g. an ASTRA-sim workload),
+checks that every recorded rank's file is there and that the ranks agree on their collectives, and
+gathers what the replay needs: process-group membership, the recorded world size, the device it was
+recorded on, and the observed iteration time. Nothing is replayed from a trace that fails these checks:
+a mismatch would make the replay wait forever or answer the wrong collectives.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbox.bundle import MANIFEST_NAME, Manifest, read_manifest, trace_prefix
+from nbox.chakra.tracefiles import TraceSet, resolve_trace_set
+from nbox.chakra.validate import inspect_trace
+from nbox.errors import InputNotFoundError
+from nbox_replay.graph import ReplayInputError
+
+__all__ = ["ReplaySource", "open_source"]
+
+#: Problem codes that make a replay meaningless (the ranks would wait for each other forever).
+#: (A cycle is refused when the graph is loaded; a self-dependency is dropped there.)
+FATAL_CODES = ("collective-mismatch", "pg-membership", "p2p-mismatch")
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """A bundle or bare trace, checked and ready to load.
+
+    Attributes:
+        path: what the user named.
+        trace_set: the per-rank ``.et`` files.
+        manifest: the bundle's manifest, or None for a bare ET.
+        groups: process group name -> member global ranks (at the recorded world size).
+        recorded_world: world size at recording.
+        device: ``"cpu"``, ``"cuda"`` or ``"unknown"`` (bare ET: no live compute).
+        observed: the manifest's observed iteration time (median, p10, p90, n; microseconds), if any.
+        warnings: non-fatal problems found in the traces (count).
+    """
+
+    path: str
+    trace_set: TraceSet
+    manifest: Manifest | None
+    groups: dict[str, list[int]]
+    recorded_world: int
+    device: str
+    observed: dict[str, Any] | None
+    warnings: int
+
+    @property
+    def ranks(self) -> list[int]:
+        return self.trace_set.ranks
+
+
+def _recorded_world(manifest: Manifest | None, trace_set: TraceSet, groups: dict[str, list[int] | None],
+                    meta_world: list[int]) -> int:
+    """The manifest's world size; for a bare ET the largest rank (+1) seen in file names or groups."""
+    if manifest is not None:
+        w = manifest.job.get("world_size")
+        if isinstance(w, int) and w >= 1:
+            return w
+    candidates = [max(trace_set.ranks) + 1, *meta_world]
+    candidates += [max(m) + 1 for m in groups.values() if m]
+    return max(candidates)
+
+
+def open_source(path: str | os.PathLike[str]) -> ReplaySource:
+    """Open and check a bundle directory or a bare Chakra ET.
+
+    Raises:
+        InputNotFoundError: nothing there, or a rank's trace file named by the manifest is missing.
+        BundleError: a malformed manifest.
+        ReplayInputError: ranks that disagree on their collectives or process groups (the message names
+            the group, the position and the ranks), or no trace at all.
+    """
+    root = Path(path)
+    manifest: Manifest | None = None
+    if (root / MANIFEST_NAME).is_file():
+        manifest = read_manifest(root)
+        prefix = trace_prefix(root)
+        recorded = manifest.job.get("ranks_recorded") or []
+        missing = [r for r in recorded if not Path(f"{prefix}.{r}.et").is_file()]
+        if missing:
+            raise InputNotFoundError(f"{root}: the manifest records rank(s) {missing} but "
+                                     f"{prefix}.{missing[0]}.et is missing")
+        trace_set = resolve_trace_set(prefix)
+    else:
+        trace_set = resolve_trace_set(root)
+    report = inspect_trace(trace_set)
+    fatal = [p for p in report.all_problems() if p.severity == "error" and p.code in FATAL_CODES]
+    if fatal:
+        lines = "\n".join(f"  {p.message}" + (f" (rank {p.rank}" + (f", node {p.node_id})" if p.node_id is not None
+                                                                        else ")") if p.rank is not None else "")
+                          for p in fatal[:10])
+        raise ReplayInputError(f"{path}: cannot replay: the ranks do not agree:\n{lines}")
+    world = _recorded_world(manifest, trace_set, report.process_groups, [])
+    groups = {name: (sorted(m) if m else list(range(world))) for name, m in report.process_groups.items()}
+    device = "unknown"
+    observed = None
+    if manifest is not None:
+        device = str(manifest.hardware.get("device", "cpu"))
+        device = "cuda" if device.startswith("cuda") else "cpu"
+        observed = manifest.observed.get("iteration_time_us") or None
+    warnings = sum(p.count for p in report.all_problems()) - len(fatal)
+    return ReplaySource(str(path), trace_set, manifest, groups, world, device, observed, warnings)

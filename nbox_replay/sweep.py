@@ -1,0 +1,480 @@
+"""What-if sweeps: replay one trace in virtual time over a grid of scenario settings (``nbox sweep``).
+
+A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
+
+* ``world_size``: the target world size; the scenario is resized by
+  :func:`emulator_core.pricing.with_world_size` (the outermost topology dimension grows or shrinks);
+* any other key: a scenario override (``--set`` syntax, e.g. ``topology.dims.0.bandwidth_gbps=10,100``
+  or ``algorithms.all_reduce=ring,double_binary_tree``), applied on top of the base overrides.
+
+The grid is the cartesian product of the axes, the first axis varying slowest. Each point loads the
+base scenario with the base and point overrides, then resizes it (when ``world_size`` is an axis), then
+replays the graphs in virtual time (:func:`nbox_replay.virtual.simulate`, recorded compute). Points are
+evaluated in parallel across processes (each worker loads the traces once); the rows come back in grid
+order and are the same, bit for bit, whatever the number of workers.
+
+Row figures are per iteration, in microseconds: ``iteration_us`` is the median over the repetitions of
+the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and ``overlapped_comm_us`` are
+the slowest rank's totals divided by the repetitions; ``speedup`` is the first row's iteration time over
+this row's (> 1: faster than the first point).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import itertools
+import math
+import os
+import re
+import statistics
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emulator_core.pricing import with_world_size
+from emulator_core.scenario import Scenario, ScenarioError, load_scenario, parse_override
+from nbox.errors import InvalidInputError, NboxError
+from nbox_replay.graph import RankGraph, load_rank
+from nbox_replay.virtual import SimResult, simulate
+
+__all__ = ["Axis", "SweepConfig", "SweepError", "SweepRow", "SweepWriteError", "format_table", "parse_axis",
+           "run_sweep", "write_csv", "write_plot"]
+
+#: An axis value: what ``key=v`` parses to (TOML scalar rules: ``2`` int, ``2.0`` float, else a string).
+Value = int | float | str | bool
+#: Largest grid accepted (points); a guard against a typo such as ``world_size=1,2,...`` pasted twice.
+MAX_POINTS = 10_000
+#: The axis key that resizes the world instead of overriding a scenario key.
+WORLD_SIZE = "world_size"
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+class SweepError(InvalidInputError):
+    """A sweep that cannot run as given (the message names the axis and value)."""
+
+
+class SweepWriteError(NboxError):
+    """A sweep output (CSV, PNG) could not be written."""
+
+    exit_code = 5
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One varied setting: ``key`` and its values in the order given."""
+
+    key: str
+    values: tuple[Value, ...]
+
+    @property
+    def text(self) -> str:
+        return f"{self.key}={','.join(_fmt_value(v) for v in self.values)}"
+
+
+def _fmt_value(v: Value) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def parse_axis(text: str) -> Axis:
+    """Parse ``key=v1,v2,...`` into an :class:`Axis` (values read like ``--set`` values).
+
+    Raises:
+        SweepError: no ``=``, a malformed key, an empty or repeated value, or a bad ``world_size`` value.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not _KEY_RE.match(key):
+        raise SweepError(f"--vary {text!r}: expected KEY=V1,V2,... with a dotted scenario key or world_size, "
+                         "e.g. world_size=8,64,512")
+    parts = [p.strip() for p in raw.split(",")]
+    if not raw.strip() or any(not p for p in parts):
+        raise SweepError(f"--vary {key}: empty value in {raw!r} (expected V1,V2,...)")
+    values: list[Value] = []
+    for p in parts:
+        try:
+            _, value = parse_override(f"{key}={p}")
+        except ScenarioError as e:
+            raise SweepError(f"--vary {key}: value {p!r}: {e}") from None
+        values.append(value)
+    if key == WORLD_SIZE:
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+        if bad:
+            raise SweepError(f"--vary {key}: values must be positive integers, got {bad[0]!r}")
+    dup = [v for i, v in enumerate(values) if v in values[:i]]
+    if dup:
+        raise SweepError(f"--vary {key}: value {dup[0]!r} is listed twice")
+    return Axis(key, tuple(values))
+
+
+def _override_text(key: str, value: Value) -> str:
+    return f"{key}={_fmt_value(value)}" if not isinstance(value, str) else f"{key}={value}"
+
+
+Traces = tuple[tuple[int, str], ...]
+Groups = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything a sweep needs; validated when built (errors name the bad axis and value).
+
+    Build it with :meth:`build` (mappings and ``"key=v1,v2"`` strings); the fields hold the normalized form.
+
+    Attributes:
+        traces: (replayed rank, its ``.et`` file) pairs, sorted by rank.
+        groups: (process group name, member global ranks at the recorded world size) pairs.
+        recorded_world: the world size the traces were recorded at.
+        vary: the axes, in order (the first varies slowest in the grid).
+        scenario: base scenario TOML (None: the shipped default, emulator_core's ``loopback_cpu``).
+        overrides: base ``--set`` overrides (``key=value``), applied before each point's own.
+        repetitions: times each rank's graph runs back to back per point (the median is reported).
+        jobs: worker processes (1: evaluate in this process; capped at the CPU count and the grid size).
+    """
+
+    traces: Traces
+    groups: Groups
+    recorded_world: int
+    vary: tuple[Axis, ...]
+    scenario: Path | None = None
+    overrides: tuple[str, ...] = ()
+    repetitions: int = 3
+    jobs: int = 1
+
+    @classmethod
+    def build(cls, traces: Mapping[int, str | os.PathLike[str]], groups: Mapping[str, Sequence[int]],
+              recorded_world: int, vary: Sequence[str | Axis], *, scenario: str | os.PathLike[str] | None = None,
+              overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1) -> SweepConfig:
+        """A config from mappings and axis texts (``"world_size=8,64"``).
+
+        Raises:
+            SweepError: a bad axis (named), value, grid size, repetitions or jobs; or an axis value that makes
+                the base scenario invalid.
+        """
+        return cls(tuple((int(r), os.fspath(p)) for r, p in traces.items()),
+                   tuple((str(n), tuple(int(m) for m in ms)) for n, ms in groups.items()), recorded_world,
+                   tuple(a if isinstance(a, Axis) else parse_axis(a) for a in vary),
+                   Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs)
+
+    def __post_init__(self) -> None:
+        pairs = tuple(sorted((int(r), str(p)) for r, p in self.traces))
+        if not pairs:
+            raise SweepError("no trace to replay (traces is empty)")
+        if len({r for r, _ in pairs}) != len(pairs):
+            raise SweepError("a rank is given more than one trace file")
+        group_pairs = tuple(sorted((str(n), tuple(sorted(int(m) for m in ms))) for n, ms in self.groups))
+        if isinstance(self.recorded_world, bool) or not isinstance(self.recorded_world, int) \
+                or self.recorded_world < 1:
+            raise SweepError(f"recorded_world must be a positive integer, got {self.recorded_world!r}")
+        axes = tuple(a if isinstance(a, Axis) else parse_axis(str(a)) for a in self.vary)
+        if not axes:
+            raise SweepError("nothing to vary: give at least one --vary KEY=V1,V2,...")
+        keys = [a.key for a in axes]
+        dup = [k for i, k in enumerate(keys) if k in keys[:i]]
+        if dup:
+            raise SweepError(f"--vary {dup[0]}: the axis is given twice (list all its values in one --vary)")
+        for a in axes:
+            if not a.values:
+                raise SweepError(f"--vary {a.key}: no values")
+        points = math.prod(len(a.values) for a in axes)
+        if points > MAX_POINTS:
+            raise SweepError(f"the grid has {points} points, over the limit of {MAX_POINTS}; vary fewer values")
+        if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) or self.repetitions < 1:
+            raise SweepError(f"repetitions must be a positive integer, got {self.repetitions!r}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise SweepError(f"jobs must be a positive integer, got {self.jobs!r}")
+        object.__setattr__(self, "traces", pairs)
+        object.__setattr__(self, "groups", group_pairs)
+        object.__setattr__(self, "vary", axes)
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        self._check_axes()
+
+    def grid(self) -> list[tuple[Value, ...]]:
+        """The grid points in order (first axis slowest): one value per axis."""
+        return list(itertools.product(*(a.values for a in self.vary)))
+
+    def _build(self, point: Sequence[Value]) -> Scenario:
+        overrides = list(self.overrides)
+        world: int | None = None
+        for axis, value in zip(self.vary, point, strict=True):
+            if axis.key == WORLD_SIZE:
+                world = int(value)
+            else:
+                overrides.append(_override_text(axis.key, value))
+        scenario = load_scenario(self.scenario, overrides)
+        if world is not None:
+            scenario = with_world_size(scenario, world)
+        bad = [r for r, _ in self.traces if not 0 <= r < scenario.world_size]
+        if bad:
+            raise ScenarioError(WORLD_SIZE, f"replayed rank {bad[0]} is outside a world of "
+                                f"{scenario.world_size} ranks")
+        return scenario
+
+    def point_scenario(self, point: Sequence[Value]) -> Scenario:
+        """The scenario of one grid point (one value per axis, in axis order).
+
+        Raises:
+            SweepError: the point's scenario is invalid (the message names the point's axes and values).
+            InputNotFoundError: the base scenario file does not exist.
+        """
+        try:
+            return self._build(point)
+        except ScenarioError as e:
+            where = ", ".join(f"{a.key}={_fmt_value(v)}" for a, v in zip(self.vary, point, strict=True))
+            raise SweepError(f"sweep point {where}: {e}") from None
+
+    def _check_axes(self) -> None:
+        """Build each axis value with the other axes at their first value, so that a bad key or value is
+        named by its axis before anything runs; other combinations are checked when each point is built."""
+        first = tuple(a.values[0] for a in self.vary)
+        for n, axis in enumerate(self.vary):
+            for value in axis.values:
+                try:
+                    self._build((*first[:n], value, *first[n + 1:]))
+                except ScenarioError as e:
+                    raise SweepError(f"--vary {axis.key}: value {_fmt_value(value)} is not valid: {e}") from None
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One grid point's prediction. Times in microseconds per iteration (module docstring)."""
+
+    values: tuple[tuple[str, Value], ...]  # (axis key, value) per axis, in axis order
+    world_size: int
+    iteration_us: float
+    compute_us: float
+    exposed_comm_us: float
+    overlapped_comm_us: float
+    slowest_rank: int
+    speedup: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat record: the axis values by key, then the figures."""
+        out: dict[str, Any] = dict(self.values)
+        out.update({"world_size": self.world_size, "iteration_us": self.iteration_us,
+                    "compute_us": self.compute_us, "exposed_comm_us": self.exposed_comm_us,
+                    "overlapped_comm_us": self.overlapped_comm_us, "slowest_rank": self.slowest_rank,
+                    "speedup": self.speedup})
+        return out
+
+
+#: Per worker process: the loaded graphs (set by :func:`_init_worker`).
+_WORKER_GRAPHS: dict[int, RankGraph] = {}
+
+
+def _load_graphs(traces: Sequence[tuple[int, str]]) -> dict[int, RankGraph]:
+    return {r: load_rank(p, r) for r, p in traces}
+
+
+def _init_worker(traces: Sequence[tuple[int, str]]) -> None:
+    global _WORKER_GRAPHS
+    _WORKER_GRAPHS = _load_graphs(traces)
+
+
+def _figures(result: SimResult, reps: int) -> tuple[int, float, float, float, float, int]:
+    """(world, iteration_us, compute_us, exposed_comm_us, overlapped_comm_us, slowest rank) of one replay."""
+    per_rank = {r: statistics.median(rr.iteration_us) for r, rr in result.ranks.items()}
+    slowest = max(sorted(per_rank), key=lambda r: per_rank[r])
+    rr = result.ranks[slowest]
+    return (result.world_size, statistics.median(result.iteration_us()), rr.compute_us / reps,
+            rr.exposed_comm_us / reps, rr.overlapped_comm_us / reps, slowest)
+
+
+def _evaluate(graphs: Mapping[int, RankGraph], scenario: Scenario, groups: Sequence[tuple[str, tuple[int, ...]]],
+              recorded_world: int, reps: int) -> tuple[int, float, float, float, float, int]:
+    result = simulate(graphs, scenario, groups=dict(groups), recorded_world=recorded_world, repetitions=reps)
+    return _figures(result, reps)
+
+
+def _worker_task(scenario: Scenario, groups: Sequence[tuple[str, tuple[int, ...]]], recorded_world: int,
+                 reps: int) -> tuple[int, float, float, float, float, int]:
+    return _evaluate(_WORKER_GRAPHS, scenario, groups, recorded_world, reps)
+
+
+def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None = None) -> list[SweepRow]:
+    """Evaluate every grid point in virtual time; rows in grid order (deterministic, any ``jobs``).
+
+    Args:
+        progress: called as ``progress(done, total)`` in this process after each point completes.
+
+    Raises:
+        SweepError: a grid point's scenario is invalid (names the point).
+        ReplayInputError, ReplayDeadlock, InputNotFoundError, TraceDecodeError: from loading or replaying.
+    """
+    grid = config.grid()
+    scenarios = [config.point_scenario(p) for p in grid]
+    total = len(grid)
+    figures: list[tuple[int, float, float, float, float, int] | None] = [None] * total
+    groups, reps = config.groups, config.repetitions
+    if config.jobs == 1 or total == 1:
+        graphs = _load_graphs(config.traces)
+        for i, scenario in enumerate(scenarios):
+            figures[i] = _evaluate(graphs, scenario, groups, config.recorded_world, reps)
+            if progress is not None:
+                progress(i + 1, total)
+    else:
+        _load_graphs(config.traces)  # fail early, here, on an unreadable trace (with the codec's own error)
+        workers = min(config.jobs, total, os.cpu_count() or 1)
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config.traces,))
+        try:
+            futures: dict[Future[tuple[int, float, float, float, float, int]], int] = {
+                pool.submit(_worker_task, s, groups, config.recorded_world, reps): i for i, s in enumerate(scenarios)}
+            for done, fut in enumerate(as_completed(futures), 1):
+                figures[futures[fut]] = fut.result()
+                if progress is not None:
+                    progress(done, total)
+        except BaseException:  # a failed point or Ctrl-C: drop the points not started yet
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+    rows: list[SweepRow] = []
+    for point, fig in zip(grid, figures, strict=True):
+        assert fig is not None
+        world, it, comp, exposed, overlapped, slowest = fig
+        speedup = rows[0].iteration_us / it if rows and it > 0 else 1.0
+        rows.append(SweepRow(tuple((a.key, v) for a, v in zip(config.vary, point, strict=True)), world, it, comp,
+                             exposed, overlapped, slowest, speedup))
+    return rows
+
+
+# ---------------------------------------------------------------- outputs
+
+_FIGURE_COLUMNS = ("world_size", "iteration_us", "compute_us", "exposed_comm_us", "overlapped_comm_us",
+                   "slowest_rank", "speedup")
+
+
+def _columns(rows: Sequence[SweepRow]) -> list[str]:
+    keys = [k for k, _ in rows[0].values] if rows else []
+    return keys + [c for c in _FIGURE_COLUMNS if c not in keys]
+
+
+def _write_text_atomic(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise SweepWriteError(f"{path}: cannot write: {e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise SweepWriteError(f"{path}: cannot write: {e}") from None
+
+
+def write_csv(rows: Sequence[SweepRow], path: Path) -> Path:
+    """Write the rows as CSV (header: axis keys, then :data:`_FIGURE_COLUMNS`; times in us). Atomic.
+
+    Raises:
+        SweepWriteError: the file cannot be written.
+    """
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    cols = _columns(rows)
+    writer.writerow(cols)
+    for row in rows:
+        d = row.to_dict()
+        writer.writerow([_csv_cell(d[c]) for c in cols])
+    _write_text_atomic(Path(path), buf.getvalue().encode("utf-8"))
+    return Path(path)
+
+
+def _csv_cell(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _numeric(values: Sequence[Value]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def write_plot(rows: Sequence[SweepRow], path_png: Path) -> list[Path]:
+    """Plot iteration time (ms) against the first axis, one line per value of the second axis (if any);
+    write the PNG and the CSV beside it (same stem, ``.csv``). Both written atomically.
+
+    The x axis is logarithmic when the first axis is numeric, positive and spans more than 10x;
+    non-numeric values are placed at evenly spaced categories. Further axes (a third, ...) are folded into
+    the line labels. Returns ``[png, csv]``.
+
+    Raises:
+        SweepError: no rows, or matplotlib is not installed (``pip install 'nbox[plots]'``).
+        SweepWriteError: a file cannot be written.
+    """
+    if not rows:
+        raise SweepError("nothing to plot: the sweep has no rows")
+    try:
+        from matplotlib.figure import Figure  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        raise SweepError("plotting needs matplotlib: pip install 'nbox[plots]' (the CSV can be written without it)"
+                         ) from None
+    path_png = Path(path_png)
+    csv_path = write_csv(rows, path_png.with_suffix(".csv"))
+    keys = [k for k, _ in rows[0].values]
+    xs_all = list(dict.fromkeys(r.values[0][1] for r in rows))
+    numeric = _numeric(xs_all)
+    lines: dict[str, list[tuple[Value, float]]] = {}
+    for r in rows:
+        label = ", ".join(_fmt_value(v) if len(r.values) == 2 else f"{k}={_fmt_value(v)}" for k, v in r.values[1:])
+        lines.setdefault(label, []).append((r.values[0][1], r.iteration_us / 1000.0))
+    fig = Figure(figsize=(7.0, 4.5), dpi=110)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, pts in lines.items():
+        if numeric:
+            xs: list[float] = [float(x) for x, _ in pts]
+        else:
+            xs = [float(xs_all.index(x)) for x, _ in pts]
+        ax.plot(xs, [y for _, y in pts], marker="o", label=label or None)
+    if numeric:
+        lo, hi = min(float(x) for x in xs_all), max(float(x) for x in xs_all)  # type: ignore[arg-type, unused-ignore]
+        if lo > 0 and hi / lo > 10:
+            from matplotlib.ticker import NullLocator  # type: ignore[import-not-found, unused-ignore]
+
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_locator(NullLocator())
+        if len(xs_all) <= 12:  # label the points themselves (plain numbers, also on a log axis)
+            ax.set_xticks([float(x) for x in xs_all], [_fmt_value(x) for x in xs_all])  # type: ignore[arg-type, unused-ignore]
+    else:
+        ax.set_xticks([float(i) for i in range(len(xs_all))], [_fmt_value(x) for x in xs_all])
+    ax.set_xlabel(keys[0])
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_title("nbox sweep: predicted iteration time")
+    ax.grid(True, which="both", alpha=0.3)
+    if len(lines) > 1 or next(iter(lines)):
+        ax.legend(title=", ".join(keys[1:]) or None, fontsize="small")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    _write_text_atomic(path_png, buf.getvalue())
+    return [path_png, csv_path]
+
+
+def format_table(rows: Sequence[SweepRow]) -> str:
+    """A fixed-width text table of the rows (times in ms, speedup as ``x``), one line per row."""
+    if not rows:
+        return "(no rows)\n"
+    keys = [k for k, _ in rows[0].values]
+    head = [*keys, "iteration ms", "compute ms", "exposed comm ms", "overlapped comm ms", "speedup"]
+    body = [[*(_fmt_value(v) for _, v in r.values), f"{r.iteration_us / 1000:.3f}", f"{r.compute_us / 1000:.3f}",
+             f"{r.exposed_comm_us / 1000:.3f}", f"{r.overlapped_comm_us / 1000:.3f}", f"{r.speedup:.2f}x"]
+            for r in rows]
+    widths = [max(len(head[c]), *(len(b[c]) for b in body)) for c in range(len(head))]
+    nkeys = len(keys)
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < nkeys else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
+    return "\n".join(out) + "\n"

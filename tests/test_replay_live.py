@@ -1,0 +1,250 @@
+"""Live replay: recorded operators re-executed (nbox_replay.ops) and whole bundles replayed on real ranks
+with the ``nbox`` backend answering collectives (nbox_replay.live). Unit tests build nodes by hand; the
+integration tests replay the shipped ``traces/ddp_mlp`` bundle. Timing is only checked for sanity."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from emulator_core.pricing import with_world_size
+from emulator_core.scenario import load_scenario
+from nbox.chakra import et_def_pb2 as pb
+from nbox.chakra.attrs import set_attr
+from nbox.chakra.codec import write_et
+from nbox.errors import NboxError
+from nbox_replay.graph import RankGraph, load_rank
+from nbox_replay.live import LiveConfig, LiveConfigError, LiveReplayError, replay_live
+from nbox_replay.ops import BuildError, TensorSpec, parse_dtype, prepare
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "traces" / "ddp_mlp"
+
+
+def tv(tid: int, numel: int, itemsize: int = 4) -> list[Any]:
+    """A recorded tensor value: [tensor_id, storage_id, offset, numel, itemsize, device]."""
+    return [tid, tid + 1000, 0, numel, itemsize, "cpu"]
+
+
+def op_node(nid: int, name: str, schema: str, ins: list[Any], shapes: list[Any], types: list[str],
+            outs: list[Any] | None = None, out_shapes: list[Any] | None = None, out_types: list[str] | None = None,
+            strides: list[Any] | None = None, dur: int = 10) -> pb.Node:
+    node = pb.Node(id=nid, name=name, type=pb.COMP_NODE, duration_micros=dur)
+    node.inputs.values, node.inputs.shapes, node.inputs.types = json.dumps(ins), json.dumps(shapes), json.dumps(types)
+    node.outputs.values = json.dumps(outs or [])
+    node.outputs.shapes = json.dumps(out_shapes or [])
+    node.outputs.types = json.dumps(out_types or [])
+    if nid > 1:
+        node.data_deps.append(nid - 1)
+    set_attr(node, "is_cpu_op", True)
+    set_attr(node, "op_schema", schema)
+    if strides is not None:
+        set_attr(node, "nbox_input_strides", json.dumps(strides))
+    return node
+
+
+def graph_of(tmp_path: Path, nodes: list[pb.Node], name: str = "trace.0.et") -> RankGraph:
+    path = write_et(tmp_path / name, pb.GlobalMetadata(version="1.0.0"), nodes)
+    return load_rank(path, 0, keep_nodes=True)
+
+
+F = "Tensor(float)"
+
+
+# ------------------------------------------------------------------------------------------ ops: unit tests
+def test_parse_dtype_reads_the_observer_names() -> None:
+    assert parse_dtype("Tensor(float)") == torch.float32
+    assert parse_dtype("Tensor(c10::BFloat16)") == torch.bfloat16
+    assert parse_dtype("Tensor(long int)") == torch.int64
+    assert parse_dtype("Tensor(c10::Half)") == torch.float16
+    assert parse_dtype("Tensor(bool)") == torch.bool
+    with pytest.raises(BuildError, match="unknown tensor dtype"):
+        parse_dtype("Tensor(quux)")
+
+
+def test_tensors_are_reused_by_id_and_an_in_place_output_is_its_input(tmp_path: Path) -> None:
+    g = graph_of(tmp_path, [
+        op_node(1, "aten::mul", "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor",
+                [tv(1, 6), tv(2, 6)], [[2, 3], [2, 3]], [F, F], [tv(3, 6)], [[2, 3]], [F]),
+        op_node(2, "aten::add_", "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+                [tv(3, 6), tv(1, 6), 2.0], [[2, 3], [2, 3], []], [F, F, "Double"], [tv(3, 6)], [[2, 3]], [F]),
+        op_node(3, "aten::sum", "aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor",
+                [tv(3, 6), "<None>"], [[2, 3], []], [F, "None"], [tv(4, 1)], [[]], [F]),
+    ])
+    ops = prepare(g, "cpu")
+    assert all(r is not None for r in ops.runnables) and not ops.fallbacks
+    assert ops.run(0)
+    pool = ops.pool.tensors
+    a, b, product = pool[1], pool[2], pool[3]
+    assert torch.equal(product, a * b)
+    assert ops.run(1)
+    assert pool[3] is product  # the in-place op's output is the same tensor object
+    assert torch.allclose(product, a * b + 2.0 * a)
+    assert ops.run(2)
+    assert 3 not in pool and 4 not in pool  # made by the graph: dropped after their last use
+    assert pool[1] is a and pool[2] is b  # inputs from outside the graph (parameters) are kept
+    ops.run(0)
+    assert ops.pool.tensors[1] is a  # the next repetition reuses them
+    assert ops.coverage() == pytest.approx(1.0)
+
+
+def test_recorded_strides_dtype_and_valid_indices(tmp_path: Path) -> None:
+    long_t = "Tensor(long int)"
+    g = graph_of(tmp_path, [
+        op_node(1, "aten::embedding", "aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
+                "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor",
+                [tv(1, 40), tv(2, 12, 8), -1, False, False], [[10, 4], [4, 3], [], [], []],
+                [F, long_t, "Int", "Bool", "Bool"], [tv(3, 48)], [[4, 3, 4]], [F]),
+        op_node(2, "aten::index_select", "aten::index_select(Tensor self, int dim, Tensor index) -> Tensor",
+                [tv(4, 12), 0, tv(5, 5, 8)], [[4, 3], [], [5]], [F, "Int", long_t], [tv(6, 15)], [[5, 3]], [F],
+                strides=[[1, 4], [], [1]]),
+        op_node(3, "aten::cat", "aten::cat(Tensor[] tensors, int dim=0) -> Tensor",
+                [[tv(1, 40), tv(7, 8, 2)], 0], [[[10, 4], [2, 4]], []], ["GenericList[Tensor(float),Tensor(float)]",
+                                                                       "Int"], [tv(8, 48)], [[12, 4]], [F]),
+        op_node(4, "aten::ones", "aten::ones(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, "
+                "Device? device=None, bool? pin_memory=None) -> Tensor",
+                [[2, 2], 15, "<None>", "cuda:0", "<None>"], [[[], []], [], [], [], []],
+                ["GenericList[Int,Int]", "Int", "None", "Device", "None"], [tv(9, 4, 2)], [[2, 2]],
+                ["Tensor(c10::BFloat16)"]),
+    ])
+    ops = prepare(g, "cpu")
+    assert [ops.run(i) for i in range(4)] == [True, True, True, True], ops.reasons
+    pool = ops.pool.tensors
+    assert pool[2].dtype == torch.int64 and not pool[2].any()  # indices: zeros, always valid
+    assert pool[4].stride() == (1, 4) and pool[4].shape == (4, 3)  # the recorded strides
+    assert pool[1].dtype == torch.float32 and pool[1].abs().max() <= 1.0  # floats in [-1, 1)
+    assert not ops.fallbacks
+
+
+def test_fallbacks_are_counted_per_operator_and_never_raise(tmp_path: Path) -> None:
+    g = graph_of(tmp_path, [
+        op_node(1, "autograd::engine::evaluate_function: AddmmBackward0", "", [], [], [], dur=100),
+        op_node(2, "aten::no_such_operator", "aten::no_such_operator(Tensor self) -> Tensor", [tv(1, 4)], [[4]], [F],
+                dur=50),
+        op_node(3, "fsdp::chunk_cat", "fsdp::chunk_cat(Tensor[] tensors, int dim, int num_chunks, *, Tensor(a!) out) "
+                "-> ()", [], [], [], dur=25),
+        op_node(4, "aten::mm", "aten::mm(Tensor self, Tensor mat2) -> Tensor", [tv(2, 6), tv(3, 6)],
+                [[2, 3], [2, 3]], [F, F], [tv(4, 4)], [[2, 2]], [F], dur=20),  # shapes do not match: raises
+        op_node(5, "aten::relu", "aten::relu(Tensor self) -> Tensor", [tv(5, 4)], [[4]], ["Tensor(quux)"], dur=5),
+        op_node(6, "autograd::engine::evaluate_function: AddmmBackward0", "", [], [], [], dur=100),
+        op_node(7, "aten::relu", "aten::relu(Tensor self) -> Tensor", [tv(6, 4)], [[4]], [F], dur=200),
+    ])
+    ops = prepare(g, "cpu")
+    assert ops.runnables[0] is None and ops.reasons[0] == "no op_schema"
+    assert "unknown operator" in ops.reasons[1]
+    assert "not an aten operator" in ops.reasons[2]
+    assert "unknown tensor dtype" in ops.reasons[4]
+    assert ops.runnables[3] is not None  # builds, fails when it runs
+    results = [ops.run(i) for i in range(len(g))]
+    assert results == [False, False, False, False, False, False, True]
+    assert "RuntimeError" in ops.reasons[3]
+    assert ops.fallbacks == {"autograd::engine::evaluate_function: AddmmBackward0": 2, "aten::no_such_operator": 1,
+                             "fsdp::chunk_cat": 1, "aten::mm": 1, "aten::relu": 1}
+    assert ops.coverage() == pytest.approx(200 / 500)
+    assert not ops.run(3)  # stays a fallback, counted once
+    assert ops.fallbacks["aten::mm"] == 1
+
+
+def test_pool_makes_overlapping_strides() -> None:
+    from nbox_replay.ops import TensorPool
+
+    t = TensorPool("cpu").make(TensorSpec(1, (3, 4), (0, 1), torch.float32))  # an expanded tensor
+    assert t.shape == (3, 4) and t.stride() == (0, 1)
+
+
+def test_every_shipped_bundle_prepares_with_coverage() -> None:
+    for bundle in ("ddp_mlp", "ddp_transformer", "fsdp2_transformer"):
+        g = load_rank(ROOT / "traces" / bundle / "trace" / "trace.0.et", 0, keep_nodes=True)
+        ops = prepare(g, "cpu")
+        for i in range(len(g)):
+            ops.run(i)
+        assert 0.2 < ops.coverage() < 1.0, bundle
+        assert not [r for i, r in ops.reasons.items() if g.names[i].startswith("aten::")], ops.reasons
+
+
+# ----------------------------------------------------------------------------------- config validation
+def _config(tmp_path: Path | None = None, **kw: Any) -> LiveConfig:
+    world = kw.pop("world", 2)
+    ranks = kw.pop("ranks", (0, 1))
+    args: dict[str, Any] = {"files": {r: MLP / "trace" / f"trace.{r}.et" for r in ranks},
+                            "groups": {"0": [0, 1]}, "recorded_world": 2,
+                            "scenario": with_world_size(load_scenario(None), world),
+                            "warmup": 1, "iterations": 3, "timeout_s": 90.0}
+    args.update(kw)
+    return LiveConfig(**args)
+
+
+def test_live_config_is_validated() -> None:
+    assert _config().compute == "live"
+    with pytest.raises(LiveConfigError, match="compute"):
+        _config(compute="fast")
+    with pytest.raises(LiveConfigError, match="device"):
+        _config(device="tpu")
+    with pytest.raises(LiveConfigError, match="outside the what-if world"):
+        _config(files={5: MLP / "trace" / "trace.0.et"})
+    with pytest.raises(LiveConfigError, match="iterations"):
+        _config(iterations=0)
+    with pytest.raises(LiveConfigError, match="timeout_s"):
+        _config(timeout_s=0)
+    with pytest.raises(NboxError, match="not found"):
+        _config(files={0: MLP / "nope.et"})
+
+
+# --------------------------------------------------------------------------------------- integration tests
+def _sane(times: list[float]) -> bool:
+    return bool(times) and all(math.isfinite(t) and t > 0 for t in times)
+
+
+@pytest.mark.integration
+def test_ddp_mlp_two_ranks_live() -> None:
+    res = replay_live(_config())
+    assert res.world_size == 2 and set(res.rank_iteration_us) == {0, 1}
+    assert len(res.iteration_us) == 3 and _sane(res.iteration_us)
+    assert all(_sane(v) for v in res.rank_iteration_us.values())
+    assert res.iteration_us == [max(res.rank_iteration_us[r][k] for r in (0, 1)) for k in range(3)]
+    assert 0.0 < res.coverage < 1.0
+    assert res.fallbacks.get("torch.distributed.ddp.reducer::copy_bucket_to_grad", 0) > 0
+
+
+@pytest.mark.integration
+def test_one_replayed_rank_at_world_size_eight() -> None:
+    res = replay_live(_config(ranks=(0,), world=8))
+    assert res.world_size == 8 and set(res.rank_iteration_us) == {0}
+    assert _sane(res.iteration_us) and res.coverage > 0
+
+
+@pytest.mark.integration
+def test_recorded_compute_runs_no_operator() -> None:
+    res = replay_live(_config(compute="recorded"))
+    assert _sane(res.iteration_us) and res.coverage == 0.0 and res.fallbacks == {}
+    recorded = load_rank(MLP / "trace" / "trace.0.et", 0).compute_us()
+    assert min(res.rank_compute_us[0]) >= recorded * 0.95  # compute nodes wait their recorded durations
+
+
+def _p2p_trace(tmp_path: Path, peer: int, compute_us: int = 10) -> Path:
+    comp = op_node(1, "aten::relu", "aten::relu(Tensor self) -> Tensor", [tv(1, 4)], [[4]], [F], dur=compute_us)
+    send = pb.Node(id=2, name="c10d::send", type=pb.COMM_SEND_NODE, duration_micros=5)
+    send.data_deps.append(1)
+    for k, v in (("is_cpu_op", False), ("comm_size", 64), ("comm_src", 0), ("comm_dst", peer), ("comm_tag", 0)):
+        set_attr(send, k, v)
+    return write_et(tmp_path / "trace.0.et", pb.GlobalMetadata(version="1.0.0"), [comp, send])
+
+
+@pytest.mark.integration
+def test_a_failing_node_names_rank_and_node(tmp_path: Path) -> None:
+    cfg = _config(files={0: _p2p_trace(tmp_path, peer=7)}, ranks=(0,), groups={})
+    with pytest.raises(LiveReplayError, match=r"rank 0 failed at node 2 \(c10d::send\).*peer 7"):
+        replay_live(cfg)
+
+
+@pytest.mark.integration
+def test_a_run_past_its_deadline_is_stopped(tmp_path: Path) -> None:
+    cfg = _config(files={0: _p2p_trace(tmp_path, peer=1, compute_us=120_000_000)}, ranks=(0,),
+                  groups={}, compute="recorded", timeout_s=8.0)
+    with pytest.raises(LiveReplayError, match=r"did not finish within 8 s.*\[0\]"):
+        replay_live(cfg)

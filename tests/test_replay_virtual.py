@@ -1,0 +1,163 @@
+"""`nbox replay --clock virtual`: recorded compute, collectives from the emulator core, no torch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator_core.pricing import group_shape, price_group
+from emulator_core.scenario import SCENARIOS_DIR, load_scenario
+from nbox.chakra import et_def_pb2 as pb
+from nbox.chakra.attrs import set_attr
+from nbox.chakra.codec import write_et
+from nbox.errors import InputNotFoundError
+from nbox_replay.graph import RankGraph, load_rank
+from nbox_replay.replay import ReplayConfig, ReplayConfigError, resize, run_replay
+from nbox_replay.source import ReplayInputError, open_source
+from nbox_replay.virtual import ReplayDeadlock, simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "traces"
+SAMPLES = ROOT.parent / "shared" / "samples" / "chakra_et"
+
+
+def virtual(bundle: Path | str, **kw: object) -> dict[str, object]:
+    return run_replay(ReplayConfig(str(bundle), clock="virtual", **kw)).to_dict()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["ddp_mlp", "ddp_transformer", "fsdp2_transformer"])
+def test_shipped_bundles_replay_bit_identically(name: str) -> None:
+    a = virtual(TRACES / name, world_size=64, iterations=2)
+    b = virtual(TRACES / name, world_size=64, iterations=2)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    base, what = a["baseline"], a["what_if"]
+    assert base["world_size"] == 2 and what["world_size"] == 64  # type: ignore[index]
+    assert all(v > 0 for v in base["iteration_us"]["values"])  # type: ignore[index]
+    assert a["observed_iteration_us"]["median"] > 0  # type: ignore[index]
+
+
+def test_a_slower_network_and_a_bigger_world_cost_more_a_faster_one_less() -> None:
+    def t(**kw: object) -> float:
+        return virtual(TRACES / "ddp_mlp", **kw)["what_if"]["iteration_us"]["median"]  # type: ignore[index]
+    base = t()
+    assert t(world_size=8) > base
+    assert t(world_size=64) > t(world_size=8)
+    assert t(overrides=("topology.dims.0.bandwidth_gbps=1",)) > base
+    fast = ("topology.dims.0.bandwidth_gbps=1000", "topology.dims.0.latency_us=1")
+    assert t(world_size=64, overrides=fast) < t(world_size=64)  # at W=2 the comm is hidden: only exposed comm counts
+    assert t(overrides=fast) == base
+    assert t(overrides=("compute_scale=2",)) < base
+
+
+def test_fsdp_shards_shrink_with_the_world_and_ddp_buckets_keep_their_size() -> None:
+    fsdp = virtual(TRACES / "fsdp2_transformer", world_size=8)["what_if"]["retarget_rules"]  # type: ignore[index]
+    assert any(k.startswith("all_gather: FSDP all-gather: the per-rank shard shrinks") for k in fsdp)
+    graphs = {r: load_rank(TRACES / "fsdp2_transformer" / "trace" / f"trace.{r}.et", r) for r in (0, 1)}
+    recorded = sorted({c.nbytes for g in graphs.values() for c in g.comm.values() if c.collective == "all_gather"})
+    sim = simulate(graphs, resize(load_scenario(None), 8), groups={"0": [0, 1]}, recorded_world=2)
+    gathered = sorted({c.nbytes for c in sim.collectives if c.collective == "all_gather"})
+    assert gathered == [n * 2 / 8 for n in recorded]
+    ddp = virtual(TRACES / "ddp_mlp", world_size=8)["what_if"]["retarget_rules"]  # type: ignore[index]
+    assert list(ddp) == ["all_reduce: data-parallel all-reduce: the gradient bucket keeps its size"]
+
+
+def test_an_astra_sim_microbenchmark_replays_as_exactly_the_modeled_collective() -> None:
+    rep = virtual(SAMPLES / "astra-sim_microbenchmarks" / "all_reduce" / "8npus_1MB")
+    s = resize(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 8)
+    _, cost = price_group(s, "all_reduce", 1048576, group_shape(s))
+    assert rep["baseline"]["iteration_us"]["median"] == pytest.approx(cost)  # type: ignore[index]
+    assert rep["compute"] == "recorded" and rep["clock"] == "virtual" and rep["notices"] == []
+
+
+def test_a_bare_trace_with_process_groups_replays_each_group_on_its_members() -> None:
+    rep = virtual(SAMPLES / "multi_pg_T3D" / "trace")
+    groups = json.loads((SAMPLES / "multi_pg_T3D" / "inputs" / "comm_group.json").read_text())
+    s = resize(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 8)
+    tops = rep["what_if"]["top_collectives"]  # type: ignore[index]
+    assert tops and {c["process_group"] for c in tops} <= set(groups)
+    for c in tops:  # each collective is priced on its own pair of ranks, not on the world
+        _, cost = price_group(s, "all_reduce", c["bytes"], group_shape(s, groups[c["process_group"]]))
+        assert c["modeled_us"] == pytest.approx(cost * c["count"])
+
+
+def _node(node_id: int, ntype: int, name: str, deps: list[int], dur: int = 10, **attrs: object) -> pb.Node:
+    n = pb.Node(id=node_id, name=name, type=ntype, duration_micros=dur)  # type: ignore[arg-type]
+    n.data_deps.extend(deps)
+    for k, v in attrs.items():
+        set_attr(n, k, v)  # type: ignore[arg-type]
+    return n
+
+
+def _write_two_ranks(tmp: Path, sizes: tuple[int, int]) -> Path:
+    out = tmp / "bare"
+    out.mkdir()
+    for rank, size in enumerate(sizes):
+        nodes = [_node(1, pb.COMP_NODE, "aten::mm", [], 100, tid=1),
+                 _node(2, pb.COMM_COLL_NODE, "all_reduce", [1], 50, comm_type=0, comm_size=size, pg_name="0", tid=1),
+                 _node(3, pb.COMP_NODE, "aten::add_", [2], 20, tid=1)]
+        write_et(out / f"t.{rank}.et", pb.GlobalMetadata(version="0.0.4"), nodes)
+    return out
+
+
+def test_ranks_that_disagree_on_a_collective_are_refused_before_replay(tmp_path: Path) -> None:
+    bare = _write_two_ranks(tmp_path, (4096, 8192))
+    with pytest.raises(ReplayInputError, match=r"process group '0'.*collective #0 differs.*rank 1"):
+        open_source(bare / "t")
+    sub = tmp_path / "ok"
+    sub.mkdir()
+    rep = virtual(_write_two_ranks(sub, (4096, 4096)) / "t", iterations=2)
+    assert rep["baseline"]["breakdown_us"]["compute"] == 120  # type: ignore[index]
+
+
+def test_a_wait_that_can_never_end_is_a_deadlock_naming_rank_and_collective() -> None:
+    g0, g1 = RankGraph(0, "r0"), RankGraph(1, "r1")
+    from nbox_replay.graph import COLLECTIVE, CommInfo
+
+    for g, pg in ((g0, "0"), (g1, "1")):  # each waits on a collective of a group the other never joins
+        g.ids, g.names, g.kind = [1, 2], ["all_reduce", "after"], [COLLECTIVE, 0]
+        g.duration_us, g.issue_us, g.resource, g.resources = [0.0, 5.0], [0.0, 0.0], [0, 0], ["thread:1"]
+        g.deps, g.iteration = [(), (0,)], [0, 0]
+        g.comm = {0: CommInfo("all_reduce", 1024, pg)}
+    with pytest.raises(ReplayDeadlock, match=r"rank 0: stopped at node 2 .*all_reduce #0 on process group '0', "
+                                             r"never issued by rank\(s\) \[1\]"):
+        simulate({0: g0, 1: g1}, resize(load_scenario(None), 2), groups={"0": [0, 1], "1": [0, 1]},
+                 recorded_world=2)
+
+
+def test_a_missing_rank_file_and_bad_options_are_clear_errors(tmp_path: Path) -> None:
+    copy = tmp_path / "b"
+    shutil.copytree(TRACES / "ddp_mlp", copy)
+    (copy / "trace" / "trace.1.et").unlink()
+    with pytest.raises(InputNotFoundError, match=r"manifest records rank\(s\) \[1\] but .*trace\.1\.et is missing"):
+        open_source(copy)
+    with pytest.raises(ReplayConfigError, match="--clock virtual replays recorded compute"):
+        ReplayConfig(str(TRACES / "ddp_mlp"), clock="virtual", compute="live")
+    with pytest.raises(ReplayConfigError, match="--clock 'fast'"):
+        ReplayConfig(str(TRACES / "ddp_mlp"), clock="fast")
+    with pytest.raises(Exception, match="--ranks: rank 5 is not in"):
+        run_replay(ReplayConfig(str(TRACES / "ddp_mlp"), clock="virtual", ranks=(0, 5)))
+
+
+def test_one_replayed_rank_of_two_mirrors_the_other() -> None:
+    rep = virtual(TRACES / "ddp_mlp", ranks=(0,), world_size=8)
+    assert rep["ranks_replayed"] == [0] and rep["what_if"]["iteration_us"]["median"] > 0  # type: ignore[index]
+
+
+def test_virtual_replay_needs_no_torch_and_the_cli_prints_one_json_document() -> None:
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from nbox.cli import main\n"
+            "sys.argv = ['nbox', 'replay', sys.argv[1], '--clock', 'virtual', '--world-size', '16', '--json']\n"
+            "main()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(TRACES / "ddp_transformer")], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "nbox.replay/1" and doc["what_if"]["world_size"] == 16
+    bad = subprocess.run([sys.executable, "-m", "nbox", "replay", str(ROOT / "no-such-bundle"), "--clock", "virtual"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 4 and "no-such-bundle" in bad.stderr and "Traceback" not in bad.stderr
