@@ -32,10 +32,10 @@ def test_readme_installs_the_local_cpu_torch_first() -> None:
 
 
 @pytest.mark.integration
-def test_readme_main_command_records_and_inspects(tmp_path: Path) -> None:
+def test_readme_main_command_records_and_replays(tmp_path: Path) -> None:
     main_cmd = _bash_blocks((ROOT / "README.md").read_text())[0]
     steps = [shlex.split(part)[1:] for part in main_cmd.split("&&") if part.strip().startswith("nbox ")]
-    assert [s[0] for s in steps] == ["record", "trace"]
+    assert [s[0] for s in steps] == ["record", "replay"]
     outputs = []
     for args in steps:  # run where a user would: a fresh directory, relative paths
         proc = subprocess.run([sys.executable, "-m", "nbox", *args], cwd=tmp_path, capture_output=True, text=True,
@@ -43,7 +43,9 @@ def test_readme_main_command_records_and_inspects(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stderr)
     assert "wrote nbox-example.bundle" in outputs[0]  # it says where the bundle is
-    assert "no problems found" in outputs[1]
+    report = outputs[1]  # the comparison: recorded, baseline, what-if at 64 ranks
+    assert "recorded (observed, un-instrumented)" in report and "baseline W=2" in report
+    assert "what-if W=64" in report and "what-if vs baseline:" in report
 
 
 def test_shipped_synthetic_trace_is_strict_clean() -> None:
