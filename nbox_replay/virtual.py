@@ -137,11 +137,20 @@ class _Sim:
         self.pending: dict[tuple[str, int], _Pending] = {}
         self.collectives: list[CollectiveAnswer] = []
         self.unpriced = 0
+        self._replayed_members: dict[str, list[int]] = {}
 
     def members(self, pg: str) -> tuple[list[int], bool]:
         found = self.groups.get(pg)
         if found is None:  # not declared anywhere: the world, like torch's default group
             found = self.groups[pg] = (list(range(self.world)), self.world != self.recorded_world)
+        return found
+
+    def replayed_members(self, pg: str) -> list[int]:
+        """The replayed ranks that are members of ``pg`` (cached)."""
+        found = self._replayed_members.get(pg)
+        if found is None:
+            members = set(self.members(pg)[0])
+            found = self._replayed_members[pg] = [r for r in self.replayed if r in members]
         return found
 
     def fabric_group(self, pg: str) -> FabricGroup:
@@ -204,6 +213,8 @@ class _Runner:
         self.rep_end = 0.0
         self.seq: dict[str, int] = {}
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
+        self.comm_node = [COLLECTIVE <= k <= RECV for k in g.kind]
+        self.comm_positions = [i for i, c in enumerate(self.comm_node) if c]
         scale = sim.scenario.compute_scale
         slow = sim.scenario.slowdown(g.rank)
         self.factor = slow / scale
@@ -252,64 +263,84 @@ class _Runner:
         g = self.g
         kind, deps, dur, res_of = g.kind, g.deps, g.duration_us, g.resource
         end, start, issued, free = self.end, self.start, self.issued, self.free
+        comm_node = self.comm_node
         factor = self.factor
         result = self.result
         moved = False
         n = len(g)
-        while self.cursor < n:
-            i = self.cursor
-            if self.blocked_at == i:  # a blocking collective issued earlier: has it completed?
-                if self._resolve(i) is None:
-                    return moved
-                self.blocked_at = -1
-                moved = True
-                self.cursor += 1
-                continue
-            k = kind[i]
-            res = res_of[i]
-            is_comm = COLLECTIVE <= k <= RECV
-            s_other = free[res]  # resource and non-comm dependencies
-            s_comm = -math.inf  # comm dependencies (waits)
-            binding = -1
-            for j in deps[i]:
-                e = issued[j] if is_comm else None
-                if e is None:
+        compute_kind = COMPUTE
+        neg_inf = -math.inf
+        compute_us = 0.0
+        rep_end = self.rep_end
+        cursor = self.cursor
+        try:
+            while cursor < n:
+                i = cursor
+                if self.blocked_at == i:  # a blocking collective issued earlier: has it completed?
+                    if self._resolve(i) is None:
+                        return moved
+                    self.blocked_at = -1
+                    moved = True
+                    cursor += 1
+                    continue
+                is_comm = comm_node[i]
+                res = res_of[i]
+                s_other = free[res]  # resource and non-comm dependencies
+                s_comm = neg_inf  # comm dependencies (waits)
+                binding = -1
+                for j in deps[i]:
+                    if is_comm:
+                        e = issued[j]
+                        if e is not None:  # a comm after a comm: ordered by its issue (the group's stream)
+                            if e > s_other:
+                                s_other = e
+                            continue
                     e = end[j]
                     if e is None:
+                        self.cursor, self.rep_end = cursor, rep_end
                         e = self._resolve(j)
+                        rep_end = self.rep_end
                         if e is None:
                             return moved
-                    if COLLECTIVE <= kind[j] <= RECV:
+                    if comm_node[j]:
                         if e > s_comm:
                             s_comm, binding = e, j
-                        continue
-                if e > s_other:
-                    s_other = e
-            s = s_other
-            if s_comm > s_other:
-                s = s_comm
-                wait = s_comm - s_other
-                result.exposed_comm_us += wait
-                result.waited_on[i] = binding
-                key = self.keys.get(binding)
-                if key is not None and (ans := self.sim.pending[key].answer) is not None:
-                    ans.exposed_us += wait
-            moved = True
-            if is_comm:
-                if not self._issue(i, s):
-                    self.blocked_at = i
-                    return moved
-            else:
-                e = s + dur[i] * factor if k == COMPUTE else s
-                start[i] = s
-                end[i] = e
-                free[res] = e
-                if k == COMPUTE:
-                    result.compute_us += dur[i] * factor
-                if e > self.rep_end:
-                    self.rep_end = e
-            self.cursor += 1
-        for j in range(n):  # every node placed: the repetition ends when its last comm completes
+                    elif e > s_other:
+                        s_other = e
+                moved = True
+                if s_comm > s_other:
+                    wait = s_comm - s_other
+                    result.exposed_comm_us += wait
+                    result.waited_on[i] = binding
+                    key = self.keys.get(binding)
+                    if key is not None and (ans := self.sim.pending[key].answer) is not None:
+                        ans.exposed_us += wait
+                    s_other = s_comm
+                if is_comm:
+                    self.cursor, self.rep_end = cursor, rep_end
+                    ok = self._issue(i, s_other)
+                    rep_end = self.rep_end
+                    if not ok:
+                        self.blocked_at = i
+                        return moved
+                else:
+                    if kind[i] == compute_kind:
+                        d = dur[i] * factor
+                        e = s_other + d
+                        compute_us += d
+                    else:
+                        e = s_other
+                    start[i] = s_other
+                    end[i] = e
+                    free[res] = e
+                    if e > rep_end:
+                        rep_end = e
+                cursor += 1
+        finally:
+            self.cursor = cursor
+            self.rep_end = max(self.rep_end, rep_end)
+            result.compute_us += compute_us
+        for j in self.comm_positions:  # every node placed: the repetition ends when its last comm completes
             if end[j] is None and self._resolve(j) is None:
                 return moved
         result.iteration_us.append(self.rep_end - self.rep_start)
@@ -382,8 +413,7 @@ class _Runner:
                 fg = sim.fabric_groups[pg_key] = sim.fabric.group(sorted({src, dst}), needed, real_stragglers=False)
             arrivals = [p.arrivals[r] for r in sorted(needed)]
         else:
-            members, _ = sim.members(p.comm.pg)
-            needed = [r for r in sim.replayed if r in set(members)]
+            needed = sim.replayed_members(p.comm.pg)
             if any(r not in p.arrivals for r in needed):
                 return
             fg = sim.fabric_group(p.comm.pg)
