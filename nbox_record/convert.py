@@ -9,7 +9,13 @@
   ``seq_id``, ``fw_parent``, ``fw_tid``, ``scope``, ``nbox_et_id``, ``nbox_iteration`` (from
   ``ProfilerStep#N``), ``nbox_annotation`` (enclosing ``record_function`` names) and start/duration
   from Kineto (:mod:`nbox_record.kineto`). An operator Kineto does not know keeps duration 0 and gets
-  ``nbox_untimed`` true.
+  ``nbox_untimed`` true. One without an ``aten`` schema (``autograd::engine::evaluate_function: ...``,
+  ``fsdp::`` ops, DDP's ``copy_bucket_to_grad``) also lists, for live replay, the outermost ``aten``
+  operators under it in execution order (never those of a collective hoisted out of it) in
+  ``nbox_children``: JSON text, a list of ``{name, op_schema, et_id, inputs: {values, shapes, types},
+  outputs: {values, shapes, types}[, input_strides]}``, the node's own formats (:func:`_io`) parsed. Over
+  :data:`MAX_CHILDREN` operators or :data:`MAX_CHILDREN_BYTES` of text it is left out and
+  ``nbox_children_truncated`` is true instead.
 * one comm node (``COMM_COLL_NODE``, ``COMM_SEND_NODE``, ``COMM_RECV_NODE``) per collective, in place
   of its ``c10d::<op>`` operator; a collective issued inside a top-level operator (DDP's all-reduce
   inside ``evaluate_function: AccumulateGrad``) is hoisted out and follows that operator. Attributes
@@ -74,12 +80,23 @@ from nbox_record.deps import Key, OutNode, link
 from nbox_record.hostet import EtNode, HostEt, iter_tensors, read_host_et
 from nbox_record.jsonio import DEFAULT_MAX_JSON_BYTES
 from nbox_record.kineto import CpuEvent, KinetoTrace, enclosing_events, join_host_ops, launching_events, read_kineto
-from nbox_record.toplevel import BOOKKEEPING, Collective, Walk, link_loose_markers, walk
+from nbox_record.toplevel import (
+    BOOKKEEPING,
+    Collective,
+    Walk,
+    link_loose_markers,
+    op_namespace,
+    runnable_descendants,
+    walk,
+)
 
 METADATA_VERSION = "1.0.0"
 _MAX_NAME = 2048
 #: Name of a size-1 process group whose name the trace does not give: this number + the rank.
 SINGLETON_PG_BASE = 1_000_000
+#: Caps of ``nbox_children`` (per node): operators listed, and bytes of its JSON text.
+MAX_CHILDREN = 512
+MAX_CHILDREN_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -125,7 +142,32 @@ def _times(node: pb.Node, ev: CpuEvent | None) -> None:
     node.duration_micros = max(0, round(ev.dur))
 
 
-def _comp_item(n: EtNode, ev: CpuEvent | None, w: Walk) -> OutNode:
+def _child(c: EtNode) -> dict[str, Any]:
+    """One entry of ``nbox_children``: the IOInfo lists of :func:`_io` (parsed, not JSON text)."""
+    entry: dict[str, Any] = {
+        "name": c.name[:_MAX_NAME], "op_schema": c.op_schema, "et_id": c.id,
+        "inputs": {"values": c.inputs.values, "shapes": c.inputs.shapes, "types": c.inputs.types},
+        "outputs": {"values": c.outputs.values, "shapes": c.outputs.shapes, "types": c.outputs.types}}
+    if c.inputs.strides is not None:
+        entry["input_strides"] = c.inputs.strides
+    return entry
+
+
+def _children(n: EtNode, et: HostEt, w: Walk, node: pb.Node) -> None:
+    """``nbox_children`` of a top-level operator live replay cannot run itself (no aten schema)."""
+    if op_namespace(n.op_schema) == "aten":
+        return
+    found = runnable_descendants(et, w, n)
+    if not found:
+        return
+    text = _dumps([_child(c) for c in found[:MAX_CHILDREN]]) if len(found) <= MAX_CHILDREN else ""
+    if not text or len(text.encode()) > MAX_CHILDREN_BYTES:
+        _set(node, "nbox_children_truncated", True)
+        return
+    _set(node, "nbox_children", text)
+
+
+def _comp_item(n: EtNode, ev: CpuEvent | None, w: Walk, et: HostEt) -> OutNode:
     node = pb.Node(name=n.name[:_MAX_NAME], type=pb.COMP_NODE)
     _set(node, "is_cpu_op", True)
     _set(node, "op_schema", n.op_schema)
@@ -137,6 +179,7 @@ def _comp_item(n: EtNode, ev: CpuEvent | None, w: Walk) -> OutNode:
     if n.id in w.annotation:
         _set(node, "nbox_annotation", w.annotation[n.id])
     _io(n, node)
+    _children(n, et, w, node)
     _times(node, ev)
     return OutNode((n.order, 0, 0.0, 0), node, thread=n.tid, start=None if ev is None else ev.ts,
                  end=None if ev is None else ev.end, reads=_storages(n.inputs.values),
@@ -483,7 +526,7 @@ class _Converter:
             ev = self.ev(n)
             matched += ev is not None
             item_of_et[n.id] = len(items)
-            items.append(_comp_item(n, ev, w))
+            items.append(_comp_item(n, ev, w, self.et))
         sources: dict[str, int] = {}
         for a in w.anchors:
             f = self._facts(a, records.get(a.node.id))

@@ -171,3 +171,29 @@ def link_loose_markers(w: Walk) -> None:
             if not a.markers and (kind in (a.kind, "UNKNOWN")):
                 a.markers.append(m)
                 break
+
+
+def op_namespace(op_schema: str) -> str:
+    """The namespace of a schema ``ns::op.overload(...) -> ...`` ("" when there is no schema)."""
+    head = op_schema.split("(", 1)[0]
+    return head.split("::", 1)[0].strip() if "::" in head else ""
+
+
+def runnable_descendants(et: HostEt, w: Walk, top: EtNode, namespace: str = "aten") -> list[EtNode]:
+    """The outermost ``namespace`` operators under ``top``, in execution (start) order.
+
+    Looks through what has no schema or another namespace's (``autograd::engine::evaluate_function``
+    wrappers, ``fsdp::`` ops, annotations); never into a collective hoisted out of ``top`` (its nodes
+    are owned by the collective, not by ``top``), never under an operator it lists. Iterative.
+    """
+    out: list[EtNode] = []
+    stack = list(reversed(et.children(top.id)))
+    while stack:
+        n = et.nodes[stack.pop()]
+        if w.owner.get(n.id) != top.id:
+            continue
+        if op_namespace(n.op_schema) == namespace:
+            out.append(n)
+            continue
+        stack.extend(reversed(et.children(n.id)))
+    return out

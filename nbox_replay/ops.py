@@ -21,11 +21,14 @@ builds its arguments in a per-rank :class:`TensorPool`:
   ones with uniform values in [-1, 1) (never NaN or denormals, which would change the speed);
 * a device argument is the replay device (a GPU bundle replays on a CPU and the other way round).
 
-Only the recorded top-level operators are in the trace (never their children), so each node runs as
-recorded. A node that cannot be built (no schema, e.g. ``autograd::engine::evaluate_function: ...``; not
-an ``aten`` operator; an argument of a kind that cannot be made, e.g. ``Object``) or that raises when run
-falls back to its recorded duration; fallbacks are counted per operator name and never stop the replay.
-Coverage is the share of recorded compute time (microseconds) that runs live.
+Only the recorded top-level operators are nodes of the trace (never their children), so each node runs as
+recorded. A node without an ``aten`` schema (``autograd::engine::evaluate_function: ...``, ``fsdp::``
+ops) that lists the ``aten`` operators it ran in ``nbox_children`` runs them, in order, as one
+:class:`~nbox_replay.children.CompositeRunnable` (:mod:`nbox_replay.children`); if one of them cannot be
+built the whole node falls back. A node that cannot be built (no schema and no children; not an ``aten``
+operator; an argument of a kind that cannot be made, e.g. ``Object``) or that raises when run falls back
+to its recorded duration; fallbacks are counted per operator name and never stop the replay. Coverage is
+the share of recorded compute time (microseconds) that runs live.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ import torch
 
 from nbox.chakra import et_def_pb2 as pb
 from nbox.chakra.attrs import attr_map
+from nbox_replay.children import TRUNCATED_ATTR, BuildError, CompositeRunnable, child_nodes
 from nbox_replay.graph import COMPUTE, RankGraph
 
-__all__ = ["LiveOps", "Runnable", "TensorPool", "TensorSpec", "build_runnable", "parse_dtype", "prepare"]
+__all__ = ["BuildError", "CompositeRunnable", "LiveOps", "Runnable", "TensorPool", "TensorSpec", "build_node",
+           "build_runnable", "parse_dtype", "prepare"]
 
 #: ``Tensor(<name>)`` as the execution-trace observer writes it (caffe2 TypeMeta names), plus torch's names.
 _DTYPES: dict[str, torch.dtype] = {
@@ -58,12 +63,10 @@ for _d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
            torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128):
     _DTYPES.setdefault(str(_d).removeprefix("torch."), _d)
 
+#: The type the observer writes for an undefined tensor (e.g. an absent ``Tensor? attn_mask``).
+_UNDEFINED_TENSOR = "Tensor(nullptr (uninitialized))"
 #: Namespaces whose operators are replayed; others (``c10d::``, ``fsdp::``, custom ops) fall back.
 LIVE_NAMESPACES = frozenset({"aten"})
-
-
-class BuildError(ValueError):
-    """A node cannot be turned into a runnable operator (the message says why)."""
 
 
 def parse_dtype(type_text: str) -> torch.dtype:
@@ -135,6 +138,8 @@ def _split_list_type(t: str) -> list[str]:
 def _arg(value: Any, shape: Any, type_text: str, strides: Any, device: str) -> Any:
     """The spec or constant for one recorded argument (BuildError for a kind that cannot be made)."""
     t = type_text.strip()
+    if t == _UNDEFINED_TENSOR:  # an undefined tensor (an absent ``Tensor?``): None
+        return None
     if t.startswith("Tensor("):
         if not _is_tensor_value(value):
             raise BuildError(f"tensor argument without a tensor value: {str(value)[:60]}")
@@ -311,6 +316,34 @@ def build_runnable(node: pb.Node, position: int, device: str) -> Runnable:
     return Runnable(position, node.id, node.name, op, args, kwargs, outputs)
 
 
+def _schema_text(node: pb.Node) -> str:
+    attr = attr_map(node.attr).get("op_schema")
+    return str(attr.value) if attr is not None and attr.value is not None else ""
+
+
+def build_node(node: pb.Node, position: int, device: str) -> Runnable | CompositeRunnable:
+    """:func:`build_runnable`, or the composite of its ``nbox_children`` for a node without an aten schema.
+
+    BuildError when there is neither (or one child cannot be built: the reason names it).
+    """
+    schema = _schema_text(node).strip()
+    if schema and schema.split("(", 1)[0].split("::", 1)[0] in LIVE_NAMESPACES:
+        return build_runnable(node, position, device)
+    kids = child_nodes(node)
+    if kids is None:
+        if TRUNCATED_ATTR in attr_map(node.attr):
+            raise BuildError(("no op_schema" if not schema else "not an aten operator")
+                             + "; its operators were over the recording cap (nbox_children_truncated)")
+        return build_runnable(node, position, device)
+    children: list[Runnable] = []
+    for k, kid in enumerate(kids):
+        try:
+            children.append(build_runnable(kid, position, device))
+        except (BuildError, RuntimeError, ValueError, TypeError) as err:
+            raise BuildError(f"child {k} ({kid.name[:60]}): {err}") from None
+    return CompositeRunnable(position, node.id, node.name, children, kids)
+
+
 def _tensor_ids(x: Any, out: list[int]) -> None:
     if _is_tensor_value(x):
         out.append(int(x[0]))
@@ -333,7 +366,7 @@ class LiveOps:
             raise ValueError(f"{graph.path}: load the graph with keep_nodes=True for live replay")
         self.graph = graph
         self.pool = TensorPool(device)
-        self.runnables: list[Runnable | None] = [None] * len(graph)
+        self.runnables: list[Runnable | CompositeRunnable | None] = [None] * len(graph)
         self.reasons: dict[int, str] = {}
         self.fallbacks: Counter[str] = Counter()
         self.release: dict[int, list[int]] = {}
@@ -343,20 +376,21 @@ class LiveOps:
             if graph.kind[i] != COMPUTE:
                 continue
             try:
-                self.runnables[i] = build_runnable(node, i, device)
+                r = self.runnables[i] = build_node(node, i, device)
             except (BuildError, RuntimeError, ValueError, TypeError) as err:
                 self._fall_back(i, str(err))
                 continue
-            ins: list[int] = []
-            outs: list[int] = []
-            _tensor_ids(_json_list(node.inputs.values, "inputs.values"), ins)
-            _tensor_ids(_json_list(node.outputs.values, "outputs.values"), outs)
-            for tid in ins:
-                first_seen.setdefault(tid, False)
-                last_use[tid] = i
-            for tid in outs:
-                first_seen.setdefault(tid, True)
-                last_use[tid] = i
+            for src in r.sources if isinstance(r, CompositeRunnable) else [node]:  # children in order
+                ins: list[int] = []
+                outs: list[int] = []
+                _tensor_ids(_json_list(src.inputs.values, "inputs.values"), ins)
+                _tensor_ids(_json_list(src.outputs.values, "outputs.values"), outs)
+                for tid in ins:
+                    first_seen.setdefault(tid, False)
+                    last_use[tid] = i
+                for tid in outs:
+                    first_seen.setdefault(tid, True)
+                    last_use[tid] = i
         for tid, produced in first_seen.items():
             if produced:
                 self.release.setdefault(last_use[tid], []).append(tid)
