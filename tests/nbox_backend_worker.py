@@ -1,7 +1,8 @@
 """A training script run on the `nbox` backend by tests/test_backend.py (not collected by pytest).
 
 It is an ordinary torch.distributed script: it asks for backend "nbox", then runs collectives, DDP and
-FSDP2 steps, and prints one JSON line with what it observed (world size, rank, values, losses, times).
+FSDP2 steps, and writes what it observed (world size, rank, values, losses, times) to
+``$NBOX_TEST_RESULTS/rank<R>.json``.
 """
 
 from __future__ import annotations
@@ -127,7 +128,11 @@ def main() -> None:
     out["answered"] = len(records)
     out["overrun_us_max"] = max((r.overrun_us for r in records), default=0.0)
     dist.destroy_process_group()
-    print("NBOX_RESULT " + json.dumps(out), flush=True)
+    # one file per rank: the ranks share torchrun's stdout, where two lines can interleave
+    path = os.path.join(os.environ["NBOX_TEST_RESULTS"], f"rank{out['rank']}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -29,14 +30,15 @@ WORKER = ROOT / "tests" / "nbox_backend_worker.py"
 
 def launch(nproc: int, modes: str, world_size: int, timeout_s: float = 240, **env: str) -> list[dict[str, Any]]:
     """Run the worker on ``nproc`` real ranks; one result dict per real rank, ordered by global rank."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "NBOX_WORLD_SIZE": str(world_size), **env}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-         "--max-restarts=0", str(WORKER), modes],
-        capture_output=True, text=True, timeout=timeout_s, env=full_env, cwd=ROOT,
-    )
-    results = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
-               if line.startswith("NBOX_RESULT ")]
+    with tempfile.TemporaryDirectory(prefix="nbox-backend-test-") as results_dir:
+        full_env = {**os.environ, "OMP_NUM_THREADS": "1", "NBOX_WORLD_SIZE": str(world_size),
+                    "NBOX_TEST_RESULTS": results_dir, **env}
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+             "--max-restarts=0", str(WORKER), modes],
+            capture_output=True, text=True, timeout=timeout_s, env=full_env, cwd=ROOT,
+        )
+        results = [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("rank*.json"))]
     assert proc.returncode == 0 and len(results) == nproc, proc.stdout[-3000:] + proc.stderr[-6000:]
     return sorted(results, key=lambda r: int(r["rank"]))
 
