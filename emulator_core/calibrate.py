@@ -46,7 +46,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,7 @@ from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology, dump_toml
 from nbox.errors import InvalidInputError, NboxError
+from nbox.procs import terminate_group
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED
@@ -270,20 +270,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """SIGTERM torchrun's whole process group, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _read_json(path: Path) -> Any:
     try:  # our own worker's small JSON files; None when missing or unreadable
         return json.loads(path.read_bytes())
@@ -349,9 +335,9 @@ def measure_run(config: CalibrateConfig) -> MeasureRun:
             _, err = proc.communicate(timeout=config.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out, err = True, b""
-            _terminate(proc)
+            terminate_group(proc)
         except BaseException:
-            _terminate(proc)
+            terminate_group(proc)
             raise
         result = work / worker.RESULT
         if timed_out or proc.returncode != 0 or not result.is_file():

@@ -21,7 +21,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from typing import Any
 
 from nbox import __version__
 from nbox.errors import InputNotFoundError, NboxError
+from nbox.procs import terminate_group
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 
@@ -141,20 +141,6 @@ def launch_env(cfg: RecordConfig, work: Path, backend: str) -> dict[str, str]:
     env["NBOX_BACKEND"] = backend  # read by the built-in examples
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """SIGTERM torchrun's whole process group, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _read_json(path: Path) -> Any:
@@ -269,10 +255,10 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
             _, err_bytes = proc.communicate(timeout=cfg.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _terminate(proc)
+            terminate_group(proc)
             err_bytes = b""
         except BaseException:
-            _terminate(proc)
+            terminate_group(proc)
             raise
         rc = proc.returncode
         (log_dir / "torchrun.stderr.log").parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 
 from emulator_core.scenario import Scenario, dump_toml
 from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
+from nbox.procs import terminate_group
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "replay_live"]
 
@@ -149,20 +149,6 @@ class LiveResult:
         return float(statistics.median(self.iteration_us))
 
 
-def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """SIGTERM torchrun's whole process group, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
                          r"[^\n]*?(?:\((SIG\w+)\))?\s*$", re.S | re.M)
 
@@ -252,10 +238,10 @@ def replay_live(config: LiveConfig) -> LiveResult:
             _, err_bytes = proc.communicate(timeout=config.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _terminate(proc)
+            terminate_group(proc)
             err_bytes = b""
         except BaseException:
-            _terminate(proc)
+            terminate_group(proc)
             raise
         results = {r: doc_r for r in ranks if (doc_r := _read(work / f"rank{r}.json")) is not None}
         if timed_out or proc.returncode != 0 or len(results) != len(ranks):
