@@ -182,6 +182,67 @@ def record_cmd(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
+_EMULATE_EPILOG = """Examples:
+
+  nbox emulate --world-size 8 -n 2  (the built-in DDP MLP: 2 real gloo ranks, 6 emulated)
+
+  nbox emulate --world-size 64 --real-ranks 0,32 --example fsdp2_transformer --json
+
+  nbox emulate --world-size 16 --set topology.dims.0.bandwidth_gbps=10 -- train.py --lr 0.1
+"""
+
+
+@app.command("emulate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             epilog=_EMULATE_EPILOG)
+def emulate_cmd(
+    ctx: typer.Context,
+    world_size: Annotated[int, typer.Option(help="World size the script sees (W).", min=1)],
+    script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        help="Training script, unmodified (put `--` before it); none: --example.")] = None,
+    nproc: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "-n", "--nproc-per-node", min=1, help="Real ranks (N <= W; default: 1, or as many as --real-ranks).")]
+    = None,
+    real_ranks: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Global ranks the real processes play, comma list (default 0..N-1).")] = None,
+    what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
+    = None,
+    example: Annotated[str, typer.Option(help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer.")]
+    = "ddp_mlp",
+    warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
+    iterations: Annotated[int, typer.Option(help="Iterations timed (the run stops after them).", min=1)] = 10,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
+    = 300.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Run an unmodified training script on N real ranks as if the world were W (the rest emulated).
+
+    Whatever backend the script passes to init_process_group becomes nbox's emulated backend: the
+    script sees get_world_size() = W, its collectives complete at the time the scenario models.
+    Prints the iteration time (optimizer step to optimizer step, slowest real rank) and the modeled
+    collectives.
+    """
+    from nbox_record.emulate import EmulateConfig, emulate, format_text
+
+    try:
+        ranks = tuple(int(r) for r in real_ranks.split(",")) if real_ranks else ()
+        cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) or 1,
+                            real_ranks=ranks, script=script, script_args=tuple(ctx.args), example=example,
+                            scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
+                            timeout_s=timeout)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    def say(message: str) -> None:
+        sys.stderr.write(f"nbox emulate: {message}\n")
+        sys.stderr.flush()
+
+    result = emulate(cfg, progress=say)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
+    sys.stderr.write(format_text(result) + "\n")
+
+
 @app.command("record-convert", hidden=True)
 def record_convert_cmd(
     files: Annotated[list[Path], typer.Argument(help="HOST_ET.json[.gz] KINETO.json[.gz], one pair per rank.")],

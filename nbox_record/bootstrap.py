@@ -21,6 +21,10 @@ Configuration (environment, see :func:`record_env`)
 ``NBOX_RUN_TO_END``            "1": let the script run to its end after the capture (default: stop)
 ``NBOX_BOUNDARY_TIMEOUT_S``    fail if no iteration boundary within this many seconds (default 120)
 ``NBOX_EXIT_BARRIER_TIMEOUT_S`` how long a rank waits for the others before stopping (default 60)
+``NBOX_NO_CAPTURE``            "1": no capture; the rank stops after the K timed iterations (``nbox emulate``)
+``NBOX_EMULATE``               "1": whatever backend the script passes to ``init_process_group`` / ``new_group``
+                               becomes ``nbox`` (the emulated world, :mod:`emulator_core.backend`); at the end
+                               the rank writes ``emulate.json`` (:func:`emulated_collectives`)
 
 Iterations
 ----------
@@ -88,8 +92,10 @@ from nbox_record.recordenv import (  # noqa: F401 - re-exported: the bootstrap's
     ENV_BOUNDARY_TIMEOUT,
     ENV_CAPTURE,
     ENV_DIR,
+    ENV_EMULATE,
     ENV_EXIT_BARRIER_TIMEOUT,
     ENV_ITERATIONS,
+    ENV_NO_CAPTURE,
     ENV_OWNER,
     ENV_RUN_TO_END,
     ENV_WARMUP,
@@ -107,6 +113,9 @@ if TYPE_CHECKING:
 EXIT_FAILURE = 1
 
 BOUNDARY_MARKER = "## nbox:iteration_boundary ##"
+
+#: Written by an emulated rank (``NBOX_EMULATE=1``) next to ``timings.json``: see :func:`emulated_collectives`.
+EMULATE_REPORT = "emulate.json"
 
 MARKER_HINT = (
     "nbox finds iterations at the end of each optimizer.step() (torch.optim). If the script updates its "
@@ -172,6 +181,7 @@ class Recorder:
         self.iteration_us: list[float] = []
         self.phase = "warmup"                     # warmup | timing | capture | done | failed
         self._t_prev: float | None = None
+        self._window: list[float] = []            # perf_counter seconds: start and end of the timed iterations
         self._optimizer: weakref.ReferenceType[Any] | None = None
         self._hook_handle: Any = None
         self._device: str | None = None
@@ -210,6 +220,8 @@ class Recorder:
     def on_torch_imported(self, _module: ModuleType) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        if self.config.emulate:
+            redirect_backend()
         self._hook_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
 
     # -- boundaries -----------------------------------------------------------------------------------
@@ -274,12 +286,17 @@ class Recorder:
             n = self.boundaries
         if n == warmup:
             self._t_prev = now
+            self._window = [now]
             self.phase = "timing"
         elif warmup < n <= warmup + timed and self._t_prev is not None:
             self.iteration_us.append((now - self._t_prev) * 1e6)
             self._t_prev = now
+            if n == warmup + timed:
+                self._window.append(now)
         step: Callable[[], None] | None = None
-        if n == warmup + timed:
+        if cfg.no_capture:
+            step = self._finish_timing if n == warmup + timed else None
+        elif n == warmup + timed:
             step = self._start_capture
         elif warmup + timed < n < warmup + timed + captured:
             step = self._mark_boundary
@@ -377,6 +394,16 @@ class Recorder:
         if comm.errors:
             print(f"nbox: rank {self.rank}: {len(comm.errors)} collective(s) could not be described; first: "
                   f"{comm.errors[0]}", file=sys.stderr)
+        self._done()
+
+    def _finish_timing(self) -> None:
+        """``NBOX_NO_CAPTURE``: the timed iterations are over; write the files and stop (no capture)."""
+        if self.config.emulate:
+            t0, t1 = [*self._window, 0.0, 0.0][:2]
+            write_json_atomic(self.out_dir / EMULATE_REPORT, emulated_collectives(t0 * 1e6, t1 * 1e6))
+        self._done()
+
+    def _done(self) -> None:
         write_json_atomic(self.out_dir / rawformat.TIMINGS, self._timings())
         self.phase = "done"
         if self._hook_handle is not None:
@@ -460,11 +487,12 @@ class Recorder:
             kind, message = "NoIterationBoundary", (
                 "the script ended without a single iteration boundary. " + MARKER_HINT)
         else:
-            needed = self.config.effective_warmup + self.config.iterations + self.config.capture
+            captured = 0 if self.config.no_capture else self.config.capture
+            needed = self.config.effective_warmup + self.config.iterations + captured
             kind, message = "TooFewIterations", (
                 f"the script ended after {self.boundaries} iteration(s) ({self.boundary_kind} boundaries); nbox "
                 f"needs {needed} = warm-up {self.config.effective_warmup} + timed {self.config.iterations} + "
-                f"captured {self.config.capture}. Run more steps, or lower --warmup / --iterations "
+                f"captured {captured}. Run more steps, or lower --warmup / --iterations "
                 "(NBOX_WARMUP / NBOX_ITERATIONS).")
         self.fail(kind, message)
 
@@ -496,6 +524,82 @@ class Recorder:
         self.fail("NoIterationBoundary",
                   f"no iteration boundary within {self.config.boundary_timeout_s:g} s "
                   f"({ENV_BOUNDARY_TIMEOUT}). " + MARKER_HINT)
+
+
+# -- emulation (NBOX_EMULATE) -------------------------------------------------------------------------------
+
+
+def redirect_backend() -> None:
+    """Make ``torch.distributed.init_process_group`` and ``new_group`` use the ``nbox`` backend, whatever
+    backend the script names ("gloo", "nccl", "cpu:gloo,cuda:nccl" or none). Idempotent."""
+    import functools
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from emulator_core._autoload import register
+
+    register()  # normally done by `import torch` (entry point); not with TORCH_DEVICE_BACKEND_AUTOLOAD=0
+    init, new_group = c10d.init_process_group, c10d.new_group
+    if getattr(init, "_nbox_redirected", False):
+        return
+
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            args = ("nbox", *args[1:])
+        else:
+            kwargs["backend"] = "nbox"
+        return init(*args, **kwargs)
+
+    @functools.wraps(new_group)
+    def nbox_new_group(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 2:  # new_group(ranks, timeout, backend, ...)
+            args = (*args[:2], None if args[2] is None else "nbox", *args[3:])
+        elif kwargs.get("backend") is not None:
+            kwargs["backend"] = "nbox"
+        return new_group(*args, **kwargs)
+
+    init_process_group._nbox_redirected = True  # type: ignore[attr-defined]
+    for module in (c10d, dist):
+        setattr(module, "init_process_group", init_process_group)  # noqa: B010 - mypy: no such attribute
+        setattr(module, "new_group", nbox_new_group)  # noqa: B010
+    mesh = sys.modules.get("torch.distributed.device_mesh")  # init_device_mesh() initializes the default group
+    if mesh is not None and getattr(mesh, "init_process_group", None) is init:
+        setattr(mesh, "init_process_group", init_process_group)  # noqa: B010
+
+
+def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
+    """What the ``nbox`` process groups of this rank answered between ``t0_us`` and ``t1_us`` (issue time,
+    ``perf_counter`` microseconds, i.e. the timed iterations): the world size the script saw, and one row
+    per (collective, algorithm, bytes) with its count, total modeled time and total overrun (microseconds).
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    seen = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+    rows: dict[tuple[str, str, float], dict[str, Any]] = {}
+    groups: list[Any] = []
+    for pg in list(getattr(c10d._world, "pg_map", {})):
+        records = getattr(pg, "records", None)
+        if records is None:
+            with contextlib.suppress(Exception):
+                records = getattr(pg._get_backend(torch.device("cpu")), "records", None)
+        if records is None or any(records is g for g in groups):
+            continue
+        groups.append(records)
+        for rec in list(records):
+            if not t0_us <= rec.issue_us <= t1_us:
+                continue
+            row = rows.setdefault((rec.collective, rec.algorithm, float(rec.nbytes)), {
+                "collective": rec.collective, "algorithm": rec.algorithm, "bytes": float(rec.nbytes),
+                "count": 0, "modeled_us": 0.0, "overrun_us": 0.0})
+            row["count"] += 1
+            row["modeled_us"] += max(0.0, rec.end_us - rec.start_us)
+            row["overrun_us"] += rec.overrun_us
+    return {"world_size_seen": seen, "nbox_groups": len(groups), "window_us": [t0_us, t1_us],
+            "collectives": sorted(rows.values(), key=lambda r: -r["modeled_us"])}
 
 
 # -- torch facts --------------------------------------------------------------------------------------------

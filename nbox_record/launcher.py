@@ -233,6 +233,27 @@ def _failure(cfg: RecordConfig, work: Path, log_dir: Path, rc: int | None, timed
     return RecordError(f"the run exited with code {rc}; ranks without a capture: {missing or 'none'}{detail}")
 
 
+def run_torchrun(cmd: list[str], env: dict[str, str], log_dir: Path, timeout_s: float,
+                 quiet_stdout: bool = False) -> tuple[int | None, bool, bytes]:
+    """Run torchrun in its own session with a deadline (then terminate its whole process group); keep its
+    stderr in ``log_dir/torchrun.stderr.log``. Returns (exit code, timed out, stderr)."""
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL if quiet_stdout else None, stderr=subprocess.PIPE)
+    timed_out = False
+    try:
+        _, err_bytes = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        terminate_group(proc)
+        err_bytes = b""
+    except BaseException:
+        terminate_group(proc)
+        raise
+    (log_dir / "torchrun.stderr.log").parent.mkdir(parents=True, exist_ok=True)
+    (log_dir / "torchrun.stderr.log").write_bytes(err_bytes or b"")
+    return proc.returncode, timed_out, err_bytes or b""
+
+
 def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> RecordResult:
     """Run the recording described by ``cfg`` and write the bundle; see the module docstring."""
     say = progress or (lambda _msg: None)
@@ -248,21 +269,8 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
         cmd = launch_command(cfg, log_dir)
         say(f"launching {cfg.nproc_per_node} rank(s) of {script.name} ({backend}): warm-up {cfg.warmup}, "
             f"timed {cfg.iterations}, captured {cfg.capture}")
-        proc = subprocess.Popen(cmd, env=launch_env(cfg, work, backend), start_new_session=True,
-                                stdout=subprocess.DEVNULL if cfg.run_to_end else None, stderr=subprocess.PIPE)
-        timed_out = False
-        try:
-            _, err_bytes = proc.communicate(timeout=cfg.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            terminate_group(proc)
-            err_bytes = b""
-        except BaseException:
-            terminate_group(proc)
-            raise
-        rc = proc.returncode
-        (log_dir / "torchrun.stderr.log").parent.mkdir(parents=True, exist_ok=True)
-        (log_dir / "torchrun.stderr.log").write_bytes(err_bytes or b"")
+        rc, timed_out, err_bytes = run_torchrun(cmd, launch_env(cfg, work, backend), log_dir, cfg.timeout_s,
+                                                quiet_stdout=cfg.run_to_end)
         dirs = _rank_dirs(work)
         complete = not timed_out and rc == 0 and len(dirs) == cfg.nproc_per_node and all(
             (d / raw.TIMINGS).is_file() and (d / raw.HOST_ET).is_file() for d in dirs.values())

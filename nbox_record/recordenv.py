@@ -19,6 +19,10 @@ ENV_CAPTURE = "NBOX_CAPTURE"
 ENV_RUN_TO_END = "NBOX_RUN_TO_END"
 ENV_BOUNDARY_TIMEOUT = "NBOX_BOUNDARY_TIMEOUT_S"
 ENV_EXIT_BARRIER_TIMEOUT = "NBOX_EXIT_BARRIER_TIMEOUT_S"
+#: "1": time the iterations only (no ET observer, no Kineto); stop after the timed ones (``nbox emulate``).
+ENV_NO_CAPTURE = "NBOX_NO_CAPTURE"
+#: "1": redirect the script's ``init_process_group`` / ``new_group`` backend to ``nbox`` (``nbox emulate``).
+ENV_EMULATE = "NBOX_EMULATE"
 #: Set by :func:`install` to the recording process's pid, so that its children do not record.
 ENV_OWNER = "NBOX_RECORD_OWNER_PID"
 
@@ -35,6 +39,8 @@ class Config:
     run_to_end: bool = False
     boundary_timeout_s: float = 120.0
     exit_barrier_timeout_s: float = 60.0
+    no_capture: bool = False
+    emulate: bool = False
 
     @property
     def effective_warmup(self) -> int:
@@ -74,17 +80,22 @@ def config_from_env(env: Mapping[str, str] | None = None) -> Config:
     record_dir = env.get(ENV_DIR, "")
     if not record_dir:
         raise ConfigError(f"{ENV_DIR} is not set")
-    run_to_end = env.get(ENV_RUN_TO_END, "").strip()
-    if run_to_end not in ("", "0", "1"):
-        raise ConfigError(f"{ENV_RUN_TO_END}={run_to_end!r}: use 1 or 0")
+    flags = {}
+    for name in (ENV_RUN_TO_END, ENV_NO_CAPTURE, ENV_EMULATE):
+        value = env.get(name, "").strip()
+        if value not in ("", "0", "1"):
+            raise ConfigError(f"{name}={value!r}: use 1 or 0")
+        flags[name] = value == "1"
     return Config(
         record_dir=Path(record_dir),
         warmup=_int_env(env, ENV_WARMUP, 3, 0),
         iterations=_int_env(env, ENV_ITERATIONS, 10, 1),
         capture=_int_env(env, ENV_CAPTURE, 1, 1),
-        run_to_end=run_to_end == "1",
+        run_to_end=flags[ENV_RUN_TO_END],
         boundary_timeout_s=_seconds_env(env, ENV_BOUNDARY_TIMEOUT, 120.0),
         exit_barrier_timeout_s=_seconds_env(env, ENV_EXIT_BARRIER_TIMEOUT, 60.0),
+        no_capture=flags[ENV_NO_CAPTURE],
+        emulate=flags[ENV_EMULATE],
     )
 
 
@@ -102,6 +113,8 @@ def record_env(
     run_to_end: bool = False,
     boundary_timeout_s: float = 120.0,
     pythonpath: str | None = None,
+    no_capture: bool = False,
+    emulate: bool = False,
 ) -> dict[str, str]:
     """The environment variables a launcher adds for ``python -m torch.distributed.run``.
 
@@ -122,5 +135,7 @@ def record_env(
         ENV_CAPTURE: str(capture),
         ENV_RUN_TO_END: "1" if run_to_end else "0",
         ENV_BOUNDARY_TIMEOUT: repr(float(boundary_timeout_s)),
+        ENV_NO_CAPTURE: "1" if no_capture else "0",
+        ENV_EMULATE: "1" if emulate else "0",
         "PYTHONPATH": os.pathsep.join(parts),
     }

@@ -1,0 +1,264 @@
+"""``nbox emulate``: run an unmodified training script on N real ranks as if the world were W.
+
+The launch is ``nbox record``'s (:mod:`nbox_record.launcher`: torch.distributed.run, the injected
+``sitecustomize``, deadline, failure reports), with two switches of the in-rank bootstrap
+(:mod:`nbox_record.bootstrap`): ``NBOX_EMULATE=1`` turns whatever backend the script passes to
+``init_process_group`` / ``new_group`` into ``nbox`` (:mod:`emulator_core.backend`: the script sees world
+size W, its collectives complete at the modeled time), and ``NBOX_NO_CAPTURE=1`` times the iterations at
+the optimizer-step boundaries without any profiler and stops the ranks after the timed ones.
+
+The emulated world reaches the ranks as ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO`` (the
+scenario with its overrides, resized to W, written to a TOML file in the run's work folder). Each rank
+writes ``timings.json`` (its iteration times) and ``emulate.json`` (the world size the script saw, the
+modeled collectives of the timed iterations: :func:`nbox_record.bootstrap.emulated_collectives`).
+
+Per iteration, the job's time is the slowest real rank's; the result gives its median and 10th-90th
+percentiles over the timed iterations.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbox_record import rawformat as raw
+from nbox_record.bootstrap import EMULATE_REPORT
+from nbox_record.launcher import (
+    EXAMPLES,
+    RecordConfig,
+    RecordError,
+    _failure,
+    _rank_dirs,
+    _read_json,
+    launch_command,
+    launch_env,
+    run_torchrun,
+    script_path,
+)
+
+__all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
+
+SCHEMA = "nbox.emulate/1"
+
+
+class EmulateError(RecordError):
+    """The emulated run failed: a rank raised, died or hung, or reported nothing usable."""
+
+
+@dataclass(frozen=True)
+class EmulateConfig:
+    """Everything ``nbox emulate`` needs, validated at construction (``ValueError`` names the field).
+
+    Attributes:
+        world_size: W, the world size the script sees.
+        nproc: N real ranks (torchrun processes on this machine), 1 <= N <= W.
+        real_ranks: the global rank each real process plays (N distinct ranks < W); empty: 0..N-1.
+        scenario: what-if scenario TOML (None: the shipped default); ``overrides`` as ``--set key=value``.
+        warmup, iterations: optimizer steps skipped, then timed (the ranks stop after them).
+        timeout_s: deadline for the whole run, then every rank is stopped.
+    """
+
+    world_size: int
+    nproc: int = 1
+    real_ranks: tuple[int, ...] = ()
+    script: Path | None = None          # None: the built-in example
+    script_args: tuple[str, ...] = ()
+    example: str = "ddp_mlp"
+    scenario: Path | None = None
+    overrides: tuple[str, ...] = ()
+    warmup: int = 3
+    iterations: int = 10
+    timeout_s: float = 300.0
+    keep_work: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        w, n = self.world_size, self.nproc
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise ValueError(f"world_size must be an integer >= 1, got {w!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= w:
+            raise ValueError(f"nproc (real ranks) must be an integer in 1..world_size {w}, got {n!r}")
+        ranks = tuple(self.real_ranks) or tuple(range(n))
+        if len(ranks) != n:
+            raise ValueError(f"real_ranks lists {len(ranks)} rank(s) {list(ranks)} but nproc is {n}")
+        for r in ranks:
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < w:
+                raise ValueError(f"real rank {r!r} is not a global rank of the emulated world (0..{w - 1})")
+        if len(set(ranks)) != n:
+            raise ValueError(f"real_ranks {list(ranks)} are not distinct")
+        object.__setattr__(self, "real_ranks", ranks)
+        if self.warmup < 0 or self.iterations < 1:
+            raise ValueError(f"need warmup >= 0 and iterations >= 1; got {self.warmup}, {self.iterations}")
+        if self.script is None and self.example not in EXAMPLES:
+            raise ValueError(f"unknown example {self.example!r}; choose from {', '.join(EXAMPLES)}")
+        if not self.timeout_s > 0 or not math.isfinite(self.timeout_s):
+            raise ValueError(f"timeout_s must be a positive number, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
+class EmulateResult:
+    """What the emulated run showed. Times in microseconds."""
+
+    world_size: int
+    real_ranks: tuple[int, ...]
+    world_size_seen: int | None          # get_world_size() as the script saw it (None: never initialized)
+    iteration_us: list[float]            # per timed iteration: the slowest real rank's time
+    per_rank_iteration_us: dict[int, list[float]]   # by global rank
+    collectives: list[dict[str, Any]]    # rows by total modeled time, descending (see module docstring)
+    scenario: str
+    wall_s: float
+
+    def quantile_us(self, q: float) -> float:
+        return _quantile(self.iteration_us, q)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``nbox.emulate/1`` document."""
+        return {
+            "schema": SCHEMA,
+            "world_size": self.world_size,
+            "real_ranks": list(self.real_ranks),
+            "world_size_seen": self.world_size_seen,
+            "scenario": self.scenario,
+            "iteration_time_us": {"median": self.quantile_us(0.5), "p10": self.quantile_us(0.1),
+                                  "p90": self.quantile_us(0.9), "count": len(self.iteration_us),
+                                  "values": self.iteration_us},
+            "per_rank_iteration_us": {str(r): v for r, v in self.per_rank_iteration_us.items()},
+            "collectives": self.collectives,
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default); NaN for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _scenario_toml(cfg: EmulateConfig, path: Path) -> str:
+    """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description."""
+    from emulator_core.pricing import with_world_size
+    from emulator_core.scenario import dump_toml, load_scenario
+
+    scenario = load_scenario(cfg.scenario, list(cfg.overrides))
+    if scenario.world_size != cfg.world_size:
+        scenario = with_world_size(scenario, cfg.world_size)
+    path.write_text(dump_toml(scenario), encoding="utf-8")
+    name = str(cfg.scenario) if cfg.scenario is not None else "default (loopback_cpu)"
+    return name + (f" with {', '.join(cfg.overrides)}" if cfg.overrides else "")
+
+
+def _merge_collectives(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sum the real ranks' rows by (collective, algorithm, bytes); counts and times are per real rank
+    (averaged over the real ranks), so they read as "what one rank of the job did"."""
+    rows: dict[tuple[str, str, float], dict[str, Any]] = {}
+    for rep in reports:
+        for r in rep.get("collectives", []):
+            key = (str(r["collective"]), str(r["algorithm"]), float(r["bytes"]))
+            row = rows.setdefault(key, {"collective": key[0], "algorithm": key[1], "bytes": key[2],
+                                        "count": 0.0, "modeled_us": 0.0, "overrun_us": 0.0})
+            for k in ("count", "modeled_us", "overrun_us"):
+                row[k] += float(r[k])
+    n = max(len(reports), 1)
+    out = []
+    for row in rows.values():
+        count = row["count"] / n
+        out.append({**row, "count": int(count) if count.is_integer() else count,
+                    "modeled_us": row["modeled_us"] / n, "overrun_us": row["overrun_us"] / n})
+    return sorted(out, key=lambda r: (-r["modeled_us"], r["collective"]))
+
+
+def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -> EmulateResult:
+    """Run the emulation described by ``cfg``; see the module docstring.
+
+    Raises:
+        EmulateError: a rank failed (the message names it: real rank and the global rank it played),
+            the run passed its deadline, or a rank reported nothing.
+        ScenarioError / InputNotFoundError: bad scenario or script.
+    """
+    say = progress or (lambda _msg: None)
+    started = time.monotonic()
+    script = script_path(_record_config(cfg, Path(".")))
+    work = Path(tempfile.mkdtemp(prefix="nbox-emulate-"))
+    log_dir = work / "logs"
+    try:
+        scenario_desc = _scenario_toml(cfg, work / "scenario.toml")
+        rcfg = _record_config(cfg, work)
+        env = launch_env(rcfg, work, "gloo")
+        env.update({"NBOX_NO_CAPTURE": "1", "NBOX_EMULATE": "1", "NBOX_WORLD_SIZE": str(cfg.world_size),
+                    "NBOX_REAL_RANKS": ",".join(map(str, cfg.real_ranks)),
+                    "NBOX_SCENARIO": str(work / "scenario.toml"), "NBOX_SCENARIO_SET": ""})
+        say(f"launching {cfg.nproc} real rank(s) of {script.name} as global rank(s) {list(cfg.real_ranks)} of a "
+            f"world of {cfg.world_size}: warm-up {cfg.warmup}, timed {cfg.iterations}; scenario {scenario_desc}")
+        rc, timed_out, err = run_torchrun(launch_command(rcfg, log_dir), env, log_dir, cfg.timeout_s)
+        dirs = _rank_dirs(work)
+        complete = not timed_out and rc == 0 and len(dirs) == cfg.nproc and all(
+            (d / raw.TIMINGS).is_file() and (d / EMULATE_REPORT).is_file() for d in dirs.values())
+        if not complete:
+            failure = _failure(rcfg, work, log_dir, rc, timed_out, err.decode(errors="replace"))
+            plays = ", ".join(f"real rank {i} = global rank {g}" for i, g in enumerate(cfg.real_ranks))
+            raise EmulateError(f"{failure} [{plays}]")
+        per_rank: dict[int, list[float]] = {}
+        reports = []
+        for real, d in dirs.items():
+            timings = _read_json(d / raw.TIMINGS)
+            per_rank[cfg.real_ranks[real]] = [float(x) for x in timings.get("iteration_us", [])]
+            reports.append(_read_json(d / EMULATE_REPORT))
+        n_iter = min((len(v) for v in per_rank.values()), default=0)
+        job = [max(v[i] for v in per_rank.values()) for i in range(n_iter)]
+        seen = {rep.get("world_size_seen") for rep in reports}
+        world_seen = seen.pop() if len(seen) == 1 else None
+        return EmulateResult(cfg.world_size, cfg.real_ranks, world_seen if isinstance(world_seen, int) else None,
+                             job, dict(sorted(per_rank.items())), _merge_collectives(reports), scenario_desc,
+                             time.monotonic() - started)
+    finally:
+        if cfg.keep_work:
+            say(f"work folder kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _record_config(cfg: EmulateConfig, work: Path) -> RecordConfig:
+    """The :class:`RecordConfig` the shared launcher functions take (capture=1 is unused: no capture)."""
+    return RecordConfig(out=work, script=cfg.script, script_args=cfg.script_args, example=cfg.example,
+                        nproc_per_node=cfg.nproc, warmup=cfg.warmup, iterations=cfg.iterations, capture=1,
+                        backend="gloo", timeout_s=cfg.timeout_s, extra_env=dict(cfg.extra_env))
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_text(result: EmulateResult, top: int = 10) -> str:
+    """The human report: iteration time, the world size the script saw, the modeled collectives."""
+    ms = [result.quantile_us(q) / 1000 for q in (0.5, 0.1, 0.9)]
+    lines = [f"emulated world size {result.world_size} on {len(result.real_ranks)} real rank(s) "
+             f"{list(result.real_ranks)}; the script saw get_world_size() = {result.world_size_seen}",
+             f"scenario: {result.scenario}",
+             f"iteration time (slowest real rank, {len(result.iteration_us)} timed): median {ms[0]:.2f} ms "
+             f"(p10 {ms[1]:.2f}, p90 {ms[2]:.2f})"]
+    if result.collectives:
+        lines.append("modeled collectives per real rank over the timed iterations, by total modeled time:")
+        lines.append(f"  {'collective':<16} {'bytes':>10} {'algorithm':<22} {'count':>6} {'modeled ms':>11} "
+                     f"{'overrun ms':>11}")
+        for row in result.collectives[:top]:
+            lines.append(f"  {row['collective']:<16} {_fmt_bytes(row['bytes']):>10} {row['algorithm']:<22} "
+                         f"{row['count']:>6} {row['modeled_us'] / 1000:>11.2f} {row['overrun_us'] / 1000:>11.2f}")
+        if len(result.collectives) > top:
+            lines.append(f"  ... {len(result.collectives) - top} more (--json lists all)")
+    else:
+        lines.append("no collective was issued during the timed iterations")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""`nbox emulate` end to end: unmodified scripts on N real gloo ranks that see a world of W.
+
+Each test launches torchrun (several seconds of start-up), so they are marked ``integration`` and kept
+to a few iterations. No timing is asserted beyond "finite and positive".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbox_record.emulate import SCHEMA, EmulateConfig, _quantile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nbox(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "nbox", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def emulate_json(*args: object) -> dict[str, Any]:
+    proc = nbox("emulate", "--json", "--warmup", 2, "--iterations", 4, "--timeout", 90, *args)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    assert doc["schema"] == SCHEMA
+    return doc
+
+
+def check_run(doc: dict[str, Any], world: int, real: list[int], collectives: set[str]) -> None:
+    assert doc["world_size"] == world and doc["real_ranks"] == real
+    assert doc["world_size_seen"] == world  # what get_world_size() returned inside the script
+    times = doc["iteration_time_us"]
+    assert times["count"] == 4 and all(math.isfinite(t) and t > 0 for t in times["values"])
+    assert times["p10"] <= times["median"] <= times["p90"]
+    assert sorted(doc["per_rank_iteration_us"]) == sorted(str(r) for r in real)
+    rows = doc["collectives"]
+    assert {r["collective"] for r in rows} >= collectives, rows
+    assert all(r["count"] > 0 and r["modeled_us"] > 0 and r["bytes"] > 0 for r in rows)
+    assert [r["modeled_us"] for r in rows] == sorted((r["modeled_us"] for r in rows), reverse=True)
+
+
+# ----------------------------------------------------------------------------------------- unit tests
+
+def test_config_is_validated_at_construction() -> None:
+    cfg = EmulateConfig(world_size=8, nproc=2)
+    assert cfg.real_ranks == (0, 1)
+    assert EmulateConfig(world_size=8, nproc=2, real_ranks=(3, 7)).real_ranks == (3, 7)
+    with pytest.raises(ValueError, match="real rank 8"):
+        EmulateConfig(world_size=8, nproc=2, real_ranks=(0, 8))
+    with pytest.raises(ValueError, match="not distinct"):
+        EmulateConfig(world_size=8, nproc=2, real_ranks=(1, 1))
+    with pytest.raises(ValueError, match="nproc is 3"):
+        EmulateConfig(world_size=8, nproc=3, real_ranks=(0, 1))
+    with pytest.raises(ValueError, match=r"1\.\.world_size 2"):
+        EmulateConfig(world_size=2, nproc=3)
+    with pytest.raises(ValueError, match="unknown example"):
+        EmulateConfig(world_size=8, example="nope")
+
+
+def test_quantile_interpolates() -> None:
+    assert _quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
+    assert _quantile([10.0, 0.0], 0.1) == pytest.approx(1.0)
+    assert math.isnan(_quantile([], 0.5))
+
+
+# ----------------------------------------------------------------------------------------- integration
+
+@pytest.mark.integration
+def test_ddp_mlp_one_real_rank_sees_eight() -> None:
+    check_run(emulate_json("--world-size", 8, "-n", 1), 8, [0], {"all_reduce"})
+
+
+@pytest.mark.integration
+def test_ddp_mlp_two_real_ranks_human_report() -> None:
+    proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,4", "--warmup", 2, "--iterations", 4)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout == ""  # human text goes to stderr
+    assert "get_world_size() = 8" in proc.stderr and "all_reduce" in proc.stderr
+    assert "real rank(s) [0, 4]" in proc.stderr
+
+
+@pytest.mark.integration
+def test_ddp_mlp_two_real_ranks_json() -> None:
+    check_run(emulate_json("--world-size", 8, "-n", 2), 8, [0, 1], {"all_reduce"})
+
+
+@pytest.mark.integration
+def test_fsdp2_transformer_two_real_ranks() -> None:
+    doc = emulate_json("--world-size", 8, "-n", 2, "--example", "fsdp2_transformer")
+    check_run(doc, 8, [0, 1], {"all_gather", "reduce_scatter"})
+
+
+HARD_CODED_GLOO = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group(backend="gloo")
+sub = dist.new_group([0, 1, 2, 3], backend="gloo")
+model = torch.nn.Linear(32, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(int(sys.argv[1])):
+    opt.zero_grad()
+    model(torch.randn(4, 32)).sum().backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    if dist.get_rank() < 4:
+        dist.all_reduce(torch.ones(3), group=sub)
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.integration
+def test_a_script_that_hard_codes_gloo_reaches_nbox(tmp_path: Path) -> None:
+    script = tmp_path / "hard_gloo.py"
+    script.write_text(textwrap.dedent(HARD_CODED_GLOO))
+    doc = emulate_json("--world-size", 16, "--real-ranks", "2,9", "--", script, 20)
+    check_run(doc, 16, [2, 9], {"all_reduce"})
+    sizes = {r["bytes"] for r in doc["collectives"]}
+    assert {32 * 8 * 4.0, 8 * 4.0, 3 * 4.0} <= sizes  # weight and bias grads; the sub-group's (rank 2 only)
+
+
+@pytest.mark.integration
+def test_a_rank_that_raises_is_named_and_the_run_fails(tmp_path: Path) -> None:
+    script = tmp_path / "boom.py"
+    script.write_text(textwrap.dedent("""
+        import torch, torch.distributed as dist
+        dist.init_process_group("nccl")
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(30):
+            model(torch.randn(2, 4)).sum().backward()
+            dist.all_reduce(model.weight.grad)
+            opt.step()
+            if step == 4 and dist.get_rank() == 5:
+                raise RuntimeError("boom at step 4")
+    """))
+    started = time.monotonic()
+    proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,5", "--timeout", 60, "--", script)
+    assert time.monotonic() - started < 75
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rank 1 failed: RuntimeError: boom at step 4" in proc.stderr, proc.stderr[-3000:]
+    assert "real rank 1 = global rank 5" in proc.stderr
+
+
+@pytest.mark.integration
+def test_a_real_rank_outside_the_world_is_a_usage_error() -> None:
+    proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,8", timeout=60)
+    assert proc.returncode == 2
+    assert "real rank 8" in proc.stderr and "0..7" in proc.stderr
+
+
+@pytest.mark.integration
+def test_init_device_mesh_without_init_process_group_reaches_nbox(tmp_path: Path) -> None:
+    script = tmp_path / "mesh.py"
+    script.write_text(textwrap.dedent("""
+        import torch, torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", (8,))  # creates the default group itself (torch imported it early)
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(20):
+            model(torch.randn(2, 4)).sum().backward()
+            dist.all_reduce(model.weight.grad, group=mesh.get_group())
+            opt.step()
+    """))
+    check_run(emulate_json("--world-size", 8, "-n", 2, "--", script), 8, [0, 1], {"all_reduce"})
