@@ -27,6 +27,7 @@ communication stream; no GPU was available to build and check the stream path.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -408,7 +409,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                           opts: Any = None) -> NboxWork:
         pricing = None
         if in_splits or out_splits:
-            row = (inp.numel() // inp.shape[0] if inp.dim() and inp.shape[0] else 1) * inp.element_size()
+            row = math.prod(inp.shape[1:]) * inp.element_size()  # bytes per row of dim 0 (split unit)
             me = self.layout.me
             pricing = {"send_bytes": [s * row for j, s in enumerate(in_splits) if j != me],
                        "recv_bytes": [s * row for j, s in enumerate(out_splits) if j != me]}

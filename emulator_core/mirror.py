@@ -38,6 +38,7 @@ import torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -374,7 +375,7 @@ def all_to_all_single(lay: Layout, inner: Any, out: torch.Tensor, inp: torch.Ten
     if len(out_splits) != p or len(in_splits) != p:
         raise UnsupportedCollective(f"all_to_all_single: split sizes must list {p} members, got "
                                     f"{len(in_splits)} input / {len(out_splits)} output")
-    row = inp[0].numel() if inp.dim() and inp.shape[0] else 1
+    row = math.prod(inp.shape[1:])  # elements per row (split sizes count rows of dim 0); also with 0 rows
     flat_in, flat_out = inp.reshape(-1), out.view(-1)
     ioff, ooff = _offsets(in_splits), _offsets(out_splits)
 
@@ -390,7 +391,9 @@ def all_to_all_single(lay: Layout, inner: Any, out: torch.Tensor, inp: torch.Ten
     recv_splits = [out_splits[pos] for pos in lay.real_positions]
     send = torch.cat([chunk(flat_in, ioff[pos], in_splits[pos]) for pos in lay.real_positions])
     recv = torch.empty(sum(recv_splits) * row, dtype=out.dtype, device=out.device)
-    work = inner.alltoall_base(recv, send, recv_splits, send_splits, dist.AllToAllOptions())
+    # the buffers are flat, so the real exchange's splits count elements, not rows
+    work = inner.alltoall_base(recv, send, [n * row for n in recv_splits], [n * row for n in send_splits],
+                               dist.AllToAllOptions())
 
     def finish() -> None:
         roff = _offsets(recv_splits)
