@@ -47,7 +47,6 @@ import platform
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +60,7 @@ from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology, dump_toml
 from nbox.errors import InvalidInputError, NboxError
-from nbox.procs import terminate_group
+from nbox.procs import run_with_deadline
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED
@@ -328,20 +327,10 @@ def measure_run(config: CalibrateConfig) -> MeasureRun:
     work = Path(tempfile.mkdtemp(prefix="nbox-calibrate-"))
     log_dir = work / "logs"
     try:
-        proc = subprocess.Popen(launch_command(config, work, log_dir), env=_env(), start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        timed_out = False
-        try:
-            _, err = proc.communicate(timeout=config.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out, err = True, b""
-            terminate_group(proc)
-        except BaseException:
-            terminate_group(proc)
-            raise
+        rc, timed_out, err = run_with_deadline(launch_command(config, work, log_dir), _env(), config.timeout_s)
         result = work / worker.RESULT
-        if timed_out or proc.returncode != 0 or not result.is_file():
-            raise _failure(config, work, log_dir, proc.returncode, timed_out, (err or b"").decode(errors="replace"))
+        if timed_out or rc != 0 or not result.is_file():
+            raise _failure(config, work, log_dir, rc, timed_out, err.decode(errors="replace"))
         doc = _read_json(result)
         measurements = _measurements(doc)
         info = {k: v for k, v in doc.items() if k != "results"}

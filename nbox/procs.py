@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["terminate_group"]
+__all__ = ["run_with_deadline", "terminate_group"]
 
 
 def terminate_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
@@ -26,3 +28,29 @@ def terminate_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def run_with_deadline(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float, *, quiet_stdout: bool = True,
+                      stderr_log: Path | None = None) -> tuple[int | None, bool, bytes]:
+    """Run ``cmd`` (a launcher) in its own session; past ``timeout_s`` seconds, or if the caller is interrupted,
+    stop its whole process group. Its stderr is captured (and kept in ``stderr_log`` when given).
+
+    Returns:
+        ``(exit code, timed out, stderr bytes)``; the exit code is None when it was stopped.
+    """
+    proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL if quiet_stdout else None, stderr=subprocess.PIPE)
+    timed_out = False
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out, err = True, b""
+        terminate_group(proc)
+    except BaseException:
+        terminate_group(proc)
+        raise
+    err = err or b""
+    if stderr_log is not None:
+        stderr_log.parent.mkdir(parents=True, exist_ok=True)
+        stderr_log.write_bytes(err)
+    return (None if timed_out else proc.returncode), timed_out, err

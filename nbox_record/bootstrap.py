@@ -24,7 +24,7 @@ Configuration (environment, see :func:`record_env`)
 ``NBOX_NO_CAPTURE``            "1": no capture; the rank stops after the K timed iterations (``nbox emulate``)
 ``NBOX_EMULATE``               "1": whatever backend the script passes to ``init_process_group`` / ``new_group``
                                becomes ``nbox`` (the emulated world, :mod:`emulator_core.backend`); at the end
-                               the rank writes ``emulate.json`` (:func:`emulated_collectives`)
+                               the rank writes ``emulate.json`` (``nbox_record/emulaterank.py``)
 
 Iterations
 ----------
@@ -87,6 +87,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from nbox_record import rawformat
+from nbox_record.emulaterank import EMULATE_REPORT, emulated_collectives, redirect_backend
 from nbox_record.hooks import PostImportHook, after_frame_returns, optimizer_step_frame
 from nbox_record.recordenv import (  # noqa: F401 - re-exported: the bootstrap's configuration API
     ENV_BOUNDARY_TIMEOUT,
@@ -114,8 +115,6 @@ EXIT_FAILURE = 1
 
 BOUNDARY_MARKER = "## nbox:iteration_boundary ##"
 
-#: Written by an emulated rank (``NBOX_EMULATE=1``) next to ``timings.json``: see :func:`emulated_collectives`.
-EMULATE_REPORT = "emulate.json"
 
 MARKER_HINT = (
     "nbox finds iterations at the end of each optimizer.step() (torch.optim). If the script updates its "
@@ -524,82 +523,6 @@ class Recorder:
         self.fail("NoIterationBoundary",
                   f"no iteration boundary within {self.config.boundary_timeout_s:g} s "
                   f"({ENV_BOUNDARY_TIMEOUT}). " + MARKER_HINT)
-
-
-# -- emulation (NBOX_EMULATE) -------------------------------------------------------------------------------
-
-
-def redirect_backend() -> None:
-    """Make ``torch.distributed.init_process_group`` and ``new_group`` use the ``nbox`` backend, whatever
-    backend the script names ("gloo", "nccl", "cpu:gloo,cuda:nccl" or none). Idempotent."""
-    import functools
-
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
-    from emulator_core._autoload import register
-
-    register()  # normally done by `import torch` (entry point); not with TORCH_DEVICE_BACKEND_AUTOLOAD=0
-    init, new_group = c10d.init_process_group, c10d.new_group
-    if getattr(init, "_nbox_redirected", False):
-        return
-
-    @functools.wraps(init)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        if args:
-            args = ("nbox", *args[1:])
-        else:
-            kwargs["backend"] = "nbox"
-        return init(*args, **kwargs)
-
-    @functools.wraps(new_group)
-    def nbox_new_group(*args: Any, **kwargs: Any) -> Any:
-        if len(args) > 2:  # new_group(ranks, timeout, backend, ...)
-            args = (*args[:2], None if args[2] is None else "nbox", *args[3:])
-        elif kwargs.get("backend") is not None:
-            kwargs["backend"] = "nbox"
-        return new_group(*args, **kwargs)
-
-    init_process_group._nbox_redirected = True  # type: ignore[attr-defined]
-    for module in (c10d, dist):
-        setattr(module, "init_process_group", init_process_group)  # noqa: B010 - mypy: no such attribute
-        setattr(module, "new_group", nbox_new_group)  # noqa: B010
-    mesh = sys.modules.get("torch.distributed.device_mesh")  # init_device_mesh() initializes the default group
-    if mesh is not None and getattr(mesh, "init_process_group", None) is init:
-        setattr(mesh, "init_process_group", init_process_group)  # noqa: B010
-
-
-def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
-    """What the ``nbox`` process groups of this rank answered between ``t0_us`` and ``t1_us`` (issue time,
-    ``perf_counter`` microseconds, i.e. the timed iterations): the world size the script saw, and one row
-    per (collective, algorithm, bytes) with its count, total modeled time and total overrun (microseconds).
-    """
-    import torch
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
-    seen = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
-    rows: dict[tuple[str, str, float], dict[str, Any]] = {}
-    groups: list[Any] = []
-    for pg in list(getattr(c10d._world, "pg_map", {})):
-        records = getattr(pg, "records", None)
-        if records is None:
-            with contextlib.suppress(Exception):
-                records = getattr(pg._get_backend(torch.device("cpu")), "records", None)
-        if records is None or any(records is g for g in groups):
-            continue
-        groups.append(records)
-        for rec in list(records):
-            if not t0_us <= rec.issue_us <= t1_us:
-                continue
-            row = rows.setdefault((rec.collective, rec.algorithm, float(rec.nbytes)), {
-                "collective": rec.collective, "algorithm": rec.algorithm, "bytes": float(rec.nbytes),
-                "count": 0, "modeled_us": 0.0, "overrun_us": 0.0})
-            row["count"] += 1
-            row["modeled_us"] += max(0.0, rec.end_us - rec.start_us)
-            row["overrun_us"] += rec.overrun_us
-    return {"world_size_seen": seen, "nbox_groups": len(groups), "window_us": [t0_us, t1_us],
-            "collectives": sorted(rows.values(), key=lambda r: -r["modeled_us"])}
 
 
 # -- torch facts --------------------------------------------------------------------------------------------

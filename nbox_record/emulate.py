@@ -10,7 +10,7 @@ the optimizer-step boundaries without any profiler and stops the ranks after the
 The emulated world reaches the ranks as ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO`` (the
 scenario with its overrides, resized to W, written to a TOML file in the run's work folder). Each rank
 writes ``timings.json`` (its iteration times) and ``emulate.json`` (the world size the script saw, the
-modeled collectives of the timed iterations: :func:`nbox_record.bootstrap.emulated_collectives`).
+modeled collectives of the timed iterations: :func:`nbox_record.emulaterank.emulated_collectives`).
 
 Per iteration, the job's time is the slowest real rank's; the result gives its median and 10th-90th
 percentiles over the timed iterations.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nbox_record import rawformat as raw
-from nbox_record.bootstrap import EMULATE_REPORT
+from nbox_record.emulaterank import EMULATE_REPORT
 from nbox_record.launcher import (
     EXAMPLES,
     RecordConfig,

@@ -22,7 +22,6 @@ import platform
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 from nbox import __version__
 from nbox.errors import InputNotFoundError, NboxError
-from nbox.procs import terminate_group
+from nbox.procs import run_with_deadline
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 
@@ -235,23 +234,10 @@ def _failure(cfg: RecordConfig, work: Path, log_dir: Path, rc: int | None, timed
 
 def run_torchrun(cmd: list[str], env: dict[str, str], log_dir: Path, timeout_s: float,
                  quiet_stdout: bool = False) -> tuple[int | None, bool, bytes]:
-    """Run torchrun in its own session with a deadline (then terminate its whole process group); keep its
-    stderr in ``log_dir/torchrun.stderr.log``. Returns (exit code, timed out, stderr)."""
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL if quiet_stdout else None, stderr=subprocess.PIPE)
-    timed_out = False
-    try:
-        _, err_bytes = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        terminate_group(proc)
-        err_bytes = b""
-    except BaseException:
-        terminate_group(proc)
-        raise
-    (log_dir / "torchrun.stderr.log").parent.mkdir(parents=True, exist_ok=True)
-    (log_dir / "torchrun.stderr.log").write_bytes(err_bytes or b"")
-    return proc.returncode, timed_out, err_bytes or b""
+    """Run torchrun with a deadline (:func:`nbox.procs.run_with_deadline`); keep its stderr in
+    ``log_dir/torchrun.stderr.log``. Returns (exit code, timed out, stderr)."""
+    return run_with_deadline(cmd, env, timeout_s, quiet_stdout=quiet_stdout,
+                             stderr_log=log_dir / "torchrun.stderr.log")
 
 
 def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> RecordResult:

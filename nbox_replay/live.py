@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from typing import Any
 
 from emulator_core.scenario import Scenario, dump_toml
 from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
-from nbox.procs import terminate_group
+from nbox.procs import run_with_deadline
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "replay_live"]
 
@@ -231,21 +230,11 @@ def replay_live(config: LiveConfig) -> LiveResult:
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
         log_dir = work / "logs"
-        proc = subprocess.Popen(_command(len(ranks), config_path, log_dir), env=_env(config, scenario_path),
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        timed_out = False
-        try:
-            _, err_bytes = proc.communicate(timeout=config.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            terminate_group(proc)
-            err_bytes = b""
-        except BaseException:
-            terminate_group(proc)
-            raise
+        rc, timed_out, err_bytes = run_with_deadline(_command(len(ranks), config_path, log_dir),
+                                                     _env(config, scenario_path), config.timeout_s)
         results = {r: doc_r for r in ranks if (doc_r := _read(work / f"rank{r}.json")) is not None}
-        if timed_out or proc.returncode != 0 or len(results) != len(ranks):
-            raise _failure(config, work, proc.returncode, timed_out, (err_bytes or b"").decode(errors="replace"))
+        if timed_out or rc != 0 or len(results) != len(ranks):
+            raise _failure(config, work, rc, timed_out, err_bytes.decode(errors="replace"))
         return _collect(config, results, time.monotonic() - started)
     finally:
         shutil.rmtree(work, ignore_errors=True)

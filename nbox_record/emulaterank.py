@@ -1,0 +1,91 @@
+"""The rank side of ``nbox emulate`` (``NBOX_EMULATE=1``): the backend redirection and the end-of-run report.
+
+:func:`redirect_backend` runs when torch is imported in a rank (from :mod:`nbox_record.bootstrap`), so
+whatever backend the script names reaches the ``nbox`` backend; :func:`emulated_collectives` summarizes
+the process groups' records of the timed iterations into ``emulate.json`` (:data:`EMULATE_REPORT`), which
+:mod:`nbox_record.emulate` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+__all__ = ["EMULATE_REPORT", "emulated_collectives", "redirect_backend"]
+
+#: Written by an emulated rank next to ``timings.json``: see :func:`emulated_collectives`.
+EMULATE_REPORT = "emulate.json"
+
+
+def redirect_backend() -> None:
+    """Make ``torch.distributed.init_process_group`` and ``new_group`` use the ``nbox`` backend, whatever
+    backend the script names ("gloo", "nccl", "cpu:gloo,cuda:nccl" or none). Idempotent."""
+    import functools
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from emulator_core._autoload import register
+
+    register()  # normally done by `import torch` (entry point); not with TORCH_DEVICE_BACKEND_AUTOLOAD=0
+    init, new_group = c10d.init_process_group, c10d.new_group
+    if getattr(init, "_nbox_redirected", False):
+        return
+
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            args = ("nbox", *args[1:])
+        else:
+            kwargs["backend"] = "nbox"
+        return init(*args, **kwargs)
+
+    @functools.wraps(new_group)
+    def nbox_new_group(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 2:  # new_group(ranks, timeout, backend, ...)
+            args = (*args[:2], None if args[2] is None else "nbox", *args[3:])
+        elif kwargs.get("backend") is not None:
+            kwargs["backend"] = "nbox"
+        return new_group(*args, **kwargs)
+
+    init_process_group._nbox_redirected = True  # type: ignore[attr-defined]
+    for module in (c10d, dist):
+        setattr(module, "init_process_group", init_process_group)  # noqa: B010 - mypy: no such attribute
+        setattr(module, "new_group", nbox_new_group)  # noqa: B010
+    mesh = sys.modules.get("torch.distributed.device_mesh")  # init_device_mesh() initializes the default group
+    if mesh is not None and getattr(mesh, "init_process_group", None) is init:
+        setattr(mesh, "init_process_group", init_process_group)  # noqa: B010
+
+
+def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
+    """What the ``nbox`` process groups of this rank answered between ``t0_us`` and ``t1_us`` (issue time,
+    ``perf_counter`` microseconds, i.e. the timed iterations): the world size the script saw, and one row
+    per (collective, algorithm, bytes) with its count, total modeled time and total overrun (microseconds).
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    seen = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+    rows: dict[tuple[str, str, float], dict[str, Any]] = {}
+    groups: list[Any] = []
+    for pg in list(getattr(c10d._world, "pg_map", {})):
+        records = getattr(pg, "records", None)
+        if records is None:
+            with contextlib.suppress(Exception):
+                records = getattr(pg._get_backend(torch.device("cpu")), "records", None)
+        if records is None or any(records is g for g in groups):
+            continue
+        groups.append(records)
+        for rec in list(records):
+            if not t0_us <= rec.issue_us <= t1_us:
+                continue
+            row = rows.setdefault((rec.collective, rec.algorithm, float(rec.nbytes)), {
+                "collective": rec.collective, "algorithm": rec.algorithm, "bytes": float(rec.nbytes),
+                "count": 0, "modeled_us": 0.0, "overrun_us": 0.0})
+            row["count"] += 1
+            row["modeled_us"] += max(0.0, rec.end_us - rec.start_us)
+            row["overrun_us"] += rec.overrun_us
+    return {"world_size_seen": seen, "nbox_groups": len(groups), "window_us": [t0_us, t1_us],
+            "collectives": sorted(rows.values(), key=lambda r: -r["modeled_us"])}
