@@ -29,15 +29,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from nbox import __version__
 from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
 
 BUNDLE_SCHEMA = "nbox.bundle"
 #: major.minor. A reader refuses a newer major (it may mean anything); a newer minor only adds keys.
-BUNDLE_VERSION = "1.0"
+BUNDLE_VERSION = "1.1"
 MANIFEST_NAME = "manifest.json"
 TRACE_PREFIX = "trace/trace"
 COMM_GROUP_NAME = "comm_group.json"
 MAX_MANIFEST_BYTES = 16 << 20
+#: Files a manifest may list.
+MAX_FILES = 4096
 _HASH_CHUNK = 1 << 20
 
 
@@ -73,12 +76,18 @@ class Manifest:
     files: tuple[FileEntry, ...] = ()
     schema: str = BUNDLE_SCHEMA
     version: str = BUNDLE_VERSION
+    #: what made it: "recorded" (nbox record), "imported" (record convert), "emulated" (nbox emulate -o).
+    kind: str = "recorded"
+    #: null, or what ``nbox bundle anonymize`` did: {"level", "key_id", "nbox"}.
+    anonymized: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["files"] = [asdict(f) for f in self.files]
-        out.update(out.pop("extra"))  # keys from a newer minor version, kept as they came
+        extra = dict(out.pop("extra"))
+        extra.pop("migrated_from", None)  # a fact about the file read, not part of the manifest
+        out.update(extra)  # keys from a newer minor version, kept as they came
         return out
 
 
@@ -176,58 +185,130 @@ def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping
     return target
 
 
+#: Oldest version this nbox still reads, by migrating it (see :data:`MIGRATIONS`).
+OLDEST_READABLE_VERSION = "1.0"
+
+
+def _migrate_1_0(data: dict[str, Any]) -> dict[str, Any]:
+    """1.0 -> 1.1: ``kind`` (what made the bundle) and ``anonymized`` (null: not anonymized) were added."""
+    capture = data.get("capture") if isinstance(data.get("capture"), dict) else {}
+    kind = "imported" if capture.get("source") == "nbox record convert" else "recorded"
+    return {**data, "kind": kind, "anonymized": None, "version": "1.1"}
+
+
+#: version -> function turning a manifest of that version into one of the next version.
+MIGRATIONS = {"1.0": _migrate_1_0}
+BUNDLE_KINDS = ("recorded", "imported", "emulated")
+
+
+def _version_tuple(version: object, where: str) -> tuple[int, int]:
+    parts = version.split(".") if isinstance(version, str) else []
+    if len(parts) != 2 or not all(p.isdigit() and len(p) <= 6 for p in parts):
+        raise BundleError(f"{where}: key 'version' is {version!r}, expected 'MAJOR.MINOR'")
+    return int(parts[0]), int(parts[1])
+
+
+def migrate_manifest(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Bring a decoded manifest of any readable version to :data:`BUNDLE_VERSION`.
+
+    A newer minor version of the current major is read as it is (minors only add keys, kept in
+    ``extra``). A newer major is refused, naming the nbox that wrote it; an older version with no
+    migration is refused, naming the oldest one this nbox reads.
+    """
+    major, minor = _version_tuple(data.get("version"), where)
+    cur_major, cur_minor = _version_tuple(BUNDLE_VERSION, "BUNDLE_VERSION")
+    if major > cur_major:
+        producer = data.get("producer") if isinstance(data.get("producer"), dict) else {}
+        writer = producer.get("nbox") if isinstance(producer.get("nbox"), str) else None
+        by = f"written by nbox {writer[:40]}" if writer else "written by a newer nbox"
+        raise BundleError(f"{where}: bundle version {data['version']} ({by}) is newer than this nbox "
+                          f"({__version__}) reads (up to {cur_major}.x); read it with "
+                          f"{'nbox ' + writer[:40] if writer else 'that nbox'} or later")
+    seen = 0
+    while (major, minor) < (cur_major, cur_minor):
+        step = MIGRATIONS.get(data["version"])
+        if step is None or seen > len(MIGRATIONS):
+            raise BundleError(f"{where}: bundle version {data['version']} is too old; this nbox reads "
+                              f"{OLDEST_READABLE_VERSION} to {BUNDLE_VERSION}")
+        data = step(data)
+        major, minor = _version_tuple(data.get("version"), where)
+        seen += 1
+    return data
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """Decode and validate the bytes of a ``manifest.json`` (from a directory or an archive member).
+
+    Older versions are migrated (:func:`migrate_manifest`); ``Manifest.version`` is then the current one
+    and ``Manifest.extra['migrated_from']`` the version on disk.
+
+    Raises:
+        BundleError: over the size cap, not JSON, a newer major version, or a key missing or mistyped.
+    """
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{where}: {len(raw)} bytes, over the {MAX_MANIFEST_BYTES}-byte cap")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BundleError(f"{where}: not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if data.get("schema") != BUNDLE_SCHEMA:
+        raise BundleError(f"{where}: key 'schema' is {str(data.get('schema'))[:80]!r}, expected {BUNDLE_SCHEMA!r}")
+    on_disk = data.get("version")
+    data = migrate_manifest(data, where)
+    for key in ("producer", "hardware", "job", "observed", "capture"):
+        if not isinstance(data.get(key), dict):
+            raise BundleError(f"{where}: key {key!r} missing or not an object")
+    if not isinstance(data.get("complete"), bool):
+        raise BundleError(f"{where}: key 'complete' missing or not true/false")
+    if data.get("kind") not in BUNDLE_KINDS:
+        raise BundleError(f"{where}: key 'kind' is {str(data.get('kind'))[:80]!r}, expected one of {BUNDLE_KINDS}")
+    if data.get("anonymized") is not None and not isinstance(data.get("anonymized"), dict):
+        raise BundleError(f"{where}: key 'anonymized' must be null or an object")
+    raw_files = data.get("files")
+    if not isinstance(raw_files, list):
+        raise BundleError(f"{where}: key 'files' missing or not a list")
+    if len(raw_files) > MAX_FILES:
+        raise BundleError(f"{where}: lists {len(raw_files)} files, over the cap of {MAX_FILES}")
+    entries = []
+    seen = set()
+    for i, f in enumerate(raw_files):
+        if not (isinstance(f, dict) and isinstance(f.get("path"), str) and type(f.get("bytes")) is int
+                and f["bytes"] >= 0 and isinstance(f.get("sha256"), str) and len(f["sha256"]) == 64
+                and all(c in "0123456789abcdef" for c in f["sha256"])):
+            raise BundleError(f"{where}: files[{i}] is not {{path, bytes >= 0, sha256 (64 hex digits)}}")
+        _check_relpath(f["path"], f"{where}: files[{i}]")
+        if f["path"] == MANIFEST_NAME or f["path"] in seen:
+            raise BundleError(f"{where}: files[{i}] lists {f['path']!r} twice")
+        seen.add(f["path"])
+        entries.append(FileEntry(f["path"], f["bytes"], f["sha256"]))
+    extra = {k: v for k, v in data.items() if k not in Manifest.__dataclass_fields__}
+    if on_disk != data["version"]:
+        extra["migrated_from"] = on_disk
+    return Manifest(producer=data["producer"], hardware=data["hardware"], job=data["job"],
+                    observed=data["observed"], capture=data["capture"], complete=data["complete"],
+                    files=tuple(entries), schema=data["schema"], version=data["version"], kind=data["kind"],
+                    anonymized=data["anonymized"], extra=extra)
+
+
 def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
     """Read and validate ``manifest.json`` of a bundle directory (files are not hashed here).
 
     Raises:
         InputNotFoundError: no bundle or no manifest there.
-        BundleError: malformed, over the size cap, or a newer major version.
+        BundleError: see :func:`parse_manifest`.
     """
     root = Path(bundle)
     path = root / MANIFEST_NAME
-    if not path.is_file():
-        raise InputNotFoundError(f"{root}: not a bundle (no {MANIFEST_NAME})")
+    if path.is_symlink() or not path.is_file():
+        raise InputNotFoundError(f"{root}: not a bundle (no {MANIFEST_NAME} as a regular file)")
     size = path.stat().st_size
     if size > MAX_MANIFEST_BYTES:
         raise BundleError(f"{path}: {size} bytes, over the {MAX_MANIFEST_BYTES}-byte cap")
-    try:
-        data = json.loads(path.read_bytes())
-    except (ValueError, RecursionError) as exc:
-        raise BundleError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
-    if not isinstance(data, dict):
-        raise BundleError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    if data.get("schema") != BUNDLE_SCHEMA:
-        raise BundleError(f"{path}: key 'schema' is {data.get('schema')!r}, expected {BUNDLE_SCHEMA!r}")
-    version = data.get("version")
-    major = str(version).split(".", 1)[0]
-    if not isinstance(version, str) or not major.isdigit():
-        raise BundleError(f"{path}: key 'version' is {version!r}, expected 'MAJOR.MINOR'")
-    if int(major) > int(BUNDLE_VERSION.split(".")[0]):
-        raise BundleError(f"{path}: bundle version {version} is newer than this nbox reads ({BUNDLE_VERSION}); "
-                          "upgrade nbox to read it")
-    for key in ("producer", "hardware", "job", "observed", "capture"):
-        if not isinstance(data.get(key), dict):
-            raise BundleError(f"{path}: key {key!r} missing or not an object")
-    if not isinstance(data.get("complete"), bool):
-        raise BundleError(f"{path}: key 'complete' missing or not true/false")
-    raw_files = data.get("files")
-    if not isinstance(raw_files, list):
-        raise BundleError(f"{path}: key 'files' missing or not a list")
-    entries = []
-    seen = set()
-    for i, f in enumerate(raw_files):
-        if not (isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("bytes"), int)
-                and isinstance(f.get("sha256"), str) and len(f["sha256"]) == 64):
-            raise BundleError(f"{path}: files[{i}] is not {{path, bytes, sha256}}")
-        _check_relpath(f["path"], f"{path}: files[{i}]")
-        if f["path"] in seen:
-            raise BundleError(f"{path}: files[{i}] lists {f['path']!r} twice")
-        seen.add(f["path"])
-        entries.append(FileEntry(f["path"], f["bytes"], f["sha256"]))
-    return Manifest(producer=data["producer"], hardware=data["hardware"], job=data["job"],
-                    observed=data["observed"], capture=data["capture"], complete=data["complete"],
-                    files=tuple(entries), schema=data["schema"], version=version,
-                    extra={k: v for k, v in data.items() if k not in Manifest.__dataclass_fields__})
+    with open(path, "rb") as f:
+        raw = f.read(MAX_MANIFEST_BYTES + 1)
+    return parse_manifest(raw, str(path))
 
 
 def verify_files(bundle: str | os.PathLike[str], manifest: Manifest) -> list[str]:

@@ -88,7 +88,7 @@ def _rewrite(out: Path, **changes: object) -> None:
 
 
 @pytest.mark.parametrize(("changes", "match"), [
-    ({"version": "2.0"}, "newer than this nbox reads"),
+    ({"version": "2.0"}, "newer than this nbox"),
     ({"version": "one"}, "MAJOR.MINOR"),
     ({"schema": "other"}, "'schema'"),
     ({"job": []}, "'job'"),
