@@ -68,12 +68,16 @@ class EmulationConfig:
         real_ranks: global rank of each real process, indexed by its real rank (0..N-1); distinct, < W.
         scenario: the what-if scenario, resized to W (its outermost dimension grows or shrinks).
         spin_ns: spin this long before a deadline (nanoseconds, >= 0).
+        call_timeout_s: longest wait for one call's real part (seconds, > 0), when shorter than the
+            process group's own timeout (``NBOX_CALL_TIMEOUT_S``; ``nbox emulate`` sets it, so a deadlock
+            among real ranks ends with an error naming the call instead of torch's 30-minute default).
     """
 
     world_size: int
     real_ranks: tuple[int, ...]
     scenario: Scenario
     spin_ns: int = DEFAULT_SPIN_NS
+    call_timeout_s: float = math.inf
 
     def __post_init__(self) -> None:
         w = self.world_size
@@ -89,6 +93,8 @@ class EmulationConfig:
             raise EmulationConfigError(f"NBOX_SCENARIO: world size {self.scenario.world_size} != NBOX_WORLD_SIZE {w}")
         if self.spin_ns < 0:
             raise EmulationConfigError(f"NBOX_SPIN_US: must be >= 0, got {self.spin_ns / 1000}")
+        if not self.call_timeout_s > 0:
+            raise EmulationConfigError(f"NBOX_CALL_TIMEOUT_S: must be > 0, got {self.call_timeout_s}")
 
     @classmethod
     def from_env(cls, nproc: int, env: Mapping[str, str] | None = None) -> EmulationConfig:
@@ -123,7 +129,12 @@ class EmulationConfig:
         except InvalidInputError as err:
             raise EmulationConfigError(f"NBOX_WORLD_SIZE: {err}") from None
         spin_us = integer("NBOX_SPIN_US", DEFAULT_SPIN_NS // 1000)
-        return cls(w, ranks, scenario, spin_us * 1000)
+        raw_timeout = e.get("NBOX_CALL_TIMEOUT_S", "").strip()
+        try:
+            call_timeout_s = float(raw_timeout) if raw_timeout else math.inf
+        except ValueError:
+            raise EmulationConfigError(f"NBOX_CALL_TIMEOUT_S: not a number: {raw_timeout!r}") from None
+        return cls(w, ranks, scenario, spin_us * 1000, call_timeout_s)
 
 
 class OpRecord(NamedTuple):
@@ -187,7 +198,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         self.fabric = fabric
         self.members = None if members is None else tuple(members)
         self.global_rank = global_rank
-        self.timeout_s = timeout.total_seconds()
+        self.timeout_s = min(timeout.total_seconds(), config.call_timeout_s)
         self._store = store
         real = [r for r in config.real_ranks if members is None or r in members]
         positions = sorted(real if members is None else [list(members).index(r) for r in real])

@@ -143,8 +143,9 @@ class NboxWork(Work):
         if self._resolved is not None:
             limit = timeout.total_seconds() if timeout else self._timeout_s
             if not self._resolved.wait(limit):
-                raise RuntimeError(f"nbox: {self.call} did not complete within {limit:.1f} s (a real member did "
-                                   f"not join, or the real communication hung)")
+                raise RuntimeError(f"nbox: {self.call} did not complete within {limit:.1f} s: a real member did "
+                                   f"not join it (a deadlock among the real ranks, or a rank stuck or gone), or "
+                                   f"the real communication hung")
             if self._error is not None:
                 raise RuntimeError(f"nbox: {self.call} failed: {self._error}") from self._error
         assert self.deadline_ns is not None

@@ -191,7 +191,8 @@ OLDEST_READABLE_VERSION = "1.0"
 
 def _migrate_1_0(data: dict[str, Any]) -> dict[str, Any]:
     """1.0 -> 1.1: ``kind`` (what made the bundle) and ``anonymized`` (null: not anonymized) were added."""
-    capture = data.get("capture") if isinstance(data.get("capture"), dict) else {}
+    capture = data.get("capture")
+    capture = capture if isinstance(capture, dict) else {}
     kind = "imported" if capture.get("source") == "nbox record convert" else "recorded"
     return {**data, "kind": kind, "anonymized": None, "version": "1.1"}
 
@@ -218,7 +219,8 @@ def migrate_manifest(data: dict[str, Any], where: str) -> dict[str, Any]:
     major, minor = _version_tuple(data.get("version"), where)
     cur_major, cur_minor = _version_tuple(BUNDLE_VERSION, "BUNDLE_VERSION")
     if major > cur_major:
-        producer = data.get("producer") if isinstance(data.get("producer"), dict) else {}
+        producer = data.get("producer")
+        producer = producer if isinstance(producer, dict) else {}
         writer = producer.get("nbox") if isinstance(producer.get("nbox"), str) else None
         by = f"written by nbox {writer[:40]}" if writer else "written by a newer nbox"
         raise BundleError(f"{where}: bundle version {data['version']} ({by}) is newer than this nbox "

@@ -189,6 +189,8 @@ _EMULATE_EPILOG = """Examples:
   nbox emulate --world-size 64 --real-ranks 0,32 --example fsdp2_transformer --json
 
   nbox emulate --world-size 16 --set topology.dims.0.bandwidth_gbps=10 -- train.py --lr 0.1
+
+  nbox emulate --world-size 64 -n 2 -o emulated.bundle && nbox replay emulated.bundle --world-size 1024
 """
 
 
@@ -213,14 +215,22 @@ def emulate_cmd(
     iterations: Annotated[int, typer.Option(help="Iterations timed (the run stops after them).", min=1)] = 10,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
     = 300.0,
+    call_timeout: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="Longest wait for one collective (s), then the waiting rank fails naming it (default: --timeout/3).")]
+    = None,
+    out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "-o", "--out", help="Also capture one iteration and write a bundle of the emulated run here.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing -o bundle.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Run an unmodified training script on N real ranks as if the world were W (the rest emulated).
 
     Whatever backend the script passes to init_process_group becomes nbox's emulated backend: the
     script sees get_world_size() = W, its collectives complete at the time the scenario models.
-    Prints the iteration time (optimizer step to optimizer step, slowest real rank) and the modeled
-    collectives.
+    Prints the iteration time (optimizer step to optimizer step, slowest real rank), its breakdown into
+    compute, exposed communication and CPU contention, and the modeled collectives. With -o, one more
+    iteration is captured after the timed ones and written as a bundle (kind "emulated": the traces of
+    the real ranks, named by the global ranks they played, in a world of W) that replays like a recorded one.
     """
     from nbox_record.emulate import EmulateConfig, emulate, format_text
 
@@ -229,7 +239,7 @@ def emulate_cmd(
         cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) or 1,
                             real_ranks=ranks, script=script, script_args=tuple(ctx.args), example=example,
                             scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
-                            timeout_s=timeout)
+                            timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 

@@ -106,6 +106,7 @@ from nbox_record.recordenv import (  # noqa: F401 - re-exported: the bootstrap's
     inject_dir,
     record_env,
 )
+from nbox_record.threadtime import ThreadTimes, thread_times_ns
 
 if TYPE_CHECKING:
     from nbox_record.commlog import CollectiveLogger
@@ -180,6 +181,8 @@ class Recorder:
         self.iteration_us: list[float] = []
         self.phase = "warmup"                     # warmup | timing | capture | done | failed
         self._t_prev: float | None = None
+        self._tt_prev: ThreadTimes | None = None  # the training thread's CPU accounting at the last boundary
+        self.iteration_split_us: list[tuple[float, float]] = []  # per timed iteration: (on CPU, run queue)
         self._window: list[float] = []            # perf_counter seconds: start and end of the timed iterations
         self._optimizer: weakref.ReferenceType[Any] | None = None
         self._hook_handle: Any = None
@@ -275,6 +278,7 @@ class Recorder:
         the ET (dangling ``ctrl_deps``).
         """
         now = self._now()
+        tt = thread_times_ns()
         cfg = self.config
         warmup, timed, captured = cfg.effective_warmup, cfg.iterations, cfg.capture
         with self._lock:
@@ -284,12 +288,15 @@ class Recorder:
             self._first_boundary.set()
             n = self.boundaries
         if n == warmup:
-            self._t_prev = now
+            self._t_prev, self._tt_prev = now, tt
             self._window = [now]
             self.phase = "timing"
         elif warmup < n <= warmup + timed and self._t_prev is not None:
             self.iteration_us.append((now - self._t_prev) * 1e6)
-            self._t_prev = now
+            if tt is not None and self._tt_prev is not None:
+                self.iteration_split_us.append(((tt.on_cpu_ns - self._tt_prev.on_cpu_ns) / 1e3,
+                                                (tt.run_queue_ns - self._tt_prev.run_queue_ns) / 1e3))
+            self._t_prev, self._tt_prev = now, tt
             if n == warmup + timed:
                 self._window.append(now)
         step: Callable[[], None] | None = None
@@ -322,6 +329,7 @@ class Recorder:
 
         from nbox_record.commlog import CollectiveLogger
 
+        self._write_emulate_report()  # the timed iterations are over (nbox emulate -o captures after them)
         if torch.autograd.profiler._is_profiler_enabled or torch._C._autograd._profiler_enabled():
             self.fail("ProfilerInUse",
                       "the script runs its own torch.profiler session; nbox needs the profiler for its capture. "
@@ -333,6 +341,10 @@ class Recorder:
         self._prof = profile(activities=activities, execution_trace_observer=self._et, record_shapes=True)
         self._comm = CollectiveLogger()
         self._comm.start()
+        if self.config.emulate:
+            from nbox_record import emulatecapture
+
+            emulatecapture.tap(self._comm)
         self.phase = "capture"
         self._prof.start()
         self._mark_boundary()
@@ -362,6 +374,10 @@ class Recorder:
         if self._comm is not None:
             with contextlib.suppress(Exception):
                 self._comm.stop()
+            if self.config.emulate:
+                from nbox_record import emulatecapture
+
+                emulatecapture.untap()
             self._comm = None
 
     def _finish_capture(self) -> None:
@@ -369,6 +385,10 @@ class Recorder:
         prof, et, comm = self._prof, self._et, self._comm
         assert prof is not None and et is not None and comm is not None
         prof.stop()
+        if self.config.emulate:
+            from nbox_record import emulatecapture
+
+            emulatecapture.untap()
         records = comm.stop()
         et.unregister_callback()
         self._prof = self._et = self._comm = None
@@ -382,10 +402,14 @@ class Recorder:
         prof.export_chrome_trace(str(tmp_kineto))
         os.replace(tmp_kineto, self.out_dir / rawformat.KINETO)
 
+        import torch.distributed as dist
+
+        # The rank as the script's world sees it: under nbox emulate, the global rank played in a world of W.
+        seen = dist.is_available() and dist.is_initialized()
         log: rawformat.CollectiveLog = {
             "version": rawformat.RAW_FORMAT_VERSION,
-            "rank": self.rank,
-            "world_size": self.world_size,
+            "rank": dist.get_rank() if seen else self.rank,
+            "world_size": dist.get_world_size() if seen else self.world_size,
             "process_groups": _process_groups(),
             "collectives": records,
         }
@@ -397,10 +421,14 @@ class Recorder:
 
     def _finish_timing(self) -> None:
         """``NBOX_NO_CAPTURE``: the timed iterations are over; write the files and stop (no capture)."""
+        self._write_emulate_report()
+        self._done()
+
+    def _write_emulate_report(self) -> None:
+        """``NBOX_EMULATE``: what the ``nbox`` backend answered during the timed iterations."""
         if self.config.emulate:
             t0, t1 = [*self._window, 0.0, 0.0][:2]
             write_json_atomic(self.out_dir / EMULATE_REPORT, emulated_collectives(t0 * 1e6, t1 * 1e6))
-        self._done()
 
     def _done(self) -> None:
         write_json_atomic(self.out_dir / rawformat.TIMINGS, self._timings())
@@ -425,6 +453,8 @@ class Recorder:
             "boundary": self.boundary_kind or "optimizer_step",
             "warmup": self.config.effective_warmup,
             "iteration_us": list(self.iteration_us),
+            "iteration_cpu_us": [c for c, _ in self.iteration_split_us],
+            "iteration_run_queue_us": [q for _, q in self.iteration_split_us],
             "captured_iterations": self.config.capture,
             "torch": str(torch.__version__),
             "cuda": torch.version.cuda,

@@ -231,8 +231,9 @@ class CollectiveLogger:
             self._ranks_by_pg[name] = ranks
         return name, ranks
 
-    def _describe(self, name: str, spec: _OpSpec, bound: dict[str, Any], issue_us: float) -> CollectiveRecord:
-        pg_name, ranks = self._group(bound)
+    def _describe(self, name: str, spec: _OpSpec, bound: dict[str, Any], issue_us: float,
+                  group: tuple[str, list[int]] | None = None) -> CollectiveRecord:
+        pg_name, ranks = group if group is not None else self._group(bound)
 
         def global_rank(group_rank: object) -> int | None:
             if not isinstance(group_rank, int) or group_rank < 0:
@@ -302,10 +303,30 @@ class CollectiveLogger:
             return [int(rows) * per_row for rows in split_rows]
         return [tensor.numel() // group_size] * group_size
 
-    def _track(self, out: object, record: CollectiveRecord) -> None:
+    def note_python_call(self, name: str, bound: dict[str, Any], group: tuple[str, list[int]],
+                         issue_us: float) -> CollectiveRecord | None:
+        """Log a collective that a process group written in Python received without the dispatcher
+        (``nbox emulate``'s ``NboxProcessGroup``; :mod:`nbox_record.emulatecapture`): ``bound`` holds the
+        ``c10d::<name>`` schema's arguments, ``group`` its (name, global ranks). Returns the record."""
+        spec = OPS.get(name)
+        if spec is None:
+            self.errors.append(f"{name}: not a c10d collective nbox logs")
+            return None
+        try:
+            record = self._describe(name, spec, bound, issue_us, group)
+        except Exception as exc:  # never let bookkeeping break the collective
+            self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            return None
+        self._append(record)
+        return record
+
+    def _append(self, record: CollectiveRecord) -> None:
         with self._lock:
             record["seq"] = len(self.records)
             self.records.append(record)
+
+    def _track(self, out: object, record: CollectiveRecord) -> None:
+        self._append(record)
         items = out if isinstance(out, tuple) else (out,)
         script_work = next((o for o in items if isinstance(o, torch.ScriptObject)), None)
         if script_work is None:

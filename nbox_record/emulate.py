@@ -36,6 +36,7 @@ from nbox_record.launcher import (
     _failure,
     _rank_dirs,
     _read_json,
+    _write_bundle,
     launch_command,
     launch_env,
     run_torchrun,
@@ -62,6 +63,9 @@ class EmulateConfig:
         scenario: what-if scenario TOML (None: the shipped default); ``overrides`` as ``--set key=value``.
         warmup, iterations: optimizer steps skipped, then timed (the ranks stop after them).
         timeout_s: deadline for the whole run, then every rank is stopped.
+        call_timeout_s: longest wait for one collective's real part (a deadlock among real ranks then
+            fails the waiting rank with an error naming the call); None: a third of ``timeout_s``, >= 5 s.
+        out: also capture one iteration after the timed ones and write a bundle of the emulated run.
     """
 
     world_size: int
@@ -77,6 +81,9 @@ class EmulateConfig:
     timeout_s: float = 300.0
     keep_work: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    out: Path | None = None
+    overwrite: bool = False
+    call_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         w, n = self.world_size, self.nproc
@@ -99,6 +106,10 @@ class EmulateConfig:
             raise ValueError(f"unknown example {self.example!r}; choose from {', '.join(EXAMPLES)}")
         if not self.timeout_s > 0 or not math.isfinite(self.timeout_s):
             raise ValueError(f"timeout_s must be a positive number, got {self.timeout_s}")
+        if self.call_timeout_s is not None and not (self.call_timeout_s > 0 and math.isfinite(self.call_timeout_s)):
+            raise ValueError(f"call_timeout_s must be a positive number, got {self.call_timeout_s}")
+        if self.out is not None and self.out.exists() and not self.overwrite:
+            raise ValueError(f"{self.out}: already exists (use --overwrite to replace it)")
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,8 @@ class EmulateResult:
     collectives: list[dict[str, Any]]    # rows by total modeled time, descending (see module docstring)
     scenario: str
     wall_s: float
+    breakdown: dict[str, float] | None = None   # see :func:`iteration_breakdown`; None where not measured
+    bundle: str | None = None            # ``-o``: the bundle written
 
     def quantile_us(self, q: float) -> float:
         return _quantile(self.iteration_us, q)
@@ -129,7 +142,9 @@ class EmulateResult:
                                   "p90": self.quantile_us(0.9), "count": len(self.iteration_us),
                                   "values": self.iteration_us},
             "per_rank_iteration_us": {str(r): v for r, v in self.per_rank_iteration_us.items()},
+            "breakdown_us": self.breakdown,
             "collectives": self.collectives,
+            "bundle": self.bundle,
             "wall_s": round(self.wall_s, 3),
         }
 
@@ -143,6 +158,33 @@ def _quantile(values: list[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def iteration_breakdown(timings: dict[int, dict[str, Any]]) -> dict[str, float] | None:
+    """Where the job's iteration time went, in microseconds, mean per timed iteration.
+
+    Per iteration the job's time is its slowest real rank's; that rank's training thread's wall time
+    splits into ``compute_us`` (on a CPU), ``cpu_contention_us`` (runnable, waiting for a CPU) and
+    ``exposed_comm_us`` (blocked: waiting for a collective), as sampled by :mod:`nbox_record.threadtime`.
+    Means, not medians, so the parts add up to ``iteration_us``. ``None`` when a rank has no samples
+    (not Linux) or the counts disagree.
+    """
+    splits = {}
+    for rank, t in timings.items():
+        wall, cpu, runq = t.get("iteration_us"), t.get("iteration_cpu_us"), t.get("iteration_run_queue_us")
+        if not (isinstance(wall, list) and isinstance(cpu, list) and isinstance(runq, list)
+                and wall and len(wall) == len(cpu) == len(runq)):
+            return None
+        splits[rank] = (wall, cpu, runq)
+    n = min(len(w) for w, _, _ in splits.values())
+    sums = {"iteration_us": 0.0, "compute_us": 0.0, "exposed_comm_us": 0.0, "cpu_contention_us": 0.0}
+    for i in range(n):
+        wall, cpu, runq = max(((w[i], c[i], q[i]) for w, c, q in splits.values()), key=lambda x: x[0])
+        sums["iteration_us"] += wall
+        sums["compute_us"] += min(cpu, wall)
+        sums["cpu_contention_us"] += min(runq, max(0.0, wall - cpu))
+        sums["exposed_comm_us"] += max(0.0, wall - cpu - runq)
+    return {k: v / n for k, v in sums.items()}
 
 
 def _scenario_toml(cfg: EmulateConfig, path: Path) -> str:
@@ -189,38 +231,55 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
     say = progress or (lambda _msg: None)
     started = time.monotonic()
     script = script_path(_record_config(cfg, Path(".")))
-    work = Path(tempfile.mkdtemp(prefix="nbox-emulate-"))
+    if cfg.out is not None:
+        cfg.out.resolve().parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{cfg.out.name}.raw-" if cfg.out else "nbox-emulate-",
+                                 dir=cfg.out.resolve().parent if cfg.out else None))
     log_dir = work / "logs"
     try:
         scenario_desc = _scenario_toml(cfg, work / "scenario.toml")
         rcfg = _record_config(cfg, work)
         env = launch_env(rcfg, work, "gloo")
-        env.update({"NBOX_NO_CAPTURE": "1", "NBOX_EMULATE": "1", "NBOX_WORLD_SIZE": str(cfg.world_size),
+        env.update({"NBOX_EMULATE": "1", "NBOX_WORLD_SIZE": str(cfg.world_size),
                     "NBOX_REAL_RANKS": ",".join(map(str, cfg.real_ranks)),
-                    "NBOX_SCENARIO": str(work / "scenario.toml"), "NBOX_SCENARIO_SET": ""})
+                    "NBOX_SCENARIO": str(work / "scenario.toml"), "NBOX_SCENARIO_SET": "",
+                    "NBOX_CALL_TIMEOUT_S": str(cfg.call_timeout_s or max(5.0, cfg.timeout_s / 3))})
+        if cfg.out is None:
+            env["NBOX_NO_CAPTURE"] = "1"
         say(f"launching {cfg.nproc} real rank(s) of {script.name} as global rank(s) {list(cfg.real_ranks)} of a "
             f"world of {cfg.world_size}: warm-up {cfg.warmup}, timed {cfg.iterations}; scenario {scenario_desc}")
         rc, timed_out, err = run_torchrun(launch_command(rcfg, log_dir), env, log_dir, cfg.timeout_s)
         dirs = _rank_dirs(work)
+        needed = (raw.TIMINGS, EMULATE_REPORT) + ((raw.HOST_ET,) if cfg.out is not None else ())
         complete = not timed_out and rc == 0 and len(dirs) == cfg.nproc and all(
-            (d / raw.TIMINGS).is_file() and (d / EMULATE_REPORT).is_file() for d in dirs.values())
+            (d / name).is_file() for d in dirs.values() for name in needed)
         if not complete:
             failure = _failure(rcfg, work, log_dir, rc, timed_out, err.decode(errors="replace"))
             plays = ", ".join(f"real rank {i} = global rank {g}" for i, g in enumerate(cfg.real_ranks))
             raise EmulateError(f"{failure} [{plays}]")
         per_rank: dict[int, list[float]] = {}
         reports = []
+        all_timings = {}
         for real, d in dirs.items():
             timings = _read_json(d / raw.TIMINGS)
+            all_timings[real] = timings
             per_rank[cfg.real_ranks[real]] = [float(x) for x in timings.get("iteration_us", [])]
             reports.append(_read_json(d / EMULATE_REPORT))
         n_iter = min((len(v) for v in per_rank.values()), default=0)
         job = [max(v[i] for v in per_rank.values()) for i in range(n_iter)]
         seen = {rep.get("world_size_seen") for rep in reports}
         world_seen = seen.pop() if len(seen) == 1 else None
+        breakdown = iteration_breakdown(all_timings)
+        bundle = None
+        if cfg.out is not None:
+            say("converting the capture of the emulated run to Chakra ET")
+            emulation = {"world_size": cfg.world_size, "real_ranks": list(cfg.real_ranks),
+                         "scenario": scenario_desc, "breakdown_us": breakdown,
+                         "scenario_toml": (work / "scenario.toml").read_text(encoding="utf-8")}
+            bundle = str(_write_bundle(rcfg, work, script, "nbox", True, emulation)[0])
         return EmulateResult(cfg.world_size, cfg.real_ranks, world_seen if isinstance(world_seen, int) else None,
                              job, dict(sorted(per_rank.items())), _merge_collectives(reports), scenario_desc,
-                             time.monotonic() - started)
+                             time.monotonic() - started, breakdown, bundle)
     finally:
         if cfg.keep_work:
             say(f"work folder kept in {work}")
@@ -230,7 +289,8 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
 
 def _record_config(cfg: EmulateConfig, work: Path) -> RecordConfig:
     """The :class:`RecordConfig` the shared launcher functions take (capture=1 is unused: no capture)."""
-    return RecordConfig(out=work, script=cfg.script, script_args=cfg.script_args, example=cfg.example,
+    return RecordConfig(out=cfg.out or work, overwrite=cfg.overwrite, script=cfg.script, script_args=cfg.script_args,
+                        example=cfg.example,
                         nproc_per_node=cfg.nproc, warmup=cfg.warmup, iterations=cfg.iterations, capture=1,
                         backend="gloo", timeout_s=cfg.timeout_s, extra_env=dict(cfg.extra_env))
 
@@ -250,6 +310,13 @@ def format_text(result: EmulateResult, top: int = 10) -> str:
              f"scenario: {result.scenario}",
              f"iteration time (slowest real rank, {len(result.iteration_us)} timed): median {ms[0]:.2f} ms "
              f"(p10 {ms[1]:.2f}, p90 {ms[2]:.2f})"]
+    b = result.breakdown
+    if b is not None:
+        lines.append(f"breakdown (mean per iteration, slowest real rank's training thread): compute "
+                     f"{b['compute_us'] / 1000:.2f} ms, exposed communication {b['exposed_comm_us'] / 1000:.2f} ms, "
+                     f"CPU contention {b['cpu_contention_us'] / 1000:.2f} ms = {b['iteration_us'] / 1000:.2f} ms")
+    if result.bundle is not None:
+        lines.append(f"bundle of the emulated run: {result.bundle}")
     if result.collectives:
         lines.append("modeled collectives per real rank over the timed iterations, by total modeled time:")
         lines.append(f"  {'collective':<16} {'bytes':>10} {'algorithm':<22} {'count':>6} {'modeled ms':>11} "

@@ -119,6 +119,7 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
                       "rule": "not measured: converted from existing traces, which carry no clean iterations"},
             capture={"source": "nbox record convert", "kineto": all(k is not None for _, k in ranks.values())},
             complete=True,
+            kind="imported",
         )
         out = write_bundle(cfg.out, manifest, conv.files, overwrite=cfg.overwrite)
     return out, nodes

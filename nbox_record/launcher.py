@@ -272,8 +272,15 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str,
-                  complete: bool) -> tuple[Path, list[int], float, dict[int, int]]:
+def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, complete: bool,
+                  emulation: dict[str, Any] | None = None) -> tuple[Path, list[int], float, dict[int, int]]:
+    """Convert the ranks' captures in ``work`` and write the bundle ``cfg.out``.
+
+    ``emulation`` (from ``nbox emulate -o``): {"world_size": W, "real_ranks": [global rank of each real
+    process], ...}. The traces are then named by the global rank each real process played, the job's
+    world size is W, the bundle's ``kind`` is "emulated" and the dict is kept as the manifest's
+    ``emulation`` key.
+    """
     from nbox.bundle import Manifest, observed_summary, write_bundle
     from nbox_record.importer import RankInput, convert_ranks
 
@@ -281,10 +288,13 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str,
     staging.mkdir()
     timings: dict[int, dict[str, Any]] = {}
     inputs: dict[int, RankInput] = {}
-    for rank, d in _rank_dirs(work).items():
+    for real, d in _rank_dirs(work).items():
         if not (d / raw.TIMINGS).is_file() or not (d / raw.HOST_ET).is_file():
             continue  # keep_partial: ranks without a capture are left out and listed in the manifest
+        rank = int(emulation["real_ranks"][real]) if emulation else real
         timings[rank] = _read_json(d / raw.TIMINGS)
+        if emulation:
+            timings[rank]["world_size"] = int(emulation["world_size"])
         kineto, coll = d / raw.KINETO, d / raw.COLLECTIVES
         inputs[rank] = RankInput(d / raw.HOST_ET, kineto if kineto.is_file() else None,
                                  coll if coll.is_file() else None,
@@ -309,6 +319,8 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str,
         capture={"warmup": cfg.warmup, "iterations_timed": cfg.iterations, "iterations_captured": cfg.capture,
                  "boundary": first.get("boundary"), "raw_format": raw.RAW_FORMAT_VERSION},
         complete=complete,
+        kind="emulated" if emulation else "recorded",
+        extra={"emulation": emulation} if emulation else {},
     )
     out = write_bundle(cfg.out, manifest, conv.files, overwrite=cfg.overwrite)
     return out, sorted(timings), float(observed["iteration_time_us"]["median"]), nodes_per_rank

@@ -78,7 +78,7 @@ class CollectiveLog(TypedDict):
     collectives: list[CollectiveRecord]
 
 
-class RankTimings(TypedDict):
+class _RankTimingsRequired(TypedDict):
     version: int
     rank: int
     local_rank: int
@@ -94,3 +94,9 @@ class RankTimings(TypedDict):
     nccl: str | None             # NCCL version string, if any
     hostname: str
     python: str
+
+
+class RankTimings(_RankTimingsRequired, total=False):
+    # per clean iteration, the training thread's time on a CPU and runnable waiting for one (threadtime.py)
+    iteration_cpu_us: list[float]
+    iteration_run_queue_us: list[float]

@@ -177,3 +177,73 @@ def test_init_device_mesh_without_init_process_group_reaches_nbox(tmp_path: Path
             opt.step()
     """))
     check_run(emulate_json("--world-size", 8, "-n", 2, "--", script), 8, [0, 1], {"all_reduce"})
+
+
+FAULT_PREAMBLE = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(30):
+        model(torch.randn(2, 4)).sum().backward()
+        dist.all_reduce(model.weight.grad)
+        opt.step()
+"""
+
+
+@pytest.mark.integration
+def test_a_deadlock_among_real_ranks_names_the_call_within_the_call_timeout(tmp_path: Path) -> None:
+    script = tmp_path / "deadlock.py"
+    script.write_text(textwrap.dedent(FAULT_PREAMBLE) + textwrap.indent(textwrap.dedent("""
+        if step == 4:  # each real rank waits for the other to send: a deadlock
+            dist.recv(torch.zeros(3), src=5 if dist.get_rank() == 0 else 0)
+    """), "    "))
+    started = time.monotonic()
+    proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,5", "--timeout", 60, "--call-timeout", 6,
+                "--", script)
+    assert time.monotonic() - started < 50  # the call timeout, not the run's deadline, ended it
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "did not complete within 6.0 s" in proc.stderr and "deadlock" in proc.stderr, proc.stderr[-3000:]
+    assert "recv from" in proc.stderr
+    assert "(rank 5, group 0)" in proc.stderr or "(rank 0, group 0)" in proc.stderr
+
+
+@pytest.mark.integration
+def test_a_call_the_emulator_cannot_answer_is_named(tmp_path: Path) -> None:
+    script = tmp_path / "anysource.py"
+    script.write_text(textwrap.dedent(FAULT_PREAMBLE) + textwrap.indent(textwrap.dedent("""
+        if step == 4:
+            dist.recv(torch.zeros(3))  # from any source: which emulated rank would send?
+    """), "    "))
+    proc = nbox("emulate", "--world-size", 8, "-n", 1, "--timeout", 60, "--", script)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rank 0 failed" in proc.stderr and "recv" in proc.stderr and "any source" in proc.stderr, \
+        proc.stderr[-3000:]
+
+
+@pytest.mark.integration
+def test_o_writes_a_bundle_of_the_emulated_run_that_verifies_and_replays(tmp_path: Path) -> None:
+    from nbox.bundle import read_manifest, trace_prefix, verify_files
+    from nbox.chakra.validate import inspect_trace
+
+    out = tmp_path / "emulated.bundle"
+    doc = emulate_json("--world-size", 8, "--real-ranks", "0,4", "-o", out)
+    check_run(doc, 8, [0, 4], {"all_reduce"})
+    b = doc["breakdown_us"]
+    assert b is not None and b["compute_us"] > 0 and b["exposed_comm_us"] >= 0 and b["cpu_contention_us"] >= 0
+    assert math.isclose(b["compute_us"] + b["exposed_comm_us"] + b["cpu_contention_us"], b["iteration_us"],
+                        rel_tol=1e-6)
+    assert doc["bundle"] == str(out)
+    manifest = read_manifest(out)
+    assert manifest.kind == "emulated" and verify_files(out, manifest) == []
+    assert manifest.job["world_size"] == 8 and manifest.job["ranks_recorded"] == [0, 4]
+    assert manifest.extra["emulation"]["real_ranks"] == [0, 4]
+    assert sorted(p.name for p in (out / "trace").iterdir()) == ["trace.0.et", "trace.4.et"]
+    report = inspect_trace(trace_prefix(out), comm_group=out / "comm_group.json")
+    assert report.problem_count() == 0
+    assert report.process_groups["0"] == list(range(8))
+    assert all(sum(c.count for c in r.collectives) == 2 for r in report.ranks)  # DDP's two gradient buckets
+    proc = nbox("replay", out, "--clock", "virtual", "--compute", "recorded", "--world-size", 64, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    replay = json.loads(proc.stdout)
+    assert replay["what_if"]["world_size"] == 64
