@@ -291,7 +291,7 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
     return Manifest(producer=data["producer"], hardware=data["hardware"], job=data["job"],
                     observed=data["observed"], capture=data["capture"], complete=data["complete"],
                     files=tuple(entries), schema=data["schema"], version=data["version"], kind=data["kind"],
-                    anonymized=data["anonymized"], extra=extra)
+                    anonymized=data.get("anonymized"), extra=extra)
 
 
 def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
