@@ -156,9 +156,14 @@ def _process_groups(manifest: Manifest, report: TraceReport) -> dict[str, list[i
     return dict(sorted(groups.items()))
 
 
-def _rank_summary(rank: RankReport) -> RankSummary:
+def _rank_summary(rank: RankReport, root: Path) -> RankSummary:
+    """``path`` is relative to the bundle (the same for a directory and for its unpacked archive)."""
     colls = tuple(CollectiveSummary(c.pg_name, c.comm_type, c.count, c.total_bytes) for c in rank.collectives)
-    return RankSummary(rank.rank, rank.path, rank.file_bytes, rank.node_count, dict(rank.nodes_by_type),
+    try:
+        path = Path(rank.path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        path = rank.path
+    return RankSummary(rank.rank, path, rank.file_bytes, rank.node_count, dict(rank.nodes_by_type),
                        rank.comp_duration_us, colls, rank.p2p_sends, rank.p2p_recvs, rank.p2p_bytes_sent,
                        rank.depth, rank.critical_path_us, sum(p.count for p in rank.problems))
 
@@ -200,7 +205,7 @@ def summarize(root: Path, manifest: Manifest, report: TraceReport) -> BundleSumm
         script=script if isinstance(script, str) else None,
         args=tuple(str(a) for a in args) if isinstance(args, list) else (),
         job=dict(job), iteration_time_us=_iteration_time(manifest.observed), capture=dict(manifest.capture),
-        ranks=tuple(_rank_summary(r) for r in report.ranks), problem_count=report.problem_count(),
+        ranks=tuple(_rank_summary(r, root) for r in report.ranks), problem_count=report.problem_count(),
         files=tuple(files), manifest_bytes=manifest_bytes,
         size_on_disk_bytes=manifest_bytes + sum(f.disk_bytes or 0 for f in files))
 

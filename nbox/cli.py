@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from nbox import __version__
+from nbox.cli_bundle import bundle_app
 from nbox.errors import NboxError
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(help="Read any Chakra ET (nbox's, ASTRA-sim's, Chakra's converter's).", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
+app.add_typer(bundle_app, name="bundle")
 
 EXIT_PROBLEMS = 1
 

@@ -135,6 +135,14 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
             notices.append("a bare Chakra ET (no manifest): replayed in virtual time with recorded compute")
             clock = "virtual"
         compute = "recorded"
+    needs_recorded = source.manifest is not None and source.manifest.extra.get("replay_compute") == "recorded"
+    if needs_recorded:  # e.g. `nbox bundle anonymize --level strict`: no shapes to re-execute operators with
+        if compute == "live":
+            raise ReplayConfigError(f"{config.bundle}: this bundle carries no tensor shapes (manifest "
+                                    f"replay_compute = recorded, an anonymized bundle?); use --compute recorded")
+        if compute == "auto":
+            notices.append("the bundle asks for recorded compute (no tensor shapes): operators are not re-executed")
+            compute = "recorded"
     if compute == "auto":
         compute = "recorded" if clock == "virtual" else "live"
     base, base_name = baseline_scenario(source, config.baseline)

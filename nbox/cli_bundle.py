@@ -1,0 +1,208 @@
+"""``nbox bundle inspect|verify|pack|unpack|diff|anonymize``: thin commands over the bundle library.
+
+Each parses its arguments, calls one library function (:mod:`nbox.bundle_inspect`,
+:mod:`nbox.bundle_verify`, :mod:`nbox.archive`, :mod:`nbox.bundle_diff`, :mod:`nbox.anonymize`) and
+prints the result: human text on stderr, or exactly one JSON document on stdout with ``--json``.
+Commands that read a bundle accept a directory or a ``.nbox`` archive (unpacked, checked, into a
+temporary directory that is removed afterwards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+bundle_app = typer.Typer(help="Share trace bundles: inspect, verify, pack, unpack, diff, anonymize.",
+                         no_args_is_help=True)
+
+_JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+EXIT_PROBLEMS = 1
+
+
+def _emit(doc: dict[str, Any], lines: list[str], json_out: bool) -> None:
+    if json_out:
+        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+    else:
+        sys.stderr.write("\n".join(lines) + "\n")
+
+
+@contextlib.contextmanager
+def _as_directory(path: Path) -> Iterator[Path]:
+    """A bundle directory as it is, or a ``.nbox`` archive unpacked into a temporary directory."""
+    if path.is_dir() or not path.exists():
+        yield path
+        return
+    from nbox.archive import unpack_bundle
+
+    tmp = Path(tempfile.mkdtemp(prefix=".nbox-bundle-"))
+    try:
+        yield unpack_bundle(path, tmp / path.name.removesuffix(".nbox"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@bundle_app.command("inspect")
+def inspect_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or .nbox archive.")],
+                json_out: _JSON = False) -> None:
+    """Manifest facts, per-rank trace summaries, and size on disk.
+
+    Examples:
+
+      nbox bundle inspect traces/ddp_mlp
+
+      nbox bundle inspect received.nbox --json
+    """
+    import dataclasses
+
+    from nbox.bundle_inspect import inspect_bundle
+
+    with _as_directory(bundle) as root:
+        summary = dataclasses.replace(inspect_bundle(root), path=str(bundle))
+        _emit(summary.to_dict(), summary.lines(), json_out)
+
+
+@bundle_app.command("verify")
+def verify_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or .nbox archive.")],
+               json_out: _JSON = False) -> None:
+    """Check a bundle: files and hashes against the manifest, version, traces (--strict rules), and the
+    collective sequences across ranks. Exit 0 only when every check holds, else 1.
+
+    Examples:
+
+      nbox bundle verify received.nbox
+
+      nbox bundle verify traces/ddp_mlp --json
+    """
+    from nbox.bundle_verify import verify_bundle
+
+    report = verify_bundle(bundle)
+    _emit(report.to_dict(), report.lines(), json_out)
+    if not report.ok:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@bundle_app.command("pack")
+def pack_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory (it must verify).")],
+             out: Annotated[Path, typer.Option("-o", "--out", help="Archive to write (.nbox).")],
+             overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing archive.")] = False,
+             json_out: _JSON = False) -> None:
+    """Pack a bundle directory into one portable, reproducible archive (gzip'd ustar, manifest first).
+
+    Example:
+
+      nbox bundle pack traces/ddp_mlp -o ddp_mlp.nbox
+    """
+    from nbox.archive import pack_bundle
+
+    path = pack_bundle(bundle, out, overwrite=overwrite)
+    size = path.stat().st_size
+    _emit({"archive": str(path), "bytes": size}, [f"packed {bundle} into {path} ({size} bytes)"], json_out)
+
+
+@bundle_app.command("unpack")
+def unpack_cmd(archive: Annotated[Path, typer.Argument(help="The .nbox archive.")],
+               out: Annotated[Path, typer.Argument(help="Directory to create.")],
+               overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing directory.")]
+               = False,
+               json_out: _JSON = False) -> None:
+    """Unpack an archive member by member against its manifest (nothing outside OUT, no links, size caps);
+    on any problem nothing is left at OUT.
+
+    Example:
+
+      nbox bundle unpack received.nbox received/
+    """
+    from nbox.archive import unpack_bundle
+
+    path = unpack_bundle(archive, out, overwrite=overwrite)
+    _emit({"bundle": str(path)}, [f"unpacked {archive} into {path} (every file checked against the manifest)"],
+          json_out)
+
+
+@bundle_app.command("diff")
+def diff_cmd(a: Annotated[Path, typer.Argument(help="Bundle A (directory or .nbox).")],
+             b: Annotated[Path, typer.Argument(help="Bundle B (directory or .nbox).")],
+             top: Annotated[int, typer.Option(help="Rows per table in the human output.", min=1)] = 10,
+             json_out: _JSON = False) -> None:
+    """What changed from A to B, to answer "why is this run slower than that one?": environment,
+    operators added/removed, compute time per operator and family, collectives added/removed/resized,
+    observed iteration time.
+
+    Example:
+
+      nbox bundle diff last_week.nbox today/
+    """
+    from nbox.bundle_diff import diff_bundles
+
+    with _as_directory(a) as root_a, _as_directory(b) as root_b:
+        d = diff_bundles(root_a, root_b)
+        _emit(d.to_dict(), d.lines(top=top), json_out)
+
+
+@bundle_app.command("anonymize")
+def anonymize_cmd(
+    bundle: Annotated[Path, typer.Argument(help="Bundle directory or .nbox archive.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Anonymized bundle directory to write.")],
+    level: Annotated[str, typer.Option(help="names: hash custom names, paths, hosts, command lines; "
+                                       "strict: also drop shapes (replay then uses recorded compute).")] = "names",
+    key_file: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Hashing key (>= 16 bytes); the same key gives the same tokens, so anonymized bundles still diff. "
+             "Default: a random key, used once.")] = None,
+    save_key: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Write the (random) key used here to this new file (mode 0600), to reuse it with --key-file.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output.")] = False,
+    json_out: _JSON = False,
+) -> None:
+    """Remove what a company would not share (custom operator and module names, scopes, file paths, hosts,
+    users, environment, command lines) by consistent keyed hashing; keep what replay needs.
+
+    Examples:
+
+      nbox bundle anonymize run/ -o run.anon --save-key team.key
+
+      nbox bundle anonymize run2/ -o run2.anon --key-file team.key --level strict
+    """
+    from nbox.anonymize import AnonymizeConfig, anonymize_bundle
+    from nbox.errors import InvalidInputError, NboxError
+
+    if key_file is not None and save_key is not None:
+        raise typer.BadParameter("--key-file and --save-key: give one (the key is already in the key file)")
+    key = None
+    if key_file is not None:
+        try:
+            key = key_file.read_bytes()[:4096]
+        except OSError as exc:
+            raise InvalidInputError(f"{key_file}: cannot read the key: {exc.strerror or exc}") from None
+    elif save_key is not None:
+        key = os.urandom(32)
+    config = AnonymizeConfig(level=level, key=key)
+    with _as_directory(bundle) as root:
+        result = anonymize_bundle(root, out, config, overwrite=overwrite)
+    if save_key is not None and key is not None:
+        try:
+            fd = os.open(save_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+        except OSError as exc:
+            raise NboxError(f"{save_key}: cannot write the key: {exc.strerror or exc}") from None
+    doc = {"bundle": str(result.out), "level": result.level, "key_id": result.key_id, "replaced": result.replaced,
+           "kept_operators": result.kept_operators, "dropped_shapes": result.dropped_shapes,
+           "dropped_files": list(result.dropped_files)}
+    lines = [f"anonymized {bundle} into {result.out} (level {result.level}, key id {result.key_id})",
+             "  replaced (distinct names): " + (", ".join(f"{k} {v}" for k, v in result.replaced.items()) or "none"),
+             f"  standard operators kept: {result.kept_operators}"]
+    if result.dropped_shapes:
+        lines.append("  shapes dropped: replay it with --compute recorded")
+    if result.dropped_files:
+        lines.append(f"  files left out: {', '.join(result.dropped_files)}")
+    _emit(doc, lines, json_out)
+
