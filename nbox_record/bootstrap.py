@@ -87,7 +87,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from nbox_record import rawformat
-from nbox_record.emulaterank import EMULATE_REPORT, emulated_collectives, redirect_backend
+from nbox_record.emulaterank import EMULATE_REPORT, emulated_collectives, present_emulated_world, redirect_backend
 from nbox_record.hooks import PostImportHook, after_frame_returns, optimizer_step_frame
 from nbox_record.recordenv import (  # noqa: F401 - re-exported: the bootstrap's configuration API
     ENV_BOUNDARY_TIMEOUT,
@@ -656,6 +656,8 @@ def install(env: Mapping[str, str] | None = None) -> Recorder | None:
         _die(f"nbox: rank {rank}: ConfigError: {exc}")
     os.environ[ENV_OWNER] = str(os.getpid())
     recorder = Recorder(config, rank, local_rank, world_size)
+    if config.emulate:
+        present_emulated_world()
     try:
         recorder.arm()
     except OSError as exc:

@@ -12,7 +12,43 @@ import contextlib
 import sys
 from typing import Any
 
-__all__ = ["EMULATE_REPORT", "emulated_collectives", "redirect_backend"]
+__all__ = ["EMULATE_REPORT", "emulated_collectives", "present_emulated_world", "redirect_backend"]
+
+#: Where the launcher's real rank and world size are kept once ``RANK``/``WORLD_SIZE`` show the emulated world.
+REAL_RANK_ENV, REAL_WORLD_ENV = "NBOX_REAL_RANK", "NBOX_REAL_WORLD_SIZE"
+
+
+def present_emulated_world(env: dict[str, str] | None = None) -> None:
+    """Make ``RANK`` and ``WORLD_SIZE`` say what the script would see in the emulated job: the global rank
+    this real process plays and W. The launcher's values move to ``NBOX_REAL_RANK`` and
+    ``NBOX_REAL_WORLD_SIZE``, which the redirected ``init_process_group`` uses for the rendezvous of the
+    real processes. Called once, before the script runs; ``env`` defaults to ``os.environ``."""
+    import os
+
+    e = os.environ if env is None else env
+    if REAL_RANK_ENV in e:
+        return
+    real_rank, real_world = int(e["RANK"]), int(e.get("WORLD_SIZE", "1"))
+    ranks = [int(r) for r in e.get("NBOX_REAL_RANKS", "").split(",") if r.strip()] or list(range(real_world))
+    e[REAL_RANK_ENV], e[REAL_WORLD_ENV] = str(real_rank), str(real_world)
+    e["RANK"] = str(ranks[real_rank])
+    e["WORLD_SIZE"] = e.get("NBOX_WORLD_SIZE") or str(real_world)
+
+
+def _real_rendezvous(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``init_process_group`` arguments with the real rank and world size for the rendezvous: the script
+    may pass ``rank=int(os.environ["RANK"])``, ``world_size=...`` of the emulated world (or nothing, and
+    ``env://`` reads them from the environment, which now shows the emulated world)."""
+    import os
+
+    real_rank, real_world = os.environ.get(REAL_RANK_ENV), os.environ.get(REAL_WORLD_ENV)
+    if real_rank is None or real_world is None:
+        return args, kwargs
+    names = ("backend", "init_method", "timeout", "world_size", "rank", "store", "group_name", "pg_options",
+             "device_id")
+    kwargs = {**dict(zip(names, args, strict=False)), **kwargs}
+    kwargs["world_size"], kwargs["rank"] = int(real_world), int(real_rank)
+    return (), kwargs
 
 #: Written by an emulated rank next to ``timings.json``: see :func:`emulated_collectives`.
 EMULATE_REPORT = "emulate.json"
@@ -35,6 +71,7 @@ def redirect_backend() -> None:
 
     @functools.wraps(init)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _real_rendezvous(args, kwargs)
         if args:
             args = ("nbox", *args[1:])
         else:

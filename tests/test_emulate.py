@@ -247,3 +247,28 @@ def test_o_writes_a_bundle_of_the_emulated_run_that_verifies_and_replays(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     replay = json.loads(proc.stdout)
     assert replay["what_if"]["world_size"] == 64
+
+
+@pytest.mark.integration
+def test_the_environment_shows_the_emulated_world_and_explicit_rank_world_size_still_work(tmp_path: Path) -> None:
+    script = tmp_path / "env_world.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, torch, torch.distributed as dist
+        seen = {{"RANK": os.environ["RANK"], "WORLD_SIZE": os.environ["WORLD_SIZE"]}}
+        # the common pattern: pass what the environment says (the emulated world)
+        dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        seen.update(rank=dist.get_rank(), world=dist.get_world_size())
+        with open(os.path.join({str(tmp_path)!r}, f"seen{{dist.get_rank()}}.json"), "w") as f:
+            json.dump(seen, f)
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(8):
+            model(torch.randn(2, 4)).sum().backward()
+            dist.all_reduce(model.weight.grad)
+            opt.step()
+    """))
+    doc = emulate_json("--world-size", 32, "--real-ranks", "3,17", "--", script)
+    check_run(doc, 32, [3, 17], {"all_reduce"})
+    for rank in (3, 17):
+        seen = json.loads((tmp_path / f"seen{rank}.json").read_text())
+        assert seen == {"RANK": str(rank), "WORLD_SIZE": "32", "rank": rank, "world": 32}
