@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nbox_record.emulate import EmulateConfig, emulate  # noqa: E402
+from nbox_record.emulate import EmulateConfig, emulate, iteration_breakdown  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -41,8 +41,10 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def real_run(example: str, nproc: int, warmup: int, iterations: int, tmp: Path) -> list[float]:
-    """A plain torchrun of the example on ``nproc`` gloo ranks; per timed iteration the slowest rank (us)."""
+def real_run(example: str, nproc: int, warmup: int, iterations: int, tmp: Path,
+             splits: list[dict[str, float]]) -> list[float]:
+    """A plain torchrun of the example on ``nproc`` gloo ranks; per timed iteration the slowest rank (us).
+    Appends the run's breakdown (as ``nbox emulate`` computes it) to ``splits`` when the example wrote one."""
     times = tmp / f"real-{example}-{nproc}.json"
     script = ROOT / "nbox_record" / "examples" / f"{example}.py"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -51,14 +53,34 @@ def real_run(example: str, nproc: int, warmup: int, iterations: int, tmp: Path) 
                    env=env, check=True, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     per_rank = [json.loads((tmp / f"{times.name}.rank{r}").read_text()) for r in range(nproc)]
     n = min(len(p) for p in per_rank)
+    timings = {}
+    for r in range(nproc):
+        split_file = tmp / f"{times.name}.rank{r}.split"
+        split = json.loads(split_file.read_text()) if split_file.is_file() else []
+        if len(split) == len(per_rank[r]):
+            timings[r] = {"iteration_us": per_rank[r][warmup:], "iteration_cpu_us": [c for c, _ in split][warmup:],
+                          "iteration_run_queue_us": [q for _, q in split][warmup:]}
+    b = iteration_breakdown(timings) if len(timings) == nproc else None
+    if b is not None:
+        splits.append(b)
     return [max(p[i] for p in per_rank) for i in range(warmup, n)]
 
 
-def emulated_run(example: str, world: int, nproc: int, warmup: int, iterations: int) -> list[float]:
+def emulated_run(example: str, world: int, nproc: int, warmup: int, iterations: int,
+                 splits: list[dict[str, float]]) -> list[float]:
     res = emulate(EmulateConfig(world_size=world, nproc=nproc, example=example, warmup=warmup, iterations=iterations))
     if res.world_size_seen != world:
         raise RuntimeError(f"the script saw world size {res.world_size_seen}, not {world}")
+    if res.breakdown is not None:
+        splits.append(res.breakdown)
     return list(res.iteration_us)
+
+
+def mean_split(splits: list[dict[str, float]]) -> dict[str, float] | None:
+    """The runs' breakdowns averaged (each is a mean per iteration over equally many iterations)."""
+    if not splits:
+        return None
+    return {k: statistics.fmean(s[k] for s in splits) for k in splits[0]}
 
 
 def run(example: str, rounds: int, warmup: int, iterations: int) -> list[dict[str, Any]]:
@@ -68,14 +90,17 @@ def run(example: str, rounds: int, warmup: int, iterations: int) -> list[dict[st
         for world, nproc in ((2, 1), (4, 2)):
             real: list[float] = []
             emu: list[float] = []
+            real_split: list[dict[str, float]] = []
+            emu_split: list[dict[str, float]] = []
             for _ in range(rounds):
-                real += real_run(example, world, warmup, iterations, tmp)
-                emu += emulated_run(example, world, nproc, warmup, iterations)
+                real += real_run(example, world, warmup, iterations, tmp, real_split)
+                emu += emulated_run(example, world, nproc, warmup, iterations, emu_split)
             obs, got = statistics.median(real), statistics.median(emu)
             row = {"example": example, "world_size": world, "real_ranks": nproc, "real_median_us": obs,
                    "real_p10_us": pct(real, 10), "real_p90_us": pct(real, 90), "emulated_median_us": got,
                    "emulated_p10_us": pct(emu, 10), "emulated_p90_us": pct(emu, 90),
-                   "error_pct": (got - obs) / obs * 100, "n": (len(real), len(emu))}
+                   "error_pct": (got - obs) / obs * 100, "n": (len(real), len(emu)),
+                   "real_breakdown_us": mean_split(real_split), "emulated_breakdown_us": mean_split(emu_split)}
             rows.append(row)
             print(format_rows([row]), file=sys.stderr)
     return rows
@@ -91,6 +116,15 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         met = "met" if abs(r["error_pct"]) <= 5 else "NOT met"
         lines.append(f"{r['example']:<12} {r['world_size']:>3} {r['real_ranks']:>3} {real:>22} {emu:>24} "
                      f"{r['error_pct']:+7.1f}%  {met}")
+    lines.append("breakdown, mean ms per iteration (slowest rank's training thread): compute / exposed comm / "
+                 "CPU contention = mean iteration")
+    for r in rows:
+        for side in ("real", "emulated"):
+            b = r.get(f"{side}_breakdown_us")
+            if b:
+                lines.append(f"  W={r['world_size']} {side:<9} {b['compute_us'] / 1e3:6.2f} / "
+                             f"{b['exposed_comm_us'] / 1e3:6.2f} / {b['cpu_contention_us'] / 1e3:6.2f} = "
+                             f"{b['iteration_us'] / 1e3:6.2f}")
     return "\n".join(lines)
 
 

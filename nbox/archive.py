@@ -36,6 +36,7 @@ from nbox.bundle import (
     BundleWriteError,
     FileEntry,
     Manifest,
+    install_directory,
     parse_manifest,
     verify_files,
 )
@@ -455,16 +456,7 @@ def unpack_bundle(archive: str | os.PathLike[str], out_dir: str | os.PathLike[st
             reader.finish()
             for dirpath, _dirs, _files in os.walk(tmp_real):
                 os.chmod(dirpath, 0o755)
-            if target.exists() or target.is_symlink():
-                old = target.with_name(f".{target.name}.old-{os.getpid()}")
-                os.replace(target, old)
-                os.replace(tmp_real, target)
-                if old.is_dir() and not old.is_symlink():
-                    shutil.rmtree(old, ignore_errors=True)
-                else:
-                    old.unlink(missing_ok=True)
-            else:
-                os.replace(tmp_real, target)
+            install_directory(tmp_real, target)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(exc, OSError):

@@ -130,6 +130,21 @@ def _check_relpath(rel: str, where: str) -> PurePosixPath:
     return p
 
 
+def install_directory(tmp: str | os.PathLike[str], target: Path) -> None:
+    """Move the finished directory ``tmp`` to ``target`` by renames, replacing what is there (a directory,
+    a file or a link; never followed). Used by every writer of a bundle directory."""
+    if target.exists() or target.is_symlink():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+    else:
+        os.replace(tmp, target)
+
+
 def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping[str, Path | bytes], *,
                  overwrite: bool = False) -> Path:
     """Write a bundle directory atomically; return its path.
@@ -170,13 +185,7 @@ def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping
         (tmp / MANIFEST_NAME).write_text(json.dumps(final.to_dict(), indent=1, sort_keys=True) + "\n")
         for path in [tmp, *tmp.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        install_directory(tmp, target)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError):

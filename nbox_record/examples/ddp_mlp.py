@@ -37,6 +37,17 @@ def build_model(in_dim: int = IN_DIM, hidden: int = HIDDEN, out_dim: int = OUT_D
     )
 
 
+def thread_times_ns() -> tuple[int, int] | None:
+    """This thread's (time on a CPU, time runnable waiting for one) in ns, from Linux's schedstat; for
+    --report-times (bench/emulate_fidelity.py splits the real iteration as nbox emulate does)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            on_cpu, run_queue = f.read(256).split()[:2]
+        return int(on_cpu), int(run_queue)
+    except (OSError, ValueError):
+        return None
+
+
 def default_backend() -> str:
     return os.environ.get("NBOX_BACKEND") or ("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
 
@@ -73,7 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(4)
     ]
     times_us: list[float] = []
+    split_us: list[tuple[float, float]] = []  # per iteration: the thread's time on a CPU, and waiting for one
     t_prev = None
+    tt_prev = None
     for step in range(args.steps):
         x, y = batches[step % len(batches)]
         optimizer.zero_grad(set_to_none=True)
@@ -81,13 +94,18 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()
         optimizer.step()
         now = time.perf_counter()
+        tt = thread_times_ns() if args.report_times else None
         if t_prev is not None:
             times_us.append((now - t_prev) * 1e6)
-        t_prev = now
+            if tt is not None and tt_prev is not None:
+                split_us.append(((tt[0] - tt_prev[0]) / 1e3, (tt[1] - tt_prev[1]) / 1e3))
+        t_prev, tt_prev = now, tt
 
     if args.report_times:
         with open(f"{args.report_times}.rank{rank}", "w") as f:
             json.dump(times_us, f)
+        with open(f"{args.report_times}.rank{rank}.split", "w") as f:
+            json.dump(split_us, f)
     dist.destroy_process_group()
 
 
