@@ -213,7 +213,7 @@ BUNDLE_KINDS = ("recorded", "imported", "emulated")
 
 def _version_tuple(version: object, where: str) -> tuple[int, int]:
     parts = version.split(".") if isinstance(version, str) else []
-    if len(parts) != 2 or not all(p.isdigit() and len(p) <= 6 for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts):
         raise BundleError(f"{where}: key 'version' is {version!r}, expected 'MAJOR.MINOR'")
     return int(parts[0]), int(parts[1])
 
@@ -322,23 +322,34 @@ def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
     return parse_manifest(raw, str(path))
 
 
+def _entry_problem(root: Path, entry: FileEntry) -> str | None:
+    """What is wrong with one listed file, or None. Never follows a link, at any depth of the path."""
+    p = root
+    try:
+        for part in PurePosixPath(entry.path).parts:
+            p = p / part
+            if p.is_symlink():
+                return f"{entry.path}: the path goes through a symbolic link ({p.relative_to(root).as_posix()})"
+        if not p.is_file():
+            return f"{entry.path}: missing or not a regular file"
+        size = p.stat().st_size
+        if size != entry.bytes:
+            return f"{entry.path}: {size} bytes, manifest says {entry.bytes}"
+        if _sha256(p) != entry.sha256:
+            return f"{entry.path}: sha256 differs from the manifest"
+    except OSError as exc:
+        return f"{entry.path}: cannot be checked: {exc.strerror or exc}"
+    return None
+
+
 def verify_files(bundle: str | os.PathLike[str], manifest: Manifest) -> list[str]:
-    """Check every listed file: present, a regular file, size first, then streamed sha256.
+    """Check every listed file: present, a regular file reached without any link, size first, then
+    streamed sha256.
 
     Returns the list of problems (empty when all hold); files not listed are reported too.
     """
     root = Path(bundle)
-    problems = []
-    for entry in manifest.files:
-        p = root / entry.path
-        if p.is_symlink() or not p.is_file():
-            problems.append(f"{entry.path}: missing or not a regular file")
-            continue
-        size = p.stat().st_size
-        if size != entry.bytes:
-            problems.append(f"{entry.path}: {size} bytes, manifest says {entry.bytes}")
-        elif _sha256(p) != entry.sha256:
-            problems.append(f"{entry.path}: sha256 differs from the manifest")
+    problems = [problem for entry in manifest.files if (problem := _entry_problem(root, entry)) is not None]
     listed = {e.path for e in manifest.files} | {MANIFEST_NAME}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
