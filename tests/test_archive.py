@@ -309,7 +309,8 @@ def test_unpacking_the_worst_cases_stays_in_bounded_memory(case: str, tmp_path: 
     hwm_kb = int(proc.stdout.split("VMHWM_KB")[1].split()[0])
     print(f"{case}: ru_maxrss {rss_kb / 1024:.1f} MiB, VmHWM {hwm_kb / 1024:.1f} MiB; "
           f"{proc.stdout.splitlines()[0][-120:]}")
-    assert rss_kb < 256 * 1024
+    # VmHWM is the child's own peak (reset at exec); ru_maxrss can carry the parent's high-water mark
+    # across fork + exec on Linux (seen: 274 MiB reported after a large pytest session), so it is only printed.
     assert hwm_kb < 256 * 1024
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
