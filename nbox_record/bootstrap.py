@@ -374,21 +374,21 @@ class Recorder:
         if self._comm is not None:
             with contextlib.suppress(Exception):
                 self._comm.stop()
-            if self.config.emulate:
-                from nbox_record import emulatecapture
-
-                emulatecapture.untap()
+            self._untap()
             self._comm = None
+
+    def _untap(self) -> None:
+        if self.config.emulate:
+            from nbox_record import emulatecapture
+
+            emulatecapture.untap()
 
     def _finish_capture(self) -> None:
         self._mark_boundary()
         prof, et, comm = self._prof, self._et, self._comm
         assert prof is not None and et is not None and comm is not None
         prof.stop()
-        if self.config.emulate:
-            from nbox_record import emulatecapture
-
-            emulatecapture.untap()
+        self._untap()
         records = comm.stop()
         et.unregister_callback()
         self._prof = self._et = self._comm = None
@@ -404,8 +404,8 @@ class Recorder:
 
         import torch.distributed as dist
 
-        # The rank as the script's world sees it: under nbox emulate, the global rank played in a world of W.
-        seen = dist.is_available() and dist.is_initialized()
+        # Under nbox emulate, the rank as the script's world sees it: the global rank played in a world of W.
+        seen = self.config.emulate and dist.is_available() and dist.is_initialized()
         log: rawformat.CollectiveLog = {
             "version": rawformat.RAW_FORMAT_VERSION,
             "rank": dist.get_rank() if seen else self.rank,
