@@ -147,3 +147,28 @@ def test_pipeline_sendrecv(world: int, real: list[int], tmp_path: Path) -> None:
             assert all(s > 0 for s in o["recv_abs_sum"]), o
         else:  # a recv from an emulated peer gives zeros
             assert o["recv_abs_sum"] == [0.0] * STEPS, o
+
+
+# ----------------------------------------------------------------------------------------- DDP and FSDP2
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode,world,real", [
+    ("ddp", 64, [0]),
+    ("ddp", 64, [0, 33]),
+    ("fsdp2", 8, [0]),
+    ("fsdp2", 64, [5]),
+    ("fsdp2", 64, [0, 1]),
+], ids=["ddp-w64-r0", "ddp-w64-r0.33", "fsdp2-w8-r0", "fsdp2-w64-r5", "fsdp2-w64-r01"])
+def test_ddp_and_fsdp2_see_the_world_and_gather_from_every_rank(mode: str, world: int, real: list[int],
+                                                               tmp_path: Path) -> None:
+    doc, obs = emulate_script("ddp_fsdp2.py", world, real, tmp_path, STEPS, mode)
+    wanted = {"all_reduce", "all_gather"} if mode == "ddp" else {"all_gather", "reduce_scatter"}
+    check_report(doc, world, real, wanted)
+    for rank, o in obs.items():
+        check_common_obs(o, world, rank)
+        # all_gather_into_tensor: W slots, each from its rank (an emulated one: the real rank it mirrors)
+        assert len(o["gathered"]) == 2 * world
+        assert o["gathered"] == [float(mirror_of(j, real)) for j in range(world) for _ in range(2)]
+        if mode == "fsdp2":  # Linear(16, 24).weight: dim 0 sharded over W ranks, gathered back whole
+            assert o["full_shape"] == [24, 16] and o["unsharded_shape"] == [24, 16]
+            assert o["shard_shape"] == [max(0, min(-(-24 // world), 24 - rank * -(-24 // world))), 16]
