@@ -44,12 +44,12 @@ def main() -> None:
             if isinstance(layer, nn.Linear):
                 fully_shard(layer)
         fully_shard(model)
-        weight = model[0].weight
+        weight: Any = model[0].weight  # a DTensor once sharded
         obs["shard_shape"] = list(weight.to_local().shape)
         obs["full_shape"] = list(weight.shape)
 
         def note_unsharded(module: nn.Module, _args: Any, _out: Any) -> None:
-            obs["unsharded_shape"] = list(module.weight.shape)
+            obs["unsharded_shape"] = list(getattr(module, "weight").shape)  # noqa: B009 - mypy: Module attr
 
         model[0].register_forward_hook(note_unsharded)
         train: nn.Module = model
