@@ -91,11 +91,6 @@ def test_ddp_mlp_two_real_ranks_human_report() -> None:
 
 
 @pytest.mark.integration
-def test_ddp_mlp_two_real_ranks_json() -> None:
-    check_run(emulate_json("--world-size", 8, "-n", 2), 8, [0, 1], {"all_reduce"})
-
-
-@pytest.mark.integration
 def test_fsdp2_transformer_two_real_ranks() -> None:
     doc = emulate_json("--world-size", 8, "-n", 2, "--example", "fsdp2_transformer")
     check_run(doc, 8, [0, 1], {"all_gather", "reduce_scatter"})
@@ -199,11 +194,11 @@ def test_a_deadlock_among_real_ranks_names_the_call_within_the_call_timeout(tmp_
             dist.recv(torch.zeros(3), src=5 if dist.get_rank() == 0 else 0)
     """), "    "))
     started = time.monotonic()
-    proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,5", "--timeout", 60, "--call-timeout", 6,
+    proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,5", "--timeout", 60, "--call-timeout", 4,
                 "--", script)
     assert time.monotonic() - started < 50  # the call timeout, not the run's deadline, ended it
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "did not complete within 6.0 s" in proc.stderr and "deadlock" in proc.stderr, proc.stderr[-3000:]
+    assert "did not complete within 4.0 s" in proc.stderr and "deadlock" in proc.stderr, proc.stderr[-3000:]
     assert "recv from" in proc.stderr
     assert "(rank 5, group 0)" in proc.stderr or "(rank 0, group 0)" in proc.stderr
 
