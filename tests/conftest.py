@@ -65,3 +65,17 @@ def samples() -> Path:
     if not samples_present():
         pytest.skip(SAMPLES_MISSING_REASON)
     return SAMPLES
+
+
+#: Test files that start real ranks (torchrun): all their tests run on one pytest-xdist worker, one at
+#: a time, so two rank launches never compete for this 2-core machine; the fast unit tests of every
+#: other file run on the other worker meanwhile (``-n 2 --dist loadgroup`` in pyproject.toml).
+RANK_FILES = {"test_anonymize_record.py", "test_backend.py", "test_calibrate.py", "test_emulate.py",
+              "test_emulate_models.py", "test_readme.py", "test_record_bootstrap.py", "test_record_cli.py",
+              "test_record_gpu.py", "test_replay_live.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in RANK_FILES or item.get_closest_marker("integration") is not None:
+            item.add_marker(pytest.mark.xdist_group("ranks"))
