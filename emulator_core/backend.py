@@ -44,7 +44,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from emulator_core import mirror
 from emulator_core.answer import Fabric, FabricGroup
-from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, run_finish
+from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, not_completed, run_finish
 from emulator_core.pricing import with_world_size
 from emulator_core.scenario import Scenario, load_scenario
 from nbox.errors import InvalidInputError
@@ -307,6 +307,8 @@ class NboxProcessGroup(dist.ProcessGroup):
                                       ans.end_us, ans.algorithm, done_us))
                 item.work.resolve(int(ans.end_us * 1000.0))
             except BaseException as err:  # handed to the script's wait(), never swallowed
+                if "timed out" in str(err).lower():  # the real communication's own timeout fired first
+                    err = RuntimeError(f"{not_completed(self.timeout_s)} ({err})")
                 item.work.fail(err)
 
     def _pair(self, peer: int) -> _Group:

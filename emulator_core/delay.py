@@ -37,6 +37,13 @@ DEFAULT_SPIN_NS = 200_000
 TIMER_SPIN_NS = 100_000
 
 
+def not_completed(limit_s: float) -> str:
+    """The one wording of a call whose real part did not finish in time (a work's own wait, or the real
+    communication's timeout, whichever fires first)."""
+    return (f"did not complete within {limit_s:.1f} s: a real member did not join it (a deadlock among the real "
+            f"ranks, or a rank stuck or gone), or the real communication hung")
+
+
 def sleep_until(deadline_ns: int, spin_ns: int = DEFAULT_SPIN_NS) -> None:
     """Return at ``deadline_ns`` (``time.perf_counter_ns()``): sleep until ``spin_ns`` before it, then spin."""
     clock = time.perf_counter_ns
@@ -143,9 +150,7 @@ class NboxWork(Work):
         if self._resolved is not None:
             limit = timeout.total_seconds() if timeout else self._timeout_s
             if not self._resolved.wait(limit):
-                raise RuntimeError(f"nbox: {self.call} did not complete within {limit:.1f} s: a real member did "
-                                   f"not join it (a deadlock among the real ranks, or a rank stuck or gone), or "
-                                   f"the real communication hung")
+                raise RuntimeError(f"nbox: {self.call} {not_completed(limit)}")
             if self._error is not None:
                 raise RuntimeError(f"nbox: {self.call} failed: {self._error}") from self._error
         assert self.deadline_ns is not None
