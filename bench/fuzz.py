@@ -44,6 +44,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from nbox.bundle import parse_manifest, verify_files  # noqa: E402
+from nbox.chakra import codec  # noqa: E402
 from nbox.chakra.validate import inspect_rank  # noqa: E402
 from nbox.errors import NboxError  # noqa: E402
 
@@ -100,16 +101,7 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
 
 
 # -- mutation ---------------------------------------------------------------------------------------
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+_varint = codec._varint  # the protobuf varint the ET framing uses (lying length prefixes are made with it)
 
 
 def mutate(rng: random.Random, data: bytes, corpus: list[bytes], *, json_aware: bool = False) -> bytes:
