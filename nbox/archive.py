@@ -16,6 +16,7 @@ any error it is removed, so nothing is left behind. All sizes are in bytes.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
@@ -23,7 +24,7 @@ import shutil
 import stat
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -36,8 +37,8 @@ from nbox.bundle import (
     BundleWriteError,
     FileEntry,
     Manifest,
-    install_directory,
     parse_manifest,
+    staged_directory,
     verify_files,
 )
 from nbox.errors import InputNotFoundError, InvalidInputError
@@ -438,31 +439,32 @@ def unpack_bundle(archive: str | os.PathLike[str], out_dir: str | os.PathLike[st
         BundleWriteError: ``out_dir`` exists (without ``overwrite``), or writing failed.
     """
     target = Path(out_dir)
-    if (target.exists() or target.is_symlink()) and not overwrite:
-        raise BundleWriteError(f"{target}: already exists (pass overwrite to replace it)")
-    with _open_archive(archive) as f:
+    with staged_directory(target, overwrite=overwrite) as tmp, _open_archive(archive) as f:
         reader = _Reader(f, str(archive), limits)
         manifest, raw_manifest = _read_manifest_member(reader)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        except OSError as exc:
-            raise BundleWriteError(f"{target}: cannot create a directory in {target.parent}: "
-                                   f"{exc.strerror or exc}") from exc
-        try:
-            tmp_real = os.path.realpath(tmp)
-            _write_new(tmp_real, [MANIFEST_NAME], raw_manifest, reader, MANIFEST_NAME)
-            _unpack_members(reader, manifest, tmp_real)
-            reader.finish()
-            for dirpath, _dirs, _files in os.walk(tmp_real):
-                os.chmod(dirpath, 0o755)
-            install_directory(tmp_real, target)
-        except BaseException as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, OSError):
-                raise BundleWriteError(f"{target}: write failed: {exc.strerror or exc}") from exc
-            raise
+        tmp_real = os.path.realpath(tmp)
+        _write_new(tmp_real, [MANIFEST_NAME], raw_manifest, reader, MANIFEST_NAME)
+        _unpack_members(reader, manifest, tmp_real)
+        reader.finish()
+        for dirpath, _dirs, _files in os.walk(tmp_real):
+            os.chmod(dirpath, 0o755)
     return target
+
+
+@contextlib.contextmanager
+def bundle_directory(path: str | os.PathLike[str], *, limits: ArchiveLimits = ArchiveLimits()) -> Iterator[Path]:
+    """A bundle directory as it is, or a ``.nbox`` archive unpacked (every member checked) into a temporary
+    directory that is removed when the block ends. A path that does not exist is passed through, for the
+    reader to name."""
+    p = Path(path)
+    if p.is_dir() or not p.exists():
+        yield p
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=".nbox-bundle-"))
+    try:
+        yield unpack_bundle(p, tmp / p.name.removesuffix(ARCHIVE_SUFFIX), limits=limits)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _unpack_members(reader: _Reader, manifest: Manifest, tmp_real: str) -> None:

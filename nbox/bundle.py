@@ -18,13 +18,14 @@ every byte as untrusted: size caps, no path outside the bundle, versions checked
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import statistics
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -130,19 +131,41 @@ def _check_relpath(rel: str, where: str) -> PurePosixPath:
     return p
 
 
-def install_directory(tmp: str | os.PathLike[str], target: Path) -> None:
-    """Move the finished directory ``tmp`` to ``target`` by renames, replacing what is there (a directory,
-    a file or a link; never followed). Used by every writer of a bundle directory."""
-    if target.exists() or target.is_symlink():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-        os.replace(tmp, target)
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
+@contextlib.contextmanager
+def staged_directory(target: Path, *, overwrite: bool = False) -> Iterator[Path]:
+    """A fresh directory beside ``target`` to fill; when the block ends without error it is renamed to
+    ``target`` (replacing what is there: a directory, a file or a link, never followed), otherwise it is
+    removed, so nothing half-written is ever left. Every writer of a bundle directory goes through it.
+
+    Raises:
+        BundleWriteError: ``target`` exists and not ``overwrite``; a directory cannot be created or
+            renamed (an ``OSError`` inside the block becomes one too).
+    """
+    if (target.exists() or target.is_symlink()) and not overwrite:
+        raise BundleWriteError(f"{target}: already exists (pass overwrite to replace it)")
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise BundleWriteError(f"{target}: cannot create a directory in {parent}: {exc.strerror or exc}") from exc
+    try:
+        yield tmp
+        if target.exists() or target.is_symlink():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
         else:
-            old.unlink(missing_ok=True)
-    else:
-        os.replace(tmp, target)
+            os.replace(tmp, target)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise BundleWriteError(f"{target}: write failed: {exc.strerror or exc}") from exc
+        raise
 
 
 def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping[str, Path | bytes], *,
@@ -159,15 +182,7 @@ def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping
         BundleWriteError: ``out`` exists (without overwrite), or a write failed; nothing is left behind.
     """
     target = Path(out)
-    if target.exists() and not overwrite:
-        raise BundleWriteError(f"{target}: already exists (pass overwrite to replace it)")
-    parent = target.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
-    except OSError as exc:
-        raise BundleWriteError(f"{target}: cannot create a directory in {parent}: {exc.strerror or exc}") from exc
-    try:
+    with staged_directory(target, overwrite=overwrite) as tmp:
         entries = []
         for rel, src in sorted(files.items()):
             if rel == MANIFEST_NAME:
@@ -185,12 +200,6 @@ def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping
         (tmp / MANIFEST_NAME).write_text(json.dumps(final.to_dict(), indent=1, sort_keys=True) + "\n")
         for path in [tmp, *tmp.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
-        install_directory(tmp, target)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise BundleWriteError(f"{target}: write failed: {exc.strerror or exc}") from exc
-        raise
     return target
 
 

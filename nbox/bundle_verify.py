@@ -19,17 +19,16 @@ reported as skipped (a failure), never as passed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nbox.bundle import COMM_GROUP_NAME, TRACE_PREFIX, BundleError, Manifest, read_manifest, trace_prefix, verify_files
 from nbox.chakra.validate import Problem, TraceReport, inspect_trace, iter_problem_lines
-from nbox.errors import InvalidInputError
+from nbox.errors import InputNotFoundError, InvalidInputError
 
 #: Version of the JSON document :meth:`VerifyReport.to_dict` produces.
 VERIFY_SCHEMA = "nbox.bundle-verify/1"
@@ -172,22 +171,17 @@ def verify_bundle(bundle: str | os.PathLike[str]) -> VerifyReport:
     path = Path(bundle)
     if path.is_dir():
         return _verify_dir(path, str(path), [])
-    from nbox.archive import ArchiveError, unpack_bundle
+    from nbox.archive import ArchiveError, bundle_directory
 
     if not path.is_file():
-        from nbox.errors import InputNotFoundError
-
         raise InputNotFoundError(f"{path}: no such bundle directory or archive")
-    tmp = Path(tempfile.mkdtemp(prefix=".nbox-verify-"))
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            unpacked = unpack_bundle(path, tmp / "bundle")
+            unpacked = stack.enter_context(bundle_directory(path))
         except (ArchiveError, BundleError) as exc:
             checks = [Check("archive", False, (str(exc),), 1), *_skipped(CHECKS[1:], "the archive was refused")]
             return VerifyReport(str(path), tuple(checks))
         return _verify_dir(unpacked, str(path), [Check("archive", True)])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 __all__ = ["CHECKS", "VERIFY_SCHEMA", "Check", "VerifyReport", "verify_bundle"]

@@ -12,10 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -35,19 +32,10 @@ def _emit(doc: dict[str, Any], lines: list[str], json_out: bool) -> None:
         sys.stderr.write("\n".join(lines) + "\n")
 
 
-@contextlib.contextmanager
-def _as_directory(path: Path) -> Iterator[Path]:
-    """A bundle directory as it is, or a ``.nbox`` archive unpacked into a temporary directory."""
-    if path.is_dir() or not path.exists():
-        yield path
-        return
-    from nbox.archive import unpack_bundle
+def _as_directory(path: Path) -> contextlib.AbstractContextManager[Path]:
+    from nbox.archive import bundle_directory
 
-    tmp = Path(tempfile.mkdtemp(prefix=".nbox-bundle-"))
-    try:
-        yield unpack_bundle(path, tmp / path.name.removesuffix(".nbox"))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return bundle_directory(path)
 
 
 @bundle_app.command("inspect")
