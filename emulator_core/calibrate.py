@@ -60,7 +60,7 @@ from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology, dump_toml
 from nbox.errors import InvalidInputError, NboxError
-from nbox.procs import run_with_deadline
+from nbox.procs import root_error, run_with_deadline
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED
@@ -283,8 +283,8 @@ def _failure(config: CalibrateConfig, work: Path, log_dir: Path, rc: int | None,
         err = _read_json(worker.error_file(work, r))
         if isinstance(err, dict):
             errors.append((float(err.get("time") or 0.0), r, err))
-    if errors:  # the earliest error is the cause; its peers fail next ("Connection closed by peer")
-        _, rank, err = min(errors, key=lambda e: (e[0], e[1]))
+    if errors:  # the earliest error is the cause, unless it only says a peer went away first
+        _, rank, err = errors[root_error([(t, r, str(e.get("message", ""))) for t, r, e in errors])]
         what = (f"in {err.get('collective')} of {err.get('nbytes')} bytes" if err.get("collective")
                 else f"during {err.get('phase', 'start-up')}")
         msg = f"rank {rank} failed {what}: {err.get('type', 'error')}: {str(err.get('message', ''))[:500]}"

@@ -7,13 +7,37 @@ The launchers (``nbox record``, ``nbox calibrate``, ``nbox replay --clock real``
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_with_deadline", "terminate_group"]
+__all__ = ["is_consequence", "root_error", "run_with_deadline", "terminate_group"]
+
+#: How a rank's error reads when it only reports that a peer went away first (gloo's "Connection closed by
+#: peer", a reset socket, NCCL's remote error): a consequence, never the root cause of a failed run.
+_CONSEQUENCE = re.compile(r"connection closed by peer|connection reset by peer|broken pipe|remote worker crash"
+                          r"|remote process exited|ncclRemoteError", re.I)
+
+
+def is_consequence(message: str) -> bool:
+    """Whether a rank's error message only says that a peer failed first (see :data:`_CONSEQUENCE`)."""
+    return _CONSEQUENCE.search(message) is not None
+
+
+def root_error(errors: Sequence[tuple[float, int, str]]) -> int:
+    """Index into ``errors`` ((time, rank, message) per failed rank) of the root cause of a failed run.
+
+    The earliest error that is not a consequence of a peer's failure; when all are consequences, the earliest.
+    Time alone is not enough: when a rank's call times out, gloo closes its sockets before that rank has
+    written its own error, so its peer's "Connection closed by peer" can be written first.
+    """
+    if not errors:
+        raise ValueError("root_error needs at least one error")
+    return min(range(len(errors)),
+               key=lambda i: (is_consequence(errors[i][2]), errors[i][0], errors[i][1]))
 
 
 def terminate_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:

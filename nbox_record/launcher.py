@@ -32,7 +32,7 @@ from typing import Any
 
 from nbox import __version__
 from nbox.errors import InputNotFoundError, NboxError
-from nbox.procs import run_with_deadline
+from nbox.procs import root_error, run_with_deadline
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 
@@ -209,8 +209,8 @@ def _failure(cfg: RecordConfig, work: Path, log_dir: Path, rc: int | None, timed
         return RecordError(verdict[1] + (f" (then rank(s) {others} failed too)" if others else ""))
     if errors:
         # When one rank fails, its peers fail next (e.g. gloo "Connection closed by peer"): the earliest
-        # error is the root cause.
-        _, rank, err = min(errors, key=lambda e: (e[0], e[1]))
+        # error that is not such a consequence is the root cause.
+        _, rank, err = errors[root_error([(t, r, str(e.get("message", ""))) for t, r, e in errors])]
         msg = f"rank {rank} failed: {err.get('type', 'error')}: {err.get('message', '')}"
         others = sorted(r for _, r, _ in errors if r != rank)
         if others:

@@ -33,7 +33,7 @@ from typing import Any
 
 from emulator_core.scenario import Scenario, dump_toml
 from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
-from nbox.procs import run_with_deadline
+from nbox.procs import root_error, run_with_deadline
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "replay_live"]
 
@@ -168,7 +168,8 @@ def _failure(cfg: LiveConfig, work: Path, rc: int | None, timed_out: bool, stder
     ranks = sorted(cfg.files)
     errors = [e for r in ranks if (e := _read(work / f"error{r}.json")) is not None]
     if errors:
-        first = min(errors, key=lambda e: (float(e.get("time_us") or 0.0), int(e.get("rank", 0))))
+        first = errors[root_error([(float(e.get("time_us") or 0.0), int(e.get("rank", 0)), str(e.get("message", "")))
+                                   for e in errors])]
         node = (f" at node {first['node_id']} ({str(first.get('node_name'))[:60]})"
                 if first.get("node_id") is not None else f" while {first.get('phase')}")
         others = sorted(int(e["rank"]) for e in errors if e is not first)

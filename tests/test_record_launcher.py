@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nbox.procs import root_error
 from nbox_record import launcher as L
 from nbox_record import rawformat as raw
 
@@ -81,6 +82,30 @@ def test_failure_names_the_rank_that_raised(tmp_path: Path) -> None:
     err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
     assert "rank 1 failed: RuntimeError: boom in step 3 (then rank(s) [0] failed too)" in str(err)
     assert err.exit_code != 0
+
+
+def test_a_peers_connection_closed_is_not_the_root_cause_even_when_written_first(tmp_path: Path) -> None:
+    # A rank whose call timed out closes its gloo sockets before it writes its own error: the peer's
+    # "Connection closed by peer" lands first (seen in CI), yet the timeout is the cause.
+    work = tmp_path / "work"
+    _rank(work, 0, **{raw.ERROR: {"rank": 0, "type": "RuntimeError", "time_us": 1e15, "message":
+                                  "recv from 5 failed: [pair.cc:553] Connection closed by peer [127.0.0.1]:40674"}})
+    _rank(work, 1, **{raw.ERROR: {"rank": 1, "type": "RuntimeError", "time_us": 1e15 + 3000,
+                                  "message": "recv did not complete within 4.0 s: a deadlock"}})
+    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
+    assert "rank 1 failed: RuntimeError: recv did not complete within 4.0 s" in str(err), str(err)
+    # When every error is a consequence, the earliest is still named.
+    _rank(work, 1, **{raw.ERROR: {"rank": 1, "type": "RuntimeError", "time_us": 1e15 + 3000,
+                                  "message": "Connection reset by peer"}})
+    assert "rank 0 failed" in str(L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False))
+
+
+def test_root_error_orders_causes_before_consequences_then_by_time_then_rank() -> None:
+    assert root_error([(5.0, 0, "a"), (5.0, 1, "b")]) == 0
+    assert root_error([(5.0, 1, "x"), (4.0, 0, "Broken pipe")]) == 0
+    assert root_error([(9.0, 3, "ncclRemoteError: remote process exited"), (8.0, 2, "Connection closed by peer")]) == 1
+    with pytest.raises(ValueError):
+        root_error([])
 
 
 def test_timeout_names_unfinished_ranks_and_their_last_phase(tmp_path: Path) -> None:
