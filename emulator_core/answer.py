@@ -12,7 +12,11 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   last participant arrives, and collectives on one group run one after another, in issue order (one
   communication stream per communicator, as NCCL and gloo do).
 * **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.price_group` for the
-  group's shape on the scenario's topology (microseconds).
+  group's shape on the scenario's topology (microseconds). With the scenario's ``jitter = "calibrated"``,
+  ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
+  seed, the group's members and the collective's index on the group: a fabric whose calls vary (a shared
+  host's loopback, a congested network) is played with its spread, not only its median, and the draw is
+  reproducible.
 
 Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
 1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the
@@ -24,14 +28,30 @@ members + stragglers in the group) otherwise, never O(world size).
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from emulator_core.pricing import GroupShape, Pricer, group_shape, make_pricer
-from emulator_core.scenario import Scenario
+from emulator_core.pricing import GroupShape, Pricer, calibration_for, group_shape, make_pricer
+from emulator_core.scenario import Calibration, Scenario
 
-__all__ = ["Answer", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"]
+__all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def draw(seed: int, group_key: int, index: int) -> float:
+    """A uniform number in [0, 1) that depends only on its arguments (the same on every rank and run)."""
+    return (_mix64(_mix64(_mix64(seed & _MASK64) ^ group_key) ^ index) >> 11) / float(1 << 53)
 
 
 class Answer(NamedTuple):
@@ -94,10 +114,13 @@ class FabricGroup:
     stragglers: tuple[tuple[float, int], ...]
     free_us: float = -math.inf
     answered: int = 0
+    #: Identifies the group's members for :func:`draw` (crc32 of the sorted global ranks; 0: the whole world).
+    key: int = 0
 
     def __post_init__(self) -> None:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
         self._pricers: dict[str, Pricer] = {}
+        self._jitter: dict[str, Calibration | None] = {}
 
 
 class Fabric:
@@ -146,7 +169,8 @@ class Fabric:
                 if j < 0:
                     continue
             stragglers.append((st.slowdown, mirror_member(j, positions)))
-        return FabricGroup(shape, tuple(positions), tuple(stragglers))
+        key = 0 if ranks is None else zlib.crc32(",".join(map(str, sorted(members))).encode())
+        return FabricGroup(shape, tuple(positions), tuple(stragglers), key=key)
 
     def price(self, group: FabricGroup, collective: str, nbytes: float) -> tuple[str, float]:
         """``(algorithm, cost_us)`` of ``collective`` on ``nbytes`` over ``group``, cached per group."""
@@ -157,6 +181,16 @@ class Fabric:
             if len(group._prices) < 65536:
                 group._prices[key] = hit
         return hit
+
+    def _jitter_us(self, group: FabricGroup, collective: str) -> float:
+        """This call's draw from the calibration's spread, microseconds (0 without one)."""
+        if collective not in group._jitter:
+            found = calibration_for(self.scenario, collective, group.shape) if group.shape.size > 1 else None
+            group._jitter[collective] = found[1] if found is not None and found[1].jitter_us else None
+        cal = group._jitter[collective]
+        if cal is None:
+            return 0.0
+        return cal.jitter_at(draw(self.scenario.jitter_seed, group.key, group.answered))
 
     def _pricer(self, group: FabricGroup, collective: str) -> Pricer:
         pricer = group._pricers.get(collective)
@@ -197,6 +231,8 @@ class Fabric:
             algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)
         else:
             algorithm, cost = self.price(group, collective, nbytes)
+        if self.scenario.jitter == "calibrated":
+            cost = max(0.0, cost + self._jitter_us(group, collective))
         end = start + cost
         group.free_us = end
         group.answered += 1

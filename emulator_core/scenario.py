@@ -49,6 +49,7 @@ meaning "whatever makes the product equal world_size"; it is resolved when the :
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import re
 import sys
@@ -66,6 +67,9 @@ DIMENSION_KINDS = ("ring", "switch", "fully_connected")
 #: Overlap policies: "overlap" lets communication run concurrently with compute (as recorded);
 #: "serialize" makes every collective wait for compute and compute wait for every collective.
 OVERLAP_POLICIES = ("overlap", "serialize")
+#: Jitter policies: "off" prices every collective at its model cost; "calibrated" adds to each one a delay
+#: drawn from the measured spread of its ``[[calibration]]`` (``jitter_us``), deterministically.
+JITTER_POLICIES = ("off", "calibrated")
 #: Collective names accepted as keys of ``[algorithms]``.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
                "reduce", "gather", "scatter", "barrier", "send_recv")
@@ -85,12 +89,13 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 
 _T = TypeVar("_T")
-_TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration")
+_TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration",
+             "jitter", "jitter_seed")
 _TOPOLOGY_KEYS = ("dims",)
 _DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank")
 _STRAGGLER_KEYS = ("rank", "slowdown")
 _CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                     "efficiency")
+                     "efficiency", "jitter_us")
 
 
 class ScenarioError(InvalidInputError):
@@ -168,6 +173,24 @@ def _float(key: str, value: Any, *, gt: float | None = None, ge: float | None = 
     if ge is not None and not v >= ge:
         raise _bad(key, value, f"must be >= {ge:g}")
     return v
+
+
+def _quantile_table(key: str, raw: Any) -> tuple[tuple[float, float], ...]:
+    """Validate ``[[quantile, value], ...]``: quantiles strictly increasing from 0 to 1, values finite and
+    non-decreasing; empty is allowed."""
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(pt, (list, tuple)) and len(pt) == 2 for pt in raw):
+        raise _bad(key, raw, "must be an array of [quantile, extra_us] pairs")
+    if not raw:
+        return ()
+    if len(raw) > 1024:
+        raise _bad(key, f"{len(raw)} pairs", "must have at most 1024 pairs")
+    pts = tuple((_float(key, q, ge=0), _float(key, x)) for q, x in raw)
+    qs = [q for q, _ in pts]
+    if len(pts) < 2 or qs[0] != 0 or qs[-1] != 1 or any(b <= a for a, b in itertools.pairwise(qs)):
+        raise _bad(key, [list(p) for p in pts][:8], "quantiles must increase strictly from 0 to 1")
+    if any(b[1] < a[1] for a, b in itertools.pairwise(pts)):
+        raise _bad(key, [list(p) for p in pts][:8], "extra_us must not decrease as the quantile grows")
+    return pts
 
 
 def _choice(key: str, value: Any, allowed: Sequence[str]) -> str:
@@ -312,6 +335,10 @@ class Calibration:
         latency_factor, bandwidth_factor: > 0, multiply the dimension's ``latency_us`` / ``bandwidth_gbps``.
         efficiency: ``(size_bytes, fraction)`` pairs as ``costmodels.Efficiency`` (sizes in bytes, the
             collective's nccl-tests "size"; strictly increasing; fractions in (0, 1]); empty = 1.0 everywhere.
+        jitter_us: the measured spread, as the quantile function of the extra time of one call over the
+            median of its size, pooled over the sizes: ``(quantile, extra_us)`` pairs, quantiles strictly
+            increasing from 0 to 1, extras non-decreasing (may be negative: a call faster than the median).
+            Empty = no spread. Used when the scenario's ``jitter = "calibrated"`` (see :meth:`jitter_at`).
     """
 
     collective: str
@@ -321,6 +348,7 @@ class Calibration:
     latency_factor: float = 1.0
     bandwidth_factor: float = 1.0
     efficiency: tuple[tuple[int, float], ...] = ()
+    jitter_us: tuple[tuple[float, float], ...] = ()
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -345,10 +373,25 @@ class Calibration:
         except ValueError as e:
             raise _bad("efficiency", [list(pt) for pt in points], str(e)) from None
         object.__setattr__(self, "efficiency", points)
+        object.__setattr__(self, "jitter_us", _quantile_table("jitter_us", self.jitter_us))
+
+    def jitter_at(self, u: float) -> float:
+        """The extra time (us) at quantile ``u`` in [0, 1] of ``jitter_us``, interpolated linearly; 0 if empty."""
+        table = self.jitter_us
+        if not table:
+            return 0.0
+        for (q0, x0), (q1, x1) in itertools.pairwise(table):
+            if u <= q1:
+                return x0 + (x1 - x0) * (u - q0) / (q1 - q0)
+        return table[-1][1]
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in _CALIBRATION_KEYS}
-        return {**d, "efficiency": [list(p) for p in self.efficiency]}
+        """Plain form, as in the TOML file; ``jitter_us`` only when measured (files without it stay the same)."""
+        d = {k: getattr(self, k) for k in _CALIBRATION_KEYS if k != "jitter_us"}
+        out = {**d, "efficiency": [list(p) for p in self.efficiency]}
+        if self.jitter_us:
+            out["jitter_us"] = [list(p) for p in self.jitter_us]
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> Calibration:
@@ -374,6 +417,11 @@ class Scenario:
             (compute durations are divided by it).
         stragglers: ranks whose compute is slowed down (unique ranks, each < ``world_size``).
         overlap: ``"overlap"`` or ``"serialize"`` (see :data:`OVERLAP_POLICIES`).
+        jitter: ``"off"`` or ``"calibrated"`` (see :data:`JITTER_POLICIES`). ``calibrated``: a collective whose
+            ``[[calibration]]`` has a ``jitter_us`` table costs its model time plus that table at a quantile
+            drawn from ``jitter_seed``, the group's members and the collective's position on the group (the
+            same draw on every real rank, and in every run with the same seed).
+        jitter_seed: any integer >= 0.
         calibration: measured departures from the dimensions' nominal figures, per (collective, dimension)
             (see :class:`Calibration`; at most one per pair, each naming an existing dimension). Read them
             with :meth:`calibrated`.
@@ -386,6 +434,8 @@ class Scenario:
     stragglers: tuple[Straggler, ...] = ()
     overlap: str = "overlap"
     calibration: tuple[Calibration, ...] = ()
+    jitter: str = "off"
+    jitter_seed: int = 0
     _calibrated: Mapping[tuple[str, str], Calibration] = field(default_factory=dict, init=False, repr=False,
                                                                compare=False, hash=False)
     _slowdowns: Mapping[int, float] = field(default_factory=dict, init=False, repr=False, compare=False,
@@ -414,6 +464,8 @@ class Scenario:
         object.__setattr__(self, "algorithms", tuple(sorted(seen.items())))
         object.__setattr__(self, "compute_scale", _float("compute_scale", self.compute_scale, gt=0))
         _choice("overlap", self.overlap, OVERLAP_POLICIES)
+        _choice("jitter", self.jitter, JITTER_POLICIES)
+        _int("jitter_seed", self.jitter_seed, 0, 2**63 - 1)
         stragglers = tuple(self.stragglers)
         slow: dict[int, float] = {}
         for i, s in enumerate(stragglers):
@@ -472,9 +524,13 @@ class Scenario:
         return self._slowdowns.get(rank, 1.0)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self)."""
-        return {"world_size": self.world_size, "compute_scale": self.compute_scale, "overlap": self.overlap,
-                "algorithms": dict(self.algorithms), "topology": self.topology.to_dict(),
+        """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self). ``jitter`` and
+        ``jitter_seed`` only when not the defaults, so scenarios written before they existed stay the same."""
+        out: dict[str, Any] = {"world_size": self.world_size, "compute_scale": self.compute_scale,
+                               "overlap": self.overlap}
+        if self.jitter != "off" or self.jitter_seed != 0:
+            out.update(jitter=self.jitter, jitter_seed=self.jitter_seed)
+        return {**out, "algorithms": dict(self.algorithms), "topology": self.topology.to_dict(),
                 "stragglers": [s.to_dict() for s in self.stragglers],
                 "calibration": [c.to_dict() for c in self.calibration]}
 
@@ -498,10 +554,30 @@ class Scenario:
         stragglers = _parse_tables("stragglers", raw_strag, Straggler.from_dict)
         if not isinstance(raw_cal := d.get("calibration", []), list):
             raise _bad("calibration", raw_cal, "must be an array of tables [[calibration]]")
-        kwargs = {k: d[k] for k in ("compute_scale", "overlap") if k in d}
+        kwargs = {k: d[k] for k in ("compute_scale", "overlap", "jitter", "jitter_seed") if k in d}
         return cls(world_size=d["world_size"], topology=topo, algorithms=tuple(algos.items()),
                    stragglers=tuple(stragglers),
                    calibration=tuple(_parse_tables("calibration", raw_cal, Calibration.from_dict)), **kwargs)
+
+
+def live_unsupported(scenario: Scenario) -> str | None:
+    """Why the live backend cannot play ``scenario`` (``None`` when it can).
+
+    The backend answers collectives while the script's real compute runs at its real speed, so the
+    scenario keys that change compute (``compute_scale``) or the overlap of compute with communication
+    (``overlap = "serialize"``) have nothing to act on; refused rather than silently ignored. ``nbox replay``
+    applies both.
+    """
+    bad = []
+    if scenario.compute_scale != 1.0:
+        bad.append(f"compute_scale = {scenario.compute_scale:g}")
+    if scenario.overlap != "overlap":
+        bad.append(f'overlap = "{scenario.overlap}"')
+    if not bad:
+        return None
+    return (f"{' and '.join(bad)}: the live emulation runs the script's real compute, so it cannot apply "
+            f"{'these' if len(bad) > 1 else 'this'} (nbox replay can); remove {'them' if len(bad) > 1 else 'it'} "
+            f"from the scenario")
 
 
 def _check_table(key: str, d: Any, allowed: Sequence[str]) -> None:
@@ -568,7 +644,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 _SCHEMA: dict[str, Any] = {
-    "world_size": None, "compute_scale": None, "overlap": None,
+    "world_size": None, "compute_scale": None, "overlap": None, "jitter": None, "jitter_seed": None,
     "algorithms": {c: None for c in COLLECTIVES},
     "topology": {"dims": [{k: None for k in _DIM_KEYS}]},
     "stragglers": [{k: None for k in _STRAGGLER_KEYS}],
@@ -687,7 +763,8 @@ def _toml_value(v: Any) -> str:
 def dump_toml(scenario: Scenario) -> str:
     """The scenario as TOML text, in the layout of the module docstring; ``loads_scenario`` reads it back equal."""
     d = scenario.to_dict()
-    lines = [f"{k} = {_toml_value(d[k])}" for k in ("world_size", "compute_scale", "overlap")]
+    lines = [f"{k} = {_toml_value(d[k])}" for k in ("world_size", "compute_scale", "overlap", "jitter", "jitter_seed")
+             if k in d]
     if d["algorithms"]:
         lines += ["", "[algorithms]"] + [f"{k} = {_toml_value(v)}" for k, v in d["algorithms"].items()]
     for dim in d["topology"]["dims"]:

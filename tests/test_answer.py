@@ -241,3 +241,61 @@ def test_all_to_all_v_splits_go_through_the_per_peer_model() -> None:
     b = pair.answer(pair.group(range(8), [0]), "all_to_all_v", 8000, [0.0], send_bytes=send, recv_bytes=recv)
     by_hand = sum(NVLINK_ALPHA + max(x, y) / NVLINK_BW for x, y in zip(send, recv, strict=True))
     assert b.algorithm == "pairwise" and b.cost_us == pytest.approx(by_hand, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------- jitter
+
+JITTER = ((0.0, 0.0), (0.5, 0.0), (0.9, 1000.0), (1.0, 3000.0))
+
+
+def _jittery(jitter: str = "calibrated", seed: int = 7) -> Scenario:
+    from emulator_core.scenario import Calibration
+
+    s = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    cals = tuple(replace(c, jitter_us=JITTER) if c.collective == "all_reduce" else c for c in s.calibration)
+    assert any(c.collective == "all_reduce" for c in cals) and all(isinstance(c, Calibration) for c in cals)
+    return replace(s, calibration=cals, jitter=jitter, jitter_seed=seed)
+
+
+def test_draw_is_uniform_looking_and_depends_only_on_its_arguments() -> None:
+    us = [answer_mod.draw(3, 12345, i) for i in range(20000)]
+    assert all(0.0 <= u < 1.0 for u in us)
+    assert us == [answer_mod.draw(3, 12345, i) for i in range(20000)]
+    assert abs(sum(us) / len(us) - 0.5) < 0.01
+    assert sum(u < 0.1 for u in us) == pytest.approx(2000, abs=150)  # each decile holds ~10%
+    assert answer_mod.draw(4, 12345, 0) != us[0] and answer_mod.draw(3, 1, 0) != us[0]
+
+
+def test_calibrated_jitter_adds_the_tabled_extra_at_the_drawn_quantile() -> None:
+    s = _jittery()
+    plain = Fabric(replace(s, jitter="off"))
+    fabric = Fabric(s)
+    g, g0 = fabric.group(range(8), [0, 1]), plain.group(range(8), [0, 1])
+    extras = []
+    for i in range(400):
+        a = fabric.answer(g, "all_reduce", 1 << 20, [0.0, 0.0])
+        b = plain.answer(g0, "all_reduce", 1 << 20, [0.0, 0.0])
+        u = answer_mod.draw(7, g.key, i)
+        by_hand = 0.0 if u <= 0.5 else (u - 0.5) / 0.4 * 1000.0 if u <= 0.9 else 1000.0 + (u - 0.9) / 0.1 * 2000.0
+        assert a.cost_us == pytest.approx(b.cost_us + by_hand, rel=1e-12, abs=1e-9)
+        extras.append(a.cost_us - b.cost_us)
+    assert sum(e == 0 for e in extras) == pytest.approx(200, abs=40)  # half the calls at the median
+    assert max(extras) > 1000.0
+    # A collective without a jitter table, and jitter "off", cost exactly the model.
+    assert fabric.answer(g, "broadcast", 4096, [0.0, 0.0]).cost_us == plain.answer(g0, "broadcast", 4096,
+                                                                                   [0.0, 0.0]).cost_us
+
+
+def test_jitter_draws_agree_across_real_ranks_and_differ_between_groups_and_seeds() -> None:
+    s = _jittery()
+    # Two real ranks build the same group (members in any order) and see the same costs.
+    on_rank0, on_rank1 = Fabric(s), Fabric(s)
+    g0, g1 = on_rank0.group([5, 1, 3, 7], [1, 3]), on_rank1.group([1, 3, 5, 7], [1, 3])
+    assert g0.key == g1.key
+    costs0 = [on_rank0.answer(g0, "all_reduce", 4096, [0.0, 0.0]).cost_us for _ in range(50)]
+    costs1 = [on_rank1.answer(g1, "all_reduce", 4096, [0.0, 0.0]).cost_us for _ in range(50)]
+    assert costs0 == costs1 and len(set(costs0)) > 10
+    assert Fabric(s).group([0, 2, 4, 6], [0, 2]).key != g0.key
+    reseeded = Fabric(replace(s, jitter_seed=8))
+    g2 = reseeded.group([1, 3, 5, 7], [1, 3])
+    assert [reseeded.answer(g2, "all_reduce", 4096, [0.0, 0.0]).cost_us for _ in range(50)] != costs0
