@@ -46,7 +46,7 @@ from emulator_core import mirror
 from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, not_completed, run_finish
 from emulator_core.pricing import with_world_size
-from emulator_core.scenario import Scenario, load_scenario
+from emulator_core.scenario import Scenario, live_unsupported, load_scenario
 from nbox.errors import InvalidInputError
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "create_process_group"]
@@ -91,6 +91,9 @@ class EmulationConfig:
         object.__setattr__(self, "real_ranks", ranks)
         if self.scenario.world_size != w:
             raise EmulationConfigError(f"NBOX_SCENARIO: world size {self.scenario.world_size} != NBOX_WORLD_SIZE {w}")
+        why = live_unsupported(self.scenario)
+        if why:
+            raise EmulationConfigError(f"NBOX_SCENARIO: {why}")
         if self.spin_ns < 0:
             raise EmulationConfigError(f"NBOX_SPIN_US: must be >= 0, got {self.spin_ns / 1000}")
         if not self.call_timeout_s > 0:

@@ -151,6 +151,14 @@ def test_a_rank_that_raises_is_named_and_the_run_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_scenario_keys_the_live_emulation_cannot_apply_are_refused_before_any_rank_starts() -> None:
+    proc = nbox("emulate", "--world-size", 8, "--set", "compute_scale=2", "--set", "overlap=serialize", timeout=60)
+    assert proc.returncode == 3, proc.stderr[-2000:]  # invalid input, like any other bad scenario
+    assert 'compute_scale = 2 and overlap = "serialize"' in proc.stderr and "nbox replay" in proc.stderr
+    assert "launching" not in proc.stderr
+
+
+@pytest.mark.integration
 def test_a_real_rank_outside_the_world_is_a_usage_error() -> None:
     proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,8", timeout=60)
     assert proc.returncode == 2

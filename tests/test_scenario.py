@@ -306,3 +306,45 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 def test_property_round_trip(s: Scenario) -> None:
     assert loads_scenario(dump_toml(s)) == s
     assert Scenario.from_dict(s.to_dict()) == s
+
+
+def test_jitter_keys_validate_round_trip_and_stay_out_of_files_that_do_not_use_them(tmp_path: Path) -> None:
+    from dataclasses import replace as _replace
+
+    from emulator_core.scenario import Calibration, dump_toml, loads_scenario
+
+    base = load_scenario(None)
+    text = dump_toml(base)  # the default policy writes no top-level key: older files read back the same
+    assert "jitter =" not in text and "jitter_seed" not in text and "jitter_us" in text  # the loopback's spread
+    assert "jitter" not in dump_toml(load_scenario(Path(__file__).resolve().parents[1] / "emulator_core" /
+                                                   "scenarios" / "dgx_h100_400g.toml"))  # nothing measured
+    cal = Calibration("all_reduce", base.topology.dims[0].name, "ring", 2,
+                      jitter_us=((0, 0), (0.5, 10.0), (1, 2500)))
+    assert cal.jitter_at(0.0) == 0.0 and cal.jitter_at(0.75) == pytest.approx(1255.0) and cal.jitter_at(1.0) == 2500
+    s = _replace(base, calibration=(cal,), jitter="calibrated", jitter_seed=42)
+    text = dump_toml(s)
+    assert 'jitter = "calibrated"' in text and "jitter_seed = 42" in text and "jitter_us = [[0.0, 0.0]," in text
+    assert loads_scenario(text) == s
+    assert load_scenario(None, ["jitter=calibrated", "jitter_seed=3"]).jitter_seed == 3
+    for bad, match in [({"jitter": "sometimes"}, "jitter"), ({"jitter_seed": -1}, "jitter_seed")]:
+        with pytest.raises(ScenarioError, match=match):
+            _replace(base, **bad)  # type: ignore[arg-type]
+    for table, match in [([[0, 0], [0.9, 5]], "from 0 to 1"), ([[0, 5], [1, 1]], "must not decrease"),
+                         ([[0, 0], [0.5, 1], [0.5, 2], [1, 3]], "increase strictly"), ("x", "pairs"),
+                         ([[0, 0], [1, float("nan")]], "finite")]:
+        with pytest.raises(ScenarioError, match=match):
+            Calibration("all_reduce", "loopback", "ring", 2, jitter_us=table)  # type: ignore[arg-type]
+
+
+def test_live_unsupported_names_what_the_live_backend_cannot_apply() -> None:
+    from dataclasses import replace as _replace
+
+    from emulator_core.scenario import live_unsupported
+
+    base = load_scenario(None)
+    assert live_unsupported(base) is None
+    assert live_unsupported(_replace(base, jitter="calibrated")) is None  # jitter is the fabric's: it applies
+    assert live_unsupported(_replace(base, compute_scale=2.0)) == (
+        "compute_scale = 2: the live emulation runs the script's real compute, so it cannot apply this "
+        "(nbox replay can); remove it from the scenario")
+    assert 'overlap = "serialize"' in str(live_unsupported(_replace(base, overlap="serialize")))
