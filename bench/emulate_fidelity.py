@@ -1,12 +1,16 @@
 """Emulation fidelity: a real W-rank gloo run against `nbox emulate` of the same script on N < W real ranks.
 
-    python bench/emulate_fidelity.py [--rounds R] [--example ddp_mlp] [--json]
+    python bench/emulate_fidelity.py [--rounds R] [--example ddp_mlp] [--what-if S.toml] [--set k=v ...]
+                                     [--variant NAME:k=v,k=v ...] [--json]
 
 Pairs (the emulate issue): real W = 2 against ``nbox emulate --world-size 2 -n 1``, and real W = 4 against
 ``--world-size 4 -n 2``. The emulated side uses the calibrated scenario of this machine (the shipped
-``loopback_cpu``). Rounds are interleaved (real, emulated, real, emulated, ...) so that drifts of the machine
-hit both alike; per side it prints the median and p10-p90 of the per-iteration time (slowest rank) and the
-error of the emulated median. Target: |error| <= 5%. Nothing is asserted. On this 2-vCPU machine a real
+``loopback_cpu``), under ``--what-if``/``--set`` when given. Each ``--variant`` is one more emulated side
+(its ``--set`` overrides on top), e.g. ``--variant median:jitter=off --variant jitter:jitter=calibrated``
+compares the calibrated spread against the median cost in the same run. Rounds are interleaved (real, each
+emulated variant, real, ...) so that drifts of the machine hit every side alike; per side it prints the
+median and p10-p90 of the per-iteration time (slowest rank) and the error of the emulated median.
+Target: |error| <= 5%. Nothing is asserted. On this 2-vCPU machine a real
 4-rank run oversubscribes the cores (2 ranks per core), which the emulated 2-rank run does not: the W=4 pair
 measures that difference as much as the emulator.
 """
@@ -67,8 +71,10 @@ def real_run(example: str, nproc: int, warmup: int, iterations: int, tmp: Path,
 
 
 def emulated_run(example: str, world: int, nproc: int, warmup: int, iterations: int,
-                 splits: list[dict[str, float]]) -> list[float]:
-    res = emulate(EmulateConfig(world_size=world, nproc=nproc, example=example, warmup=warmup, iterations=iterations))
+                 splits: list[dict[str, float]], scenario: Path | None = None,
+                 overrides: tuple[str, ...] = ()) -> list[float]:
+    res = emulate(EmulateConfig(world_size=world, nproc=nproc, example=example, warmup=warmup, iterations=iterations,
+                                scenario=scenario, overrides=overrides))
     if res.world_size_seen != world:
         raise RuntimeError(f"the script saw world size {res.world_size_seen}, not {world}")
     if res.breakdown is not None:
@@ -83,46 +89,56 @@ def mean_split(splits: list[dict[str, float]]) -> dict[str, float] | None:
     return {k: statistics.fmean(s[k] for s in splits) for k in splits[0]}
 
 
-def run(example: str, rounds: int, warmup: int, iterations: int) -> list[dict[str, Any]]:
+def run(example: str, rounds: int, warmup: int, iterations: int, scenario: Path | None = None,
+        overrides: tuple[str, ...] = (), variants: tuple[tuple[str, tuple[str, ...]], ...] = (("emulated", ()),),
+        pairs: tuple[tuple[int, int], ...] = ((2, 1), (4, 2))) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="nbox-emulate-fidelity-") as tmp_s:
         tmp = Path(tmp_s)
-        for world, nproc in ((2, 1), (4, 2)):
+        for world, nproc in pairs:
             real: list[float] = []
-            emu: list[float] = []
             real_split: list[dict[str, float]] = []
-            emu_split: list[dict[str, float]] = []
+            emu: dict[str, list[float]] = {name: [] for name, _ in variants}
+            emu_split: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
             for _ in range(rounds):
                 real += real_run(example, world, warmup, iterations, tmp, real_split)
-                emu += emulated_run(example, world, nproc, warmup, iterations, emu_split)
-            obs, got = statistics.median(real), statistics.median(emu)
-            row = {"example": example, "world_size": world, "real_ranks": nproc, "real_median_us": obs,
-                   "real_p10_us": pct(real, 10), "real_p90_us": pct(real, 90), "emulated_median_us": got,
-                   "emulated_p10_us": pct(emu, 10), "emulated_p90_us": pct(emu, 90),
-                   "error_pct": (got - obs) / obs * 100, "n": (len(real), len(emu)),
-                   "real_breakdown_us": mean_split(real_split), "emulated_breakdown_us": mean_split(emu_split)}
-            rows.append(row)
-            print(format_rows([row]), file=sys.stderr)
+                for name, sets in variants:
+                    emu[name] += emulated_run(example, world, nproc, warmup, iterations, emu_split[name], scenario,
+                                              overrides + sets)
+            obs = statistics.median(real)
+            for name, sets in variants:
+                got = statistics.median(emu[name])
+                row = {"example": example, "variant": name, "overrides": list(overrides + sets), "world_size": world,
+                       "real_ranks": nproc, "real_median_us": obs, "real_p10_us": pct(real, 10),
+                       "real_p90_us": pct(real, 90), "emulated_median_us": got,
+                       "emulated_p10_us": pct(emu[name], 10), "emulated_p90_us": pct(emu[name], 90),
+                       "error_pct": (got - obs) / obs * 100, "n": (len(real), len(emu[name])),
+                       "real_breakdown_us": mean_split(real_split),
+                       "emulated_breakdown_us": mean_split(emu_split[name])}
+                rows.append(row)
+                print(format_rows([row]), file=sys.stderr)
     return rows
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'example':<12} {'W':>3} {'N':>3} {'real ms (p10-p90)':>22} {'emulated ms (p10-p90)':>24} {'error':>8}"
-             f"  target |error| <= 5%"]
+    lines = [f"{'example':<12} {'variant':<10} {'W':>3} {'N':>3} {'real ms (p10-p90)':>22} "
+             f"{'emulated ms (p10-p90)':>24} {'error':>8}  target |error| <= 5%"]
     for r in rows:
         real = f"{r['real_median_us'] / 1e3:.2f} ({r['real_p10_us'] / 1e3:.2f}-{r['real_p90_us'] / 1e3:.2f})"
         emu = (f"{r['emulated_median_us'] / 1e3:.2f} ({r['emulated_p10_us'] / 1e3:.2f}-"
                f"{r['emulated_p90_us'] / 1e3:.2f})")
         met = "met" if abs(r["error_pct"]) <= 5 else "NOT met"
-        lines.append(f"{r['example']:<12} {r['world_size']:>3} {r['real_ranks']:>3} {real:>22} {emu:>24} "
+        lines.append(f"{r['example']:<12} {r.get('variant', 'emulated'):<10} {r['world_size']:>3} "
+                     f"{r['real_ranks']:>3} {real:>22} {emu:>24} "
                      f"{r['error_pct']:+7.1f}%  {met}")
     lines.append("breakdown, mean ms per iteration (slowest rank's training thread): compute / exposed comm / "
                  "CPU contention = mean iteration")
     for r in rows:
         for side in ("real", "emulated"):
             b = r.get(f"{side}_breakdown_us")
+            label = side if side == "real" else r.get("variant", side)
             if b:
-                lines.append(f"  W={r['world_size']} {side:<9} {b['compute_us'] / 1e3:6.2f} / "
+                lines.append(f"  W={r['world_size']} {label:<9} {b['compute_us'] / 1e3:6.2f} / "
                              f"{b['exposed_comm_us'] / 1e3:6.2f} / {b['cpu_contention_us'] / 1e3:6.2f} = "
                              f"{b['iteration_us'] / 1e3:6.2f}")
     return "\n".join(lines)
@@ -134,9 +150,20 @@ def main() -> int:
     ap.add_argument("--example", default="ddp_mlp")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=15)
+    ap.add_argument("--what-if", type=Path, default=None, help="scenario TOML (default: the shipped loopback_cpu)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario override, repeatable")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:K=V,K=V",
+                    help="an emulated side with its own overrides (repeatable; default: one side, no overrides)")
+    ap.add_argument("--pairs", default="2:1,4:2", help="W:N pairs (default 2:1,4:2)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rows = run(args.example, args.rounds, args.warmup, args.iterations)
+    variants = []
+    for v in args.variant:
+        name, _, sets = v.partition(":")
+        variants.append((name, tuple(x for x in sets.split(",") if x)))
+    pairs = tuple((int(w), int(n)) for w, n in (p.split(":") for p in args.pairs.split(",")))
+    rows = run(args.example, args.rounds, args.warmup, args.iterations, args.what_if, tuple(args.set),
+               tuple(variants) or (("emulated", ()),), pairs)
     print("\n" + format_rows(rows), file=sys.stderr)
     if args.json:
         print(json.dumps(rows))
