@@ -360,3 +360,22 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     s = load_scenario(out)
     assert s.world_size == 2 and s.calibrated("all_gather", "loopback") is not None
     assert doc["scenario"] == s.to_dict()
+
+
+def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:
+    from emulator_core.calibrate import JITTER_QUANTILES, jitter_table, summarize
+
+    small = summarize("all_reduce", 1024, 1024, 2, [[100.0, 100.0, 100.0, 3100.0], [90.0, 100.0]])  # median 100
+    big = summarize("all_reduce", 1 << 20, 1 << 20, 2, [[1000.0, 1000.0, 4000.0, 800.0]])  # median 1000
+    table = jitter_table([small, big])
+    assert [q for q, _ in table] == list(JITTER_QUANTILES)
+    # lateness: small 0,0,0,3000,0,0 (90 counts as 0); big 0,0,3000,0 -> 8 zeros and two 3000s
+    extras = dict(table)
+    assert extras[0.0] == 0.0 and extras[0.75] == 0.0 and extras[1.0] == 3000.0
+    assert extras[0.9] == 3000.0  # order statistic 8.1 of 0..9: both 3000
+    assert extras[0.85] == pytest.approx(1950.0)  # 7.65: linear between order statistics 7 (0) and 8 (3000)
+    assert jitter_table([]) == ()
+    fit_ = cal.fit([small, big], nproc=2)[0]
+    assert fit_.jitter_us == table
+    entry = cal.scenario_fragment([fit_], nproc=2).calibrated("all_reduce", "loopback")
+    assert entry is not None and entry.jitter_us == table
