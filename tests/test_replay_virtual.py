@@ -49,8 +49,8 @@ def test_a_slower_network_and_a_bigger_world_cost_more_a_faster_one_less() -> No
     assert t(world_size=64) > t(world_size=8)
     assert t(overrides=("topology.dims.0.bandwidth_gbps=1",)) > base
     fast = ("topology.dims.0.bandwidth_gbps=1000", "topology.dims.0.latency_us=1")
-    assert t(world_size=64, overrides=fast) < t(world_size=64)  # at W=2 the comm is hidden: only exposed comm counts
-    assert t(overrides=fast) == base
+    assert t(world_size=64, overrides=fast) < t(world_size=64)
+    assert t(overrides=fast) <= base  # never slower; equal when the calibrated comm is hidden behind compute
     assert t(overrides=("compute_scale=2",)) < base
 
 
