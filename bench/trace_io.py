@@ -47,9 +47,9 @@ if str(ROOT) not in sys.path:
 import google.protobuf  # noqa: E402
 from google.protobuf.internal import api_implementation  # noqa: E402
 
-from nbox.chakra import et_def_pb2 as pb  # noqa: E402
-from nbox.chakra.attrs import make_attr  # noqa: E402
-from nbox.chakra.codec import EtReader, EtWriter  # noqa: E402
+from nbox_trace.chakra import et_def_pb2 as pb  # noqa: E402
+from nbox_trace.chakra.attrs import make_attr  # noqa: E402
+from nbox_trace.chakra.codec import EtReader, EtWriter  # noqa: E402
 
 TARGET_NODES_PER_S = 500_000
 TARGET_PEAK_BYTES = 100 * 1000 * 1000
@@ -227,7 +227,7 @@ def decode_once(path: Path) -> tuple[float, dict[int, int], int, int]:
 _MEM_CODE = r"""
 import json, resource, sys
 sys.path.insert(0, {root!r})
-from nbox.chakra.codec import EtReader
+from nbox_trace.chakra.codec import EtReader
 import gc
 gc.collect()
 def rss_now():

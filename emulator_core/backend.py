@@ -47,7 +47,7 @@ from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, not_completed, run_finish
 from emulator_core.pricing import with_world_size
 from emulator_core.scenario import Scenario, live_unsupported, load_scenario
-from nbox.errors import InvalidInputError
+from nbox_trace.errors import InvalidInputError
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "create_process_group"]
 

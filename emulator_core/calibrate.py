@@ -59,8 +59,8 @@ from typing import Any
 from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology, dump_toml
-from nbox.errors import InvalidInputError, NboxError
-from nbox.procs import root_error, run_with_deadline
+from nbox_trace.errors import InvalidInputError, NboxError
+from nbox_trace.procs import root_error, run_with_deadline
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED

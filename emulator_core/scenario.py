@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from emulator_core import costmodels as cm
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 #: Dimension kinds: a ring (each rank talks to 2 neighbours), a switch (any pair at full per-rank
 #: bandwidth, non-blocking), fully connected (a dedicated link per pair; bandwidth split over peers).

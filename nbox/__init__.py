@@ -1,7 +1,9 @@
 """nbox: record-and-replay emulator for distributed deep-learning training.
 
-This package holds the face (``cli``), the error family (``errors``) and the shared trace model
-(``chakra``). It never imports torch at import time.
+This package is the face: the command line (``nbox.cli``, one module per command group) and the public API
+(``nbox.chakra``, re-exported from the base ``nbox_trace``). It never imports torch at import time.
 """
 
-__version__ = "0.1.0"
+from nbox_trace import __version__
+
+__all__ = ["__version__"]

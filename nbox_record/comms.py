@@ -32,10 +32,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.errors import InvalidInputError
 from nbox_record.hostet import EtNode, iter_tensors, schema_arg_names, tensor_bytes, tensor_numel
-from nbox_record.jsonio import DEFAULT_MAX_JSON_BYTES, load_json
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.errors import InvalidInputError
+from nbox_trace.jsonio import DEFAULT_MAX_JSON_BYTES, load_json
 
 #: Collective kinds: CollectiveCommType names, plus SEND and RECV (point-to-point node types).
 COLL_TYPES: dict[str, int] = dict(pb.CollectiveCommType.items())

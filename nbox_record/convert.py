@@ -45,7 +45,7 @@ unknown (``stats["pg_assumed_world"]``); a group of size 1 is this rank alone, n
 Dropped, and counted in ``stats``: ``gloo:``/``nccl:`` markers at top level, the work a gloo worker
 thread did inside a collective (the copies of an all-gather: the collective already stands for it),
 nodes unreachable from the roots. The inputs are untrusted: size-capped, parsed without recursion,
-never evaluated; every error is an :class:`~nbox.errors.InvalidInputError` naming the file.
+never evaluated; every error is an :class:`~nbox_trace.errors.InvalidInputError` naming the file.
 """
 
 from __future__ import annotations
@@ -56,11 +56,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbox import __version__
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import AttrValue, make_attr
-from nbox.chakra.validate import PG_INIT_NODE, parse_pg_init
-from nbox.errors import InvalidInputError
 from nbox_record.comms import (
     COLL_TYPES,
     P2P_KINDS,
@@ -78,7 +73,6 @@ from nbox_record.comms import (
 )
 from nbox_record.deps import Key, OutNode, link
 from nbox_record.hostet import EtNode, HostEt, iter_tensors, read_host_et
-from nbox_record.jsonio import DEFAULT_MAX_JSON_BYTES
 from nbox_record.kineto import CpuEvent, KinetoTrace, enclosing_events, join_host_ops, launching_events, read_kineto
 from nbox_record.toplevel import (
     BOOKKEEPING,
@@ -89,6 +83,12 @@ from nbox_record.toplevel import (
     runnable_descendants,
     walk,
 )
+from nbox_trace import __version__
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import AttrValue, make_attr
+from nbox_trace.contract import PG_INIT_NODE, parse_pg_init
+from nbox_trace.errors import InvalidInputError
+from nbox_trace.jsonio import DEFAULT_MAX_JSON_BYTES
 
 METADATA_VERSION = "1.0.0"
 _MAX_NAME = 2048

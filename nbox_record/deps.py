@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nbox.chakra import et_def_pb2 as pb
+from nbox_trace.chakra import et_def_pb2 as pb
 
 MAX_TENSOR_DEPS = 16
 Key = tuple[int, int, float, int]

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nbox.errors import InvalidInputError
-from nbox_record.jsonio import DEFAULT_MAX_JSON_BYTES, load_json
+from nbox_trace.errors import InvalidInputError
+from nbox_trace.jsonio import DEFAULT_MAX_JSON_BYTES, load_json
 
 #: RecordScope of ``record_function`` annotations (PyTorch's USER_SCOPE).
 USER_SCOPE = 7

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbox import __version__
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace import __version__
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,9 @@ class ConvertedRanks:
 def convert_ranks(ranks: dict[int, RankInput], staging: Path) -> ConvertedRanks:
     """Convert every rank into ``staging`` with :func:`nbox_record.convert.convert_rank`; the bundle's
     files, keyed by their path inside the bundle. Shared by ``nbox record`` and ``nbox record convert``."""
-    from nbox.bundle import COMM_GROUP_NAME
-    from nbox.chakra.codec import write_et
     from nbox_record.convert import convert_rank
+    from nbox_trace.bundle import COMM_GROUP_NAME
+    from nbox_trace.chakra.codec import write_et
 
     files: dict[str, Path | bytes] = {}
     groups: dict[str, list[int]] = {}
@@ -91,7 +91,7 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
     """
     import tempfile
 
-    from nbox.bundle import Manifest, write_bundle
+    from nbox_trace.bundle import Manifest, write_bundle
 
     if not cfg.pairs:
         raise InvalidInputError("nothing to convert: give HOST_ET.json [KINETO.json] per rank")

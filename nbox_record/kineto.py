@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbox.errors import InvalidInputError
 from nbox_record.hostet import EtNode
-from nbox_record.jsonio import DEFAULT_MAX_JSON_BYTES, load_json
+from nbox_trace.errors import InvalidInputError
+from nbox_trace.jsonio import DEFAULT_MAX_JSON_BYTES, load_json
 
 CPU_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbox import __version__
-from nbox.errors import InputNotFoundError, NboxError
-from nbox.procs import root_error, run_with_deadline
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
+from nbox_trace import __version__
+from nbox_trace.errors import InputNotFoundError, NboxError
+from nbox_trace.procs import root_error, run_with_deadline
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -234,7 +234,7 @@ def _failure(cfg: RecordConfig, work: Path, log_dir: Path, rc: int | None, timed
 
 def run_torchrun(cmd: list[str], env: dict[str, str], log_dir: Path, timeout_s: float,
                  quiet_stdout: bool = False) -> tuple[int | None, bool, bytes]:
-    """Run torchrun with a deadline (:func:`nbox.procs.run_with_deadline`); keep its stderr in
+    """Run torchrun with a deadline (:func:`nbox_trace.procs.run_with_deadline`); keep its stderr in
     ``log_dir/torchrun.stderr.log``. Returns (exit code, timed out, stderr)."""
     return run_with_deadline(cmd, env, timeout_s, quiet_stdout=quiet_stdout,
                              stderr_log=log_dir / "torchrun.stderr.log")
@@ -281,8 +281,8 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
     world size is W, the bundle's ``kind`` is "emulated" and the dict is kept as the manifest's
     ``emulation`` key.
     """
-    from nbox.bundle import Manifest, observed_summary, write_bundle
     from nbox_record.importer import RankInput, convert_ranks
+    from nbox_trace.bundle import Manifest, observed_summary, write_bundle
 
     staging = work / "staging"
     staging.mkdir()

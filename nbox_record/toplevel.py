@@ -30,9 +30,9 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from nbox.chakra.validate import PG_INIT_NODE
 from nbox_record.comms import RPC_NAME, kind_of_collective_name, marker_kind, op_kind, rpc_collective_name
 from nbox_record.hostet import USER_SCOPE, EtNode, HostEt
+from nbox_trace.contract import PG_INIT_NODE
 
 BOOKKEEPING = "[pytorch|profiler|execution_trace|"
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")

@@ -40,10 +40,10 @@ import torch.distributed as dist
 
 from emulator_core.delay import sleep_until
 from emulator_core.scenario import load_scenario
-from nbox.chakra.attrs import attr_map
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, load_rank
 from nbox_replay.ops import LiveOps, prepare
 from nbox_replay.virtual import retarget
+from nbox_trace.chakra.attrs import attr_map
 
 Issue = Callable[[], Any]
 

@@ -6,23 +6,19 @@ The backward pass is recorded as ``autograd::engine::evaluate_function: XBackwar
 order, in its attribute ``nbox_children`` (JSON text): a list of ``{name, op_schema, inputs: {values,
 shapes, types}, outputs: {values, shapes, types}[, input_strides]}``, the node's own IOInfo formats
 parsed. :func:`child_nodes` turns each entry back into a compute node, built by
-:func:`nbox_replay.ops.build_runnable` like any other; a :class:`CompositeRunnable` runs them in order on
-the rank's one tensor pool, so tensor ids chain across the children and the nodes around them.
+:func:`nbox_replay.ops.build_runnable` like any other; :class:`nbox_replay.ops.CompositeRunnable` runs them in
+order on the rank's one tensor pool, so tensor ids chain across the children and the nodes around them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import attr_map, make_attr
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import attr_map, make_attr
 
-if TYPE_CHECKING:
-    from nbox_replay.ops import Runnable, TensorPool
-
-__all__ = ["CHILDREN_ATTR", "TRUNCATED_ATTR", "BuildError", "CompositeRunnable", "child_nodes"]
+__all__ = ["CHILDREN_ATTR", "TRUNCATED_ATTR", "BuildError", "child_nodes"]
 
 CHILDREN_ATTR = "nbox_children"
 TRUNCATED_ATTR = "nbox_children_truncated"
@@ -86,19 +82,3 @@ def child_nodes(node: pb.Node) -> list[pb.Node] | None:
             child.attr.append(make_attr("nbox_input_strides", json.dumps(strides, separators=(",", ":"))))
         out.append(child)
     return out
-
-
-@dataclass
-class CompositeRunnable:
-    """A recorded node run as its children, in recorded order, on one pool (module docstring)."""
-
-    position: int
-    node_id: int
-    name: str
-    children: list[Runnable]
-    sources: list[pb.Node]  # the child nodes (their recorded inputs and outputs: tensor lifetimes)
-
-    def run(self, pool: TensorPool) -> None:
-        """Run every child; the first that raises stops the node (the caller then falls back)."""
-        for child in self.children:
-            child.run(pool)

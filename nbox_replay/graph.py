@@ -27,10 +27,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import Attr, as_int, attr_map
-from nbox.chakra.codec import EtReader
-from nbox.errors import InvalidInputError
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import Attr, as_int, attr_map
+from nbox_trace.chakra.codec import EtReader
+from nbox_trace.errors import InvalidInputError
 
 __all__ = ["COMPUTE", "COLLECTIVE", "META", "RECV", "SEND", "CommInfo", "RankGraph", "load_rank"]
 

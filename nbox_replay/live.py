@@ -32,8 +32,8 @@ from types import MappingProxyType
 from typing import Any
 
 from emulator_core.scenario import Scenario, dump_toml
-from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
-from nbox.procs import root_error, run_with_deadline
+from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
+from nbox_trace.procs import root_error, run_with_deadline
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "replay_live"]
 

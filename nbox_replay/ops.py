@@ -41,10 +41,10 @@ from typing import Any
 
 import torch
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import attr_map
-from nbox_replay.children import TRUNCATED_ATTR, BuildError, CompositeRunnable, child_nodes
+from nbox_replay.children import TRUNCATED_ATTR, BuildError, child_nodes
 from nbox_replay.graph import COMPUTE, RankGraph
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import attr_map
 
 __all__ = ["BuildError", "CompositeRunnable", "LiveOps", "Runnable", "TensorPool", "TensorSpec", "build_node",
            "build_runnable", "parse_dtype", "prepare"]
@@ -252,6 +252,22 @@ class Runnable:
             pool.put(self.outputs[0], result)
         else:
             pool.put(self.outputs, result if isinstance(result, (list, tuple)) else [result])
+
+
+@dataclass
+class CompositeRunnable:
+    """A recorded node run as its children, in recorded order, on one pool (module docstring)."""
+
+    position: int
+    node_id: int
+    name: str
+    children: list[Runnable]
+    sources: list[pb.Node]  # the child nodes (their recorded inputs and outputs: tensor lifetimes)
+
+    def run(self, pool: TensorPool) -> None:
+        """Run every child; the first that raises stops the node (the caller then falls back)."""
+        for child in self.children:
+            child.run(pool)
 
 
 def _json_list(text: str, what: str) -> list[Any]:

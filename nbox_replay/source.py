@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbox.bundle import MANIFEST_NAME, Manifest, read_manifest, trace_prefix
-from nbox.chakra.tracefiles import TraceSet, resolve_trace_set
-from nbox.chakra.validate import inspect_trace
-from nbox.errors import InputNotFoundError
 from nbox_replay.graph import ReplayInputError
+from nbox_trace.bundle import MANIFEST_NAME, Manifest, read_manifest, trace_prefix
+from nbox_trace.chakra.tracefiles import TraceSet, resolve_trace_set
+from nbox_trace.check import inspect_trace
+from nbox_trace.errors import InputNotFoundError
 
 __all__ = ["ReplaySource", "open_source"]
 

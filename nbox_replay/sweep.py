@@ -38,9 +38,9 @@ from typing import Any
 
 from emulator_core.pricing import with_world_size
 from emulator_core.scenario import Scenario, ScenarioError, load_scenario, parse_override
-from nbox.errors import InvalidInputError, NboxError
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.virtual import SimResult, simulate
+from nbox_trace.errors import InvalidInputError, NboxError
 
 __all__ = ["Axis", "SweepConfig", "SweepError", "SweepRow", "SweepWriteError", "format_table", "parse_axis",
            "run_sweep", "write_csv", "write_plot"]

@@ -34,9 +34,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nbox.errors import NboxError
 from nbox_replay.graph import COLLECTIVE, COMPUTE, META, RECV, SEND, RankGraph
 from nbox_replay.virtual import CollectiveAnswer, RankResult, SimResult
+from nbox_trace.errors import NboxError
 
 __all__ = ["TimelineWriteError", "answers_by_node", "rank_timeline", "write_timelines"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.scenario import Scenario
-from nbox.errors import InvalidInputError
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph
+from nbox_trace.errors import InvalidInputError
 
 __all__ = ["RankResult", "ReplayDeadlock", "SimResult", "retarget", "simulate"]
 

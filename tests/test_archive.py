@@ -1,4 +1,4 @@
-"""nbox.archive: round trips on the shipped bundles, a generated hostile corpus, memory bounds, a fuzz test.
+"""nbox_trace.archive: round trips on the shipped bundles, a generated hostile corpus, memory bounds, a fuzz test.
 
 The hostile archives are crafted here byte by byte (raw ustar headers, gzip by hand), never stored.
 """
@@ -24,9 +24,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbox.archive import ARCHIVE_SUFFIX, ArchiveError, ArchiveLimits, pack_bundle, read_archive_manifest, unpack_bundle
-from nbox.bundle import BundleError, BundleWriteError, Manifest, read_manifest, verify_files, write_bundle
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.archive import (
+    ARCHIVE_SUFFIX,
+    ArchiveError,
+    ArchiveLimits,
+    pack_bundle,
+    read_archive_manifest,
+    unpack_bundle,
+)
+from nbox_trace.bundle import BundleError, BundleWriteError, Manifest, read_manifest, verify_files, write_bundle
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ["ddp_mlp", "ddp_transformer", "fsdp2_transformer"]
@@ -271,7 +278,7 @@ def test_a_million_members_are_refused_at_the_member_cap(many_members: Path, tmp
 
 CHILD = """
 import resource, sys
-from nbox.archive import ArchiveError, ArchiveLimits, unpack_bundle
+from nbox_trace.archive import ArchiveError, ArchiveLimits, unpack_bundle
 limits = ArchiveLimits(**{k: int(v) for k, v in (a.split("=") for a in sys.argv[3:])})
 try:
     unpack_bundle(sys.argv[1], sys.argv[2], limits=limits)

@@ -1,4 +1,4 @@
-"""Unit tests of nbox.chakra.attrs: the attribute contract, typed reads, make_attr/set_attr."""
+"""Unit tests of nbox_trace.chakra.attrs: the attribute contract, typed reads, make_attr/set_attr."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import (
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import (
     CONTRACT_KINDS,
     INT_KINDS,
     Attr,
@@ -21,7 +21,7 @@ from nbox.chakra.attrs import (
     read_int,
     set_attr,
 )
-from nbox.errors import InvalidInputError, NboxError, TraceValueError
+from nbox_trace.errors import InvalidInputError, NboxError, TraceValueError
 
 ONEOF_FIELDS = {f.name: f for f in pb.AttributeProto.DESCRIPTOR.oneofs_by_name["value"].fields}
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox import bundle as B
-from nbox.errors import InputNotFoundError, NboxError
+from nbox_trace import bundle as B
+from nbox_trace.errors import InputNotFoundError, NboxError
 
 
 def _manifest() -> B.Manifest:

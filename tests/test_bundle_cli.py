@@ -66,8 +66,8 @@ def test_verify_fails_with_exit_1_naming_the_tampered_file(tmp_path: Path) -> No
 
 
 def test_verify_finds_collective_sequences_that_disagree_across_ranks(tmp_path: Path) -> None:
-    from nbox.bundle import read_manifest, write_bundle
-    from nbox.chakra.codec import EtReader, EtWriter
+    from nbox_trace.bundle import read_manifest, write_bundle
+    from nbox_trace.chakra.codec import EtReader, EtWriter
 
     m = read_manifest(DDP)
     edited = tmp_path / "trace.1.et"

@@ -1,4 +1,4 @@
-"""nbox.bundle_diff: what differs between two bundles, and which differences explain the time."""
+"""nbox_trace.bundle_diff: what differs between two bundles, and which differences explain the time."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from nbox.bundle import read_manifest, write_bundle
-from nbox.bundle_diff import DIFF_SCHEMA, diff_bundles, op_family
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import find_attr
-from nbox.chakra.codec import EtReader, EtWriter
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.bundle import read_manifest, write_bundle
+from nbox_trace.bundle_diff import DIFF_SCHEMA, diff_bundles, op_family
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import find_attr
+from nbox_trace.chakra.codec import EtReader, EtWriter
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 MLP, TRANSFORMER = TRACES / "ddp_mlp", TRACES / "ddp_transformer"

@@ -1,4 +1,4 @@
-"""nbox.bundle_inspect: manifest facts, per-rank trace summaries and size on disk of a bundle."""
+"""nbox_trace.bundle_inspect: manifest facts, per-rank trace summaries and size on disk of a bundle."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nbox.bundle import MANIFEST_NAME, read_manifest, trace_prefix
-from nbox.bundle_inspect import INSPECT_SCHEMA, inspect_bundle
-from nbox.chakra.validate import inspect_trace
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.bundle import MANIFEST_NAME, read_manifest, trace_prefix
+from nbox_trace.bundle_inspect import INSPECT_SCHEMA, inspect_bundle
+from nbox_trace.check import inspect_trace
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 BUNDLES = sorted(p.name for p in TRACES.iterdir() if (p / MANIFEST_NAME).is_file())

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import make_attr
-from nbox.chakra.codec import EtReader, encode_delimited, read_et, write_et
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import make_attr
+from nbox_trace.chakra.codec import EtReader, encode_delimited, read_et, write_et
 
 _SPEC = importlib.util.find_spec("chakra")
 _LOCATIONS = [Path(p) for p in (_SPEC.submodule_search_locations or [])] if _SPEC is not None else []

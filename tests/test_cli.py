@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import make_attr
-from nbox.chakra.codec import write_et
-from nbox.chakra.validate import REPORT_SCHEMA
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import make_attr
+from nbox_trace.chakra.codec import write_et
+from nbox_trace.check import REPORT_SCHEMA
 
 SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
 CHAKRA_ET = SAMPLES / "chakra_et"
@@ -102,7 +102,7 @@ def test_trace_inspect_help_exits_0() -> None:
 
 
 def test_version() -> None:
-    from nbox import __version__
+    from nbox_trace import __version__
 
     proc = nbox("--version")
     assert proc.returncode == 0
@@ -189,7 +189,7 @@ def test_human_output_lists_problems(dangling_trace: Path) -> None:
 
 @needs_samples
 def test_json_on_a_sample_matches_library() -> None:
-    from nbox.chakra.validate import inspect_trace
+    from nbox_trace.check import inspect_trace
 
     proc = nbox("trace", "inspect", GLOO / "chakra_trace", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""Unit tests of nbox.chakra.codec: real sample files, round trips, bad input, the atomic writer."""
+"""Unit tests of nbox_trace.chakra.codec: real sample files, round trips, bad input, the atomic writer."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import Attr, attr_map, find_attr, read_comm_type, read_int
-from nbox.chakra.codec import (
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import Attr, attr_map, find_attr, read_comm_type, read_int
+from nbox_trace.chakra.codec import (
     MAX_KNOWN_NODE_TYPE,
     EtReader,
     EtWriter,
@@ -23,7 +23,7 @@ from nbox.chakra.codec import (
     read_et,
     write_et,
 )
-from nbox.errors import NboxError, TraceDecodeError, TraceLimitError, TraceWriteError
+from nbox_trace.errors import NboxError, TraceDecodeError, TraceLimitError, TraceWriteError
 
 MiB = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"

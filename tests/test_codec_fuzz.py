@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from nbox.chakra import codec
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import CONTRACT_KINDS, make_attr
-from nbox.chakra.codec import EtReader, ZeroLengthMessage, encode_delimited, read_et, write_et
-from nbox.errors import NboxError, TraceDecodeError
+from nbox_trace.chakra import codec
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import CONTRACT_KINDS, make_attr
+from nbox_trace.chakra.codec import EtReader, ZeroLengthMessage, encode_delimited, read_et, write_et
+from nbox_trace.errors import NboxError, TraceDecodeError
 
 #: A few real samples covering the shapes seen in the wild (small comm nodes, SEND/RECV, a data_deps DAG,
 #: wrong attribute kinds, a METADATA node with big IOInfo strings).
@@ -276,7 +276,7 @@ def test_framing_with_tiny_read_chunks(
     """Zero-length messages are recorded with their exact offset and index, nodes come back in order,
     and an error after them names the right offset and index, whatever the read-chunk size."""
     if not hasattr(codec, "_CHUNK_BYTES"):
-        pytest.skip("nbox.chakra.codec._CHUNK_BYTES (the read-chunk size this test shrinks) is gone")
+        pytest.skip("nbox_trace.chakra.codec._CHUNK_BYTES (the read-chunk size this test shrinks) is gone")
     metadata = pb.GlobalMetadata(version="0.0.4")
     data = bytearray(encode_delimited(metadata))
     expected_nodes: list[pb.Node] = []

@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import attr_map
-from nbox.chakra.codec import read_et, write_et
-from nbox.chakra.validate import inspect_trace
-from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_record.convert import SINGLETON_PG_BASE, RankConversion, convert_rank
 from nbox_record.hostet import schema_arg_names
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import attr_map
+from nbox_trace.chakra.codec import read_et, write_et
+from nbox_trace.check import inspect_trace
+from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 
 SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
 MEGATRON = SAMPLES / "pytorch_et" / "megatron_tp8_nccl"

@@ -226,8 +226,8 @@ def test_a_call_the_emulator_cannot_answer_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_o_writes_a_bundle_of_the_emulated_run_that_verifies_and_replays(tmp_path: Path) -> None:
-    from nbox.bundle import read_manifest, trace_prefix, verify_files
-    from nbox.chakra.validate import inspect_trace
+    from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
+    from nbox_trace.check import inspect_trace
 
     out = tmp_path / "emulated.bundle"
     doc = emulate_json("--world-size", 8, "--real-ranks", "0,4", "-o", out)

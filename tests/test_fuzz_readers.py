@@ -5,14 +5,14 @@ inputs that get past the decoders and reach the checks behind them:
 
 * manifests: byte mutations of the shipped manifests; JSON built close to the real schema (right keys with
   wrong types, huge/negative numbers, deep nesting, odd versions, hostile file paths) through
-  :func:`nbox.bundle.parse_manifest`; real directories whose listed files are missing, symlinks,
+  :func:`nbox_trace.bundle.parse_manifest`; real directories whose listed files are missing, symlinks,
   directories or the wrong size through :func:`read_manifest` + :func:`verify_files`;
 * ET: valid ``Node`` messages with hostile graphs and attributes (self/missing/cyclic deps, duplicate
   ids, out-of-range enums, wrong attribute kinds, huge sizes, process-group METADATA payloads), framed with
   :func:`encode_delimited`, sometimes with a lying length prefix or gzip, through ``inspect_rank`` and
   ``inspect_trace``.
 
-The contract in every case: the reader returns, or raises an :class:`~nbox.errors.NboxError` whose message
+The contract in every case: the reader returns, or raises an :class:`~nbox_trace.errors.NboxError` whose message
 names the file; never another exception, and nothing is written outside the case's own directory.
 
 ``NBOX_FUZZ_EXAMPLES`` overrides the number of examples of every test
@@ -35,12 +35,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbox.bundle import MANIFEST_NAME, Manifest, parse_manifest, read_manifest, verify_files
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import CONTRACT_KINDS
-from nbox.chakra.codec import _varint, encode_delimited
-from nbox.chakra.validate import PG_INIT_NODE, SPLIT_ATTRS, inspect_rank, inspect_trace
-from nbox.errors import NboxError
+from nbox_trace.bundle import MANIFEST_NAME, Manifest, parse_manifest, read_manifest, verify_files
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import CONTRACT_KINDS
+from nbox_trace.chakra.codec import _varint, encode_delimited
+from nbox_trace.check import inspect_rank, inspect_trace
+from nbox_trace.contract import PG_INIT_NODE, SPLIT_ATTRS
+from nbox_trace.errors import NboxError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MANIFEST_SOURCES = sorted((REPO_ROOT / "traces").glob("*/manifest.json"))

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from nbox.bundle import read_manifest, trace_prefix, verify_files
-from nbox.chakra import pb, read_et
-from nbox.chakra.attrs import attr_map
-from nbox.chakra.validate import inspect_trace
+from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
+from nbox_trace.chakra import pb, read_et
+from nbox_trace.chakra.attrs import attr_map
+from nbox_trace.check import inspect_trace
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]

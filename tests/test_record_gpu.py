@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.integration,
 
 
 def test_one_gpu_nccl_recording(tmp_path: Path) -> None:
-    from nbox.bundle import read_manifest, trace_prefix, verify_files
-    from nbox.chakra import pb, read_et
-    from nbox.chakra.attrs import attr_map
-    from nbox.chakra.validate import inspect_trace
+    from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
+    from nbox_trace.chakra import pb, read_et
+    from nbox_trace.chakra.attrs import attr_map
+    from nbox_trace.check import inspect_trace
 
     out = tmp_path / "gpu.bundle"
     proc = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", "1", "--backend", "nccl",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nbox.procs import root_error
 from nbox_record import launcher as L
 from nbox_record import rawformat as raw
+from nbox_trace.procs import root_error
 
 
 def cfg(tmp_path: Path, **kw: object) -> L.RecordConfig:
@@ -45,7 +45,7 @@ def test_launch_goes_through_torchrun_with_no_restarts(tmp_path: Path) -> None:
 
 
 def test_missing_script_is_not_found(tmp_path: Path) -> None:
-    from nbox.errors import InputNotFoundError
+    from nbox_trace.errors import InputNotFoundError
 
     with pytest.raises(InputNotFoundError, match=r"nope\.py"):
         L.script_path(cfg(tmp_path, script=tmp_path / "nope.py"))

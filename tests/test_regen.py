@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nbox.chakra import _regen
+from nbox_trace.chakra import _regen
 
 COMMITTED = Path(_regen.__file__).resolve().parent
 
@@ -20,8 +20,8 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def test_repo_root_holds_the_proto() -> None:
-    assert (_regen.repo_root() / "nbox" / "chakra" / "et_def.proto").is_file()
-    assert _regen.repo_root() / "nbox" / "chakra" == COMMITTED
+    assert (_regen.repo_root() / "nbox_trace" / "chakra" / "et_def.proto").is_file()
+    assert _regen.repo_root() / "nbox_trace" / "chakra" == COMMITTED
 
 
 def test_generates_both_files(generated: list[Path]) -> None:
@@ -33,7 +33,7 @@ def test_generates_both_files(generated: list[Path]) -> None:
 def test_regenerated_file_is_byte_identical(generated: list[Path], name: str) -> None:
     (fresh,) = [p for p in generated if p.name == name]
     assert fresh.read_bytes() == (COMMITTED / name).read_bytes(), (
-        f"nbox/chakra/{name} is stale or hand-edited: run `python -m nbox.chakra._regen`"
+        f"nbox_trace/chakra/{name} is stale or hand-edited: run `python -m nbox_trace.chakra._regen`"
     )
 
 

@@ -14,16 +14,15 @@ import torch
 
 from emulator_core.pricing import with_world_size
 from emulator_core.scenario import load_scenario
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import attr_map, set_attr
-from nbox.chakra.codec import write_et
-from nbox.errors import NboxError
 from nbox_record import convert as convert_mod
 from nbox_record.convert import convert_rank
-from nbox_replay.children import CompositeRunnable
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.live import LiveConfig, LiveConfigError, LiveReplayError, replay_live
-from nbox_replay.ops import BuildError, TensorSpec, parse_dtype, prepare
+from nbox_replay.ops import BuildError, CompositeRunnable, TensorSpec, parse_dtype, prepare
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import attr_map, set_attr
+from nbox_trace.chakra.codec import write_et
+from nbox_trace.errors import NboxError
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "traces" / "ddp_mlp"

@@ -12,14 +12,14 @@ import pytest
 
 from emulator_core.pricing import group_shape, price_group
 from emulator_core.scenario import SCENARIOS_DIR, load_scenario
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import set_attr
-from nbox.chakra.codec import write_et
-from nbox.errors import InputNotFoundError
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, resize, run_replay
 from nbox_replay.source import ReplayInputError, open_source
 from nbox_replay.virtual import ReplayDeadlock, simulate
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import set_attr
+from nbox_trace.chakra.codec import write_et
+from nbox_trace.errors import InputNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"

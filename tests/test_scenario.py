@@ -23,7 +23,7 @@ from emulator_core.scenario import (
     parse_override,
     shipped_scenarios,
 )
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 BASE = """\
 world_size = 16

@@ -1,4 +1,4 @@
-"""Tests of nbox.chakra.tracefiles: from what a user typed to the per-rank files of one trace."""
+"""Tests of nbox_trace.chakra.tracefiles: from what a user typed to the per-rank files of one trace."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox.chakra.tracefiles import TraceSet, resolve_trace_set, split_rank_name
-from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
+from nbox_trace.chakra.tracefiles import TraceSet, resolve_trace_set, split_rank_name
+from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 
 SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
 

@@ -1,4 +1,4 @@
-"""Tests of nbox.chakra.validate: trace summaries, per-rank problems and cross-rank checks.
+"""Tests of nbox_trace.check: trace summaries, per-rank problems and cross-rank checks.
 
 Three groups:
 
@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import attr_map, make_attr
-from nbox.chakra.codec import EtWriter, encode_delimited, read_et, write_et
-from nbox.chakra.validate import (
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import attr_map, make_attr
+from nbox_trace.chakra.codec import EtWriter, encode_delimited, read_et, write_et
+from nbox_trace.check import (
     MAX_PROBLEMS_PER_CODE,
-    PG_INIT_NODE,
     REPORT_SCHEMA,
     Problem,
     RankReport,
@@ -31,7 +30,8 @@ from nbox.chakra.validate import (
     inspect_trace,
     iter_problem_lines,
 )
-from nbox.errors import TraceDecodeError, TraceWriteError
+from nbox_trace.contract import PG_INIT_NODE
+from nbox_trace.errors import TraceDecodeError, TraceWriteError
 
 SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
 CHAKRA_ET = SAMPLES / "chakra_et"
@@ -645,8 +645,8 @@ def test_deeply_nested_pg_init_is_a_warning_not_a_crash(tmp_path: Path) -> None:
     pytest.param('{"1": [' + "1" * 5000 + "]}", id="huge-integer"),
 ])
 def test_comm_group_json_hostile_content_is_invalid_input(tmp_path: Path, text: str) -> None:
-    from nbox.chakra.validate import load_comm_groups
-    from nbox.errors import InvalidInputError
+    from nbox_trace.check import load_comm_groups
+    from nbox_trace.errors import InvalidInputError
 
     cg = tmp_path / "cg.json"
     cg.write_text(text)
@@ -655,7 +655,7 @@ def test_comm_group_json_hostile_content_is_invalid_input(tmp_path: Path, text: 
 
 
 def test_missing_comm_group_file_is_input_not_found(tmp_path: Path) -> None:
-    from nbox.errors import InputNotFoundError
+    from nbox_trace.errors import InputNotFoundError
 
     write_rank(tmp_path / "t.0.et", [mk(1)])
     with pytest.raises(InputNotFoundError):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nbox.chakra import pb, write_et
-from nbox.chakra.attrs import make_attr
+from nbox_trace.chakra import pb, write_et
+from nbox_trace.chakra.attrs import make_attr
 
 OUT = Path(__file__).resolve().parent / "synthetic_ddp_mlp"
 BATCH, D_IN, D_HID = 64, 512, 1024

@@ -6,7 +6,7 @@ length as a base-128 varint (protobuf's "delimited" framing); first one ``Global
 (detected by the gzip magic bytes, never by the file name).
 
 Every byte is untrusted: the reader caps the size of one message and the inflated size of a gzip
-stream, checks varints and enum values, and raises :class:`~nbox.errors.TraceDecodeError` naming
+stream, checks varints and enum values, and raises :class:`~nbox_trace.errors.TraceDecodeError` naming
 the file, the byte offset and the node index. A zero-length message is *not* end of file (that is
 the Chakra reader's bug that silently drops every later node): it is skipped and recorded in
 :attr:`EtReader.zero_length_messages` so validation can report it.
@@ -27,8 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Protocol
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.errors import TraceDecodeError, TraceLimitError, TraceWriteError
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.errors import TraceDecodeError, TraceLimitError, TraceWriteError
 
 Node = pb.Node
 GlobalMetadata = pb.GlobalMetadata

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from nbox.bundle import (
+from nbox_trace.bundle import (
     MANIFEST_NAME,
     MAX_FILES,
     MAX_MANIFEST_BYTES,
@@ -41,7 +41,7 @@ from nbox.bundle import (
     staged_directory,
     verify_files,
 )
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 ARCHIVE_SUFFIX = ".nbox"
 BLOCK = 512

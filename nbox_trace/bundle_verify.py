@@ -5,8 +5,8 @@ verifies only when every check holds. A check that cannot run because an earlier
 reported as skipped (a failure), never as passed.
 
 1. ``archive`` (archives only): unpacked member by member against the manifest into a temporary
-   directory (:func:`nbox.archive.unpack_bundle`: names, types, caps, sizes, streamed sha256).
-2. ``manifest``: valid JSON of schema ``nbox.bundle``, a version this nbox reads (older ones are
+   directory (:func:`nbox_trace.archive.unpack_bundle`: names, types, caps, sizes, streamed sha256).
+2. ``manifest``: valid JSON of schema ``nbox_trace.bundle``, a version this nbox reads (older ones are
    migrated; a newer major is refused naming the nbox that wrote it), every key of the right type.
 3. ``files``: every file the manifest lists and no other; each a regular file whose size matches
    (sizes are compared before any hashing), then its sha256, streamed.
@@ -26,9 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbox.bundle import COMM_GROUP_NAME, TRACE_PREFIX, BundleError, Manifest, read_manifest, trace_prefix, verify_files
-from nbox.chakra.validate import Problem, TraceReport, inspect_trace, iter_problem_lines
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.bundle import (
+    COMM_GROUP_NAME,
+    TRACE_PREFIX,
+    BundleError,
+    Manifest,
+    read_manifest,
+    trace_prefix,
+    verify_files,
+)
+from nbox_trace.check import Problem, TraceReport, inspect_trace, iter_problem_lines
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 #: Version of the JSON document :meth:`VerifyReport.to_dict` produces.
 VERIFY_SCHEMA = "nbox.bundle-verify/1"
@@ -171,7 +179,7 @@ def verify_bundle(bundle: str | os.PathLike[str]) -> VerifyReport:
     path = Path(bundle)
     if path.is_dir():
         return _verify_dir(path, str(path), [])
-    from nbox.archive import ArchiveError, bundle_directory
+    from nbox_trace.archive import ArchiveError, bundle_directory
 
     if not path.is_file():
         raise InputNotFoundError(f"{path}: no such bundle directory or archive")

@@ -1,7 +1,8 @@
 """``nbox bundle inspect|verify|pack|unpack|diff|anonymize``: thin commands over the bundle library.
 
-Each parses its arguments, calls one library function (:mod:`nbox.bundle_inspect`,
-:mod:`nbox.bundle_verify`, :mod:`nbox.archive`, :mod:`nbox.bundle_diff`, :mod:`nbox.anonymize`) and
+Each parses its arguments, calls one library function (:mod:`nbox_trace.bundle_inspect`,
+:mod:`nbox_trace.bundle_verify`, :mod:`nbox_trace.archive`, :mod:`nbox_trace.bundle_diff`,
+:mod:`nbox_trace.anonymize`) and
 prints the result: human text on stderr, or exactly one JSON document on stdout with ``--json``.
 Commands that read a bundle accept a directory or a ``.nbox`` archive (unpacked, checked, into a
 temporary directory that is removed afterwards).
@@ -18,11 +19,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from nbox.cli.app import EXIT_PROBLEMS, app
+
 bundle_app = typer.Typer(help="Share trace bundles: inspect, verify, pack, unpack, diff, anonymize.",
                          no_args_is_help=True)
+app.add_typer(bundle_app, name="bundle")
 
 _JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-EXIT_PROBLEMS = 1
 
 
 def _emit(doc: dict[str, Any], lines: list[str], json_out: bool) -> None:
@@ -33,7 +36,7 @@ def _emit(doc: dict[str, Any], lines: list[str], json_out: bool) -> None:
 
 
 def _as_directory(path: Path) -> contextlib.AbstractContextManager[Path]:
-    from nbox.archive import bundle_directory
+    from nbox_trace.archive import bundle_directory
 
     return bundle_directory(path)
 
@@ -51,7 +54,7 @@ def inspect_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or
     """
     import dataclasses
 
-    from nbox.bundle_inspect import inspect_bundle
+    from nbox_trace.bundle_inspect import inspect_bundle
 
     with _as_directory(bundle) as root:
         summary = dataclasses.replace(inspect_bundle(root), path=str(bundle))
@@ -70,7 +73,7 @@ def verify_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or 
 
       nbox bundle verify traces/ddp_mlp --json
     """
-    from nbox.bundle_verify import verify_bundle
+    from nbox_trace.bundle_verify import verify_bundle
 
     report = verify_bundle(bundle)
     _emit(report.to_dict(), report.lines(), json_out)
@@ -89,7 +92,7 @@ def pack_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory (it m
 
       nbox bundle pack traces/ddp_mlp -o ddp_mlp.nbox
     """
-    from nbox.archive import pack_bundle
+    from nbox_trace.archive import pack_bundle
 
     path = pack_bundle(bundle, out, overwrite=overwrite)
     size = path.stat().st_size
@@ -109,7 +112,7 @@ def unpack_cmd(archive: Annotated[Path, typer.Argument(help="The .nbox archive."
 
       nbox bundle unpack received.nbox received/
     """
-    from nbox.archive import unpack_bundle
+    from nbox_trace.archive import unpack_bundle
 
     path = unpack_bundle(archive, out, overwrite=overwrite)
     _emit({"bundle": str(path)}, [f"unpacked {archive} into {path} (every file checked against the manifest)"],
@@ -129,7 +132,7 @@ def diff_cmd(a: Annotated[Path, typer.Argument(help="Bundle A (directory or .nbo
 
       nbox bundle diff last_week.nbox today/
     """
-    from nbox.bundle_diff import diff_bundles
+    from nbox_trace.bundle_diff import diff_bundles
 
     with _as_directory(a) as root_a, _as_directory(b) as root_b:
         d = diff_bundles(root_a, root_b)
@@ -159,8 +162,8 @@ def anonymize_cmd(
 
       nbox bundle anonymize run2/ -o run2.anon --key-file team.key --level strict
     """
-    from nbox.anonymize import AnonymizeConfig, anonymize_bundle
-    from nbox.errors import InvalidInputError, NboxError
+    from nbox_trace.anonymize import AnonymizeConfig, anonymize_bundle
+    from nbox_trace.errors import InvalidInputError, NboxError
 
     if key_file is not None and save_key is not None:
         raise typer.BadParameter("--key-file and --save-key: give one (the key is already in the key file)")

@@ -1,7 +1,7 @@
 """Summarize one bundle: the manifest's facts, a per-rank summary of its traces, and its size on disk.
 
-:func:`inspect_bundle` is a pure function over a bundle directory (see :mod:`nbox.bundle`): it reads
-``manifest.json`` (validating it, migrating older versions), runs :func:`nbox.chakra.validate.inspect_trace`
+:func:`inspect_bundle` is a pure function over a bundle directory (see :mod:`nbox_trace.bundle`): it reads
+``manifest.json`` (validating it, migrating older versions), runs :func:`nbox_trace.check.inspect_trace`
 over ``trace/trace.<rank>.et`` with the bundle's ``comm_group.json``, and returns a frozen
 :class:`BundleSummary` whose :meth:`~BundleSummary.to_dict` is JSON-ready (schema
 :data:`INSPECT_SCHEMA`) and whose :meth:`~BundleSummary.lines` are for humans. Times in microseconds.
@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nbox.bundle import COMM_GROUP_NAME, MANIFEST_NAME, Manifest, read_manifest, trace_prefix
-from nbox.chakra.validate import RankReport, TraceReport, inspect_trace
+from nbox_trace.bundle import COMM_GROUP_NAME, MANIFEST_NAME, Manifest, read_manifest, trace_prefix
+from nbox_trace.check import RankReport, TraceReport, inspect_trace
 
 #: Version of the JSON document :meth:`BundleSummary.to_dict` produces.
 INSPECT_SCHEMA = "nbox.bundle-inspect/1"

@@ -1,6 +1,6 @@
 """Trace bundles: per-rank Chakra ETs plus ``manifest.json``, written atomically, read as untrusted.
 
-Layout of a bundle directory (schema ``nbox.bundle`` 1.x)::
+Layout of a bundle directory (schema ``nbox_trace.bundle`` 1.x)::
 
     manifest.json           the facts below, and a sha256 + size for every other file
     trace/trace.<rank>.et   one Chakra ET per recorded rank (``prefix`` = ``trace/trace``)
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nbox import __version__
-from nbox.errors import InputNotFoundError, InvalidInputError, NboxError
+from nbox_trace import __version__
+from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 
 BUNDLE_SCHEMA = "nbox.bundle"
 #: major.minor. A reader refuses a newer major (it may mean anything); a newer minor only adds keys.
@@ -368,5 +368,5 @@ def verify_files(bundle: str | os.PathLike[str], manifest: Manifest) -> list[str
 
 
 def trace_prefix(bundle: str | os.PathLike[str]) -> Path:
-    """The ``<prefix>`` of the bundle's per-rank traces, for nbox.chakra.validate.inspect_trace."""
+    """The ``<prefix>`` of the bundle's per-rank traces, for nbox_trace.check.inspect_trace."""
     return Path(bundle) / TRACE_PREFIX

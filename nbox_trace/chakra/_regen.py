@@ -6,8 +6,8 @@ regenerates into a temporary folder and asserts the committed files are identica
 
 Usage (from the repository root, dev extra installed)::
 
-    python -m nbox.chakra._regen            # rewrite the committed files
-    python -m nbox.chakra._regen OUT_DIR    # write into OUT_DIR/nbox/chakra/ instead
+    python -m nbox_trace.chakra._regen            # rewrite the committed files
+    python -m nbox_trace.chakra._regen OUT_DIR    # write into OUT_DIR/nbox_trace/chakra/ instead
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 PINNED_PROTOC = "31.1"
-_PROTO_REL = "nbox/chakra/et_def.proto"
+_PROTO_REL = "nbox_trace/chakra/et_def.proto"
 
 
 def repo_root() -> Path:
-    """The folder that holds the ``nbox`` package (``-I`` root, so the proto is named ``nbox/chakra/...``)."""
+    """The folder that holds ``nbox_trace`` (the ``-I`` root, so the proto is named ``nbox_trace/chakra/...``)."""
     return Path(__file__).resolve().parents[2]
 
 
@@ -34,7 +34,7 @@ def generate(out_dir: Path) -> list[Path]:
     code = protoc.main(args)
     if code != 0:
         raise RuntimeError(f"protoc failed on {_PROTO_REL} with exit code {code}")
-    gen = out_dir / "nbox" / "chakra"
+    gen = out_dir / "nbox_trace" / "chakra"
     return [gen / "et_def_pb2.py", gen / "et_def_pb2.pyi"]
 
 

@@ -4,8 +4,8 @@ The converter's inputs (host ET, Kineto trace, ``collectives.json``) come from o
 other tools, so every read is capped: a plain file by its size on disk, a gzip file by the number of
 bytes it inflates to (read in pieces, so a gzip bomb costs at most the cap plus one piece). Gzip is
 recognized by its magic bytes, never by the file name. Nothing is evaluated or unpickled: the bytes
-go to :func:`json.loads` and nothing else. Every failure is an :class:`~nbox.errors.InvalidInputError`
-(or :class:`~nbox.errors.InputNotFoundError`) whose message starts with the file name.
+go to :func:`json.loads` and nothing else. Every failure is an :class:`~nbox_trace.errors.InvalidInputError`
+(or :class:`~nbox_trace.errors.InputNotFoundError`) whose message starts with the file name.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 #: Default cap on the (inflated) size of one JSON input: 1 GiB. A host ET of a large model is a few
 #: hundred MB; Python objects take ~10x the text, so more than this would not fit in memory anyway.

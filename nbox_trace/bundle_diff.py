@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nbox.bundle_inspect import BundleSummary, load_bundle, summarize
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.attrs import as_int, attr_map
-from nbox.chakra.codec import EtReader
-from nbox.chakra.validate import comm_type_name
+from nbox_trace.bundle_inspect import BundleSummary, load_bundle, summarize
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import as_int, attr_map
+from nbox_trace.chakra.codec import EtReader
+from nbox_trace.contract import comm_type_name
 
 #: Version of the JSON document :meth:`BundleDiff.to_dict` produces.
 DIFF_SCHEMA = "nbox.bundle-diff/1"

@@ -50,12 +50,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbox import __version__
-from nbox.bundle import COMM_GROUP_NAME, TRACE_PREFIX, Manifest, read_manifest, verify_files, write_bundle
-from nbox.chakra import et_def_pb2 as pb
-from nbox.chakra.codec import EtReader, EtWriter
-from nbox.chakra.validate import parse_pg_init
-from nbox.errors import InvalidInputError
+from nbox_trace import __version__
+from nbox_trace.bundle import COMM_GROUP_NAME, TRACE_PREFIX, Manifest, read_manifest, verify_files, write_bundle
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.codec import EtReader, EtWriter
+from nbox_trace.contract import parse_pg_init
+from nbox_trace.errors import InvalidInputError
 
 __all__ = ["LEVELS", "AnonymizeConfig", "AnonymizeError", "AnonymizeResult", "anonymize_bundle",
            "anonymize_scope", "find_strings"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nbox.chakra import et_def_pb2 as pb
-from nbox.errors import TraceValueError
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.errors import TraceValueError
 
 #: The oneof member each contract attribute must be written with.
 CONTRACT_KINDS: dict[str, str] = {

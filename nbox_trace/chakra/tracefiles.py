@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbox.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
 _MAX_RANK = 1 << 24

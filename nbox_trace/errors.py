@@ -1,7 +1,7 @@
 """The one exception family of nbox.
 
 The library raises only :class:`NboxError` subclasses for anything a user can cause (bad files,
-bad arguments, limits). Only ``nbox/cli.py`` turns them into a one- or two-line message and an
+bad arguments, limits). Only the CLI (``nbox/cli/``) turns them into a one- or two-line message and an
 exit code; each class carries the exit code the CLI uses, documented in the README:
 
 ====  =========================================================================

@@ -1,0 +1,66 @@
+"""The ``nbox`` command line's root: the typer app, its global options, and the entry point that turns a library
+error into a one- or two-line message and the exit code of its class (see ``nbox_trace/errors.py`` and the README).
+
+Each command group lives in its own module (``trace``, ``record``, ``scenario``, ``replay``, ``bundle``): thin
+commands that parse arguments into one frozen config and call one library function. Engines are imported lazily
+inside each command, so ``nbox --help`` never loads torch.
+
+Output conventions: human text on stderr (rich), ``--json`` prints exactly one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from nbox_trace import __version__
+from nbox_trace.errors import NboxError
+
+app = typer.Typer(
+    name="nbox",
+    help="Record-and-replay emulator for distributed deep-learning training (Chakra execution traces).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+#: Exit code of a command that ran and found problems (``--strict``), or whose check failed.
+EXIT_PROBLEMS = 1
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"nbox {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")]
+    = False,
+) -> None:
+    """Record-and-replay emulator for distributed deep-learning training.
+
+    Exit codes: 0 success; 1 problems found (--strict) or a check failed; 2 usage error;
+    3 invalid input (undecodable or over a limit); 4 input not found; 5 output not written.
+    """
+
+
+
+def main() -> None:
+    """Console-script entry point: run the app, turning NboxError into a short message + exit code."""
+    # `nbox record convert ...` is the hidden command `record-convert`: `record` itself takes a script
+    # and arbitrary script arguments, so it cannot also be a group of subcommands.
+    if sys.argv[1:3] == ["record", "convert"]:
+        sys.argv[1:3] = ["record-convert"]
+    try:
+        app()
+    except NboxError as exc:
+        sys.stderr.write(f"nbox: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("nbox: interrupted\n")
+        sys.exit(130)

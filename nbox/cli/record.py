@@ -1,0 +1,184 @@
+"""``nbox record``, ``nbox record convert`` and ``nbox emulate``: thin commands over :mod:`nbox_record`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from nbox.cli.app import EXIT_PROBLEMS, app
+
+_RECORD_EPILOG = """Examples:
+
+  nbox record  (the built-in DDP MLP on 2 gloo ranks)
+
+  nbox record --example fsdp2_transformer -o fsdp.bundle
+
+  nbox record -n 2 --iterations 20 -o run.bundle -- train.py --lr 0.1
+
+  nbox record convert et_0.json.gz kineto_0.json.gz et_1.json.gz kineto_1.json.gz -o imported.bundle
+"""
+
+
+def _say_record(msg: str) -> None:
+    sys.stderr.write(f"nbox record: {msg}\n")
+    sys.stderr.flush()
+
+
+@app.command("record", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             epilog=_RECORD_EPILOG)
+def record_cmd(
+    ctx: typer.Context,
+    script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        help="Training script, launched like torchrun (put `--` before it); none: --example.")] = None,
+    nproc_per_node: Annotated[int, typer.Option("-n", "--nproc-per-node", min=1, help="Ranks on this node.")] = 2,
+    nnodes: Annotated[str, typer.Option(help="torchrun --nnodes (e.g. 2 or 1:4).")] = "1",
+    node_rank: Annotated[int, typer.Option(help="torchrun --node-rank.", min=0)] = 0,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun c10d rendezvous host:port.")] = None,  # noqa: UP045
+    warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
+    iterations: Annotated[int, typer.Option(help="Clean (un-instrumented) iterations timed.", min=1)] = 10,
+    capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1)] = 1,
+    backend: Annotated[str, typer.Option(help="auto | gloo | nccl (auto: nccl with CUDA, else gloo).")] = "auto",
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
+    example: Annotated[str, typer.Option(help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer.")]
+    = "ddp_mlp",
+    run_to_end: Annotated[bool, typer.Option("--run-to-end", help="Let the script finish after the capture.")] = False,
+    keep_partial: Annotated[bool, typer.Option("--keep-partial", help="On failure, write a bundle marked incomplete.")]
+    = False,
+    keep_raw: Annotated[bool, typer.Option("--keep-raw", help="Keep the raw per-rank capture (debugging).")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing bundle.")] = False,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
+    = 900.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Record a short real run of an unmodified training script into a Chakra trace bundle.
+
+    Launches the script through torch.distributed.run with nbox's capture injected: W warm-up
+    iterations, K clean timed iterations (the observed iteration time), then the captured
+    iteration(s) with the execution-trace observer and Kineto; then the run stops (--run-to-end
+    lets it finish). Iterations end at each optimizer step; a script without one can call
+    `nbox_record.step()` once per iteration. `nbox record convert --help`: import existing traces.
+    """
+    from nbox_record.launcher import RecordConfig, record
+
+    name = script.stem if script is not None else example
+    try:
+        cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=tuple(ctx.args),
+                           example=example, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                           rdzv_endpoint=rdzv_endpoint, warmup=warmup, iterations=iterations, capture=capture,
+                           backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
+                           overwrite=overwrite, timeout_s=timeout)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    result = record(cfg, progress=_say_record)
+    doc = {"bundle": str(result.bundle), "ranks": result.ranks, "complete": result.complete,
+           "observed_iteration_median_us": result.observed_median_us, "wall_s": round(result.wall_s, 3),
+           "nodes_per_rank": {str(k): v for k, v in result.nodes_per_rank.items()}}
+    if json_out:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        state = "" if result.complete else " (INCOMPLETE: --keep-partial)"
+        sys.stderr.write(f"nbox record: wrote {result.bundle}{state}: ranks {result.ranks}, observed iteration "
+                         f"median {result.observed_median_us / 1000:.2f} ms, {result.wall_s:.1f} s wall\n"
+                         f"  inspect it: nbox trace inspect {result.bundle}/trace/trace\n")
+    if not result.complete:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+_EMULATE_EPILOG = """Examples:
+
+  nbox emulate --world-size 8 -n 2  (the built-in DDP MLP: 2 real gloo ranks, 6 emulated)
+
+  nbox emulate --world-size 64 --real-ranks 0,32 --example fsdp2_transformer --json
+
+  nbox emulate --world-size 16 --set topology.dims.0.bandwidth_gbps=10 -- train.py --lr 0.1
+
+  nbox emulate --world-size 64 -n 2 -o emulated.bundle && nbox replay emulated.bundle --world-size 1024
+"""
+
+
+@app.command("emulate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             epilog=_EMULATE_EPILOG)
+def emulate_cmd(
+    ctx: typer.Context,
+    world_size: Annotated[int, typer.Option(help="World size the script sees (W).", min=1)],
+    script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        help="Training script, unmodified (put `--` before it); none: --example.")] = None,
+    nproc: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "-n", "--nproc-per-node", min=1, help="Real ranks (N <= W; default: 1, or as many as --real-ranks).")]
+    = None,
+    real_ranks: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Global ranks the real processes play, comma list (default 0..N-1).")] = None,
+    what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
+    = None,
+    example: Annotated[str, typer.Option(help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer.")]
+    = "ddp_mlp",
+    warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
+    iterations: Annotated[int, typer.Option(help="Iterations timed (the run stops after them).", min=1)] = 10,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
+    = 300.0,
+    call_timeout: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="Longest wait for one collective (s), then the waiting rank fails naming it (default: --timeout/3).")]
+    = None,
+    out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "-o", "--out", help="Also capture one iteration and write a bundle of the emulated run here.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing -o bundle.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Run an unmodified training script on N real ranks as if the world were W (the rest emulated).
+
+    Whatever backend the script passes to init_process_group becomes nbox's emulated backend: the
+    script sees get_world_size() = W, its collectives complete at the time the scenario models.
+    Prints the iteration time (optimizer step to optimizer step, slowest real rank), its breakdown into
+    compute, exposed communication and CPU contention, and the modeled collectives. With -o, one more
+    iteration is captured after the timed ones and written as a bundle (kind "emulated": the traces of
+    the real ranks, named by the global ranks they played, in a world of W) that replays like a recorded one.
+    """
+    from nbox_record.emulate import EmulateConfig, emulate, format_text
+
+    try:
+        ranks = tuple(int(r) for r in real_ranks.split(",")) if real_ranks else ()
+        cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) or 1,
+                            real_ranks=ranks, script=script, script_args=tuple(ctx.args), example=example,
+                            scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
+                            timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    def say(message: str) -> None:
+        sys.stderr.write(f"nbox emulate: {message}\n")
+        sys.stderr.flush()
+
+    result = emulate(cfg, progress=say)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
+    sys.stderr.write(format_text(result) + "\n")
+
+
+@app.command("record-convert", hidden=True)
+def record_convert_cmd(
+    files: Annotated[list[Path], typer.Argument(help="HOST_ET.json[.gz] KINETO.json[.gz], one pair per rank.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")],
+    no_kineto: Annotated[bool, typer.Option("--no-kineto", help="Only host ETs are given (durations stay 0).")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing bundle.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """nbox record convert: import host-ET + Kineto pairs (Chakra's recipe) into a bundle.
+
+    Example: nbox record convert et_0.json.gz kineto_0.json.gz et_1.json.gz kineto_1.json.gz -o run.bundle
+    """
+    from nbox_record.importer import ConvertConfig, import_traces
+
+    if not no_kineto and len(files) % 2:
+        raise typer.BadParameter(f"expected HOST_ET KINETO pairs, got {len(files)} files (or pass --no-kineto)")
+    pairs = tuple((f, None) for f in files) if no_kineto else tuple(zip(files[::2], files[1::2], strict=True))
+    bundle, nodes = import_traces(ConvertConfig(pairs=pairs, out=out, overwrite=overwrite))
+    if json_out:
+        sys.stdout.write(json.dumps({"bundle": str(bundle), "nodes_per_rank": nodes}, indent=1) + "\n")
+    else:
+        sys.stderr.write(f"nbox record convert: wrote {bundle}: {len(nodes)} rank(s), nodes per rank {nodes}\n")
+

@@ -1,0 +1,143 @@
+"""``nbox scenario show|validate|cost`` and ``nbox calibrate``: thin commands over :mod:`emulator_core`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from nbox.cli.app import app
+from nbox.cli.trace import fmt_bytes, fmt_us
+
+scenario_app = typer.Typer(help="What-if scenarios: show, validate, and price a collective.", no_args_is_help=True)
+app.add_typer(scenario_app, name="scenario")
+_SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a key: a.b=c (repeatable).")]  # noqa: UP045
+
+
+@scenario_app.command("show")
+def scenario_show(
+    file: Annotated[Optional[Path], typer.Argument(help="Scenario TOML (default: the loopback one).")] = None,  # noqa: UP045
+    set_: _SetOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Print a scenario after overrides, as TOML (or --json) on stdout.
+
+    Example: nbox scenario show emulator_core/scenarios/dgx_h100_400g.toml --set world_size=2048
+    """
+    from emulator_core.scenario import dump_toml, load_scenario
+
+    scenario = load_scenario(file, tuple(set_ or ()))
+    sys.stdout.write(json.dumps(scenario.to_dict(), indent=1) + "\n" if json_out else dump_toml(scenario))
+
+
+@scenario_app.command("validate")
+def scenario_validate(
+    file: Annotated[Path, typer.Argument(help="Scenario TOML.")],
+    set_: _SetOpt = None,
+) -> None:
+    """Check a scenario; exit 0 when valid, 3 with the bad key named when not."""
+    from emulator_core.scenario import load_scenario
+
+    scenario = load_scenario(file, tuple(set_ or ()))
+    dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
+    sys.stderr.write(f"{file}: valid: world size {scenario.world_size} ({dims})\n")
+
+
+@scenario_app.command("cost")
+def scenario_cost(
+    collective: Annotated[str, typer.Argument(help="all_reduce, all_gather, reduce_scatter, all_to_all, ...")],
+    nbytes: Annotated[int, typer.Option("--bytes", help="Per-rank input bytes (all-gather: the shard).", min=0)],
+    world_size: Annotated[Optional[int], typer.Option(help="Price at this world size.", min=1)] = None,  # noqa: UP045
+    algorithm: Annotated[str, typer.Option(help="An algorithm, 'auto', or 'all'.")] = "all",
+    what_if: Annotated[Optional[Path], typer.Option(help="Scenario TOML (default: loopback).")] = None,  # noqa: UP045
+    set_: _SetOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Modeled time and bus bandwidth (nccl-tests style) of one collective, per algorithm.
+
+    Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
+    """
+    from emulator_core.pricing import price, with_world_size
+    from emulator_core.scenario import load_scenario
+
+    scenario = load_scenario(what_if, tuple(set_ or ()))
+    if world_size is not None:
+        scenario = with_world_size(scenario, world_size)
+    try:
+        prices, chosen = price(scenario, collective, nbytes, algorithm)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if json_out:
+        doc = {"collective": collective, "bytes": nbytes, "world_size": scenario.world_size, "auto": chosen,
+               "algorithms": [vars(p) for p in prices]}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    sys.stderr.write(f"{collective} of {fmt_bytes(nbytes)} per rank over {scenario.world_size} ranks "
+                     f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); auto picks {chosen}\n")
+    sys.stderr.write(f"  {'algorithm':<28}{'time':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}\n")
+    for p in prices:
+        mark = " *" if p.algorithm == chosen else ""
+        sys.stderr.write(f"  {p.algorithm + mark:<28}{fmt_us(round(p.time_us)):>12}{p.algbw_gbps:>12.2f}"
+                         f"{p.busbw_gbps:>12.2f}\n")
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Scenario fragment (TOML) to write.")],
+    nproc: Annotated[int, typer.Option("-n", "--nproc", help="Ranks to launch on this machine.", min=2)] = 2,
+    backend: Annotated[Optional[str], typer.Option(help="gloo | nccl (default: nccl with CUDA, else gloo).")]  # noqa: UP045
+    = None,
+    sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
+    = "1KiB..64MiB",
+    collectives: Annotated[str, typer.Option(help="Comma list (default: all measurable).")]
+    = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier,send_recv",
+    budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
+    = 600.0,
+    dimension: Annotated[str, typer.Option(help="Name of the topology dimension written.")] = "loopback",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
+
+    Prints the fit error per size (stderr, or --json); the TOML holds one dimension with the all_reduce
+    latency/bandwidth and a [[calibration]] entry per collective (factors and efficiency curve).
+
+    Examples:
+
+      nbox calibrate -n 2 -o loopback.toml
+
+      nbox calibrate --sizes 1KiB,64KiB --collectives all_reduce,all_gather -o small.toml --json
+    """
+    from dataclasses import replace
+
+    from emulator_core.calibrate import CalibrateConfig, calibrate, parse_sizes
+
+    cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
+                          collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
+                          timeout_s=timeout, dimension=dimension)  # bad input is refused before torch loads
+    if backend is None:
+        import torch  # only here: --help must not load torch
+
+        cfg = replace(cfg, backend="nccl" if torch.cuda.is_available() else "gloo")
+    if not json_out:
+        sys.stderr.write(f"nbox calibrate: measuring {len(cfg.collectives)} collective(s) x {len(cfg.sizes)} "
+                         f"size(s) on {cfg.nproc} {cfg.backend} rank(s)\n")
+    cmd = "nbox calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else None
+    result = calibrate(cfg, out, command=cmd)
+    if json_out:
+        doc = {"profile": str(result.path), "backend": cfg.backend, "nproc": cfg.nproc,
+               "wall_s": round(result.wall_s, 3), "torch": result.info.get("torch"),
+               "scenario": result.scenario.to_dict(),
+               "fits": [{"collective": f.collective, "algorithm": f.algorithm, "ranks": f.ranks,
+                         "latency_us": f.latency_us, "bandwidth_gbps": f.bandwidth_gbps,
+                         "median_abs_error_pct": f.median_abs_error_pct(),
+                         "points": [vars(p) for p in f.points]} for f in result.fits]}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    from emulator_core.calibrate import format_fits
+
+    sys.stderr.write(format_fits(result.fits) + f"\nnbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
+
