@@ -59,7 +59,8 @@ from typing import Any
 from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology, dump_toml
-from nbox_trace.errors import InvalidInputError, NboxError
+from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError
+from nbox_trace.files import write_atomic
 from nbox_trace.procs import root_error, run_with_deadline
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
@@ -91,10 +92,8 @@ class CalibrationError(NboxError):
     exit_code = 1
 
 
-class CalibrationWriteError(NboxError):
+class CalibrationWriteError(OutputWriteError):
     """The profile could not be written."""
-
-    exit_code = 5
 
 
 class CalibrateInputError(InvalidInputError):
@@ -658,27 +657,6 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
     return "\n".join(head) + "\n\n" + body
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename (never half-written).
-
-    Raises:
-        CalibrationWriteError: the folder or file cannot be written (exit code 5).
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise CalibrationWriteError(f"{path}: cannot write: {exc}") from None
-    return path
-
-
 @dataclass(frozen=True)
 class CalibrateResult:
     """What :func:`calibrate` did: the file, the scenario written, the fits, the worker facts, wall seconds."""
@@ -695,5 +673,5 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None)
     run = measure_run(config)
     fits = fit(run.measurements, config.nproc, config.backend)
     scenario = scenario_fragment(fits, nproc=config.nproc, dimension=config.dimension)
-    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command))
+    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command), error=CalibrationWriteError)
     return CalibrateResult(out, scenario, fits, run.info, run.wall_s)

@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import platform
@@ -107,6 +106,7 @@ from nbox_record.recordenv import (  # noqa: F401 - re-exported: the bootstrap's
     record_env,
 )
 from nbox_record.threadtime import ThreadTimes, thread_times_ns
+from nbox_trace.files import write_json_atomic
 
 if TYPE_CHECKING:
     from nbox_record.commlog import CollectiveLogger
@@ -136,23 +136,6 @@ class ErrorRecord(TypedDict):
 
 
 # -- files --------------------------------------------------------------------------------------------
-
-
-def write_json_atomic(path: Path, obj: object, *, durable: bool = True) -> None:
-    """Write strict JSON to a temporary name in the same folder, fsync (``durable``), then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = json.dumps(obj, indent=1, allow_nan=False)
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def _flush_everything() -> None:

@@ -21,7 +21,6 @@ this row's (> 1: faster than the first point).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import itertools
@@ -29,7 +28,6 @@ import math
 import os
 import re
 import statistics
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -40,7 +38,8 @@ from emulator_core.pricing import with_world_size
 from emulator_core.scenario import Scenario, ScenarioError, load_scenario, parse_override
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.virtual import SimResult, simulate
-from nbox_trace.errors import InvalidInputError, NboxError
+from nbox_trace.errors import InvalidInputError, OutputWriteError
+from nbox_trace.files import write_atomic
 
 __all__ = ["Axis", "SweepConfig", "SweepError", "SweepRow", "SweepWriteError", "format_table", "parse_axis",
            "run_sweep", "write_csv", "write_plot"]
@@ -58,10 +57,8 @@ class SweepError(InvalidInputError):
     """A sweep that cannot run as given (the message names the axis and value)."""
 
 
-class SweepWriteError(NboxError):
+class SweepWriteError(OutputWriteError):
     """A sweep output (CSV, PNG) could not be written."""
-
-    exit_code = 5
 
 
 @dataclass(frozen=True)
@@ -354,23 +351,6 @@ def _columns(rows: Sequence[SweepRow]) -> list[str]:
     return keys + [c for c in _FIGURE_COLUMNS if c not in keys]
 
 
-def _write_text_atomic(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise SweepWriteError(f"{path}: cannot write: {e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise SweepWriteError(f"{path}: cannot write: {e}") from None
-
-
 def write_csv(rows: Sequence[SweepRow], path: Path) -> Path:
     """Write the rows as CSV (header: axis keys, then :data:`_FIGURE_COLUMNS`; times in us). Atomic.
 
@@ -384,7 +364,7 @@ def write_csv(rows: Sequence[SweepRow], path: Path) -> Path:
     for row in rows:
         d = row.to_dict()
         writer.writerow([_csv_cell(d[c]) for c in cols])
-    _write_text_atomic(Path(path), buf.getvalue().encode("utf-8"))
+    write_atomic(Path(path), buf.getvalue(), error=SweepWriteError)
     return Path(path)
 
 
@@ -456,7 +436,7 @@ def write_plot(rows: Sequence[SweepRow], path_png: Path) -> list[Path]:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    _write_text_atomic(path_png, buf.getvalue())
+    write_atomic(path_png, buf.getvalue(), error=SweepWriteError)
     return [path_png, csv_path]
 
 

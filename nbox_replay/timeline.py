@@ -25,18 +25,16 @@ on one process group take sequence numbers 0, 1, 2, ... in node order, repetitio
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nbox_replay.graph import COLLECTIVE, COMPUTE, META, RECV, SEND, RankGraph
 from nbox_replay.virtual import CollectiveAnswer, RankResult, SimResult
-from nbox_trace.errors import NboxError
+from nbox_trace.errors import OutputWriteError
+from nbox_trace.files import write_atomic
 
 __all__ = ["TimelineWriteError", "answers_by_node", "rank_timeline", "write_timelines"]
 
@@ -44,10 +42,8 @@ __all__ = ["TimelineWriteError", "answers_by_node", "rank_timeline", "write_time
 COMM_TID_BASE = 1001
 
 
-class TimelineWriteError(NboxError):
+class TimelineWriteError(OutputWriteError):
     """A timeline file could not be written (exit code 5, like every output error)."""
-
-    exit_code = 5
 
 
 def _comm_key(g: RankGraph, i: int) -> str | None:
@@ -183,19 +179,6 @@ def rank_timeline(result: SimResult, g: RankGraph, *, label: str = "") -> dict[s
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a timeline is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_timelines(result: SimResult, graphs: Mapping[int, RankGraph], out_dir: Path, *, label: str) -> list[Path]:
     """Write ``out_dir/rank<r>.<label>.json`` for every rank replayed in ``result`` (sorted by rank).
 
@@ -218,9 +201,6 @@ def write_timelines(result: SimResult, graphs: Mapping[int, RankGraph], out_dir:
             continue
         doc = rank_timeline(result, g, label=label)
         path = out_dir / f"rank{rank}.{label}.json"
-        try:
-            _write_atomic(path, json.dumps(doc, allow_nan=False, separators=(",", ":")))
-        except OSError as e:
-            raise TimelineWriteError(f"{path}: cannot write the timeline: {e}") from None
+        write_atomic(path, json.dumps(doc, allow_nan=False, separators=(",", ":")), error=TimelineWriteError)
         written.append(path)
     return written

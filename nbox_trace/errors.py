@@ -74,3 +74,9 @@ class TraceWriteError(NboxError):
     """A trace could not be written, or the caller asked to write an invalid node."""
 
     exit_code = 5
+
+
+class OutputWriteError(NboxError):
+    """An output file or folder could not be written (see :func:`nbox_trace.files.write_atomic`)."""
+
+    exit_code = 5

@@ -28,6 +28,7 @@ from emulator_core.scenario import (
     loads_scenario,
     shipped_scenarios,
 )
+from nbox_trace.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [1024 * 4**k for k in range(9)]  # 1 KiB .. 64 MiB
@@ -263,7 +264,7 @@ def test_fragment_toml_loads_and_round_trips(tmp_path: Path) -> None:
     assert ar is not None and (ar.latency_factor, ar.bandwidth_factor) == (1.0, 1.0)
     text = cal.profile_toml(frag, fits, cal.CalibrateConfig(), {"torch": "x", "hostname": "h"})
     assert "# source: measured by `nbox calibrate" in text and "\nsize = 0\n" in text
-    path = cal.write_atomic(tmp_path / "sub" / "p.toml", text)
+    path = write_atomic(tmp_path / "sub" / "p.toml", text)
     assert load_scenario(path) == frag and loads_scenario(dump_toml(frag)) == frag
     assert load_scenario(path, ["world_size=16"]).topology.dims[0].size == 16
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["p.toml"]  # no temporary left behind
