@@ -106,6 +106,7 @@ from nbox_record.recordenv import (  # noqa: F401 - re-exported: the bootstrap's
     record_env,
 )
 from nbox_record.threadtime import ThreadTimes, thread_times_ns
+from nbox_trace.errors import OutputWriteError
 from nbox_trace.files import write_json_atomic
 
 if TYPE_CHECKING:
@@ -396,7 +397,7 @@ class Recorder:
             "process_groups": _process_groups(),
             "collectives": records,
         }
-        write_json_atomic(self.out_dir / rawformat.COLLECTIVES, log)
+        write_json_atomic(self.out_dir / rawformat.COLLECTIVES, log, durable=True)
         if comm.errors:
             print(f"nbox: rank {self.rank}: {len(comm.errors)} collective(s) could not be described; first: "
                   f"{comm.errors[0]}", file=sys.stderr)
@@ -411,10 +412,10 @@ class Recorder:
         """``NBOX_EMULATE``: what the ``nbox`` backend answered during the timed iterations."""
         if self.config.emulate:
             t0, t1 = [*self._window, 0.0, 0.0][:2]
-            write_json_atomic(self.out_dir / EMULATE_REPORT, emulated_collectives(t0 * 1e6, t1 * 1e6))
+            write_json_atomic(self.out_dir / EMULATE_REPORT, emulated_collectives(t0 * 1e6, t1 * 1e6), durable=True)
 
     def _done(self) -> None:
-        write_json_atomic(self.out_dir / rawformat.TIMINGS, self._timings())
+        write_json_atomic(self.out_dir / rawformat.TIMINGS, self._timings(), durable=True)
         self.phase = "done"
         if self._hook_handle is not None:
             self._hook_handle.remove()
@@ -472,8 +473,8 @@ class Recorder:
         record: ErrorRecord = {"rank": self.rank, "type": kind, "message": message, "traceback": tb,
                                "time_us": time.time() * 1e6}
         try:
-            write_json_atomic(self.out_dir / rawformat.ERROR, record)
-        except OSError as exc:
+            write_json_atomic(self.out_dir / rawformat.ERROR, record, durable=True)
+        except OutputWriteError as exc:
             print(f"nbox: rank {self.rank}: cannot write {self.out_dir / rawformat.ERROR}: {exc}", file=sys.stderr)
 
     def fail(self, kind: str, message: str, tb: str = "") -> None:
@@ -520,7 +521,7 @@ class Recorder:
                     write_json_atomic(self.out_dir / rawformat.PROGRESS, {"phase": state[0], "iteration": state[1],
                                                                 "time_us": time.time() * 1e6},
                                       durable=False)  # diagnostic only: no fsync stalls during timing
-                except OSError:
+                except OutputWriteError:
                     return
                 last = state
             if state[0] in ("done", "failed"):
@@ -632,10 +633,9 @@ def install(env: Mapping[str, str] | None = None) -> Recorder | None:
         config = config_from_env(env)
     except ConfigError as exc:
         out_dir = Path(env[ENV_DIR]) / f"rank{rank}"
-        with contextlib.suppress(OSError):
-            out_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OutputWriteError):
             write_json_atomic(out_dir / rawformat.ERROR,
-                              {"rank": rank, "type": "ConfigError", "message": str(exc), "traceback": ""})
+                              {"rank": rank, "type": "ConfigError", "message": str(exc), "traceback": ""}, durable=True)
         _die(f"nbox: rank {rank}: ConfigError: {exc}")
     os.environ[ENV_OWNER] = str(os.getpid())
     recorder = Recorder(config, rank, local_rank, world_size)
