@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -349,3 +350,19 @@ def test_human_output_prints_untrusted_text_verbatim(tmp_path: Path, case: str) 
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert text in proc.stderr
+
+
+def test_every_path_a_help_example_names_exists() -> None:
+    """Issue 12: `nbox trace inspect --help` named traces/example_ddp_mlp/trace, which does not exist. Every repo
+    path an example names (traces/..., emulator_core/..., ../shared/...) must exist, relative to the repo root."""
+    root = Path(__file__).resolve().parents[1]
+    named = set()
+    for path in (root / "nbox" / "cli").glob("*.py"):
+        for line in path.read_text().splitlines():
+            if line.strip().startswith("nbox "):
+                named.update(re.findall(r"(?:traces|emulator_core|\.\./shared)/[\w./-]+", line))
+    assert named, "no example names a path: the check found nothing to check"
+    missing = sorted(p for p in named if not (root / p).exists() and not p.startswith("../shared"))
+    missing += sorted(p for p in named if p.startswith("../shared") and SAMPLES.parent.is_dir()
+                      and not (root / p).exists())
+    assert not missing, missing

@@ -52,7 +52,7 @@ def trace_inspect(
 
     Examples:
 
-      nbox trace inspect traces/example_ddp_mlp/trace
+      nbox trace inspect traces/ddp_mlp/trace
 
       nbox trace inspect ../shared/samples/chakra_et/multi_pg_T3D/trace --json
 
