@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from nbox_replay.graph import ReplayInputError
-from nbox_trace.bundle import MANIFEST_NAME, Manifest, read_manifest, trace_prefix
-from nbox_trace.chakra.tracefiles import TraceSet, resolve_trace_set
+from nbox_trace.bundle import Manifest, locate_traces
+from nbox_trace.chakra.tracefiles import TraceSet
 from nbox_trace.check import inspect_trace
-from nbox_trace.errors import InputNotFoundError
 
 __all__ = ["ReplaySource", "open_source"]
 
@@ -77,19 +75,7 @@ def open_source(path: str | os.PathLike[str]) -> ReplaySource:
         ReplayInputError: ranks that disagree on their collectives or process groups (the message names
             the group, the position and the ranks), or no trace at all.
     """
-    root = Path(path)
-    manifest: Manifest | None = None
-    if (root / MANIFEST_NAME).is_file():
-        manifest = read_manifest(root)
-        prefix = trace_prefix(root)
-        recorded = manifest.job.get("ranks_recorded") or []
-        missing = [r for r in recorded if not Path(f"{prefix}.{r}.et").is_file()]
-        if missing:
-            raise InputNotFoundError(f"{root}: the manifest records rank(s) {missing} but "
-                                     f"{prefix}.{missing[0]}.et is missing")
-        trace_set = resolve_trace_set(prefix)
-    else:
-        trace_set = resolve_trace_set(root)
+    trace_set, manifest = locate_traces(path)
     report = inspect_trace(trace_set)
     fatal = [p for p in report.all_problems() if p.severity == "error" and p.code in FATAL_CODES]
     if fatal:

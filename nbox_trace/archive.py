@@ -191,7 +191,7 @@ def pack_bundle(bundle: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         raise BundleError(f"{root}: bundle does not verify, not packed: " + "; ".join(problems[:20])
                           + (f"; and {len(problems) - 20} more" if len(problems) > 20 else ""))
     if (target.exists() or target.is_symlink()) and not overwrite:
-        raise BundleWriteError(f"{target}: already exists (pass overwrite to replace it)")
+        raise BundleWriteError(f"{target}: already exists (use --overwrite to replace it)")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

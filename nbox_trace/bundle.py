@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nbox_trace import __version__
+from nbox_trace.chakra.tracefiles import TraceSet, resolve_trace_set
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 
 BUNDLE_SCHEMA = "nbox.bundle"
@@ -142,7 +143,7 @@ def staged_directory(target: Path, *, overwrite: bool = False) -> Iterator[Path]
             renamed (an ``OSError`` inside the block becomes one too).
     """
     if (target.exists() or target.is_symlink()) and not overwrite:
-        raise BundleWriteError(f"{target}: already exists (pass overwrite to replace it)")
+        raise BundleWriteError(f"{target}: already exists (use --overwrite to replace it)")
     parent = target.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -370,3 +371,28 @@ def verify_files(bundle: str | os.PathLike[str], manifest: Manifest) -> list[str
 def trace_prefix(bundle: str | os.PathLike[str]) -> Path:
     """The ``<prefix>`` of the bundle's per-rank traces, for nbox_trace.check.inspect_trace."""
     return Path(bundle) / TRACE_PREFIX
+
+
+def locate_traces(path: str | os.PathLike[str]) -> tuple[TraceSet, Manifest | None]:
+    """The per-rank traces of what a user named, and the bundle's manifest (None for a bare trace).
+
+    The one rule every command that reads traces follows (``nbox trace inspect``, replay, sweep): a directory with
+    a ``manifest.json`` is a bundle, whose traces are ``trace/trace.<rank>.et`` and must include every rank the
+    manifest records; anything else is a bare Chakra ET (one file, a directory, or a ``<prefix>``).
+
+    Raises:
+        InputNotFoundError: nothing there, or a rank the manifest records has no trace file (named).
+        BundleError: a malformed manifest.
+        InvalidInputError: see :func:`~nbox_trace.chakra.tracefiles.resolve_trace_set`.
+    """
+    root = Path(path)
+    if not (root / MANIFEST_NAME).is_file():
+        return resolve_trace_set(root), None
+    manifest = read_manifest(root)
+    prefix = trace_prefix(root)
+    recorded = manifest.job.get("ranks_recorded") or []
+    missing = [r for r in recorded if not Path(f"{prefix}.{r}.et").is_file()]
+    if missing:
+        raise InputNotFoundError(f"{root}: the manifest records rank(s) {missing} but "
+                                 f"{prefix}.{missing[0]}.et is missing")
+    return resolve_trace_set(prefix), manifest

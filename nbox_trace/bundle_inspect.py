@@ -94,10 +94,16 @@ class BundleSummary:
     #: sum of every listed file on disk plus ``manifest.json``.
     size_on_disk_bytes: int
 
+    @property
+    def missing_files(self) -> tuple[str, ...]:
+        """Files the manifest lists that are not on disk (a deleted trace is not summarized, so say so)."""
+        return tuple(f.path for f in self.files if f.disk_bytes is None)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": INSPECT_SCHEMA}
         for key in self.__dataclass_fields__:
             out[key] = getattr(self, key)
+        out["missing_files"] = list(self.missing_files)
         out["ranks_recorded"] = list(self.ranks_recorded)
         out["args"] = list(self.args)
         out["ranks"] = [r.to_dict() for r in self.ranks]
@@ -127,7 +133,9 @@ class BundleSummary:
                        f"{r.critical_path_us} us, collectives: {colls or 'none'}"
                        + (f", p2p {r.p2p_sends} send / {r.p2p_recvs} recv" if r.p2p_sends or r.p2p_recvs else ""))
         out.append(f"trace problems: {self.problem_count}")
-        out.append(f"size on disk: {self.size_on_disk_bytes} bytes in {len(self.files) + 1} files")
+        out.extend(f"MISSING: {path} is listed in the manifest but not on disk" for path in self.missing_files)
+        present = len(self.files) - len(self.missing_files) + 1
+        out.append(f"size on disk: {self.size_on_disk_bytes} bytes in {present} files")
         return out
 
 

@@ -44,7 +44,7 @@ def _as_directory(path: Path) -> contextlib.AbstractContextManager[Path]:
 @bundle_app.command("inspect")
 def inspect_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or .nbox archive.")],
                 json_out: _JSON = False) -> None:
-    """Manifest facts, per-rank trace summaries, and size on disk.
+    """Manifest facts, per-rank trace summaries, and size on disk. Exit 1 when a listed file is missing.
 
     Examples:
 
@@ -59,6 +59,8 @@ def inspect_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or
     with _as_directory(bundle) as root:
         summary = dataclasses.replace(inspect_bundle(root), path=str(bundle))
         _emit(summary.to_dict(), summary.lines(), json_out)
+    if summary.missing_files:
+        raise typer.Exit(EXIT_PROBLEMS)
 
 
 @bundle_app.command("verify")
@@ -163,7 +165,7 @@ def anonymize_cmd(
       nbox bundle anonymize run2/ -o run2.anon --key-file team.key --level strict
     """
     from nbox_trace.anonymize import AnonymizeConfig, anonymize_bundle
-    from nbox_trace.errors import InvalidInputError, NboxError
+    from nbox_trace.errors import InvalidInputError, OutputWriteError
 
     if key_file is not None and save_key is not None:
         raise typer.BadParameter("--key-file and --save-key: give one (the key is already in the key file)")
@@ -176,15 +178,20 @@ def anonymize_cmd(
     elif save_key is not None:
         key = os.urandom(32)
     config = AnonymizeConfig(level=level, key=key)
-    with _as_directory(bundle) as root:
-        result = anonymize_bundle(root, out, config, overwrite=overwrite)
-    if save_key is not None and key is not None:
+    if save_key is not None and key is not None:  # claim the key file first: a clash must stop us before any output
         try:
             fd = os.open(save_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(key)
         except OSError as exc:
-            raise NboxError(f"{save_key}: cannot write the key: {exc.strerror or exc}") from None
+            raise OutputWriteError(f"{save_key}: cannot write the key: {exc.strerror or exc}") from None
+    try:
+        with _as_directory(bundle) as root:
+            result = anonymize_bundle(root, out, config, overwrite=overwrite)
+    except BaseException:
+        if save_key is not None:
+            save_key.unlink(missing_ok=True)  # the bundle was not written: its key must not be left behind
+        raise
     doc = {"bundle": str(result.out), "level": result.level, "key_id": result.key_id, "replaced": result.replaced,
            "kept_operators": result.kept_operators, "dropped_shapes": result.dropped_shapes,
            "dropped_files": list(result.dropped_files)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ class InspectConfig:
 
 @trace_app.command("inspect")
 def trace_inspect(
-    path: Annotated[str, typer.Argument(help="One .et file, a directory of <prefix>.<rank>.et files, or <prefix>.")],
+    path: Annotated[str, typer.Argument(help="One .et file, a directory of <prefix>.<rank>.et files, <prefix>, or a "
+                                        "bundle (directory or .nbox archive).")],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when any problem is found.")] = False,
     comm_group: Annotated[
@@ -54,21 +56,29 @@ def trace_inspect(
 
       nbox trace inspect traces/ddp_mlp/trace
 
+      nbox trace inspect traces/ddp_mlp  (a bundle: its traces, every recorded rank present)
+
       nbox trace inspect ../shared/samples/chakra_et/multi_pg_T3D/trace --json
 
       nbox trace inspect run/trace.0.et --strict
     """
     cfg = InspectConfig(path, json_out, strict, comm_group, max_message_mib, max_problems)
+    from nbox_trace.archive import ARCHIVE_SUFFIX, bundle_directory
+    from nbox_trace.bundle import locate_traces
     from nbox_trace.check import inspect_trace
 
-    report = inspect_trace(cfg.path, comm_group=cfg.comm_group, max_message_bytes=cfg.max_message_mib << 20)
+    archive = cfg.path.endswith(ARCHIVE_SUFFIX)
+    with bundle_directory(cfg.path) if archive else contextlib.nullcontext(Path(cfg.path)) as root:
+        trace_set, _ = locate_traces(root)
+        report = inspect_trace(trace_set, comm_group=cfg.comm_group, max_message_bytes=cfg.max_message_mib << 20)
+    if archive:  # the unpacked copy is gone: name the traces by the archive they came from
+        report.directory = str(Path(cfg.path) / trace_set.directory.name)
     if cfg.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
     else:
         _print_inspect(report, cfg.max_problems)
     if cfg.strict and report.problem_count():
         raise typer.Exit(EXIT_PROBLEMS)
-
 
 
 def fmt_bytes(n: int) -> str:
