@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from emulator_core.answer import Fabric, FabricGroup  # noqa: E402
 from emulator_core.pricing import with_world_size  # noqa: E402
-from emulator_core.scenario import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:

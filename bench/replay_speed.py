@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator_core.pricing import with_world_size  # noqa: E402
-from emulator_core.scenario import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
 from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph, load_rank  # noqa: E402
 from nbox_replay.virtual import simulate  # noqa: E402
 

@@ -189,8 +189,11 @@ def iteration_breakdown(timings: dict[int, dict[str, Any]]) -> dict[str, float] 
 
 def _scenario_toml(cfg: EmulateConfig, path: Path) -> str:
     """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description."""
+    from emulator_core.live_policy import live_unsupported
     from emulator_core.pricing import with_world_size
-    from emulator_core.scenario import ScenarioError, dump_toml, live_unsupported, load_scenario
+    from emulator_core.scenario import ScenarioError
+    from emulator_core.scenario_files import load_scenario
+    from emulator_core.scenario_toml import dump_toml
 
     scenario = load_scenario(cfg.scenario, list(cfg.overrides))
     why = live_unsupported(scenario)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from emulator_core.pricing import with_world_size
-from emulator_core.scenario import SCENARIOS_DIR, Scenario, ScenarioError, load_scenario
+from emulator_core.scenario import Scenario, ScenarioError
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.report import ReplayReport, RunSummary, summarize_sim
 from nbox_replay.source import ReplaySource, open_source

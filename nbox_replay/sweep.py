@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from emulator_core.pricing import with_world_size
-from emulator_core.scenario import Scenario, ScenarioError, load_scenario, parse_override
+from emulator_core.scenario import Scenario, ScenarioError
+from emulator_core.scenario_files import load_scenario
+from emulator_core.scenario_overrides import parse_override
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.virtual import SimResult, simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import emulator_core.answer as answer_mod
 from emulator_core.answer import Answer, Fabric, mirror_member, mirror_weights
 from emulator_core.pricing import GroupShape, Pricer, group_shape, make_pricer, price_group, with_world_size
-from emulator_core.scenario import Scenario, Straggler, load_scenario
+from emulator_core.scenario import Scenario, Straggler
+from emulator_core.scenario_files import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "emulator_core" / "scenarios"
 NVLINK_ALPHA, NVLINK_BW = 2.0, 3600 * 125.0  # dgx_h100_400g's nvlink dimension: 2 us, 3600 Gb/s in bytes/us

@@ -11,7 +11,8 @@ import pytest
 
 from emulator_core import costmodels as cm
 from emulator_core.pricing import flat_link, group_shape, price, price_group, with_world_size
-from emulator_core.scenario import ScenarioError, load_scenario
+from emulator_core.scenario import ScenarioError
+from emulator_core.scenario_files import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DGX = ROOT / "emulator_core" / "scenarios" / "dgx_h100_400g.toml"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from emulator_core.pricing import with_world_size
-from emulator_core.scenario import load_scenario
+from emulator_core.scenario_files import load_scenario
 from nbox_record import convert as convert_mod
 from nbox_record.convert import convert_rank
 from nbox_replay.graph import RankGraph, load_rank

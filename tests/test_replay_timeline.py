@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from emulator_core.pricing import with_world_size
-from emulator_core.scenario import load_scenario
+from emulator_core.scenario_files import load_scenario
 from nbox_replay.graph import COLLECTIVE, CommInfo, RankGraph, load_rank
 from nbox_replay.timeline import TimelineWriteError, answers_by_node, write_timelines
 from nbox_replay.virtual import SimResult, simulate

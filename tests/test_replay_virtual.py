@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emulator_core.pricing import group_shape, price_group
-from emulator_core.scenario import SCENARIOS_DIR, load_scenario
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, resize, run_replay
 from nbox_replay.source import ReplayInputError, open_source

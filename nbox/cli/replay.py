@@ -87,7 +87,7 @@ def sweep_cmd(
     axes = list(vary)
     if not any(a.split("=", 1)[0].strip() == "world_size" for a in axes):
         axes.insert(0, f"world_size={source.recorded_world}")
-    from emulator_core.scenario import SCENARIOS_DIR
+    from emulator_core.scenario_files import SCENARIOS_DIR
 
     path = scenario if isinstance(scenario, Path) else SCENARIOS_DIR / f"{scenario}.toml"
     cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, axes, scenario=path,
