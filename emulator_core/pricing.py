@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from emulator_core import costmodels as cm
-from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario, ScenarioError
+from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
 
 
 @dataclass(frozen=True)
@@ -202,21 +202,6 @@ def price_group(scenario: Scenario, collective: str, nbytes: float, shape: Group
         ValueError: the scenario names an algorithm not modeled for ``collective``.
     """
     return make_pricer(scenario, collective, shape)(nbytes, **kw)
-
-
-def with_world_size(scenario: Scenario, world_size: int) -> Scenario:
-    """The scenario at another world size: the outermost dimension grows or shrinks to fit.
-
-    Raises:
-        ScenarioError: ``world_size`` is not a multiple of the inner dimensions' product.
-    """
-    dims = scenario.topology.dims
-    inner = math.prod(d.size for d in dims[:-1])
-    if world_size < 1 or world_size % inner:
-        raise ScenarioError("world_size", f"must be a positive multiple of {inner}, the product of the inner "
-                            f"dimensions {[d.name for d in dims[:-1]]}", value=world_size, has_value=True)
-    last = replace(dims[-1], size=world_size // inner)
-    return replace(scenario, world_size=world_size, topology=replace(scenario.topology, dims=(*dims[:-1], last)))
 
 
 def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "all") -> tuple[list[Price], str]:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from emulator_core import costmodels as cm
-from emulator_core.pricing import flat_link, group_shape, price, price_group, with_world_size
+from emulator_core.pricing import flat_link, group_shape, price, price_group
 from emulator_core.scenario import ScenarioError
 from emulator_core.scenario_files import load_scenario
+from emulator_core.world import resize
 
 ROOT = Path(__file__).resolve().parents[1]
 DGX = ROOT / "emulator_core" / "scenarios" / "dgx_h100_400g.toml"
@@ -46,10 +47,10 @@ def test_auto_picks_hierarchical_for_a_big_all_reduce_on_two_dimensions_and_neve
 
 
 def test_world_size_grows_the_outermost_dimension() -> None:
-    s = with_world_size(load_scenario(DGX), 64)
+    s = resize(load_scenario(DGX), 64)
     assert s.world_size == 64 and [d.size for d in s.topology.dims] == [8, 8]
     with pytest.raises(ScenarioError, match="world_size = 12"):
-        with_world_size(load_scenario(DGX), 12)
+        resize(load_scenario(DGX), 12)
 
 
 def test_unknown_algorithm_lists_the_known_ones() -> None:
@@ -84,7 +85,7 @@ def test_show_round_trips_and_validate_names_the_bad_key(tmp_path: Path) -> None
 
 
 def test_group_shape_finds_the_dimensions_a_group_spans() -> None:
-    s = with_world_size(load_scenario(DGX), 64)  # 8 per node x 8 nodes
+    s = resize(load_scenario(DGX), 64)  # 8 per node x 8 nodes
     node0 = group_shape(s, range(8))
     assert node0.size == 8 and [(n, d.name) for n, d in node0.dims] == [(8, s.topology.dims[0].name)]
     rail = group_shape(s, range(0, 64, 8))  # GPU 0 of every node
@@ -97,7 +98,7 @@ def test_group_shape_finds_the_dimensions_a_group_spans() -> None:
 
 
 def test_price_group_agrees_with_price_over_the_world_and_uses_the_intra_node_link_inside_a_node() -> None:
-    s = with_world_size(load_scenario(DGX), 64)
+    s = resize(load_scenario(DGX), 64)
     for coll in ("all_reduce", "all_gather", "all_to_all", "broadcast"):
         prices, chosen = price(s, coll, 1 << 24, "auto")
         assert price_group(s, coll, 1 << 24, group_shape(s)) == (chosen, pytest.approx(prices[0].time_us))

@@ -61,12 +61,13 @@ def scenario_cost(
 
     Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
     """
-    from emulator_core.pricing import price, with_world_size
+    from emulator_core.pricing import price
     from emulator_core.scenario_files import load_scenario
+    from emulator_core.world import resize
 
     scenario = load_scenario(what_if, tuple(set_ or ()))
     if world_size is not None:
-        scenario = with_world_size(scenario, world_size)
+        scenario = resize(scenario, world_size)
     try:
         prices, chosen = price(scenario, collective, nbytes, algorithm)
     except ValueError as exc:
