@@ -165,7 +165,7 @@ def _tiny(rank: int) -> RankGraph:
 
 def test_flow_from_a_zero_length_issue_starts_at_the_modeled_span(tmp_path: Path) -> None:
     graphs = {r: _tiny(r) for r in (0, 1)}
-    result = simulate(graphs(load_scenario(None), 8), groups={"0": [0, 1]}, recorded_world=2)
+    result = simulate(graphs, resize(load_scenario(None), 8), groups={"0": [0, 1]}, recorded_world=2)
     [path, _] = write_timelines(result, graphs, tmp_path, label="tiny")
     _, events = _load(path)
     [s] = [e for e in events if e["ph"] == "s"]

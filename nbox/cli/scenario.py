@@ -77,8 +77,9 @@ def scenario_cost(
                "algorithms": [vars(p) for p in prices]}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
+    how = "auto picks" if scenario.algorithm(collective) == "auto" else "the scenario sets"
     sys.stderr.write(f"{collective} of {fmt_bytes(nbytes)} per rank over {scenario.world_size} ranks "
-                     f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); auto picks {chosen}\n")
+                     f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); {how} {chosen}\n")
     sys.stderr.write(f"  {'algorithm':<28}{'time':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}\n")
     for p in prices:
         mark = " *" if p.algorithm == chosen else ""
