@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator_core.answer import Fabric, FabricGroup  # noqa: E402
-from emulator_core.pricing import with_world_size  # noqa: E402
-from emulator_core.scenario import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.world import resize  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -66,7 +66,7 @@ def answer_times_us(fabric: Fabric, group: FabricGroup, collective: str, reps: i
 
 def bench_answer(reps: int) -> list[dict[str, Any]]:
     rows = []
-    scenario = with_world_size(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 1024)
+    scenario = resize(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 1024)
     for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         fabric = Fabric(scenario)
         group = fabric.group(None, [0, 1])
@@ -80,7 +80,7 @@ def bench_world_sizes(reps: int) -> list[dict[str, Any]]:
     rows = []
     base = load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml")
     for w in (8, 64, 1024, 16384, 131072, 1048576):
-        fabric = Fabric(with_world_size(base, w))
+        fabric = Fabric(resize(base, w))
         builds = []
         for _ in range(21):
             t0 = time.perf_counter_ns()

@@ -11,7 +11,7 @@ Prints one table:
     graphs is reported on its own line. Target: >= 1,000,000 nodes/s.
 (b) wall time of a 1024-rank what-if of each shipped bundle (traces/ddp_mlp, ddp_transformer,
     fsdp2_transformer): load both ranks' traces and simulate at world size 1024 on
-    ``emulator_core/scenarios/dgx_h100_400g.toml`` (resized with ``with_world_size``), median of R runs
+    ``emulator_core/scenarios/dgx_h100_400g.toml`` (resized with ``emulator_core.world.resize``), median of R runs
     (scenario loading outside the timed part). Target: <= 1 s.
 
 Wall-clock on a shared machine: medians are reported; nothing but sanity is asserted.
@@ -32,8 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.pricing import with_world_size  # noqa: E402
-from emulator_core.scenario import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.world import resize  # noqa: E402
 from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph, load_rank  # noqa: E402
 from nbox_replay.virtual import simulate  # noqa: E402
 
@@ -101,7 +101,7 @@ def main() -> int:
     t0 = time.perf_counter()
     graphs = {r: synthetic_graph(r, args.nodes) for r in (0, 1)}
     build_s = time.perf_counter() - t0
-    scenario = with_world_size(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 1024)
+    scenario = resize(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 1024)
     sim_s, result = timed(lambda: simulate(graphs, scenario, groups={"0": [0, 1]}, recorded_world=2), args.reps)
     total = sum(len(g) for g in graphs.values())
     rate = result.nodes_replayed / sim_s

@@ -1,5 +1,5 @@
 """emulator_core: what-if scenarios, topologies, collective cost models and the ``nbox`` backend.
 
-Empty for now: no command uses it yet (the emulator-core issue builds it). It never imports
-``nbox_record`` or ``nbox_replay``.
+Used by ``nbox scenario``, ``nbox calibrate``, ``nbox replay``, ``nbox sweep`` and ``nbox emulate``. It never
+imports ``nbox_record`` or ``nbox_replay``.
 """

@@ -45,8 +45,10 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 from emulator_core import mirror
 from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, not_completed, run_finish
-from emulator_core.pricing import with_world_size
-from emulator_core.scenario import Scenario, live_unsupported, load_scenario
+from emulator_core.live_policy import live_unsupported
+from emulator_core.scenario import Scenario
+from emulator_core.scenario_files import load_scenario
+from emulator_core.world import resize
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "create_process_group"]
@@ -128,7 +130,7 @@ class EmulationConfig:
         overrides = [line for line in e.get("NBOX_SCENARIO_SET", "").splitlines() if line.strip()]
         scenario = load_scenario(Path(path) if path else None, overrides)
         try:
-            scenario = with_world_size(scenario, w) if scenario.world_size != w else scenario
+            scenario = resize(scenario, w)
         except InvalidInputError as err:
             raise EmulationConfigError(f"NBOX_WORLD_SIZE: {err}") from None
         spin_us = integer("NBOX_SPIN_US", DEFAULT_SPIN_NS // 1000)

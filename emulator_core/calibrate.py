@@ -58,7 +58,8 @@ from typing import Any
 
 from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
-from emulator_core.scenario import Calibration, Dimension, Scenario, Topology, dump_toml
+from emulator_core.scenario import Calibration, Dimension, Scenario, Topology
+from emulator_core.scenario_toml import dump_toml
 from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError
 from nbox_trace.files import write_atomic
 from nbox_trace.procs import root_error, run_with_deadline

@@ -40,28 +40,27 @@ algbw and busbw.
 
 "direct" algorithms assume a non-blocking fabric on which a rank's ``p - 1`` messages proceed
 concurrently, sharing its injection bandwidth and paying the latency once; that is optimistic at large
-``p`` (real NICs serialize message setup), so :func:`auto` takes an ``algorithms`` restriction for callers
-who want NCCL's choice set (ring and double binary tree).
+``p`` (real NICs serialize message setup), so ``auto`` (``pricing.make_pricer``) chooses among NCCL's set
+(:data:`NCCL_ALGORITHMS`: ring and double binary tree) where a collective has them.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "BYTES_PER_US_PER_GBPS",
     "COST_MODELS",
     "NCCL_ALGORITHMS",
     "Efficiency",
     "Link",
-    "algorithm_bandwidth_gbps",
     "algorithms_for",
-    "auto",
-    "bus_bandwidth_gbps",
+    "check_finite",
     "collectives",
     "cost",
     "hierarchical_all_reduce",
@@ -71,7 +70,8 @@ __all__ = [
 BYTES_PER_US_PER_GBPS = 1e3
 
 
-def _finite(name: str, value: float) -> float:
+def check_finite(name: str, value: float) -> float:
+    """``value`` as a float; ``ValueError`` naming ``name`` unless it is a finite int or float (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
@@ -101,7 +101,7 @@ class Efficiency:
                 raise ValueError(
                     f"efficiency point {i}: size_bytes must be an int > {previous} (strictly increasing), got {size!r}"
                 )
-            frac = _finite(f"efficiency point {i} fraction", fraction)
+            frac = check_finite(f"efficiency point {i} fraction", fraction)
             if not 0.0 < frac <= 1.0:
                 raise ValueError(f"efficiency point {i}: fraction must be in (0, 1], got {fraction!r}")
             previous = size
@@ -136,9 +136,9 @@ class Link:
     efficiency: Efficiency = Efficiency()
 
     def __post_init__(self) -> None:
-        if _finite("latency_us", self.latency_us) < 0:
+        if check_finite("latency_us", self.latency_us) < 0:
             raise ValueError(f"latency_us must be >= 0, got {self.latency_us!r}")
-        if _finite("bandwidth_bytes_per_us", self.bandwidth_bytes_per_us) <= 0:
+        if check_finite("bandwidth_bytes_per_us", self.bandwidth_bytes_per_us) <= 0:
             raise ValueError(f"bandwidth_bytes_per_us must be > 0, got {self.bandwidth_bytes_per_us!r}")
         if not isinstance(self.efficiency, Efficiency):
             raise ValueError(f"efficiency must be an Efficiency, got {self.efficiency!r}")
@@ -146,7 +146,7 @@ class Link:
     @classmethod
     def from_gbps(cls, latency_us: float, bandwidth_gbps: float, efficiency: Efficiency | None = None) -> Link:
         """A link from a bandwidth in GB/s (1e9 bytes per second, not GiB/s, not Gbit/s)."""
-        bw = _finite("bandwidth_gbps", bandwidth_gbps) * BYTES_PER_US_PER_GBPS
+        bw = check_finite("bandwidth_gbps", bandwidth_gbps) * BYTES_PER_US_PER_GBPS
         return cls(latency_us, bw, efficiency if efficiency is not None else Efficiency())
 
     @property
@@ -160,7 +160,7 @@ class Link:
 
 
 def _check(nbytes: float, p: int, link: Link) -> float:
-    n = _finite("nbytes", nbytes)
+    n = check_finite("nbytes", nbytes)
     if n < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
     if isinstance(p, bool) or not isinstance(p, int) or p < 1:
@@ -260,7 +260,7 @@ def hierarchical_all_reduce(nbytes: float, dims: Sequence[tuple[int, Link]], int
         raise ValueError("dims must name at least one (ranks, Link) dimension")
     if inter_algorithm not in _FLAT_ALL_REDUCE:
         raise ValueError(f"unknown inter_algorithm {inter_algorithm!r}; known: {', '.join(sorted(_FLAT_ALL_REDUCE))}")
-    s = _finite("nbytes", nbytes)
+    s = check_finite("nbytes", nbytes)
     total = 0.0
     for pi, li in dims[:-1]:
         _check(s, pi, li)
@@ -268,30 +268,6 @@ def hierarchical_all_reduce(nbytes: float, dims: Sequence[tuple[int, Link]], int
         s /= pi
     p_last, l_last = dims[-1]
     return total + _FLAT_ALL_REDUCE[inter_algorithm](s, p_last, l_last)
-
-
-def all_reduce_hierarchical(
-    nbytes: float,
-    p: int,
-    link: Link,
-    *,
-    p_intra: int | None = None,
-    inter_link: Link | None = None,
-    inter_algorithm: str = "ring",
-) -> float:
-    """Two-level hierarchical all-reduce: ``p = p_intra · p_inter``; ``link`` is intra, ``inter_link`` inter.
-
-    ``RS_ring(n, p_intra, intra) + AR_inter(n/p_intra, p_inter, inter) + AG_ring(n/p_intra, p_intra, intra)``
-    (see :func:`hierarchical_all_reduce`); ``inter_link`` defaults to ``link``. ``p_intra`` is required.
-    """
-    n = _check(nbytes, p, link)
-    if p_intra is None:
-        raise ValueError("hierarchical all_reduce needs p_intra (ranks per inner dimension)")
-    if isinstance(p_intra, bool) or not isinstance(p_intra, int) or p_intra < 1 or p % p_intra:
-        raise ValueError(f"p_intra must be an int >= 1 dividing p={p}, got {p_intra!r}")
-    return hierarchical_all_reduce(
-        n, [(p_intra, link), (p // p_intra, inter_link if inter_link is not None else link)], inter_algorithm
-    )
 
 
 # ------------------------------------------------------------------------------ reduce-scatter, all-gather
@@ -466,7 +442,7 @@ def _splits(
     for name, seq in (("send_bytes", send_bytes), ("recv_bytes", recv_bytes)):
         if len(seq) != p - 1:
             raise ValueError(f"{name} must list the p-1={p - 1} other peers, got {len(seq)} entries")
-        vals = [_finite(f"{name}[{i}]", v) for i, v in enumerate(seq)]
+        vals = [check_finite(f"{name}[{i}]", v) for i, v in enumerate(seq)]
         if any(v < 0 for v in vals):
             raise ValueError(f"{name} entries must be >= 0, got {list(seq)!r}")
         out.append(vals)
@@ -553,12 +529,13 @@ _FLAT_ALL_REDUCE: Mapping[str, Callable[[float, int, Link], float]] = MappingPro
     }
 )
 
-#: (collective, algorithm) -> model(nbytes, p, link, **kw) -> microseconds. Order within a collective is
-#: the tie-break order of :func:`auto` (ring first, as NCCL prefers it).
+#: (collective, algorithm) -> model(nbytes, p, link, **kw) -> microseconds, for the algorithms that run on
+#: one link. Order within a collective is the tie-break order of ``pricing.make_pricer``'s ``auto`` (ring
+#: first, as NCCL prefers it). ``hierarchical`` all-reduce runs over the topology's dimensions instead:
+#: :func:`hierarchical_all_reduce`.
 COST_MODELS: Mapping[tuple[str, str], Callable[..., float]] = MappingProxyType(
     {
         **{("all_reduce", name): fn for name, fn in _FLAT_ALL_REDUCE.items()},
-        ("all_reduce", "hierarchical"): all_reduce_hierarchical,
         ("reduce_scatter", "ring"): reduce_scatter_ring,
         ("reduce_scatter", "recursive_halving_doubling"): reduce_scatter_recursive_halving_doubling,
         ("reduce_scatter", "direct"): reduce_scatter_direct,
@@ -582,29 +559,8 @@ COST_MODELS: Mapping[tuple[str, str], Callable[..., float]] = MappingProxyType(
     }
 )
 
-#: Algorithms that need topology keywords; :func:`auto` skips them unless those keywords are given.
-_NEEDS_KW: Mapping[tuple[str, str], str] = MappingProxyType({("all_reduce", "hierarchical"): "p_intra"})
-
-#: NCCL's own choice set (no MPICH-style recursive or direct algorithms), for ``auto(..., algorithms=...)``.
+#: NCCL's own choice set (no MPICH-style recursive or direct algorithms): ``auto``'s candidates where modeled.
 NCCL_ALGORITHMS: tuple[str, ...] = ("ring", "double_binary_tree")
-
-#: nccl-tests busbw factor per collective (doc/PERFORMANCE.md), as a function of p.
-_BUS_FACTOR: Mapping[str, Callable[[int], float]] = MappingProxyType(
-    {
-        "all_reduce": lambda p: 2 * (p - 1) / p,
-        "reduce_scatter": lambda p: (p - 1) / p,
-        "all_gather": lambda p: (p - 1) / p,
-        "all_to_all": lambda p: (p - 1) / p,
-        "all_to_all_v": lambda p: (p - 1) / p,
-        "gather": lambda p: (p - 1) / p,
-        "scatter": lambda p: (p - 1) / p,
-        "broadcast": lambda p: 1.0,
-        "reduce": lambda p: 1.0,
-        "send_recv": lambda p: 1.0,
-        "barrier": lambda p: 0.0,
-    }
-)
-
 
 def collectives() -> tuple[str, ...]:
     """The known collective names, in registry order."""
@@ -612,81 +568,22 @@ def collectives() -> tuple[str, ...]:
 
 
 def algorithms_for(collective: str) -> tuple[str, ...]:
-    """The algorithms modeled for ``collective``; ``ValueError`` naming the known collectives if unknown."""
+    """The algorithms modeled for ``collective`` (all_reduce: also ``hierarchical``); ``ValueError`` naming the
+    known collectives if unknown."""
     algos = tuple(a for c, a in COST_MODELS if c == collective)
     if not algos:
         raise ValueError(f"unknown collective {collective!r}; known: {', '.join(collectives())}")
-    return algos
+    return (*algos, "hierarchical") if collective == "all_reduce" else algos
 
 
 def cost(collective: str, algorithm: str, nbytes: float, p: int, link: Link, **kw: Any) -> float:
-    """Modeled time in microseconds of ``collective`` with ``algorithm`` (or ``"auto"``) on ``p`` ranks.
+    """Modeled time in microseconds of ``collective`` with a one-link ``algorithm`` on ``p`` ranks.
 
-    ``nbytes`` as in the module docstring; ``kw`` goes to the model (``p_intra``, ``inter_link``,
-    ``inter_algorithm`` for hierarchical; ``send_bytes``/``recv_bytes`` for all_to_all_v).
+    ``nbytes`` as in the module docstring; ``kw`` goes to the model (``send_bytes``/``recv_bytes`` for
+    all_to_all_v). Choosing an algorithm (``auto``) is ``pricing.make_pricer``'s job.
     """
     known = algorithms_for(collective)
-    if algorithm == "auto":
-        return auto(collective, nbytes, p, link, **kw)[1]
     model = COST_MODELS.get((collective, algorithm))
     if model is None:
-        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}, auto")
+        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}")
     return model(nbytes, p, link, **kw)
-
-
-def auto(
-    collective: str,
-    nbytes: float,
-    p: int,
-    link: Link,
-    *,
-    algorithms: Iterable[str] | None = None,
-    **kw: Any,
-) -> tuple[str, float]:
-    """The fastest algorithm for this size and its time: ``(name, microseconds)``.
-
-    In the spirit of NCCL's tuner (``ncclTopoGetAlgoTime``: the minimum modeled time over the enabled
-    algorithms per size): evaluate every candidate's closed form and take the minimum; ties go to the
-    earlier one in :data:`COST_MODELS` order (ring first). Candidates: ``algorithms`` if given (e.g.
-    :data:`NCCL_ALGORITHMS`; unsupported names are ignored, none left is an error), else every modeled
-    algorithm, skipping those that need topology keywords not given (hierarchical without ``p_intra``).
-    """
-    known = algorithms_for(collective)
-    if algorithms is not None:
-        wanted = set(algorithms)
-        candidates = [a for a in known if a in wanted]
-        if not candidates:
-            raise ValueError(f"none of {sorted(wanted)!r} is modeled for {collective}; known: {', '.join(known)}")
-    else:
-        candidates = [a for a in known if _NEEDS_KW.get((collective, a)) in (None, *kw)]
-    best_name, best_time = "", math.inf
-    for name in candidates:
-        model = COST_MODELS[(collective, name)]
-        t = model(nbytes, p, link, **(kw if name == "hierarchical" or collective == "all_to_all_v" else {}))
-        if t < best_time:
-            best_name, best_time = name, t
-    return best_name, best_time
-
-
-def algorithm_bandwidth_gbps(collective: str, nbytes: float, p: int, time_us: float) -> float:
-    """nccl-tests algbw in GB/s (1e9 bytes/s): its "size" / time; size is p·n for all_gather/gather/scatter."""
-    algorithms_for(collective)
-    n = _finite("nbytes", nbytes)
-    t = _finite("time_us", time_us)
-    if t <= 0:
-        raise ValueError(f"time_us must be > 0, got {time_us!r}")
-    size = p * n if collective in ("all_gather", "gather", "scatter") else n
-    if collective == "barrier":
-        size = 0.0
-    return size / t / BYTES_PER_US_PER_GBPS
-
-
-def bus_bandwidth_gbps(collective: str, nbytes: float, p: int, time_us: float) -> float:
-    """nccl-tests busbw in GB/s (1e9 bytes/s): ``algbw · factor``.
-
-    Factors (nccl-tests doc/PERFORMANCE.md): all_reduce ``2(p-1)/p``; all_gather, reduce_scatter,
-    all_to_all(_v), gather, scatter ``(p-1)/p``; broadcast, reduce, send_recv 1; barrier 0 (no data).
-    """
-    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-        raise ValueError(f"p must be an int >= 1, got {p!r}")
-    return algorithm_bandwidth_gbps(collective, nbytes, p, time_us) * _BUS_FACTOR[collective](p)

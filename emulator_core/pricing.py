@@ -1,4 +1,7 @@
-"""Price one collective on a what-if scenario: the library behind ``nbox scenario cost``.
+"""Price one collective on a what-if scenario: which algorithm runs, and its modeled time.
+
+:func:`make_pricer` is the one algorithm choice: ``nbox scenario cost`` (:func:`price`), the replay and the
+``nbox`` backend (``answer.Fabric``) and sweeps all price through it, so they name the same algorithm.
 
 How a scenario becomes cost-model links (``costmodels.Link``):
 
@@ -28,11 +31,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from emulator_core import costmodels as cm
-from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario, ScenarioError
+from emulator_core.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
+from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
 
 
 @dataclass(frozen=True)
@@ -129,46 +133,52 @@ def link_for(scenario: Scenario, collective: str, shape: GroupShape) -> cm.Link:
     return cm.Link(latency, bandwidth)
 
 
-def flat_link(scenario: Scenario) -> cm.Link:
-    """The slowest dimension crossed by a flat algorithm over all ranks (see the module docstring)."""
-    return link_for(scenario, "all_reduce", group_shape(scenario))
-
-
 Pricer = Callable[..., tuple[str, float]]
+#: The all-reduce over every spanned dimension (``costmodels.hierarchical_all_reduce``).
+HIERARCHICAL = "hierarchical"
 
 
-def make_pricer(scenario: Scenario, collective: str, shape: GroupShape) -> Pricer:
+def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorithm: str | None = None) -> Pricer:
     """:func:`price_group` for one (collective, group) with everything but the size resolved once.
+
+    The one place an algorithm is chosen: the replay, the backend (through ``answer.Fabric``), sweeps and
+    ``nbox scenario cost`` all come here. ``algorithm``: the scenario's for ``collective`` when ``None``.
+    ``auto`` is, in order: the calibrated algorithm when a calibration applies (:func:`calibration_for`:
+    what the measured library runs); else the fastest by modeled time of NCCL's set (ring, double binary
+    tree) plus ``hierarchical`` for an all-reduce over more than one dimension; for a collective with
+    neither (all-to-all, gather, ...: NCCL runs them as grouped point-to-point) the fastest of its modeled
+    ones, ``direct`` included. Ties go to the earlier in that order (ring first); on a one-rank group
+    every algorithm costs 0, so ``auto`` names the first.
 
     Returns ``pricer(nbytes, **kw) -> (algorithm, time_us)``: the link, the dimensions, the algorithm or
     ``auto``'s candidates are fixed here, so a call only evaluates closed forms (what the emulator does per
     collective it answers). ``kw`` is ``send_bytes``/``recv_bytes`` for all_to_all_v.
 
     Raises:
-        ValueError: unknown collective, or the scenario names an algorithm not modeled for ``collective``.
+        ValueError: unknown collective, or an algorithm not modeled for ``collective``.
     """
     known = cm.algorithms_for(collective)
-    algorithm = scenario.algorithm(collective)
+    algorithm = scenario.algorithm(collective) if algorithm is None else algorithm
     found = calibration_for(scenario, collective, shape) if algorithm == AUTO else None
     if found is not None:
         algorithm = found[1].algorithm
-    if shape.size <= 1:
-        return lambda nbytes, **kw: (algorithm, 0.0)
+    if algorithm != AUTO and algorithm not in known:
+        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}, auto")
     p = shape.size
     link = link_for(scenario, collective, shape)
     multi = [(n, dimension_link(d)) for n, d in shape.dims]
-    if algorithm == "hierarchical" and collective == "all_reduce":
-        if len(multi) < 2:
+    if algorithm == HIERARCHICAL:
+        if len(multi) < 2:  # over one dimension hierarchical is the flat ring (see costmodels)
             ring = cm.COST_MODELS[("all_reduce", "ring")]
             return lambda nbytes, **kw: (algorithm, ring(nbytes, p, link))
         return lambda nbytes, **kw: (algorithm, cm.hierarchical_all_reduce(nbytes, multi))
     if algorithm != AUTO:
-        model = cm.COST_MODELS.get((collective, algorithm))
-        if model is None:
-            raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}, auto")
+        model = cm.COST_MODELS[(collective, algorithm)]
         return lambda nbytes, **kw: (algorithm, model(nbytes, p, link, **kw))
     nccl = [a for a in cm.NCCL_ALGORITHMS if a in known]
-    names = nccl or [a for a in known if (collective, a) != ("all_reduce", "hierarchical")]
+    names = nccl or [a for a in known if a != HIERARCHICAL]
+    if p <= 1:
+        return lambda nbytes, **kw: (names[0], 0.0)
     models = [(a, cm.COST_MODELS[(collective, a)]) for a in names]
     hierarchical = collective == "all_reduce" and len(multi) > 1
 
@@ -181,7 +191,7 @@ def make_pricer(scenario: Scenario, collective: str, shape: GroupShape) -> Price
         if hierarchical:
             t = cm.hierarchical_all_reduce(nbytes, multi)
             if t < best:
-                best_name, best = "hierarchical", t
+                best_name, best = HIERARCHICAL, t
         return best_name, best
     return pricer
 
@@ -204,52 +214,27 @@ def price_group(scenario: Scenario, collective: str, nbytes: float, shape: Group
     return make_pricer(scenario, collective, shape)(nbytes, **kw)
 
 
-def with_world_size(scenario: Scenario, world_size: int) -> Scenario:
-    """The scenario at another world size: the outermost dimension grows or shrinks to fit.
-
-    Raises:
-        ScenarioError: ``world_size`` is not a multiple of the inner dimensions' product.
-    """
-    dims = scenario.topology.dims
-    inner = math.prod(d.size for d in dims[:-1])
-    if world_size < 1 or world_size % inner:
-        raise ScenarioError("world_size", f"must be a positive multiple of {inner}, the product of the inner "
-                            f"dimensions {[d.name for d in dims[:-1]]}", value=world_size, has_value=True)
-    last = replace(dims[-1], size=world_size // inner)
-    return replace(scenario, world_size=world_size, topology=replace(scenario.topology, dims=(*dims[:-1], last)))
-
-
 def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "all") -> tuple[list[Price], str]:
     """Modeled time of ``collective`` on ``nbytes`` (the per-rank input, costmodels' convention) over all
-    ranks of ``scenario``: one Price per algorithm (or the one named), and the algorithm ``auto`` picks
-    (the calibrated algorithm when a calibration applies, see :func:`calibration_for`).
+    ranks of ``scenario``: one Price per algorithm (or the one named; ``auto``: the chosen one), and the
+    algorithm the scenario runs (:func:`make_pricer`'s choice, the one a replay of it uses). ``hierarchical``
+    is listed for an all-reduce over more than one dimension, or when the scenario runs it.
 
     Raises:
         ValueError: unknown collective or algorithm (the message lists the known ones).
     """
     p = scenario.world_size
     shape = group_shape(scenario)
-    link = link_for(scenario, collective, shape)
     known = cm.algorithms_for(collective)
-    multi = [(n, dimension_link(d)) for n, d in shape.dims]
-    names = list(known) if algorithm == "all" else [algorithm if algorithm != "auto" else ""]
-    if algorithm not in ("all", "auto") and algorithm not in known:
+    if algorithm not in ("all", AUTO) and algorithm not in known:
         raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}")
-    prices: dict[str, Price] = {}
-    for name in known:
-        if name == "hierarchical":
-            if collective != "all_reduce" or len(multi) < 2:
-                continue
-            t = cm.hierarchical_all_reduce(nbytes, multi)
-        else:
-            t = cm.cost(collective, name, nbytes, p, link)
-        prices[name] = Price(name, t, cm.algorithm_bandwidth_gbps(collective, nbytes, p, t) if t > 0 else 0.0,
-                             cm.bus_bandwidth_gbps(collective, nbytes, p, t) if t > 0 else 0.0)
-    candidates = [a for a in (*cm.NCCL_ALGORITHMS, "hierarchical") if a in prices] or list(prices)
-    chosen = min(candidates, key=lambda a: prices[a].time_us)
-    found = calibration_for(scenario, collective, shape)
-    if found is not None and found[1].algorithm in prices:
-        chosen = found[1].algorithm
-    if algorithm == "auto":
-        names = [chosen]
-    return [prices[n] for n in names if n in prices], chosen
+    chosen = make_pricer(scenario, collective, shape)(nbytes)[0]
+    names = [chosen] if algorithm == AUTO else list(known) if algorithm == "all" else [algorithm]
+    prices = []
+    for name in names:
+        if name == HIERARCHICAL and len(shape.dims) < 2 and name != chosen:
+            continue
+        t = make_pricer(scenario, collective, shape, name)(nbytes)[1]
+        prices.append(Price(name, t, algorithm_bandwidth_gbps(collective, nbytes, p, t) if t > 0 else 0.0,
+                            bus_bandwidth_gbps(collective, nbytes, p, t) if t > 0 else 0.0))
+    return prices, chosen

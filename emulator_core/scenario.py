@@ -1,8 +1,10 @@
 """What-if scenarios: the target cluster the emulator answers for, as one frozen dataclass tree.
 
-A :class:`Scenario` is loaded from TOML (:func:`load_scenario`), optionally changed by ``--set a.b=c``
-overrides, and validated when it is constructed; every error is a :class:`ScenarioError` naming the key
-path and the bad value, e.g. ``topology.dims[1].bandwidth_gbps = -3: must be > 0``.
+This module is the model only: the dataclasses and their validation at construction; every error is a
+:class:`ScenarioError` naming the key path and the bad value, e.g. ``topology.dims[1].bandwidth_gbps = -3:
+must be > 0``. Reading and writing the TOML text is :mod:`emulator_core.scenario_toml`, the ``--set a.b=c``
+override language :mod:`emulator_core.scenario_overrides`, and loading a file (or a shipped example) with
+overrides :mod:`emulator_core.scenario_files`.
 
 Units (they also live in the key names):
 
@@ -48,18 +50,15 @@ meaning "whatever makes the product equal world_size"; it is resolved when the :
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import math
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, TypeVar
 
 from emulator_core import costmodels as cm
-from nbox_trace.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.errors import InvalidInputError
 
 #: Dimension kinds: a ring (each rank talks to 2 neighbours), a switch (any pair at full per-rank
 #: bandwidth, non-blocking), fully connected (a dedicated link per pair; bandwidth split over peers).
@@ -77,24 +76,21 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_
 AUTO = "auto"
 #: Largest world size accepted (2^24 ranks); a guard against typos, far above any real cluster.
 MAX_WORLD_SIZE = 1 << 24
-#: The scenario used by :func:`load_scenario` when no file is given: this machine's loopback.
-DEFAULT_SCENARIO = "loopback_cpu"
-#: Folder of the shipped example scenarios.
-SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 
 # Algorithm names are checked for form only here (lowercase identifier); the cost models decide which
 # (collective, algorithm) pairs exist.
 _ALGO_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-_OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 
 _T = TypeVar("_T")
-_TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration",
+#: The keys of each table (the top level, ``topology``, ``[[topology.dims]]``, ``[[stragglers]]``,
+#: ``[[calibration]]``), in the order the TOML writer puts them.
+TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration",
              "jitter", "jitter_seed")
-_TOPOLOGY_KEYS = ("dims",)
-_DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank")
-_STRAGGLER_KEYS = ("rank", "slowdown")
-_CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
+TOPOLOGY_KEYS = ("dims",)
+DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank")
+STRAGGLER_KEYS = ("rank", "slowdown")
+CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
                      "efficiency", "jitter_us")
 
 
@@ -131,7 +127,7 @@ class ScenarioError(InvalidInputError):
 
 def _fmt(value: Any) -> str:
     if isinstance(value, str):
-        return _toml_str(value)
+        return quote_toml_string(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
@@ -247,10 +243,10 @@ class Dimension:
     @classmethod
     def from_dict(cls, d: Any) -> Dimension:
         """Build from a TOML table; errors name the key relative to the table (prefix them)."""
-        _check_table("", d, _DIM_KEYS)
-        missing = [k for k in _DIM_KEYS[:5] if k not in d]
+        _check_table("", d, DIM_KEYS)
+        missing = [k for k in DIM_KEYS[:5] if k not in d]
         if missing:
-            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(_DIM_KEYS[:5])})")
+            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(DIM_KEYS[:5])})")
         return cls(**d)
 
 
@@ -288,7 +284,7 @@ class Topology:
 
     @classmethod
     def from_dict(cls, d: Any) -> Topology:
-        _check_table("", d, _TOPOLOGY_KEYS)
+        _check_table("", d, TOPOLOGY_KEYS)
         dims = d.get("dims")
         if not isinstance(dims, list):
             raise ScenarioError("dims", "missing: an array of tables [[topology.dims]]") if dims is None \
@@ -312,10 +308,10 @@ class Straggler:
 
     @classmethod
     def from_dict(cls, d: Any) -> Straggler:
-        _check_table("", d, _STRAGGLER_KEYS)
-        for k in _STRAGGLER_KEYS:
+        _check_table("", d, STRAGGLER_KEYS)
+        for k in STRAGGLER_KEYS:
             if k not in d:
-                raise ScenarioError(k, f"missing (required keys: {', '.join(_STRAGGLER_KEYS)})")
+                raise ScenarioError(k, f"missing (required keys: {', '.join(STRAGGLER_KEYS)})")
         return cls(**d)
 
 
@@ -387,7 +383,7 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain form, as in the TOML file; ``jitter_us`` only when measured (files without it stay the same)."""
-        d = {k: getattr(self, k) for k in _CALIBRATION_KEYS if k != "jitter_us"}
+        d = {k: getattr(self, k) for k in CALIBRATION_KEYS if k != "jitter_us"}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
@@ -396,10 +392,10 @@ class Calibration:
     @classmethod
     def from_dict(cls, d: Any) -> Calibration:
         """Build from a TOML table; ``latency_factor``/``bandwidth_factor`` default to 1, ``efficiency`` to []."""
-        _check_table("", d, _CALIBRATION_KEYS)
-        missing = [k for k in _CALIBRATION_KEYS[:4] if k not in d]
+        _check_table("", d, CALIBRATION_KEYS)
+        missing = [k for k in CALIBRATION_KEYS[:4] if k not in d]
         if missing:
-            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(_CALIBRATION_KEYS[:4])})")
+            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(CALIBRATION_KEYS[:4])})")
         return cls(**d)
 
 
@@ -537,7 +533,7 @@ class Scenario:
     @classmethod
     def from_dict(cls, d: Any) -> Scenario:
         """Build from the parsed TOML document; unknown keys are rejected, errors name the key path."""
-        _check_table("", d, _TOP_KEYS)
+        _check_table("", d, TOP_KEYS)
         for k in ("world_size", "topology"):
             if k not in d:
                 raise ScenarioError(k, "missing (required keys: world_size, topology)")
@@ -560,26 +556,6 @@ class Scenario:
                    calibration=tuple(_parse_tables("calibration", raw_cal, Calibration.from_dict)), **kwargs)
 
 
-def live_unsupported(scenario: Scenario) -> str | None:
-    """Why the live backend cannot play ``scenario`` (``None`` when it can).
-
-    The backend answers collectives while the script's real compute runs at its real speed, so the
-    scenario keys that change compute (``compute_scale``) or the overlap of compute with communication
-    (``overlap = "serialize"``) have nothing to act on; refused rather than silently ignored. ``nbox replay``
-    applies both.
-    """
-    bad = []
-    if scenario.compute_scale != 1.0:
-        bad.append(f"compute_scale = {scenario.compute_scale:g}")
-    if scenario.overlap != "overlap":
-        bad.append(f'overlap = "{scenario.overlap}"')
-    if not bad:
-        return None
-    return (f"{' and '.join(bad)}: the live emulation runs the script's real compute, so it cannot apply "
-            f"{'these' if len(bad) > 1 else 'this'} (nbox replay can); remove {'them' if len(bad) > 1 else 'it'} "
-            f"from the scenario")
-
-
 def _check_table(key: str, d: Any, allowed: Sequence[str]) -> None:
     if not isinstance(d, dict):
         raise _bad(key, d, "must be a table") if key else ScenarioError("", f"must be a table, not {_fmt(d)}")
@@ -589,148 +565,8 @@ def _check_table(key: str, d: Any, allowed: Sequence[str]) -> None:
             raise ScenarioError(path, f"unknown key (allowed: {', '.join(allowed)})")
 
 
-# ---------------------------------------------------------------------------------------------- TOML I/O
-
-
-def _toml_module() -> Any:
-    """``tomllib`` (Python >= 3.11) or the ``tomli`` package (Python 3.10), which has the same API."""
-    name = "tomllib" if sys.version_info >= (3, 11) else "tomli"
-    try:
-        return importlib.import_module(name)
-    except ImportError:  # pragma: no cover - Python 3.10 without tomli
-        raise ScenarioError("", "reading TOML on Python 3.10 needs the 'tomli' package (pip install tomli), "
-                                "or use Python >= 3.11") from None
-
-
-def _toml_loads() -> Callable[[str], dict[str, Any]]:
-    loads: Callable[[str], dict[str, Any]] = _toml_module().loads
-    return loads
-
-
-def _toml_error_type() -> type[Exception]:
-    err: type[Exception] = _toml_module().TOMLDecodeError
-    return err
-
-
-def shipped_scenarios() -> dict[str, Path]:
-    """The example scenarios shipped in ``emulator_core/scenarios/``: name (file stem) -> path."""
-    return {p.stem: p for p in sorted(SCENARIOS_DIR.glob("*.toml"))}
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``a.b.c=VALUE`` into its key path and value.
-
-    The value is read as a TOML scalar (``2`` is an int, ``2.0`` a float, ``true`` a bool, ``"x"`` a
-    string); anything that is not a TOML value is taken as a bare string (so ``algorithms.all_reduce=ring``
-    works). Arrays and tables are refused. List elements are addressed by index: ``topology.dims.1.size``.
-    """
-    key, sep, raw = text.partition("=")
-    key, raw = key.strip(), raw.strip()
-    if not sep or not key or not _OVERRIDE_KEY_RE.match(key):
-        raise ScenarioError(f"--set {text}", "expected KEY=VALUE with a dotted key, e.g. topology.dims.1.size=16")
-    if not raw or "\n" in raw or "\r" in raw:
-        raise ScenarioError(f"--set {text}", "the value must be a single non-empty line")
-    try:
-        doc = _toml_loads()(f"v = {raw}")
-    except _toml_error_type():
-        value: Any = raw
-    else:
-        if set(doc) != {"v"}:  # pragma: no cover - a single line cannot define two keys
-            raise ScenarioError(f"--set {text}", "the value must be one TOML scalar")
-        value = doc["v"]
-        if not isinstance(value, (str, int, float, bool)):
-            raise ScenarioError(f"--set {text}", "the value must be a scalar (number, string or boolean)")
-    return key.split("."), value
-
-
-_SCHEMA: dict[str, Any] = {
-    "world_size": None, "compute_scale": None, "overlap": None, "jitter": None, "jitter_seed": None,
-    "algorithms": {c: None for c in COLLECTIVES},
-    "topology": {"dims": [{k: None for k in _DIM_KEYS}]},
-    "stragglers": [{k: None for k in _STRAGGLER_KEYS}],
-    "calibration": [{k: None for k in _CALIBRATION_KEYS}],
-}
-
-
-def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``--set`` overrides to a parsed scenario document (a new dict; ``doc`` is not changed).
-
-    A list index may be the list's length, which appends a new table (e.g. a first straggler:
-    ``stragglers.0.rank=5 stragglers.0.slowdown=2``). Unknown keys are refused, listing the allowed ones.
-    """
-    import copy
-
-    out = copy.deepcopy(doc)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node: Any = out
-        schema: Any = _SCHEMA
-        where = f"--set {text}"
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            so_far = ".".join(parts[: depth + 1])
-            if isinstance(schema, dict):
-                if part not in schema:
-                    raise ScenarioError(so_far, f"unknown key in {where} (allowed: {', '.join(schema)})")
-                sub = schema[part]
-                if last:
-                    if sub is not None:
-                        raise ScenarioError(so_far, f"{where}: is a table or array; set one of its keys")
-                    node[part] = value
-                    break
-                if not isinstance(node.get(part), (dict, list)):
-                    node[part] = [] if isinstance(sub, list) else {}
-                node, schema = node[part], sub
-            else:  # a list: the part is an index
-                if not part.isdigit():
-                    raise ScenarioError(so_far, f"{where}: expected a list index (0, 1, ...)")
-                idx = int(part)
-                if idx > len(node):
-                    raise ScenarioError(so_far, f"{where}: index out of range (the list has {len(node)} entries)")
-                if last:
-                    raise ScenarioError(so_far, f"{where}: is a table; set one of its keys")
-                if idx == len(node):
-                    node.append({})
-                if not isinstance(node[idx], dict):
-                    raise ScenarioError(so_far, f"{where}: not a table")
-                node, schema = node[idx], schema[0]
-    return out
-
-
-def load_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
-    """Load a scenario from a TOML file (``None``: the shipped :data:`DEFAULT_SCENARIO`), apply overrides.
-
-    Raises:
-        InputNotFoundError: ``path`` does not exist.
-        ScenarioError: the file is not TOML, or a key or value is invalid (the message names the file and key).
-    """
-    p = path if path is not None else SCENARIOS_DIR / f"{DEFAULT_SCENARIO}.toml"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputNotFoundError(f"{p}: scenario file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError("", f"cannot read: {e}", file=str(p)) from None
-    try:
-        doc = _toml_loads()(text)
-    except _toml_error_type() as e:
-        raise ScenarioError("", f"not valid TOML: {e}", file=str(p)) from None
-    try:
-        return Scenario.from_dict(apply_overrides(doc, overrides))
-    except ScenarioError as e:
-        raise e.in_file(str(p)) from None
-
-
-def loads_scenario(text: str) -> Scenario:
-    """Parse a scenario from TOML text (errors name the key but no file)."""
-    try:
-        doc = _toml_loads()(text)
-    except _toml_error_type() as e:
-        raise ScenarioError("", f"not valid TOML: {e}") from None
-    return Scenario.from_dict(doc)
-
-
-def _toml_str(s: str) -> str:
+def quote_toml_string(s: str) -> str:
+    """``s`` as a TOML basic string (double quotes; quotes, backslashes and control characters escaped)."""
     out = ['"']
     for ch in s:
         o = ord(ch)
@@ -744,33 +580,3 @@ def _toml_str(s: str) -> str:
             out.append(ch)
     out.append('"')
     return "".join(out)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)  # finite (validated); repr round-trips exactly and is valid TOML (1e-05, 3600.0)
-    if isinstance(v, str):
-        return _toml_str(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"not a TOML scalar: {v!r}")  # pragma: no cover - scalars and lists only
-
-
-def dump_toml(scenario: Scenario) -> str:
-    """The scenario as TOML text, in the layout of the module docstring; ``loads_scenario`` reads it back equal."""
-    d = scenario.to_dict()
-    lines = [f"{k} = {_toml_value(d[k])}" for k in ("world_size", "compute_scale", "overlap", "jitter", "jitter_seed")
-             if k in d]
-    if d["algorithms"]:
-        lines += ["", "[algorithms]"] + [f"{k} = {_toml_value(v)}" for k, v in d["algorithms"].items()]
-    for dim in d["topology"]["dims"]:
-        lines += ["", "[[topology.dims]]"] + [f"{k} = {_toml_value(v)}" for k, v in dim.items()]
-    for s in d["stragglers"]:
-        lines += ["", "[[stragglers]]"] + [f"{k} = {_toml_value(v)}" for k, v in s.items()]
-    for c in d["calibration"]:
-        lines += ["", "[[calibration]]"] + [f"{k} = {_toml_value(v)}" for k, v in c.items()]
-    return "\n".join(lines) + "\n"

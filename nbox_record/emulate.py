@@ -189,15 +189,17 @@ def iteration_breakdown(timings: dict[int, dict[str, Any]]) -> dict[str, float] 
 
 def _scenario_toml(cfg: EmulateConfig, path: Path) -> str:
     """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description."""
-    from emulator_core.pricing import with_world_size
-    from emulator_core.scenario import ScenarioError, dump_toml, live_unsupported, load_scenario
+    from emulator_core.live_policy import live_unsupported
+    from emulator_core.scenario import ScenarioError
+    from emulator_core.scenario_files import load_scenario
+    from emulator_core.scenario_toml import dump_toml
+    from emulator_core.world import resize
 
     scenario = load_scenario(cfg.scenario, list(cfg.overrides))
     why = live_unsupported(scenario)
     if why:
         raise ScenarioError("", why, file=str(cfg.scenario) if cfg.scenario is not None else None)
-    if scenario.world_size != cfg.world_size:
-        scenario = with_world_size(scenario, cfg.world_size)
+    scenario = resize(scenario, cfg.world_size)
     path.write_text(dump_toml(scenario), encoding="utf-8")
     name = str(cfg.scenario) if cfg.scenario is not None else "default (loopback_cpu)"
     return name + (f" with {', '.join(cfg.overrides)}" if cfg.overrides else "")

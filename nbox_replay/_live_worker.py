@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from emulator_core.delay import sleep_until
-from emulator_core.scenario import load_scenario
+from emulator_core.scenario_files import load_scenario
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, load_rank
 from nbox_replay.ops import LiveOps, prepare
 from nbox_replay.virtual import retarget

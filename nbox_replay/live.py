@@ -31,7 +31,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from emulator_core.scenario import Scenario, dump_toml
+from emulator_core.scenario import Scenario
+from emulator_core.scenario_toml import dump_toml
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.procs import root_error, run_with_deadline
 

@@ -11,18 +11,19 @@ calibrated ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a GPU bundle
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from emulator_core.pricing import with_world_size
-from emulator_core.scenario import SCENARIOS_DIR, Scenario, ScenarioError, load_scenario
+from emulator_core.scenario import Scenario
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
+from emulator_core.world import resize, what_if_world
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.report import ReplayReport, RunSummary, summarize_sim
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError
 
-__all__ = ["ReplayConfig", "baseline_scenario", "resize", "run_replay"]
+__all__ = ["ReplayConfig", "baseline_scenario", "run_replay"]
 
 CLOCKS = ("real", "virtual")
 COMPUTES = ("auto", "live", "recorded")
@@ -86,21 +87,6 @@ class ReplayConfig:
             raise ReplayConfigError(f"--timeout must be > 0, got {self.timeout_s}")
 
 
-def resize(scenario: Scenario, world_size: int) -> Scenario:
-    """``scenario`` at ``world_size``: the outermost dimension grows or shrinks (pricing.with_world_size); a
-    world smaller than the inner dimensions (e.g. 2 ranks on an 8-GPU-per-node scenario) keeps the
-    innermost dimension only, sized to the world."""
-    try:
-        return with_world_size(scenario, world_size)
-    except ScenarioError:
-        dims = scenario.topology.dims
-        if world_size > dims[0].size:
-            raise
-        first = replace(dims[0], size=world_size)
-        rest = tuple(replace(d, size=1) for d in dims[1:])
-        return replace(scenario, world_size=world_size, topology=replace(scenario.topology, dims=(first, *rest)))
-
-
 def baseline_scenario(source: ReplaySource, path: Path | None) -> tuple[Scenario, str]:
     """The baseline scenario at the recorded world size, and its name (module docstring)."""
     if path is None:
@@ -149,8 +135,7 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
     what_if_path = config.what_if or config.baseline or SCENARIOS_DIR / f"{base_name}.toml"
     what_if_base = load_scenario(what_if_path, config.overrides)
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
-    world = config.world_size or (what_if_base.world_size if any(o.startswith("world_size=") for o in config.overrides)
-                                  else source.recorded_world)
+    world = what_if_world(what_if_base, config.overrides, source.recorded_world, config.world_size)
     what_if = resize(what_if_base, world)
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)

@@ -2,13 +2,15 @@
 
 A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
-* ``world_size``: the target world size; the scenario is resized by
-  :func:`emulator_core.pricing.with_world_size` (the outermost topology dimension grows or shrinks);
+* ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.world.resize`
+  (the outermost topology dimension grows or shrinks). Without this axis the world size is the one
+  ``nbox replay`` would play (:func:`emulator_core.world.what_if_world`): the scenario's own when an
+  override sets ``world_size``, else the recorded one;
 * any other key: a scenario override (``--set`` syntax, e.g. ``topology.dims.0.bandwidth_gbps=10,100``
   or ``algorithms.all_reduce=ring,double_binary_tree``), applied on top of the base overrides.
 
 The grid is the cartesian product of the axes, the first axis varying slowest. Each point loads the
-base scenario with the base and point overrides, then resizes it (when ``world_size`` is an axis), then
+base scenario with the base and point overrides, then resizes it, then
 replays the graphs in virtual time (:func:`nbox_replay.virtual.simulate`, recorded compute). Points are
 evaluated in parallel across processes (each worker loads the traces once); the rows come back in grid
 order and are the same, bit for bit, whatever the number of workers.
@@ -34,8 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator_core.pricing import with_world_size
-from emulator_core.scenario import Scenario, ScenarioError, load_scenario, parse_override
+from emulator_core.scenario import Scenario, ScenarioError
+from emulator_core.scenario_files import load_scenario
+from emulator_core.scenario_overrides import parse_override
+from emulator_core.world import resize, what_if_world
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.virtual import SimResult, simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError
@@ -205,8 +209,7 @@ class SweepConfig:
             else:
                 overrides.append(_override_text(axis.key, value))
         scenario = load_scenario(self.scenario, overrides)
-        if world is not None:
-            scenario = with_world_size(scenario, world)
+        scenario = resize(scenario, what_if_world(scenario, overrides, self.recorded_world, world))
         bad = [r for r, _ in self.traces if not 0 <= r < scenario.world_size]
         if bad:
             raise ScenarioError(WORLD_SIZE, f"replayed rank {bad[0]} is outside a world of "

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 import emulator_core.answer as answer_mod
 from emulator_core.answer import Answer, Fabric, mirror_member, mirror_weights
-from emulator_core.pricing import GroupShape, Pricer, group_shape, make_pricer, price_group, with_world_size
-from emulator_core.scenario import Scenario, Straggler, load_scenario
+from emulator_core.pricing import GroupShape, Pricer, group_shape, make_pricer, price_group
+from emulator_core.scenario import Scenario, Straggler
+from emulator_core.scenario_files import load_scenario
+from emulator_core.world import resize
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "emulator_core" / "scenarios"
 NVLINK_ALPHA, NVLINK_BW = 2.0, 3600 * 125.0  # dgx_h100_400g's nvlink dimension: 2 us, 3600 Gb/s in bytes/us
@@ -21,7 +23,7 @@ NVLINK_ALPHA, NVLINK_BW = 2.0, 3600 * 125.0  # dgx_h100_400g's nvlink dimension:
 
 def dgx64(**changes: object) -> Scenario:
     """dgx_h100_400g resized to 8 GPUs x 8 nodes."""
-    return replace(with_world_size(load_scenario(SCENARIOS / "dgx_h100_400g.toml"), 64), **changes)  # type: ignore[arg-type]
+    return replace(resize(load_scenario(SCENARIOS / "dgx_h100_400g.toml"), 64), **changes)  # type: ignore[arg-type]
 
 
 def test_ring_all_reduce_on_a_node_costs_the_closed_form_and_ends_at_last_arrival_plus_cost() -> None:
@@ -124,7 +126,7 @@ def test_the_same_calls_on_fresh_fabrics_answer_bit_for_bit_the_same(calls: list
 @pytest.mark.parametrize("world", [8, 64, 4096, 1 << 16, 1 << 20])
 def test_world_sized_groups_answer_from_the_real_members_and_price_once(
         world: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = with_world_size(load_scenario(SCENARIOS / "loopback_cpu.toml"), world)
+    s = resize(load_scenario(SCENARIOS / "loopback_cpu.toml"), world)
     calls: list[tuple[str, float]] = []
 
     def counting_pricer(scenario: Scenario, collective: str, shape: GroupShape) -> Pricer:

@@ -17,17 +17,9 @@ from emulator_core import _calibrate_worker as worker
 from emulator_core import calibrate as cal
 from emulator_core import costmodels as cm
 from emulator_core.pricing import calibration_for, group_shape, link_for, price, price_group
-from emulator_core.scenario import (
-    Calibration,
-    Dimension,
-    Scenario,
-    ScenarioError,
-    Topology,
-    dump_toml,
-    load_scenario,
-    loads_scenario,
-    shipped_scenarios,
-)
+from emulator_core.scenario import Calibration, Dimension, Scenario, ScenarioError, Topology
+from emulator_core.scenario_files import load_scenario, shipped_scenarios
+from emulator_core.scenario_toml import dump_toml, loads_scenario
 from nbox_trace.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulator_core import costmodels as cm
-from emulator_core.costmodels import COST_MODELS, Efficiency, Link, auto, bus_bandwidth_gbps, cost
+from emulator_core.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
+from emulator_core.costmodels import COST_MODELS, Efficiency, Link, cost
 
 L = Link(latency_us=2.0, bandwidth_bytes_per_us=100.0)
-FLAT = [key for key in COST_MODELS if key != ("all_reduce", "hierarchical")]
+FLAT = list(COST_MODELS)  # the one-link models; hierarchical is hierarchical_all_reduce
 
 
 def close(a: float, b: float) -> bool:
@@ -90,7 +91,7 @@ def test_hand_computed(collective: str, algorithm: str, nbytes: int, p: int, exp
 
 
 def test_every_model_has_a_hand_computed_case() -> None:
-    covered = {(c, a) for c, a, *_ in HAND} | {("all_reduce", "hierarchical")}
+    covered = {(c, a) for c, a, *_ in HAND}
     assert covered == set(COST_MODELS)
 
 
@@ -105,11 +106,9 @@ def test_hierarchical_two_dims() -> None:
     # inter ring AR(200, 2):   2*1*10 + 2*1/2*200*0.02 = 24
     # intra ring AG(200, 4):   3*2 + 3*200*0.01 = 12          total 48
     inter = Link(10.0, 50.0)
-    assert close(cost("all_reduce", "hierarchical", 800, 8, L, p_intra=4, inter_link=inter), 48.0)
+    assert close(cm.hierarchical_all_reduce(800, [(4, L), (2, inter)]), 48.0)
     # inter double binary tree on 200 over 2: 2*1*10 + 2*200*0.02 = 28 -> 12 + 28 + 12
-    got = cost(
-        "all_reduce", "hierarchical", 800, 8, L, p_intra=4, inter_link=inter, inter_algorithm="double_binary_tree"
-    )
+    got = cm.hierarchical_all_reduce(800, [(4, L), (2, inter)], inter_algorithm="double_binary_tree")
     assert close(got, 52.0)
 
 
@@ -186,33 +185,17 @@ def test_argument_validation() -> None:
         cost("all_reduce", "ring", -1, 2, L)
     with pytest.raises(ValueError, match=r"p .* must be an int >= 1, got 0"):
         cost("all_reduce", "ring", 1, 0, L)
-    with pytest.raises(ValueError, match="needs p_intra"):
+    with pytest.raises(ValueError, match="unknown algorithm 'hierarchical' for all_reduce"):  # not one link
         cost("all_reduce", "hierarchical", 1, 8, L)
-    with pytest.raises(ValueError, match="p_intra must be an int >= 1 dividing p=8, got 3"):
-        cost("all_reduce", "hierarchical", 1, 8, L, p_intra=3)
     with pytest.raises(ValueError, match="unknown inter_algorithm 'hierarchical'"):
-        cost("all_reduce", "hierarchical", 1, 8, L, p_intra=2, inter_algorithm="hierarchical")
-
-
-def test_auto_picks_like_nccl() -> None:
-    # p = 1024, NCCL's set: small message -> tree (2*10*2 + ...), large -> ring (bandwidth 2(p-1)/p < 2).
-    assert auto("all_reduce", 1000, 1024, L, algorithms=cm.NCCL_ALGORITHMS)[0] == "double_binary_tree"
-    assert auto("all_reduce", 10**9, 1024, L, algorithms=cm.NCCL_ALGORITHMS)[0] == "ring"
-    name, t = auto("all_reduce", 800, 4, L)
-    assert (name, t) == ("direct", 16.0)
-    assert cost("all_reduce", "auto", 800, 4, L) == 16.0
-    # hierarchical is a candidate only with its topology keyword
-    name, _ = auto("all_reduce", 800, 8, L, p_intra=8, algorithms=["hierarchical"])
-    assert name == "hierarchical"
-    with pytest.raises(ValueError, match="none of"):
-        auto("broadcast", 1, 2, L, algorithms=["pairwise"])
+        cm.hierarchical_all_reduce(1, [(2, L), (4, L)], inter_algorithm="hierarchical")
 
 
 def test_bus_bandwidth() -> None:
     # 1e9-byte all-reduce in 1 s on 8 ranks: algbw 1 GB/s, busbw 2*7/8 = 1.75
     assert close(bus_bandwidth_gbps("all_reduce", 10**9, 8, 1e6), 1.75)
     # all_gather of a 1e8-byte shard on 8 ranks in 1 s: size 8e8 -> algbw 0.8, busbw 0.8*7/8 = 0.7
-    assert close(cm.algorithm_bandwidth_gbps("all_gather", 10**8, 8, 1e6), 0.8)
+    assert close(algorithm_bandwidth_gbps("all_gather", 10**8, 8, 1e6), 0.8)
     assert close(bus_bandwidth_gbps("all_gather", 10**8, 8, 1e6), 0.7)
     assert close(bus_bandwidth_gbps("reduce_scatter", 10**9, 8, 1e6), 0.875)
     assert close(bus_bandwidth_gbps("broadcast", 10**9, 8, 1e6), 1.0)
@@ -228,8 +211,7 @@ def test_constant_time_in_world_size() -> None:
         for collective, algorithm in FLAT:
             t = cost(collective, algorithm, 1 << 30, p, L)
             assert math.isfinite(t) and t > 0
-        assert math.isfinite(cost("all_reduce", "hierarchical", 1 << 30, p, L, p_intra=8))
-        assert auto("all_reduce", 1 << 30, p, L)[1] > 0
+        assert math.isfinite(cm.hierarchical_all_reduce(1 << 30, [(8, L), (p // 8, L)]))
 
 
 def test_collectives_listing() -> None:
@@ -289,26 +271,16 @@ inter_algorithms = st.sampled_from(["ring", "double_binary_tree", "recursive_hal
 def test_hierarchical_over_one_dimension_is_flat(n: int, p: int, intra: Link, inter: Link, algo: str) -> None:
     # all ranks in the inter dimension (p_intra = 1): the flat `algo` on the inter link
     flat_inter = cost("all_reduce", algo, n, p, inter)
-    got = cost("all_reduce", "hierarchical", n, p, intra, p_intra=1, inter_link=inter, inter_algorithm=algo)
+    got = cm.hierarchical_all_reduce(n, [(1, intra), (p, inter)], algo)
     assert math.isclose(got, flat_inter, rel_tol=1e-12, abs_tol=1e-9)
     # all ranks in the intra dimension (p_inter = 1): intra ring RS + AG = flat ring all-reduce
-    got = cost("all_reduce", "hierarchical", n, p, intra, p_intra=p, inter_link=inter, inter_algorithm=algo)
+    got = cm.hierarchical_all_reduce(n, [(p, intra), (1, inter)], algo)
     assert math.isclose(got, cost("all_reduce", "ring", n, p, intra), rel_tol=1e-12, abs_tol=1e-9)
     assert cm.hierarchical_all_reduce(n, [(p, inter)], algo) == flat_inter
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.sampled_from(cm.collectives()), sizes, ranks, links)
-def test_auto_is_no_slower_than_any_algorithm(collective: str, n: int, p: int, link: Link) -> None:
-    name, best = auto(collective, n, p, link)
-    assert cost(collective, name, n, p, link) == best
-    for algorithm in cm.algorithms_for(collective):
-        if (collective, algorithm) in FLAT:
-            assert best <= cost(collective, algorithm, n, p, link)
 
 
 @settings(max_examples=200, deadline=None)
 @given(models, sizes, links)
 def test_one_rank_costs_nothing(model: tuple[str, str], n: int, link: Link) -> None:
     assert cost(*model, n, 1, link) == 0.0
-    assert cost("all_reduce", "hierarchical", n, 1, link, p_intra=1) == 0.0
+    assert cm.hierarchical_all_reduce(n, [(1, link)]) == 0.0

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from emulator_core import costmodels as cm
-from emulator_core.pricing import flat_link, group_shape, price, price_group, with_world_size
-from emulator_core.scenario import ScenarioError, load_scenario
+from emulator_core.answer import Fabric
+from emulator_core.pricing import group_shape, link_for, make_pricer, price, price_group
+from emulator_core.scenario import Dimension, Scenario, ScenarioError, Topology
+from emulator_core.scenario_files import load_scenario, shipped_scenarios
+from emulator_core.world import resize
 
 ROOT = Path(__file__).resolve().parents[1]
 DGX = ROOT / "emulator_core" / "scenarios" / "dgx_h100_400g.toml"
@@ -20,7 +23,7 @@ DGX = ROOT / "emulator_core" / "scenarios" / "dgx_h100_400g.toml"
 def test_flat_algorithms_run_at_the_slowest_dimension_crossed() -> None:
     s = load_scenario(DGX)
     ib = s.topology.dims[1]
-    link = flat_link(s)
+    link = link_for(s, "all_reduce", group_shape(s))
     assert link.bandwidth_bytes_per_us == ib.bandwidth_bytes_per_us == 400 * 125  # 400 Gb/s = 50,000 B/us
     assert link.latency_us == max(d.latency_us for d in s.topology.dims)
 
@@ -28,7 +31,7 @@ def test_flat_algorithms_run_at_the_slowest_dimension_crossed() -> None:
 def test_ring_all_reduce_matches_the_closed_form_by_hand() -> None:
     s = load_scenario(DGX)
     p, n = s.world_size, 1 << 30
-    alpha, bw = flat_link(s).latency_us, 400 * 125
+    alpha, bw = link_for(s, "all_reduce", group_shape(s)).latency_us, 400 * 125
     by_hand = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n / bw
     ring = next(x for x in price(s, "all_reduce", n)[0] if x.algorithm == "ring")
     assert ring.time_us == pytest.approx(by_hand)
@@ -45,10 +48,10 @@ def test_auto_picks_hierarchical_for_a_big_all_reduce_on_two_dimensions_and_neve
 
 
 def test_world_size_grows_the_outermost_dimension() -> None:
-    s = with_world_size(load_scenario(DGX), 64)
+    s = resize(load_scenario(DGX), 64)
     assert s.world_size == 64 and [d.size for d in s.topology.dims] == [8, 8]
     with pytest.raises(ScenarioError, match="world_size = 12"):
-        with_world_size(load_scenario(DGX), 12)
+        resize(load_scenario(DGX), 12)
 
 
 def test_unknown_algorithm_lists_the_known_ones() -> None:
@@ -83,7 +86,7 @@ def test_show_round_trips_and_validate_names_the_bad_key(tmp_path: Path) -> None
 
 
 def test_group_shape_finds_the_dimensions_a_group_spans() -> None:
-    s = with_world_size(load_scenario(DGX), 64)  # 8 per node x 8 nodes
+    s = resize(load_scenario(DGX), 64)  # 8 per node x 8 nodes
     node0 = group_shape(s, range(8))
     assert node0.size == 8 and [(n, d.name) for n, d in node0.dims] == [(8, s.topology.dims[0].name)]
     rail = group_shape(s, range(0, 64, 8))  # GPU 0 of every node
@@ -96,7 +99,7 @@ def test_group_shape_finds_the_dimensions_a_group_spans() -> None:
 
 
 def test_price_group_agrees_with_price_over_the_world_and_uses_the_intra_node_link_inside_a_node() -> None:
-    s = with_world_size(load_scenario(DGX), 64)
+    s = resize(load_scenario(DGX), 64)
     for coll in ("all_reduce", "all_gather", "all_to_all", "broadcast"):
         prices, chosen = price(s, coll, 1 << 24, "auto")
         assert price_group(s, coll, 1 << 24, group_shape(s)) == (chosen, pytest.approx(prices[0].time_us))
@@ -104,4 +107,58 @@ def test_price_group_agrees_with_price_over_the_world_and_uses_the_intra_node_li
     name, t = price_group(s, "all_gather", 1 << 20, group_shape(s, range(8)))
     link = cm.Link(intra.latency_us, intra.bandwidth_bytes_per_us)
     assert (name, t) == ("ring", pytest.approx(cm.all_gather_ring(1 << 20, 8, link)))
-    assert price_group(s, "all_reduce", 1 << 20, group_shape(s, [5])) == ("auto", 0.0)
+    # a one-rank group costs 0 and names what auto picks at a tie (ring), as scenario cost does; it said "auto"
+    assert price_group(s, "all_reduce", 1 << 20, group_shape(s, [5])) == ("ring", 0.0)
+
+
+# ------------------------------------------------------------------------------------ one auto choice
+
+
+def _one_link(ranks: int, latency_us: float, bandwidth_bytes_per_us: float) -> Scenario:
+    dim = Dimension("net", ranks, "switch", bandwidth_bytes_per_us / 125.0, latency_us)
+    return Scenario(world_size=ranks, topology=Topology((dim,)))
+
+
+def test_auto_picks_like_nccl_and_never_a_direct_model_where_a_ring_or_tree_exists() -> None:
+    # Was costmodels.auto (dead but for tests), which took every model and so picked "direct" at 800 B on 4 ranks.
+    s = _one_link(1024, 2.0, 100.0)
+    auto = make_pricer(s, "all_reduce", group_shape(s))
+    assert auto(1000)[0] == "double_binary_tree" and auto(10**9)[0] == "ring"
+    four = _one_link(4, 2.0, 100.0)
+    assert make_pricer(four, "all_reduce", group_shape(four))(800) == ("ring", 24.0)
+    assert make_pricer(four, "all_to_all", group_shape(four))(800)[0] == "direct"  # no ring/tree: any model
+
+
+@pytest.mark.parametrize("collective", cm.collectives())
+@pytest.mark.parametrize(("n", "p"), [(1, 2), (800, 4), (1 << 20, 64), (1 << 30, 1024)])
+def test_auto_is_no_slower_than_any_of_its_candidates(collective: str, n: int, p: int) -> None:
+    s = _one_link(p, 2.0, 100.0)
+    shape = group_shape(s)
+    name, best = make_pricer(s, collective, shape)(n)
+    known = cm.algorithms_for(collective)
+    candidates = [a for a in cm.NCCL_ALGORITHMS if a in known] or [a for a in known if a != "hierarchical"]
+    assert name in candidates
+    assert all(best <= make_pricer(s, collective, shape, a)(n)[1] for a in candidates)
+
+
+@pytest.mark.parametrize("name", sorted(shipped_scenarios()))
+@pytest.mark.parametrize("world", [None, 2, 1])
+def test_scenario_cost_names_the_algorithm_the_replay_path_uses(name: str, world: int | None) -> None:
+    """`nbox scenario cost` (price) and the replay/backend path (Fabric.answer) choose through one function."""
+    s = load_scenario(shipped_scenarios()[name])
+    s = s if world is None else resize(s, world)
+    for collective in cm.collectives():
+        fabric = Fabric(s)
+        group = fabric.group(None, [0])
+        for n in (0, 1024, 1 << 20, 1 << 30):
+            chosen = price(s, collective, n)[1]
+            assert fabric.answer(group, collective, n, [0.0]).algorithm == chosen, (collective, n)
+
+
+def test_scenario_cost_stars_the_scenario_s_own_algorithm() -> None:
+    # It ignored [algorithms] and starred auto's pick while a replay ran the scenario's algorithm.
+    s = load_scenario(DGX, ["algorithms.all_reduce=ring"])
+    assert price(s, "all_reduce", 1 << 30)[1] == "ring"
+    proc = nbox("scenario", "cost", "all_reduce", "--bytes", 1 << 30, "--what-if", DGX, "--set",
+                "algorithms.all_reduce=ring")
+    assert proc.returncode == 0 and "the scenario sets ring" in proc.stderr

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from emulator_core.pricing import with_world_size
-from emulator_core.scenario import load_scenario
+from emulator_core.scenario_files import load_scenario
+from emulator_core.world import resize
 from nbox_record import convert as convert_mod
 from nbox_record.convert import convert_rank
 from nbox_replay.graph import RankGraph, load_rank
@@ -308,7 +308,7 @@ def _config(tmp_path: Path | None = None, **kw: Any) -> LiveConfig:
     ranks = kw.pop("ranks", (0, 1))
     args: dict[str, Any] = {"files": {r: MLP / "trace" / f"trace.{r}.et" for r in ranks},
                             "groups": {"0": [0, 1]}, "recorded_world": 2,
-                            "scenario": with_world_size(load_scenario(None), world),
+                            "scenario": resize(load_scenario(None), world),
                             "warmup": 1, "iterations": 3, "timeout_s": 90.0}
     args.update(kw)
     return LiveConfig(**args)

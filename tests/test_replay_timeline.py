@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from emulator_core.pricing import with_world_size
-from emulator_core.scenario import load_scenario
+from emulator_core.scenario_files import load_scenario
+from emulator_core.world import resize
 from nbox_replay.graph import COLLECTIVE, CommInfo, RankGraph, load_rank
 from nbox_replay.timeline import TimelineWriteError, answers_by_node, write_timelines
 from nbox_replay.virtual import SimResult, simulate
@@ -27,7 +27,7 @@ def _graphs(bundle: Path = BUNDLE) -> dict[int, RankGraph]:
 
 def _replay(world: int, reps: int = 2, bundle: Path = BUNDLE) -> tuple[dict[int, RankGraph], SimResult]:
     graphs = _graphs(bundle)
-    scenario = with_world_size(load_scenario(None), world)
+    scenario = resize(load_scenario(None), world)
     return graphs, simulate(graphs, scenario, groups={"0": [0, 1]}, recorded_world=2, repetitions=reps)
 
 
@@ -165,7 +165,7 @@ def _tiny(rank: int) -> RankGraph:
 
 def test_flow_from_a_zero_length_issue_starts_at_the_modeled_span(tmp_path: Path) -> None:
     graphs = {r: _tiny(r) for r in (0, 1)}
-    result = simulate(graphs, with_world_size(load_scenario(None), 8), groups={"0": [0, 1]}, recorded_world=2)
+    result = simulate(graphs, resize(load_scenario(None), 8), groups={"0": [0, 1]}, recorded_world=2)
     [path, _] = write_timelines(result, graphs, tmp_path, label="tiny")
     _, events = _load(path)
     [s] = [e for e in events if e["ph"] == "s"]

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from emulator_core.pricing import group_shape, price_group
-from emulator_core.scenario import SCENARIOS_DIR, load_scenario
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
+from emulator_core.world import resize
 from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.replay import ReplayConfig, ReplayConfigError, resize, run_replay
+from nbox_replay.replay import ReplayConfig, ReplayConfigError, run_replay
 from nbox_replay.source import ReplayInputError, open_source
 from nbox_replay.virtual import ReplayDeadlock, simulate
 from nbox_trace.chakra import et_def_pb2 as pb

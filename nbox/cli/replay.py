@@ -85,9 +85,11 @@ def sweep_cmd(
     source = open_source(bundle)
     scenario = what_if if what_if is not None else baseline_scenario(source, None)[1]
     axes = list(vary)
-    if not any(a.split("=", 1)[0].strip() == "world_size" for a in axes):
+    from emulator_core.scenario_files import SCENARIOS_DIR
+    from emulator_core.world import sets_world_size
+
+    if not any(a.split("=", 1)[0].strip() == "world_size" for a in axes) and not sets_world_size(set_ or ()):
         axes.insert(0, f"world_size={source.recorded_world}")
-    from emulator_core.scenario import SCENARIOS_DIR
 
     path = scenario if isinstance(scenario, Path) else SCENARIOS_DIR / f"{scenario}.toml"
     cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, axes, scenario=path,

@@ -27,7 +27,8 @@ def scenario_show(
 
     Example: nbox scenario show emulator_core/scenarios/dgx_h100_400g.toml --set world_size=2048
     """
-    from emulator_core.scenario import dump_toml, load_scenario
+    from emulator_core.scenario_files import load_scenario
+    from emulator_core.scenario_toml import dump_toml
 
     scenario = load_scenario(file, tuple(set_ or ()))
     sys.stdout.write(json.dumps(scenario.to_dict(), indent=1) + "\n" if json_out else dump_toml(scenario))
@@ -39,7 +40,7 @@ def scenario_validate(
     set_: _SetOpt = None,
 ) -> None:
     """Check a scenario; exit 0 when valid, 3 with the bad key named when not."""
-    from emulator_core.scenario import load_scenario
+    from emulator_core.scenario_files import load_scenario
 
     scenario = load_scenario(file, tuple(set_ or ()))
     dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
@@ -60,12 +61,13 @@ def scenario_cost(
 
     Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
     """
-    from emulator_core.pricing import price, with_world_size
-    from emulator_core.scenario import load_scenario
+    from emulator_core.pricing import price
+    from emulator_core.scenario_files import load_scenario
+    from emulator_core.world import resize
 
     scenario = load_scenario(what_if, tuple(set_ or ()))
     if world_size is not None:
-        scenario = with_world_size(scenario, world_size)
+        scenario = resize(scenario, world_size)
     try:
         prices, chosen = price(scenario, collective, nbytes, algorithm)
     except ValueError as exc:
@@ -75,8 +77,9 @@ def scenario_cost(
                "algorithms": [vars(p) for p in prices]}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
+    how = "auto picks" if scenario.algorithm(collective) == "auto" else "the scenario sets"
     sys.stderr.write(f"{collective} of {fmt_bytes(nbytes)} per rank over {scenario.world_size} ranks "
-                     f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); auto picks {chosen}\n")
+                     f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); {how} {chosen}\n")
     sys.stderr.write(f"  {'algorithm':<28}{'time':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}\n")
     for p in prices:
         mark = " *" if p.algorithm == chosen else ""
