@@ -129,6 +129,25 @@ def test_a_wait_that_can_never_end_is_a_deadlock_naming_rank_and_collective() ->
                  recorded_world=2)
 
 
+def test_a_last_collective_nobody_waits_for_that_never_ends_is_a_deadlock_naming_it() -> None:
+    """The repetition ends when its last collective completes; one the peer never issues, with no node
+    after it, used to crash the deadlock message (IndexError on the node past the end); it names it now."""
+    from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo
+
+    graphs = {}
+    for rank in (0, 1):  # rank 0 issues an asynchronous all-reduce as its last node, rank 1 never does
+        g = graphs[rank] = RankGraph(rank, f"r{rank}")
+        g.ids, g.names, g.kind = [1, 2], ["aten::mm", "all_reduce" if rank == 0 else "aten::mm"], [COMPUTE, COMPUTE]
+        g.duration_us, g.issue_us, g.resource, g.resources = [10.0, 5.0], [0.0, 1.0], [0, 0], ["thread:1"]
+        g.deps, g.iteration = [(), (0,)], [0, 0]
+        if rank == 0:
+            g.kind[1] = COLLECTIVE
+            g.comm = {1: CommInfo("all_reduce", 1024, "0")}
+    with pytest.raises(ReplayDeadlock, match=r"rank 0: stopped at node 2 waiting for node 2 \(all_reduce\), "
+                                             r"all_reduce #0 on process group '0', never issued by rank\(s\) \[1\]"):
+        simulate(graphs, resize(load_scenario(None), 2), groups={"0": [0, 1]}, recorded_world=2)
+
+
 def test_a_missing_rank_file_and_bad_options_are_clear_errors(tmp_path: Path) -> None:
     copy = tmp_path / "b"
     shutil.copytree(TRACES / "ddp_mlp", copy)
