@@ -17,8 +17,9 @@ from pathlib import Path
 from emulator_core.pricing import with_world_size
 from emulator_core.scenario import SCENARIOS_DIR, Scenario, ScenarioError, load_scenario
 from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.report import ReplayReport, RunSummary, summarize_sim
+from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
+from nbox_replay.summary import RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError
 

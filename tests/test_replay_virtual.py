@@ -180,3 +180,14 @@ def test_virtual_replay_needs_no_torch_and_the_cli_prints_one_json_document() ->
     bad = subprocess.run([sys.executable, "-m", "nbox", "replay", str(ROOT / "no-such-bundle"), "--clock", "virtual"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 4 and "no-such-bundle" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_run_of_zero_time_is_as_fast_as_its_zero_time_baseline(tmp_path: Path) -> None:
+    """Two zero iteration times are the same speed (1.0x, "the same"); the replay used to say inf (faster)."""
+    out = tmp_path / "zero"
+    out.mkdir()
+    write_et(out / "t.0.et", pb.GlobalMetadata(version="0.0.4"),
+             [_node(1, pb.COMP_NODE, "aten::view", [], 0, tid=1), _node(2, pb.COMP_NODE, "aten::view", [1], 0, tid=1)])
+    rep = run_replay(ReplayConfig(str(out / "t"), clock="virtual", world_size=4))
+    assert rep.baseline.median_us == rep.what_if.median_us == 0.0
+    assert rep.speedup == 1.0 and "1.000x (the same)" in rep.format_text()
