@@ -36,10 +36,6 @@ class EventQueue:
         self._heap: list[tuple[int, int, int, Action]] = []
         self._seq = 0
 
-    def __len__(self) -> int:
-        """Events still scheduled."""
-        return len(self._heap)
-
     def schedule(self, time: int, priority: int, action: Action) -> None:
         """Run ``action()`` at ``time`` (>= now), after the events of that time with a lower priority
         and after those of the same priority scheduled before it."""

@@ -70,10 +70,6 @@ class Axis:
     key: str
     values: tuple[Value, ...]
 
-    @property
-    def text(self) -> str:
-        return f"{self.key}={','.join(_fmt_value(v) for v in self.values)}"
-
 
 def _fmt_value(v: Value) -> str:
     if isinstance(v, bool):
