@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.scenario import Scenario
@@ -372,7 +373,7 @@ class _Rank:
                     yield p
             result.compute_us += compute_us
             compute_us = 0.0
-            rep_end = max(rep_start, *(e for e in end if e is not None))
+            rep_end = max(rep_start, max(cast(list[float], end)))  # every node has ended by now
             result.iteration_us.append(rep_end - rep_start)
             result.start_us, result.end_us = list(start), [e if e is not None else math.nan for e in end]
             rep_start = rep_end
