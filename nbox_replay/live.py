@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -142,11 +141,6 @@ class LiveResult:
     fallbacks: dict[str, int]
     fallback_reasons: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
-
-    @property
-    def median_us(self) -> float:
-        """Median of the job's iteration times."""
-        return float(statistics.median(self.iteration_us))
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"

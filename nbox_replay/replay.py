@@ -18,8 +18,9 @@ from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
 from emulator_core.world import resize, what_if_world
 from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.report import ReplayReport, RunSummary, summarize_sim
+from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
+from nbox_replay.summary import RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError
 

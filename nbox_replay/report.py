@@ -12,81 +12,14 @@ the same graphs (it is exact for ``--clock virtual``; for ``--clock real`` it ex
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbox_replay.virtual import SimResult
+from nbox_replay.summary import RunSummary, speedup
 
-__all__ = ["REPORT_SCHEMA", "ReplayReport", "RunSummary", "summarize_sim"]
+__all__ = ["REPORT_SCHEMA", "ReplayReport"]
 
 REPORT_SCHEMA = "nbox.replay/1"
-
-
-@dataclass
-class RunSummary:
-    """One replay (baseline or what-if). ``iteration_us``: per repetition, the slowest rank's time."""
-
-    label: str
-    scenario: str
-    world_size: int
-    clock: str
-    iteration_us: list[float]
-    compute_us: float
-    exposed_comm_us: float
-    overlapped_comm_us: float
-    top_collectives: list[dict[str, Any]] = field(default_factory=list)
-    rules: dict[str, int] = field(default_factory=dict)
-    modeled_iteration_us: float | None = None  # the virtual model's time, when the run itself was real-clock
-
-    @property
-    def median_us(self) -> float:
-        return statistics.median(self.iteration_us)
-
-    @property
-    def idle_us(self) -> float:
-        return max(0.0, self.median_us - self.compute_us - self.exposed_comm_us)
-
-    def spread_us(self) -> tuple[float, float]:
-        xs = sorted(self.iteration_us)
-        if len(xs) < 2:
-            return xs[0], xs[0]
-        q = statistics.quantiles(xs, n=10, method="inclusive")
-        return q[0], q[-1]
-
-    def to_dict(self) -> dict[str, Any]:
-        p10, p90 = self.spread_us()
-        return {"label": self.label, "scenario": self.scenario, "world_size": self.world_size, "clock": self.clock,
-                "iteration_us": {"median": self.median_us, "p10": p10, "p90": p90, "values": self.iteration_us},
-                "breakdown_us": {"compute": self.compute_us, "exposed_comm": self.exposed_comm_us,
-                                 "overlapped_comm": self.overlapped_comm_us, "idle": self.idle_us},
-                "modeled_iteration_us": self.modeled_iteration_us,
-                "top_collectives": self.top_collectives, "retarget_rules": self.rules}
-
-
-def summarize_sim(sim: SimResult, *, label: str, scenario: str, top: int = 5) -> RunSummary:
-    """A :class:`RunSummary` of a virtual replay: the slowest rank's breakdown, collectives by exposed time."""
-    iters = sim.iteration_us()
-    slowest = max(sim.ranks.values(), key=lambda r: (statistics.median(r.iteration_us), -r.rank))
-    reps = max(1, len(iters))
-    by_key: dict[tuple[str, str, float, str, str], dict[str, Any]] = {}
-    rules: dict[str, int] = {}
-    for c in sim.collectives:
-        rules[f"{c.collective}: {c.rule}"] = rules.get(f"{c.collective}: {c.rule}", 0) + 1
-        key = (c.pg, c.collective, c.nbytes, c.algorithm, c.rule)
-        agg = by_key.setdefault(key, {"process_group": c.pg, "collective": c.collective, "bytes": c.nbytes,
-                                      "algorithm": c.algorithm, "rule": c.rule, "count": 0,
-                                      "modeled_us": 0.0, "exposed_us": 0.0})
-        agg["count"] += 1
-        agg["modeled_us"] += c.end_us - c.start_us
-        agg["exposed_us"] += c.exposed_us / max(1, len(sim.ranks))
-    tops = sorted(by_key.values(), key=lambda a: (-a["exposed_us"], -a["modeled_us"]))[:top]
-    for a in tops:  # per iteration
-        a["count"] //= reps
-        a["modeled_us"] /= reps
-        a["exposed_us"] /= reps
-    return RunSummary(label, scenario, sim.world_size, "virtual", iters, slowest.compute_us / reps,
-                      slowest.exposed_comm_us / reps, slowest.overlapped_comm_us / reps, tops, rules)
 
 
 @dataclass
@@ -110,8 +43,8 @@ class ReplayReport:
 
     @property
     def speedup(self) -> float:
-        """Baseline time / what-if time (> 1: the what-if is faster)."""
-        return self.baseline.median_us / self.what_if.median_us if self.what_if.median_us > 0 else float("inf")
+        """The what-if's speed-up over the baseline (:func:`nbox_replay.summary.speedup`; > 1: faster)."""
+        return speedup(self.baseline.median_us, self.what_if.median_us)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": REPORT_SCHEMA, "source": self.source, "recorded_world_size": self.recorded_world,

@@ -15,10 +15,12 @@ replays the graphs in virtual time (:func:`nbox_replay.virtual.simulate`, record
 evaluated in parallel across processes (each worker loads the traces once); the rows come back in grid
 order and are the same, bit for bit, whatever the number of workers.
 
-Row figures are per iteration, in microseconds: ``iteration_us`` is the median over the repetitions of
-the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and ``overlapped_comm_us`` are
-the slowest rank's totals divided by the repetitions; ``speedup`` is the first row's iteration time over
-this row's (> 1: faster than the first point).
+Row figures are per iteration, in microseconds, those of the point's run summary
+(:mod:`nbox_replay.summary`, the same as ``nbox replay``'s): ``iteration_us`` is the median over the
+repetitions of the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and
+``overlapped_comm_us`` are the slowest rank's totals divided by the repetitions; ``speedup`` is the row's
+speed-up over the first row (:func:`nbox_replay.summary.speedup`: the first row's iteration time over
+this row's; > 1: faster than the first point).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import itertools
 import math
 import os
 import re
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ from emulator_core.scenario_files import load_scenario
 from emulator_core.scenario_overrides import parse_override
 from emulator_core.world import resize, what_if_world
 from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.virtual import SimResult, simulate
+from nbox_replay.summary import RunSummary, speedup, summarize_sim
+from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError
 from nbox_trace.files import write_atomic
 
@@ -71,10 +73,6 @@ class Axis:
 
     key: str
     values: tuple[Value, ...]
-
-    @property
-    def text(self) -> str:
-        return f"{self.key}={','.join(_fmt_value(v) for v in self.values)}"
 
 
 def _fmt_value(v: Value) -> str:
@@ -277,23 +275,14 @@ def _init_worker(traces: Sequence[tuple[int, str]]) -> None:
     _WORKER_GRAPHS = _load_graphs(traces)
 
 
-def _figures(result: SimResult, reps: int) -> tuple[int, float, float, float, float, int]:
-    """(world, iteration_us, compute_us, exposed_comm_us, overlapped_comm_us, slowest rank) of one replay."""
-    per_rank = {r: statistics.median(rr.iteration_us) for r, rr in result.ranks.items()}
-    slowest = max(sorted(per_rank), key=lambda r: per_rank[r])
-    rr = result.ranks[slowest]
-    return (result.world_size, statistics.median(result.iteration_us()), rr.compute_us / reps,
-            rr.exposed_comm_us / reps, rr.overlapped_comm_us / reps, slowest)
-
-
 def _evaluate(graphs: Mapping[int, RankGraph], scenario: Scenario, groups: Sequence[tuple[str, tuple[int, ...]]],
-              recorded_world: int, reps: int) -> tuple[int, float, float, float, float, int]:
+              recorded_world: int, reps: int) -> RunSummary:
     result = simulate(graphs, scenario, groups=dict(groups), recorded_world=recorded_world, repetitions=reps)
-    return _figures(result, reps)
+    return summarize_sim(result, label="sweep point", scenario="", top=0)
 
 
 def _worker_task(scenario: Scenario, groups: Sequence[tuple[str, tuple[int, ...]]], recorded_world: int,
-                 reps: int) -> tuple[int, float, float, float, float, int]:
+                 reps: int) -> RunSummary:
     return _evaluate(_WORKER_GRAPHS, scenario, groups, recorded_world, reps)
 
 
@@ -310,7 +299,7 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
     grid = config.grid()
     scenarios = [config.point_scenario(p) for p in grid]
     total = len(grid)
-    figures: list[tuple[int, float, float, float, float, int] | None] = [None] * total
+    figures: list[RunSummary | None] = [None] * total
     groups, reps = config.groups, config.repetitions
     if config.jobs == 1 or total == 1:
         graphs = _load_graphs(config.traces)
@@ -323,7 +312,7 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
         workers = min(config.jobs, total, os.cpu_count() or 1)
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config.traces,))
         try:
-            futures: dict[Future[tuple[int, float, float, float, float, int]], int] = {
+            futures: dict[Future[RunSummary], int] = {
                 pool.submit(_worker_task, s, groups, config.recorded_world, reps): i for i, s in enumerate(scenarios)}
             for done, fut in enumerate(as_completed(futures), 1):
                 figures[futures[fut]] = fut.result()
@@ -336,10 +325,10 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
     rows: list[SweepRow] = []
     for point, fig in zip(grid, figures, strict=True):
         assert fig is not None
-        world, it, comp, exposed, overlapped, slowest = fig
-        speedup = rows[0].iteration_us / it if rows and it > 0 else 1.0
-        rows.append(SweepRow(tuple((a.key, v) for a, v in zip(config.vary, point, strict=True)), world, it, comp,
-                             exposed, overlapped, slowest, speedup))
+        it = fig.median_us
+        rows.append(SweepRow(tuple((a.key, v) for a, v in zip(config.vary, point, strict=True)), fig.world_size, it,
+                             fig.compute_us, fig.exposed_comm_us, fig.overlapped_comm_us, fig.slowest_rank,
+                             speedup(rows[0].iteration_us if rows else it, it)))
     return rows
 
 

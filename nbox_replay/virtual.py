@@ -11,9 +11,16 @@ in that order). A node starts when its resource (thread or stream) is free and i
   blocking (synchronous) one holds the thread until it completes. It completes when the fabric says:
   :meth:`emulator_core.answer.Fabric.answer` with the issue times of the replayed members of its group
   (matched by process group and position in that group's sequence); emulated members mirror them;
-* a node whose dependency has not completed yet stops its rank until it does, so ranks advance in turn;
-  when no rank can advance and some are unfinished, the collectives they wait for can never complete
-  (:class:`ReplayDeadlock` names them).
+* a node whose dependency has not completed yet stops its rank until it does; when no rank can advance
+  and some are unfinished, the collectives they wait for can never complete (:class:`ReplayDeadlock`
+  names them).
+
+The ranks run on one event core (:class:`nbox_replay.events.EventQueue`), an event per rank run until it
+must wait, not per node. Its clock counts rounds: in each round every rank that can advance runs, in rank
+order; a rank parked on a collective is woken by the answer (later in the same round if it comes after the
+rank that answered, else in the next), and a rank that finished a repetition goes on in the next round.
+Node times are virtual time, carried by the nodes; the round order fixes the order in which floats are
+summed (compute per rank, exposed time per collective) and collectives are listed.
 
 World-size retargeting (design.md): the world group grows to the target world size, sizes follow the
 collective's semantics (:func:`retarget`), other groups keep their members. Everything is deterministic:
@@ -23,11 +30,13 @@ the same graphs and scenario give the same times, bit for bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.scenario import Scenario
+from nbox_replay.events import EventQueue
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph
 from nbox_trace.errors import InvalidInputError
 
@@ -114,8 +123,8 @@ class _Pending:
     nbytes: float
     rule: str
     arrivals: dict[int, float] = field(default_factory=dict)
-    waiters: dict[int, int] = field(default_factory=dict)  # rank -> node position
     answer: CollectiveAnswer | None = None
+    blocked: list[_Rank] = field(default_factory=list)  # ranks parked until it is answered
 
 
 class _Sim:
@@ -138,6 +147,12 @@ class _Sim:
         self.collectives: list[CollectiveAnswer] = []
         self.unpriced = 0
         self._replayed_members: dict[str, list[int]] = {}
+        self.events = EventQueue()
+
+    def wake(self, rank: _Rank) -> None:
+        """Run ``rank`` again at its next turn: later in this round if it comes after the running rank."""
+        events = self.events
+        events.schedule(events.now if rank.g.rank > events.priority else events.now + 1, rank.g.rank, rank.step)
 
     def members(self, pg: str) -> tuple[list[int], bool]:
         found = self.groups.get(pg)
@@ -184,43 +199,42 @@ def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Map
     if bad:
         raise InvalidInputError(f"replayed rank {bad[0]} is outside the what-if world of {scenario.world_size} ranks")
     sim = _Sim(graphs, scenario, groups, recorded_world, repetitions)
-    runners = {r: _Runner(sim, g) for r, g in sim.graphs.items()}
-    while True:
-        progressed = False
-        for runner in runners.values():
-            progressed |= runner.run()
-        if all(r.done for r in runners.values()):
-            break
-        if not progressed:
-            raise ReplayDeadlock("the replayed ranks wait for each other forever:\n" + "\n".join(
-                r.stuck_message() for r in runners.values() if not r.done))
-    ranks = {r: runner.result for r, runner in runners.items()}
-    return SimResult(scenario.world_size, ranks, sim.collectives, sim.unpriced,
-                     sum(len(g) for g in sim.graphs.values()) * repetitions)
+    ranks = {r: _Rank(sim, g) for r, g in sim.graphs.items()}
+    for rank in ranks.values():
+        if not rank.done:
+            sim.events.schedule(0, rank.g.rank, rank.step)
+    sim.events.run()
+    stuck = [rank for rank in ranks.values() if not rank.done]
+    if stuck:
+        raise ReplayDeadlock("the replayed ranks wait for each other forever:\n" + "\n".join(
+            rank.stuck_message() for rank in stuck))
+    return SimResult(scenario.world_size, {r: rank.result for r, rank in ranks.items()}, sim.collectives,
+                     sim.unpriced, sum(len(g) for g in sim.graphs.values()) * repetitions)
 
 
-class _Runner:
-    """One rank's walk through its graph (see the module docstring)."""
+class _Rank:
+    """One replayed rank: a process on the event core that walks its graph (module docstring).
+
+    Its walk (:meth:`_walk`) is a generator that runs until it must wait and then yields what it waits
+    for: a :class:`_Pending` collective (:meth:`step` parks the rank on it; the answer wakes it), or
+    ``None`` at the end of a repetition (it goes on in the next round). Where it is in its graph lives in
+    the generator's frame only.
+    """
 
     def __init__(self, sim: _Sim, g: RankGraph) -> None:
         self.sim, self.g = sim, g
         self.result = RankResult(g.rank)
-        self.free = [0.0] * len(g.resources)
-        self.rep = 0
-        self.cursor = 0
-        self.done = len(g) == 0
-        self.rep_start = 0.0
-        self.rep_end = 0.0
+        self.free = [0.0] * len(g.resources)  # per resource (thread, stream): when it is next free, us
         self.seq: dict[str, int] = {}
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
-        self.comm_node = [COLLECTIVE <= k <= RECV for k in g.kind]
-        self.comm_positions = [i for i, c in enumerate(self.comm_node) if c]
-        scale = sim.scenario.compute_scale
-        slow = sim.scenario.slowdown(g.rank)
-        self.factor = slow / scale
+        self.comm_positions = [i for i, k in enumerate(g.kind) if COLLECTIVE <= k <= RECV]
+        self.factor = sim.scenario.slowdown(g.rank) / sim.scenario.compute_scale
+        self.done = len(g) == 0
+        self.at = 0  # the node the walk stopped at (for :meth:`stuck_message`)
         self._new_rep()
         if self.done:
             self.result.iteration_us = [0.0] * sim.reps
+        self._walker = self._walk()
 
     def _new_rep(self) -> None:
         n = len(self.g)
@@ -228,10 +242,17 @@ class _Runner:
         self.start: list[float] = [0.0] * n
         self.issued: list[float | None] = [None] * n
         self.keys: dict[int, tuple[str, int]] = {}
-        self.blocked_at = -1
+
+    def step(self) -> None:
+        """The rank's event: walk until it must wait, then park on the collective or come back next round."""
+        waits = next(self._walker, False)  # False: the walk ended (done, or stuck for good)
+        if waits is None:
+            self.sim.events.schedule(self.sim.events.now + 1, self.g.rank, self.step)
+        elif isinstance(waits, _Pending):
+            waits.blocked.append(self)
 
     def stuck_message(self) -> str:
-        i = self.cursor
+        i = self.at
         g = self.g
         waiting = [j for j in g.deps[i] if self.end[j] is None] if i < len(g) else []
         j = waiting[0] if waiting else i
@@ -244,45 +265,37 @@ class _Runner:
             what += f", {p.comm.collective} #{key[1]} on process group {key[0]!r}, never issued by rank(s) {missing}"
         return f"  rank {g.rank}: stopped at node {g.ids[i] if i < len(g) else '-'} waiting for {what}"
 
+    def _waits_for(self, j: int) -> _Pending | None:
+        """The collective comm node ``j`` waits for, None if no collective can complete it."""
+        key = self.keys.get(j)
+        return self.sim.pending[key] if key is not None else None
+
     def _resolve(self, j: int) -> float | None:
         """The end of comm node ``j`` if its collective has been answered (by whichever rank came last)."""
         e = self.end[j]
         if e is None:
-            key = self.keys.get(j)
-            if key is not None:
-                ans = self.sim.pending[key].answer
-                if ans is not None:
-                    self._complete(j, ans, blocking=False)
-                    e = self.end[j]
+            p = self._waits_for(j)
+            if p is not None and p.answer is not None:
+                e = self._complete(j, p.answer)
         return e
 
-    def run(self) -> bool:
-        """Advance as far as possible; True if any node was placed or completed."""
-        if self.done:
-            return False
-        g = self.g
-        kind, deps, dur, res_of = g.kind, g.deps, g.duration_us, g.resource
-        end, start, issued, free = self.end, self.start, self.issued, self.free
-        comm_node = self.comm_node
-        factor = self.factor
-        result = self.result
-        moved = False
-        n = len(g)
+    def _walk(self) -> Iterator[_Pending | None]:
+        """Place every node of every repetition; yield what it waits for (class docstring).
+
+        Compute time is summed per segment (between two yields) before it is added to the rank's total: the
+        float summation order the results are pinned to.
+        """
+        g, sim, result = self.g, self.sim, self.result
+        kind, deps, dur, res_of, issue_us = g.kind, g.deps, g.duration_us, g.resource, g.issue_us
+        free, factor, n = self.free, self.factor, len(g)
+        comm_node = [COLLECTIVE <= k <= RECV for k in kind]
         compute_kind = COMPUTE
         neg_inf = -math.inf
+        rep_start = 0.0
         compute_us = 0.0
-        rep_end = self.rep_end
-        cursor = self.cursor
-        try:
-            while cursor < n:
-                i = cursor
-                if self.blocked_at == i:  # a blocking collective issued earlier: has it completed?
-                    if self._resolve(i) is None:
-                        return moved
-                    self.blocked_at = -1
-                    moved = True
-                    cursor += 1
-                    continue
+        for _rep in range(sim.reps):
+            end, start, issued = self.end, self.start, self.issued
+            for i in range(n):
                 is_comm = comm_node[i]
                 res = res_of[i]
                 s_other = free[res]  # resource and non-comm dependencies
@@ -296,34 +309,30 @@ class _Runner:
                                 s_other = e
                             continue
                     e = end[j]
-                    if e is None:
-                        self.cursor, self.rep_end = cursor, rep_end
+                    while e is None:
                         e = self._resolve(j)
-                        rep_end = self.rep_end
                         if e is None:
-                            return moved
+                            result.compute_us += compute_us
+                            compute_us = 0.0
+                            self.at = i
+                            p = self._waits_for(j)
+                            if p is None:
+                                return
+                            yield p
                     if comm_node[j]:
                         if e > s_comm:
                             s_comm, binding = e, j
                     elif e > s_other:
                         s_other = e
-                moved = True
                 if s_comm > s_other:
                     wait = s_comm - s_other
                     result.exposed_comm_us += wait
                     result.waited_on[i] = binding
-                    key = self.keys.get(binding)
-                    if key is not None and (ans := self.sim.pending[key].answer) is not None:
-                        ans.exposed_us += wait
+                    p = self._waits_for(binding)
+                    if p is not None and p.answer is not None:
+                        p.answer.exposed_us += wait
                     s_other = s_comm
-                if is_comm:
-                    self.cursor, self.rep_end = cursor, rep_end
-                    ok = self._issue(i, s_other)
-                    rep_end = self.rep_end
-                    if not ok:
-                        self.blocked_at = i
-                        return moved
-                else:
+                if not is_comm:
                     if kind[i] == compute_kind:
                         d = dur[i] * factor
                         e = s_other + d
@@ -333,44 +342,49 @@ class _Runner:
                     start[i] = s_other
                     end[i] = e
                     free[res] = e
-                    if e > rep_end:
-                        rep_end = e
-                cursor += 1
-        finally:
-            self.cursor = cursor
-            self.rep_end = max(self.rep_end, rep_end)
+                    continue
+                comm = g.comm[i]
+                t = max(s_other, free[res])
+                start[i] = t
+                if comm.collective == "unpriced":
+                    sim.unpriced += 1
+                    end[i] = issued[i] = free[res] = t + dur[i]
+                    continue
+                issued[i] = free[res] = result.issue_end_us[i] = t + issue_us[i]
+                p = self._issue(i, comm, t)
+                if comm.blocking:  # it holds the thread until it completes
+                    while p.answer is None:
+                        result.compute_us += compute_us
+                        compute_us = 0.0
+                        self.at = i
+                        yield p
+                    if end[i] is None:
+                        self._complete(i, p.answer)
+                elif p.answer is not None:
+                    self._complete(i, p.answer)
+            for j in self.comm_positions:  # every node placed: the repetition ends when its last comm completes
+                while self._resolve(j) is None:
+                    result.compute_us += compute_us
+                    compute_us = 0.0
+                    self.at = j
+                    p = self._waits_for(j)
+                    if p is None:
+                        return
+                    yield p
             result.compute_us += compute_us
-        for j in self.comm_positions:  # every node placed: the repetition ends when its last comm completes
-            if end[j] is None and self._resolve(j) is None:
-                return moved
-        result.iteration_us.append(self.rep_end - self.rep_start)
-        result.start_us, result.end_us = list(start), [e if e is not None else math.nan for e in end]
-        self.rep += 1
-        if self.rep >= self.sim.reps:
-            self.done = True
-            return True
-        self.rep_start = self.rep_end
-        self.cursor = 0
-        self._new_rep()
-        return True
+            compute_us = 0.0
+            rep_end = max(rep_start, max(cast(list[float], end)))  # every node has ended by now
+            result.iteration_us.append(rep_end - rep_start)
+            result.start_us, result.end_us = list(start), [e if e is not None else math.nan for e in end]
+            rep_start = rep_end
+            if _rep + 1 < sim.reps:
+                self._new_rep()
+                yield None
+        self.done = True
 
-    def _issue(self, i: int, ready: float) -> bool:
-        """Issue comm node ``i`` at ``ready`` (thread permitting); False when it must wait (blocking comm)."""
-        g, sim = self.g, self.sim
-        comm = g.comm[i]
-        res = g.resource[i]
-        t = max(ready, self.free[res])
-        self.start[i] = t
-        if comm.collective == "unpriced":
-            sim.unpriced += 1
-            done = t + g.duration_us[i]
-            self.end[i] = self.issued[i] = self.free[res] = done
-            self.rep_end = max(self.rep_end, done)
-            return True
-        issue_end = t + g.issue_us[i]
-        self.issued[i] = issue_end
-        self.result.issue_end_us[i] = issue_end
-        self.free[res] = issue_end
+    def _issue(self, i: int, comm: CommInfo, t: float) -> _Pending:
+        """Record comm node ``i``'s arrival at ``t`` on its collective (answering it if it is the last)."""
+        sim = self.sim
         key = self._key(i, comm)
         self.keys[i] = key
         p = sim.pending.get(key)
@@ -378,13 +392,9 @@ class _Runner:
             _, grows = sim.members(comm.pg) if comm.collective != "send_recv" else ([], False)
             nbytes, rule = retarget(comm, sim.recorded_world, sim.world, grows)
             p = sim.pending[key] = _Pending(comm, nbytes, rule)
-        p.arrivals[g.rank] = t
-        p.waiters[g.rank] = i
+        p.arrivals[self.g.rank] = t
         self._try_answer(key, p)
-        if p.answer is not None:
-            self._complete(i, p.answer, blocking=comm.blocking)
-            return True
-        return not comm.blocking  # a blocking one holds the thread: re-visited until answered
+        return p
 
     def _key(self, i: int, comm: CommInfo) -> tuple[str, int]:
         if comm.collective == "send_recv":
@@ -422,15 +432,19 @@ class _Runner:
         p.answer = CollectiveAnswer(key[0], key[1], p.comm.collective, p.nbytes, p.rule, ans.algorithm,
                                     ans.start_us, ans.end_us)
         sim.collectives.append(p.answer)
+        for rank in p.blocked:
+            sim.wake(rank)
+        p.blocked.clear()
 
-    def _complete(self, i: int, ans: CollectiveAnswer, blocking: bool) -> None:
+    def _complete(self, i: int, ans: CollectiveAnswer) -> float:
+        """Comm node ``i`` completes with ``ans``; a blocking one held its thread from its issue's end. Its end."""
         self.end[i] = ans.end_us
         self.result.comm_us += ans.end_us - ans.start_us
-        self.rep_end = max(self.rep_end, ans.end_us)
-        if blocking or self.g.comm[i].blocking:  # the thread waited from the end of the issue to completion
+        if self.g.comm[i].blocking:
             res = self.g.resource[i]
             issue_end = self.issued[i] or 0.0
             wait = max(0.0, ans.end_us - issue_end)
             self.result.exposed_comm_us += wait
             ans.exposed_us += wait
             self.free[res] = max(self.free[res], ans.end_us)
+        return ans.end_us

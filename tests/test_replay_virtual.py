@@ -130,6 +130,25 @@ def test_a_wait_that_can_never_end_is_a_deadlock_naming_rank_and_collective() ->
                  recorded_world=2)
 
 
+def test_a_last_collective_nobody_waits_for_that_never_ends_is_a_deadlock_naming_it() -> None:
+    """The repetition ends when its last collective completes; one the peer never issues, with no node
+    after it, used to crash the deadlock message (IndexError on the node past the end); it names it now."""
+    from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo
+
+    graphs = {}
+    for rank in (0, 1):  # rank 0 issues an asynchronous all-reduce as its last node, rank 1 never does
+        g = graphs[rank] = RankGraph(rank, f"r{rank}")
+        g.ids, g.names, g.kind = [1, 2], ["aten::mm", "all_reduce" if rank == 0 else "aten::mm"], [COMPUTE, COMPUTE]
+        g.duration_us, g.issue_us, g.resource, g.resources = [10.0, 5.0], [0.0, 1.0], [0, 0], ["thread:1"]
+        g.deps, g.iteration = [(), (0,)], [0, 0]
+        if rank == 0:
+            g.kind[1] = COLLECTIVE
+            g.comm = {1: CommInfo("all_reduce", 1024, "0")}
+    with pytest.raises(ReplayDeadlock, match=r"rank 0: stopped at node 2 waiting for node 2 \(all_reduce\), "
+                                             r"all_reduce #0 on process group '0', never issued by rank\(s\) \[1\]"):
+        simulate(graphs, resize(load_scenario(None), 2), groups={"0": [0, 1]}, recorded_world=2)
+
+
 def test_a_missing_rank_file_and_bad_options_are_clear_errors(tmp_path: Path) -> None:
     copy = tmp_path / "b"
     shutil.copytree(TRACES / "ddp_mlp", copy)
@@ -162,3 +181,14 @@ def test_virtual_replay_needs_no_torch_and_the_cli_prints_one_json_document() ->
     bad = subprocess.run([sys.executable, "-m", "nbox", "replay", str(ROOT / "no-such-bundle"), "--clock", "virtual"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 4 and "no-such-bundle" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_run_of_zero_time_is_as_fast_as_its_zero_time_baseline(tmp_path: Path) -> None:
+    """Two zero iteration times are the same speed (1.0x, "the same"); the replay used to say inf (faster)."""
+    out = tmp_path / "zero"
+    out.mkdir()
+    write_et(out / "t.0.et", pb.GlobalMetadata(version="0.0.4"),
+             [_node(1, pb.COMP_NODE, "aten::view", [], 0, tid=1), _node(2, pb.COMP_NODE, "aten::view", [1], 0, tid=1)])
+    rep = run_replay(ReplayConfig(str(out / "t"), clock="virtual", world_size=4))
+    assert rep.baseline.median_us == rep.what_if.median_us == 0.0
+    assert rep.speedup == 1.0 and "1.000x (the same)" in rep.format_text()

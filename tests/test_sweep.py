@@ -134,3 +134,28 @@ def test_bad_axis_value_and_config_errors() -> None:
         _config(jobs=0)
     with pytest.raises(SweepError, match="outside"):  # rank 1 cannot be replayed in a world of 1
         _config(vary=["world_size=1,2"])
+
+
+def test_a_sweep_row_and_a_replay_report_of_the_same_scenario_say_the_same() -> None:
+    """One run summary (nbox_replay.summary) for both commands: the same iteration time, breakdown, slowest
+    rank and speed-up when the sweep's first point is the replay's baseline (loopback_cpu at W=2)."""
+    from nbox_replay.replay import ReplayConfig, run_replay
+
+    rows = run_sweep(SweepConfig.build(TRACES, GROUPS, 2, ["world_size=2,8"], repetitions=3))
+    rep = run_replay(ReplayConfig(str(ROOT / "traces" / "ddp_mlp"), clock="virtual", world_size=8, iterations=3))
+    for row, run in ((rows[0], rep.baseline), (rows[1], rep.what_if)):
+        assert (row.world_size, row.iteration_us, row.compute_us, row.exposed_comm_us, row.overlapped_comm_us,
+                row.slowest_rank) == (run.world_size, run.median_us, run.compute_us, run.exposed_comm_us,
+                                      run.overlapped_comm_us, run.slowest_rank)
+    assert rows[1].speedup == rep.speedup
+
+
+def test_speedup_is_one_rule_zero_times_included() -> None:
+    """Replay said inf for two zero iteration times (and "faster"), sweep said 1.0 for a zero-time row after a
+    non-zero first row: now both use summary.speedup, where 0 vs 0 is the same speed and x > 0 vs 0 is inf."""
+    from nbox_replay.summary import speedup
+
+    assert speedup(200.0, 100.0) == 2.0 and speedup(100.0, 200.0) == 0.5
+    assert speedup(0.0, 0.0) == 1.0
+    assert speedup(5.0, 0.0) == float("inf")
+    assert speedup(0.0, 5.0) == 0.0
