@@ -8,12 +8,12 @@ Run from the repository root::
 
 What is measured:
 
-One run of ``emulator_core.calibrate.measure_run`` on ``nproc`` real ranks times every collective it supports
+One run of ``emulator_core.calibration_run.measure_run`` on ``nproc`` real ranks times every collective it supports
 at the calibration sizes 1 KiB, 4 KiB, ..., 64 MiB (x4 steps) and the held-out sizes between them (2 KiB,
 8 KiB, ..., 32 MiB), in interleaved rounds (every round visits every point), so that the slow drifts of a
 shared machine hit calibration and evaluation alike. Then:
 
-1. CALIBRATE: the even rounds at the calibration sizes only are fitted (``calibrate.fit``) and turned into
+1. CALIBRATE: the even rounds at the calibration sizes only are fitted (``calibration_fit.fit``) and turned into
    the scenario fragment (``calibrate.scenario_fragment``): the held-out sizes never reach the fit.
 2. EVALUATE: the odd rounds (samples the fit never saw) at every size are priced through the fragment the way
    the emulator prices them (``emulator_core.pricing.price_group`` on the whole group; send_recv on a
@@ -44,15 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from emulator_core.calibrate import (  # noqa: E402
-    SUPPORTED,
-    CalibrateConfig,
-    Measurement,
-    fit,
-    measure_run,
-    scenario_fragment,
-    summarize,
-)
+from emulator_core.calibrate import scenario_fragment  # noqa: E402
+from emulator_core.calibration import SUPPORTED, CalibrateConfig, Measurement, summarize  # noqa: E402
+from emulator_core.calibration_fit import fit  # noqa: E402
+from emulator_core.calibration_run import measure_run  # noqa: E402
 from emulator_core.pricing import group_shape, price_group  # noqa: E402
 
 KIB = 1024

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator_core.pricing import with_world_size  # noqa: E402
-from emulator_core.scenario import SCENARIOS_DIR, Scenario, load_scenario  # noqa: E402
+from emulator_core.scenario import Scenario  # noqa: E402
+from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
 from nbox_replay.graph import load_rank  # noqa: E402
 from nbox_replay.replay import baseline_scenario  # noqa: E402
 from nbox_replay.source import open_source  # noqa: E402

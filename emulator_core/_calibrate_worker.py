@@ -1,4 +1,5 @@
-"""One rank of ``nbox calibrate``: time real collectives and report them (launched by ``emulator_core.calibrate``).
+"""One rank of ``nbox calibrate``: time real collectives and report them (launched by
+``emulator_core.calibration_run``).
 
 Run by ``python -m torch.distributed.run --standalone --nproc-per-node N -m emulator_core._calibrate_worker
 --out DIR ...``; the process group comes from torchrun's environment (``RANK``, ``WORLD_SIZE``,
@@ -206,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:  # report, then exit non-zero: torchrun stops the other ranks
         with contextlib.suppress(OSError):
             _write_json(error_file(args.out, rank), {**where, "rank": rank, "type": type(exc).__name__,
-                                                      "message": str(exc)[:2000], "time": time.time()})
+                                                      "message": str(exc)[:2000],
+                                                      "time_us": time.time() * 1e6})
         if isinstance(exc, KeyboardInterrupt):
             raise
         return 1

@@ -1,11 +1,11 @@
 """``nbox emulate``: run an unmodified training script on N real ranks as if the world were W.
 
-The launch is ``nbox record``'s (:mod:`nbox_record.launcher`: torch.distributed.run, the injected
-``sitecustomize``, deadline, failure reports), with two switches of the in-rank bootstrap
-(:mod:`nbox_record.bootstrap`): ``NBOX_EMULATE=1`` turns whatever backend the script passes to
-``init_process_group`` / ``new_group`` into ``nbox`` (:mod:`emulator_core.backend`: the script sees world
-size W, its collectives complete at the modeled time), and ``NBOX_NO_CAPTURE=1`` times the iterations at
-the optimizer-step boundaries without any profiler and stops the ranks after the timed ones.
+The launch is ``nbox record``'s (:func:`nbox_record.launcher.launch_spec` run by :mod:`nbox_trace.launch`:
+torch.distributed.run, the injected ``sitecustomize``, deadline, failure reports), with two switches of the in-rank
+bootstrap (:mod:`nbox_record.bootstrap`): ``NBOX_EMULATE=1`` turns whatever backend the script passes to
+``init_process_group`` / ``new_group`` into ``nbox`` (:mod:`emulator_core.backend`: the script sees world size W,
+its collectives complete at the modeled time), and ``NBOX_NO_CAPTURE=1`` times the iterations at the optimizer-step
+boundaries without any profiler and stops the ranks after the timed ones.
 
 The emulated world reaches the ranks as ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO`` (the
 scenario with its overrides, resized to W, written to a TOML file in the run's work folder). Each rank
@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,10 @@ from nbox_record.launcher import (
     _rank_dirs,
     _read_json,
     _write_bundle,
-    launch_command,
-    launch_env,
-    run_torchrun,
+    launch_spec,
     script_path,
 )
+from nbox_trace.launch import run
 
 __all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
 
@@ -244,7 +243,8 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
     try:
         scenario_desc = _scenario_toml(cfg, work / "scenario.toml")
         rcfg = _record_config(cfg, work)
-        env = launch_env(rcfg, work, "gloo")
+        spec = launch_spec(rcfg, work, "gloo", log_dir)
+        env = dict(spec.env)
         env.update({"NBOX_EMULATE": "1", "NBOX_WORLD_SIZE": str(cfg.world_size),
                     "NBOX_REAL_RANKS": ",".join(map(str, cfg.real_ranks)),
                     "NBOX_SCENARIO": str(work / "scenario.toml"), "NBOX_SCENARIO_SET": "",
@@ -253,13 +253,13 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
             env["NBOX_NO_CAPTURE"] = "1"
         say(f"launching {cfg.nproc} real rank(s) of {script.name} as global rank(s) {list(cfg.real_ranks)} of a "
             f"world of {cfg.world_size}: warm-up {cfg.warmup}, timed {cfg.iterations}; scenario {scenario_desc}")
-        rc, timed_out, err = run_torchrun(launch_command(rcfg, log_dir), env, log_dir, cfg.timeout_s)
+        result = run(replace(spec, env=env))
         dirs = _rank_dirs(work)
         needed = (raw.TIMINGS, EMULATE_REPORT) + ((raw.HOST_ET,) if cfg.out is not None else ())
-        complete = not timed_out and rc == 0 and len(dirs) == cfg.nproc and all(
+        complete = result.ok and len(dirs) == cfg.nproc and all(
             (d / name).is_file() for d in dirs.values() for name in needed)
         if not complete:
-            failure = _failure(rcfg, work, log_dir, rc, timed_out, err.decode(errors="replace"))
+            failure = _failure(rcfg, work, result)
             plays = ", ".join(f"real rank {i} = global rank {g}" for i, g in enumerate(cfg.real_ranks))
             raise EmulateError(f"{failure} [{plays}]")
         per_rank: dict[int, list[float]] = {}

@@ -3,15 +3,15 @@ injected, wait with a deadline, convert each rank's raw capture to Chakra ET, an
 
 The script is not edited: ``nbox_record/_inject`` goes first on ``PYTHONPATH``, so its
 ``sitecustomize`` starts :mod:`nbox_record.bootstrap` in every rank when ``NBOX_RECORD_DIR`` is set
-(see ``rawformat`` for what each rank writes). The launch is torchrun's own machinery
-(``python -m torch.distributed.run``), so ``--nnodes/--node-rank/--rdzv-endpoint`` work the way
-users already launch multi-node jobs; each node's ``nbox record`` writes a bundle of its own ranks.
+(see ``rawformat`` for what each rank writes). The launch is nbox's one torchrun launcher
+(:mod:`nbox_trace.launch`), so ``--nnodes/--node-rank/--rdzv-endpoint`` work the way users already
+launch multi-node jobs; each node's ``nbox record`` writes a bundle of its own ranks.
 
-Faults never hang: the whole run has a deadline, after which the process group of torchrun and
-every rank is terminated (SIGTERM, then SIGKILL); the error names the ranks that had not finished
-and what each last reported. A rank that raises writes ``error.json``; the first such error is
-reported with its rank. No bundle is written unless every rank's capture is complete
-(``keep_partial`` writes one marked ``complete: false``).
+Faults never hang: the whole run has a deadline, after which the process group of torchrun and every rank is
+terminated (SIGTERM, then SIGKILL); the error names the ranks that had not finished and what each last reported. A
+rank that raises writes ``error.json``; the root cause among them (:func:`nbox_trace.launch.root_error`, or the
+rank torchrun saw die first) is reported with its rank. No bundle is written unless every rank's capture is
+complete (``keep_partial`` writes one marked ``complete: false``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import shutil
-import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,7 +31,7 @@ from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 from nbox_trace import __version__
 from nbox_trace.errors import InputNotFoundError, NboxError
-from nbox_trace.procs import root_error, run_with_deadline
+from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -93,12 +90,6 @@ class RecordResult:
     nodes_per_rank: dict[int, int]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def script_path(cfg: RecordConfig) -> Path:
     if cfg.script is not None:
         if not cfg.script.is_file():
@@ -115,31 +106,21 @@ def _resolve_backend(cfg: RecordConfig) -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def launch_command(cfg: RecordConfig, log_dir: Path) -> list[str]:
-    """The torch.distributed.run command line (rendezvous: c10d endpoint, or a free local port)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.nproc_per_node),
-           "--nnodes", cfg.nnodes, "--node-rank", str(cfg.node_rank), "--max-restarts", "0",
-           "--log-dir", str(log_dir), "--redirects", "3"]
-    if cfg.rdzv_endpoint:
-        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", cfg.rdzv_endpoint]
-    else:
-        cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+def launch_spec(cfg: RecordConfig, work: Path, backend: str, log_dir: Path) -> Launch:
+    """The launch of ``cfg``'s script (:mod:`nbox_trace.launch`): rendezvous at ``rdzv_endpoint`` or standalone;
+    the environment adds ``extra_env``, then :func:`nbox_record.recordenv.record_env` (the injected bootstrap
+    first on ``PYTHONPATH``) and ``NBOX_BACKEND``."""
     args = list(cfg.script_args)
     if cfg.script is None:  # a built-in example runs exactly the iterations the capture needs, plus slack
         args = ["--steps", str(max(cfg.warmup, 1) + cfg.iterations + cfg.capture + 2), *args]
-    return [*cmd, str(script_path(cfg)), *args]
-
-
-def launch_env(cfg: RecordConfig, work: Path, backend: str) -> dict[str, str]:
-    """The caller's environment plus :func:`nbox_record.recordenv.record_env` and one thread per rank."""
-    env = dict(os.environ)
-    env.update(cfg.extra_env)
-    env.update(record_env(work, warmup=cfg.warmup, iterations=cfg.iterations, capture=cfg.capture,
-                          run_to_end=cfg.run_to_end, pythonpath=env.get("PYTHONPATH")))
-    env.setdefault("OMP_NUM_THREADS", "1")  # two ranks x two threads on two cores run ~50x slower
-    env["NBOX_BACKEND"] = backend  # read by the built-in examples
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    inherited = cfg.extra_env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+    env = {**cfg.extra_env,
+           **record_env(work, warmup=cfg.warmup, iterations=cfg.iterations, capture=cfg.capture,
+                        run_to_end=cfg.run_to_end, pythonpath=inherited),
+           "NBOX_BACKEND": backend}  # read by the built-in examples
+    return Launch(str(script_path(cfg)), log_dir, args=tuple(args), nproc_per_node=cfg.nproc_per_node,
+                  nnodes=cfg.nnodes, node_rank=cfg.node_rank, rdzv_endpoint=cfg.rdzv_endpoint, env=env,
+                  timeout_s=cfg.timeout_s)
 
 
 def _read_json(path: Path) -> Any:
@@ -172,72 +153,21 @@ def _rank_status(d: Path) -> str:
     return "no progress reported"
 
 
-def _tail(path: Path, lines: int = 6) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return "\n".join(text[-lines:])
-
-
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
-                         r"[^\n]*?(?:\((SIG\w+)\))?\s*$", re.S | re.M)
-
-
-def root_cause(torchrun_stderr: str) -> tuple[int, str] | None:
-    """torchrun's own verdict on a failed run: (rank, "rank 1 exited with code -9 (SIGKILL)"), if it gave one."""
-    match = _ROOT_CAUSE.search(torchrun_stderr)
-    if match is None:
-        return None
-    rank, code, sig = match.groups()
-    return int(rank), f"rank {rank} exited with code {code}" + (f" ({sig})" if sig else "")
-
-
-def _failure(cfg: RecordConfig, work: Path, log_dir: Path, rc: int | None, timed_out: bool,
-             torchrun_stderr: str = "") -> RecordError:
-    dirs = _rank_dirs(work)
-    verdict = root_cause(torchrun_stderr)
-    errors = []
-    for rank, d in dirs.items():
-        if (d / raw.ERROR).is_file():
-            err = _read_json(d / raw.ERROR)
-            if isinstance(err, dict):
-                errors.append((float(err.get("time_us") or (d / raw.ERROR).stat().st_mtime * 1e6), rank, err))
-    if verdict is not None and verdict[0] not in {r for _, r, _ in errors}:
-        # The first rank to fail left no error.json (a signal, os._exit): its peers' errors are consequences.
-        others = sorted(r for _, r, _ in errors)
-        return RecordError(verdict[1] + (f" (then rank(s) {others} failed too)" if others else ""))
-    if errors:
-        # When one rank fails, its peers fail next (e.g. gloo "Connection closed by peer"): the earliest
-        # error that is not such a consequence is the root cause.
-        _, rank, err = errors[root_error([(t, r, str(e.get("message", ""))) for t, r, e in errors])]
-        msg = f"rank {rank} failed: {err.get('type', 'error')}: {err.get('message', '')}"
-        others = sorted(r for _, r, _ in errors if r != rank)
-        if others:
-            msg += f" (then rank(s) {others} failed too)"
-        return RecordError(msg)
-    if timed_out:
-        unfinished = [r for r in range(_expected_ranks(cfg)) if not (work / f"rank{r}" / raw.TIMINGS).is_file()]
+def _failure(cfg: RecordConfig, work: Path, result: LaunchResult) -> RecordError:
+    """The error of a failed run, from what its ranks left in ``work`` (see :meth:`LaunchResult.failure`)."""
+    f = result.failure({rank: d / raw.ERROR for rank, d in _rank_dirs(work).items()})
+    if f.root_rank is not None and f.exit_text is not None:
+        return RecordError(f"rank {f.root_rank} {f.exit_text}{then_failed(f.others)}")
+    if f.root_error is not None:
+        err = f.root_error
+        return RecordError(f"rank {err.rank} failed: {err.type}: {err.message}{then_failed(f.others)}")
+    unfinished = [r for r in range(_expected_ranks(cfg)) if not (work / f"rank{r}" / raw.TIMINGS).is_file()]
+    if f.timed_out:
         states = "; ".join(f"rank {r}: {_rank_status(work / f'rank{r}')}" for r in unfinished)
-        return RecordError(f"the run did not finish within {cfg.timeout_s:.0f} s (--timeout) and was stopped; "
-                           f"unfinished ranks: {states or 'none'}")
-    missing = [r for r in range(_expected_ranks(cfg)) if not (work / f"rank{r}" / raw.TIMINGS).is_file()]
-    logs = sorted(log_dir.rglob("stderr.log"))
-    detail = ""
-    for log in logs:
-        tail = _tail(log)
-        if tail:
-            detail = f"\n  last lines of {log.parent.name}/stderr.log:\n    " + tail.replace("\n", "\n    ")
-            break
-    return RecordError(f"the run exited with code {rc}; ranks without a capture: {missing or 'none'}{detail}")
-
-
-def run_torchrun(cmd: list[str], env: dict[str, str], log_dir: Path, timeout_s: float,
-                 quiet_stdout: bool = False) -> tuple[int | None, bool, bytes]:
-    """Run torchrun with a deadline (:func:`nbox_trace.procs.run_with_deadline`); keep its stderr in
-    ``log_dir/torchrun.stderr.log``. Returns (exit code, timed out, stderr)."""
-    return run_with_deadline(cmd, env, timeout_s, quiet_stdout=quiet_stdout,
-                             stderr_log=log_dir / "torchrun.stderr.log")
+        return RecordError(f"the run did not finish within {seconds_text(cfg.timeout_s)} s (--timeout) and was "
+                           f"stopped; unfinished ranks: {states or 'none'}")
+    return RecordError(f"the run exited with code {f.returncode}; ranks without a capture: {unfinished or 'none'}"
+                       f"{f.tail_text()}")
 
 
 def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> RecordResult:
@@ -252,19 +182,17 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
     work = Path(tempfile.mkdtemp(prefix=f".{cfg.out.name}.raw-", dir=cfg.out.resolve().parent))
     log_dir = work / "logs"
     try:
-        cmd = launch_command(cfg, log_dir)
         say(f"launching {cfg.nproc_per_node} rank(s) of {script.name} ({backend}): warm-up {cfg.warmup}, "
             f"timed {cfg.iterations}, captured {cfg.capture}")
-        rc, timed_out, err_bytes = run_torchrun(cmd, launch_env(cfg, work, backend), log_dir, cfg.timeout_s,
-                                                quiet_stdout=cfg.run_to_end)
+        result = run(launch_spec(cfg, work, backend, log_dir))
         dirs = _rank_dirs(work)
-        complete = not timed_out and rc == 0 and len(dirs) == cfg.nproc_per_node and all(
+        complete = result.ok and len(dirs) == cfg.nproc_per_node and all(
             (d / raw.TIMINGS).is_file() and (d / raw.HOST_ET).is_file() for d in dirs.values())
         if not complete and not cfg.keep_partial:
-            raise _failure(cfg, work, log_dir, rc, timed_out, (err_bytes or b"").decode(errors="replace"))
+            raise _failure(cfg, work, result)
         say("converting the capture to Chakra ET")
-        result = _write_bundle(cfg, work, script, backend, complete)
-        return RecordResult(result[0], result[1], result[2], complete, time.monotonic() - started, result[3])
+        bundle, ranks, median_us, nodes_per_rank = _write_bundle(cfg, work, script, backend, complete)
+        return RecordResult(bundle, ranks, median_us, complete, time.monotonic() - started, nodes_per_rank)
     finally:
         if cfg.keep_raw:
             say(f"raw capture kept in {work}")

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbox_trace.launch import python_path
+
 ENV_DIR = "NBOX_RECORD_DIR"
 ENV_WARMUP = "NBOX_WARMUP"
 ENV_ITERATIONS = "NBOX_ITERATIONS"
@@ -123,11 +125,6 @@ def record_env(
     keep it). Threads are the caller's business: on CPU set ``OMP_NUM_THREADS=1`` per rank (torchrun
     does when it is unset).
     """
-    package_root = Path(__file__).resolve().parent.parent
-    parts = [str(inject_dir())]
-    if package_root.name not in ("site-packages", "dist-packages"):  # an installed nbox is importable anyway
-        parts.append(str(package_root))
-    parts += [pythonpath] if pythonpath else []
     return {
         ENV_DIR: str(Path(record_dir).resolve()),
         ENV_WARMUP: str(warmup),
@@ -137,5 +134,5 @@ def record_env(
         ENV_BOUNDARY_TIMEOUT: repr(float(boundary_timeout_s)),
         ENV_NO_CAPTURE: "1" if no_capture else "0",
         ENV_EMULATE: "1" if emulate else "0",
-        "PYTHONPATH": os.pathsep.join(parts),
+        "PYTHONPATH": python_path([str(inject_dir())], pythonpath),
     }

@@ -1,11 +1,11 @@
 """Live replay (``--clock real``): re-execute a bundle's ranks on this machine, collectives emulated.
 
-:func:`replay_live` launches one process per replayed rank with ``python -m torch.distributed.run
---standalone --nproc-per-node=N -m nbox_replay._live_worker``; each walks its rank's graph on the real
-clock (:mod:`nbox_replay._live_worker`): compute nodes run live (:mod:`nbox_replay.ops`) or wait their
-recorded durations (``compute="recorded"``, and every fallback), and collectives go through the ``nbox``
-``torch.distributed`` backend, which presents the what-if world of W ranks and completes each collective at
-the time the emulator core models for the scenario (:mod:`emulator_core.backend`).
+:func:`replay_live` launches one process per replayed rank with nbox's one torchrun launcher
+(:mod:`nbox_trace.launch`: ``--standalone --nproc-per-node N -m nbox_replay._live_worker``); each walks its rank's
+graph on the real clock (:mod:`nbox_replay._live_worker`): compute nodes run live (:mod:`nbox_replay.ops`) or wait
+their recorded durations (``compute="recorded"``, and every fallback), and collectives go through the ``nbox``
+``torch.distributed`` backend, which presents the what-if world of W ranks and completes each collective at the
+time the emulator core models for the scenario (:mod:`emulator_core.backend`).
 
 The job's iteration time of one repetition is the slowest replayed rank's wall time for it (microseconds).
 Every run has a deadline (``timeout_s``): past it, torchrun's whole process group is terminated and a
@@ -17,10 +17,7 @@ is removed afterwards. This module does not import torch (the workers do).
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -33,7 +30,7 @@ from typing import Any
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_toml import dump_toml
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
-from nbox_trace.procs import root_error, run_with_deadline
+from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "replay_live"]
 
@@ -143,10 +140,6 @@ class LiveResult:
     wall_s: float = 0.0
 
 
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
-                         r"[^\n]*?(?:\((SIG\w+)\))?\s*$", re.S | re.M)
-
-
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_bytes())
@@ -155,54 +148,35 @@ def _read(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _tail(text: str, lines: int = 8) -> str:
-    return "\n    ".join(text.strip().splitlines()[-lines:])
-
-
-def _failure(cfg: LiveConfig, work: Path, rc: int | None, timed_out: bool, stderr: str) -> LiveReplayError:
+def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayError:
+    """The error of a failed run; torchrun's rank i replays ``sorted(cfg.files)[i]``."""
     ranks = sorted(cfg.files)
-    errors = [e for r in ranks if (e := _read(work / f"error{r}.json")) is not None]
-    if errors:
-        first = errors[root_error([(float(e.get("time_us") or 0.0), int(e.get("rank", 0)), str(e.get("message", "")))
-                                   for e in errors])]
-        node = (f" at node {first['node_id']} ({str(first.get('node_name'))[:60]})"
-                if first.get("node_id") is not None else f" while {first.get('phase')}")
-        others = sorted(int(e["rank"]) for e in errors if e is not first)
-        return LiveReplayError(f"live replay: rank {first.get('rank')} failed{node}: {first.get('type')}: "
-                               f"{str(first.get('message'))[:600]}"
-                               + (f" (then rank(s) {others} failed too)" if others else ""))
+    f = result.failure({i: work / f"error{r}.json" for i, r in enumerate(ranks)})
+    others = [ranks[i] for i in f.others]
+    if f.root_rank is not None and f.exit_text is not None:
+        return LiveReplayError(f"live replay: rank {ranks[f.root_rank]} {f.exit_text}{then_failed(others)}")
+    if f.root_error is not None:
+        err = f.root_error
+        node = (f" at node {err.doc['node_id']} ({str(err.doc.get('node_name'))[:60]})"
+                if err.doc.get("node_id") is not None else f" while {err.doc.get('phase')}")
+        return LiveReplayError(f"live replay: rank {ranks[err.rank]} failed{node}: {err.type}: {err.message}"
+                               f"{then_failed(others)}")
     missing = [r for r in ranks if not (work / f"rank{r}.json").is_file()]
-    if timed_out:
-        return LiveReplayError(f"live replay did not finish within {cfg.timeout_s:g} s and was stopped; "
+    if f.timed_out:
+        return LiveReplayError(f"live replay did not finish within {seconds_text(cfg.timeout_s)} s and was stopped; "
                                f"ranks without a result: {missing}")
-    match = _ROOT_CAUSE.search(stderr)
-    if match is not None:
-        local, code, sig = match.groups()
-        idx = int(local)
-        who = ranks[idx] if 0 <= idx < len(ranks) else idx
-        return LiveReplayError(f"live replay: rank {who} exited with code {code}" + (f" ({sig})" if sig else ""))
-    return LiveReplayError(f"live replay exited with code {rc}; ranks without a result: {missing}\n    "
-                           f"{_tail(stderr)}")
+    return LiveReplayError(f"live replay exited with code {f.returncode}; ranks without a result: {missing}"
+                           f"{f.tail_text()}")
 
 
-def _command(n: int, config_path: Path, log_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-            "--max-restarts=0", "--log-dir", str(log_dir), "--redirects", "3", "-m", "nbox_replay._live_worker",
-            str(config_path)]
-
-
-def _env(cfg: LiveConfig, scenario_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in ("NBOX_SCENARIO_SET", "NBOX_RECORD_DIR"):
-        env.pop(key, None)
-    env["NBOX_WORLD_SIZE"] = str(cfg.scenario.world_size)
-    env["NBOX_REAL_RANKS"] = ",".join(str(r) for r in sorted(cfg.files))
-    env["NBOX_SCENARIO"] = str(scenario_path)
-    env["OMP_NUM_THREADS"] = "1"  # two ranks x two threads on two cores run ~50x slower
-    env["PYTHONUNBUFFERED"] = "1"
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+def launch_spec(config: LiveConfig, work: Path, config_path: Path, scenario_path: Path) -> Launch:
+    """The launch of one ``nbox_replay._live_worker`` per replayed rank, standalone on this machine; the ranks see
+    the what-if world through ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO``."""
+    env = {"NBOX_WORLD_SIZE": str(config.scenario.world_size),
+           "NBOX_REAL_RANKS": ",".join(str(r) for r in sorted(config.files)),
+           "NBOX_SCENARIO": str(scenario_path)}
+    return Launch("nbox_replay._live_worker", work / "logs", module=True, args=(str(config_path),),
+                  nproc_per_node=len(config.files), env=env, timeout_s=config.timeout_s)
 
 
 def replay_live(config: LiveConfig) -> LiveResult:
@@ -225,12 +199,10 @@ def replay_live(config: LiveConfig) -> LiveResult:
                "result_dir": str(work)}
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
-        log_dir = work / "logs"
-        rc, timed_out, err_bytes = run_with_deadline(_command(len(ranks), config_path, log_dir),
-                                                     _env(config, scenario_path), config.timeout_s)
+        result = run(launch_spec(config, work, config_path, scenario_path))
         results = {r: doc_r for r in ranks if (doc_r := _read(work / f"rank{r}.json")) is not None}
-        if timed_out or rc != 0 or len(results) != len(ranks):
-            raise _failure(config, work, rc, timed_out, err_bytes.decode(errors="replace"))
+        if not result.ok or len(results) != len(ranks):
+            raise _failure(config, work, result)
         return _collect(config, results, time.monotonic() - started)
     finally:
         shutil.rmtree(work, ignore_errors=True)

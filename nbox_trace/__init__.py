@@ -3,8 +3,8 @@
 The error family (``errors``), the Chakra ET model (``chakra``), the format contract the writers and the checker
 share (``contract``), the trace checker (``check``), the bundle format and what is done with bundles (``bundle``,
 ``archive``, ``bundle_verify``, ``bundle_inspect``, ``bundle_diff``, ``anonymize``), bounded JSON reading and atomic
-writing (``jsonio``) and child processes (``procs``). It imports neither torch nor typer nor rich, and nothing of
-nbox above it.
+writing (``jsonio``) and the one torchrun launcher (``launch``). It imports neither torch nor typer nor rich,
+and nothing of nbox above it.
 """
 
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.calibrate import CalibrationWriteError
+from emulator_core.calibration import CalibrationWriteError
 from nbox_replay.sweep import SweepWriteError
 from nbox_replay.timeline import TimelineWriteError
 from nbox_trace.errors import NboxError, OutputWriteError

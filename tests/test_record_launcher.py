@@ -10,11 +10,25 @@ import pytest
 
 from nbox_record import launcher as L
 from nbox_record import rawformat as raw
-from nbox_trace.procs import root_error
+from nbox_trace.launch import LaunchResult, command, environment, root_cause, root_error
 
 
 def cfg(tmp_path: Path, **kw: object) -> L.RecordConfig:
     return L.RecordConfig(out=tmp_path / "out.bundle", **kw)  # type: ignore[arg-type]
+
+
+def launch_command(c: L.RecordConfig, log_dir: Path) -> list[str]:
+    return command(L.launch_spec(c, log_dir.parent / "work", "gloo", log_dir))
+
+
+def launch_env(c: L.RecordConfig, work: Path, backend: str) -> dict[str, str]:
+    return environment(L.launch_spec(c, work, backend, work / "logs"))
+
+
+def failure(c: L.RecordConfig, work: Path, log_dir: Path, rc: int | None, timed_out: bool,
+            torchrun_stderr: str = "") -> L.RecordError:
+    """The record error of a run that ended so, with its logs in ``log_dir``."""
+    return L._failure(c, work, LaunchResult(L.launch_spec(c, work, "gloo", log_dir), rc, timed_out, torchrun_stderr))
 
 
 @pytest.mark.parametrize(("kw", "match"), [
@@ -32,14 +46,14 @@ def test_config_names_the_bad_value(tmp_path: Path, kw: dict[str, object], match
 
 def test_launch_goes_through_torchrun_with_no_restarts(tmp_path: Path) -> None:
     c = cfg(tmp_path, nproc_per_node=3, script_args=("--lr", "0.1"))
-    cmd = L.launch_command(c, tmp_path / "logs")
+    cmd = launch_command(c, tmp_path / "logs")
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
     assert cmd[cmd.index("--max-restarts") + 1] == "0"
     assert cmd[-5:] == [str(L._EXAMPLES_DIR / "ddp_mlp.py"), "--steps", str(3 + 10 + 1 + 2), "--lr", "0.1"]
-    user = L.launch_command(cfg(tmp_path, script=Path(__file__), script_args=("--x",)), tmp_path)
+    user = launch_command(cfg(tmp_path, script=Path(__file__), script_args=("--x",)), tmp_path)
     assert user[-2:] == [__file__, "--x"]  # a user's script gets its own arguments only
-    multi = L.launch_command(cfg(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400"), tmp_path)
+    multi = launch_command(cfg(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400"), tmp_path)
     assert multi[multi.index("--rdzv-endpoint") + 1] == "h:29400" and "--master-port" not in multi
     assert multi[multi.index("--node-rank") + 1] == "1"
 
@@ -54,7 +68,7 @@ def test_missing_script_is_not_found(tmp_path: Path) -> None:
 def test_env_injects_the_bootstrap_and_one_thread_per_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("PYTHONPATH", "/user/path")
-    env = L.launch_env(cfg(tmp_path, warmup=2, iterations=7, capture=2), tmp_path / "work", "gloo")
+    env = launch_env(cfg(tmp_path, warmup=2, iterations=7, capture=2), tmp_path / "work", "gloo")
     from nbox_record.recordenv import inject_dir
 
     inject = inject_dir()
@@ -63,7 +77,7 @@ def test_env_injects_the_bootstrap_and_one_thread_per_rank(tmp_path: Path, monke
     assert (env["NBOX_WARMUP"], env["NBOX_ITERATIONS"], env["NBOX_CAPTURE"]) == ("2", "7", "2")
     assert env["NBOX_RECORD_DIR"] == str((tmp_path / "work").resolve()) and env["NBOX_RUN_TO_END"] == "0"
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    assert L.launch_env(cfg(tmp_path), tmp_path, "gloo")["OMP_NUM_THREADS"] == "4"  # the user's choice wins
+    assert launch_env(cfg(tmp_path), tmp_path, "gloo")["OMP_NUM_THREADS"] == "4"  # the user's choice wins
 
 
 def _rank(work: Path, r: int, **files: object) -> None:
@@ -79,7 +93,7 @@ def test_failure_names_the_rank_that_raised(tmp_path: Path) -> None:
                                   "time_us": 2e15}})
     _rank(work, 1, **{raw.ERROR: {"rank": 1, "type": "RuntimeError", "message": "boom in step 3",
                                   "time_us": 1e15}})
-    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
+    err = failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
     assert "rank 1 failed: RuntimeError: boom in step 3 (then rank(s) [0] failed too)" in str(err)
     assert err.exit_code != 0
 
@@ -92,12 +106,12 @@ def test_a_peers_connection_closed_is_not_the_root_cause_even_when_written_first
                                   "recv from 5 failed: [pair.cc:553] Connection closed by peer [127.0.0.1]:40674"}})
     _rank(work, 1, **{raw.ERROR: {"rank": 1, "type": "RuntimeError", "time_us": 1e15 + 3000,
                                   "message": "recv did not complete within 4.0 s: a deadlock"}})
-    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
+    err = failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
     assert "rank 1 failed: RuntimeError: recv did not complete within 4.0 s" in str(err), str(err)
     # When every error is a consequence, the earliest is still named.
     _rank(work, 1, **{raw.ERROR: {"rank": 1, "type": "RuntimeError", "time_us": 1e15 + 3000,
                                   "message": "Connection reset by peer"}})
-    assert "rank 0 failed" in str(L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False))
+    assert "rank 0 failed" in str(failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False))
 
 
 def test_root_error_orders_causes_before_consequences_then_by_time_then_rank() -> None:
@@ -112,7 +126,7 @@ def test_timeout_names_unfinished_ranks_and_their_last_phase(tmp_path: Path) -> 
     work = tmp_path / "work"
     _rank(work, 0, **{raw.TIMINGS: {}})
     _rank(work, 1, **{"progress.json": {"phase": "timing", "iteration": 4}})
-    err = L._failure(cfg(tmp_path, timeout_s=30), work, tmp_path / "logs", None, timed_out=True)
+    err = failure(cfg(tmp_path, timeout_s=30), work, tmp_path / "logs", None, timed_out=True)
     text = str(err)
     assert "within 30 s" in text and "rank 1: last seen in phase 'timing' at iteration 4" in text
     assert "rank 0:" not in text
@@ -124,7 +138,7 @@ def test_dead_rank_without_error_file_reports_exit_code_and_log_tail(tmp_path: P
     log = tmp_path / "logs" / "run" / "attempt_0" / "1" / "stderr.log"
     log.parent.mkdir(parents=True)
     log.write_text("line\nKilled by signal 9\n")
-    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
+    err = failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False)
     assert "exited with code 1" in str(err) and "[1]" in str(err) and "Killed by signal 9" in str(err)
 
 
@@ -154,9 +168,9 @@ Root Cause (first observed failure):
 
 
 def test_a_rank_killed_by_a_signal_is_named_from_torchruns_root_cause(tmp_path: Path) -> None:
-    assert L.root_cause(TORCHRUN_FAILURE) == (1, "rank 1 exited with code -9 (SIGKILL)")
-    assert L.root_cause("no summary here") is None
+    assert root_cause(TORCHRUN_FAILURE) == (1, "rank 1 exited with code -9 (SIGKILL)")
+    assert root_cause("no summary here") is None
     work = tmp_path / "work"
     _rank(work, 0, **{raw.ERROR: {"rank": 0, "type": "RuntimeError", "message": "Connection closed by peer"}})
-    err = L._failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False, torchrun_stderr=TORCHRUN_FAILURE)
+    err = failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False, torchrun_stderr=TORCHRUN_FAILURE)
     assert str(err) == "rank 1 exited with code -9 (SIGKILL) (then rank(s) [0] failed too)"

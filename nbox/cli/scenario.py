@@ -116,7 +116,8 @@ def calibrate_cmd(
     """
     from dataclasses import replace
 
-    from emulator_core.calibrate import CalibrateConfig, calibrate, parse_sizes
+    from emulator_core.calibrate import calibrate
+    from emulator_core.calibration import CalibrateConfig, parse_sizes
 
     cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
                           collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),

@@ -1,0 +1,190 @@
+"""What a calibration is: its settings (:class:`CalibrateConfig`), its errors, message sizes, and the
+measured points (:class:`Measurement`) that :mod:`emulator_core.calibration_run` produces and
+:mod:`emulator_core.calibration_fit` fits.
+
+Units: sizes are bytes in costmodels' convention (``nbytes`` = the per-rank input; all_gather: the per-rank
+shard; all_to_all: the whole per-rank send buffer; barrier: 0); times are microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from emulator_core import _calibrate_worker as worker
+from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError
+
+#: Collectives ``nbox calibrate`` can measure (in this order).
+SUPPORTED = worker.SUPPORTED
+#: The closed form fitted per backend and collective: what the library is known to run (at p = 2 most
+#: candidates coincide). NCCL's all_to_all and send/recv are grouped point-to-point sends (direct).
+ALGORITHMS: Mapping[str, Mapping[str, str]] = {
+    "gloo": {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "broadcast": "binomial_tree",
+             "all_to_all": "pairwise", "barrier": "dissemination", "send_recv": "direct"},
+    "nccl": {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "broadcast": "ring",
+             "all_to_all": "direct", "barrier": "dissemination", "send_recv": "direct"},
+}
+BACKENDS = ("gloo", "nccl")
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+#: Default sizes: 1 KiB .. 64 MiB in x4 steps (bytes).
+DEFAULT_SIZES: tuple[int, ...] = tuple(KIB * 4**k for k in range(9))
+MAX_SIZE = 4 * GIB
+_UNITS = {"": 1, "b": 1, "k": KIB, "kb": KIB, "kib": KIB, "m": MIB, "mb": MIB, "mib": MIB, "g": GIB, "gb": GIB,
+          "gib": GIB}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+
+class CalibrationError(NboxError):
+    """The measurement run failed: a rank raised, died or hung (the message names the rank, collective, size)."""
+
+    exit_code = 1
+
+
+class CalibrationWriteError(OutputWriteError):
+    """The profile could not be written."""
+
+
+class CalibrateInputError(InvalidInputError):
+    """A calibration setting is invalid (the message names the setting and the bad value)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``1024``, ``1KiB``, ``64MiB``, ``1.5GiB`` (K/KB/KiB etc. are all binary: 1 KiB = 1024 B)."""
+    m = _SIZE_RE.match(text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS:
+        raise CalibrateInputError(f"sizes: {text!r} is not a size (e.g. 4096, 1KiB, 64MiB, 1GiB)")
+    n = float(m.group(1)) * _UNITS[unit]
+    if n != int(n):
+        raise CalibrateInputError(f"sizes: {text!r} is not a whole number of bytes")
+    return int(n)
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Sizes from a comma list (``1KiB,64KiB``) whose items may be ranges ``A..B``: A, 4A, 16A, ... up to B
+    (B itself included). Sorted, without duplicates; validation of the values is :class:`CalibrateConfig`'s."""
+    out: set[int] = set()
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if ".." in item:
+            lo_text, hi_text = item.split("..", 1)
+            lo, hi = parse_size(lo_text), parse_size(hi_text)
+            if lo < 1 or hi < lo:
+                raise CalibrateInputError(f"sizes: range {item!r} must go from a size >= 1 up to a larger one")
+            n = lo
+            while n < hi:
+                out.add(n)
+                n *= 4
+            out.add(hi)
+        else:
+            out.add(parse_size(item))
+    if not out:
+        raise CalibrateInputError(f"sizes: {text!r} lists no size")
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """What to measure. Validated at construction (:class:`CalibrateInputError` names the setting).
+
+    Attributes:
+        nproc: ranks to launch on this machine (2 .. 1024).
+        backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (one GPU per rank).
+        sizes: message sizes in bytes (1 .. 4 GiB; costmodels' convention, e.g. all_gather: the shard); sorted.
+        collectives: a subset of :data:`SUPPORTED`.
+        warmup: untimed iterations per point (>= 1; they also size the timed run).
+        rounds: interleaved rounds over all points (>= 1; see ``_calibrate_worker``).
+        min_iters, max_iters: bounds on the timed iterations per point.
+        budget_s: about this many seconds of timed iterations per point (> 0).
+        timeout_s: deadline for the whole run in seconds; then every rank is stopped (> 0).
+        dimension: the name of the topology dimension the fragment describes.
+    """
+
+    nproc: int = 2
+    backend: str = "gloo"
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    collectives: tuple[str, ...] = SUPPORTED
+    warmup: int = 2
+    rounds: int = 3
+    min_iters: int = 7
+    max_iters: int = 400
+    budget_s: float = 0.3
+    timeout_s: float = 600.0
+    dimension: str = "loopback"
+
+    def __post_init__(self) -> None:
+        def bad(key: str, value: Any, why: str) -> CalibrateInputError:
+            return CalibrateInputError(f"{key} = {value!r}: {why}")
+
+        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or not 2 <= self.nproc <= 1024:
+            raise bad("nproc", self.nproc, "must be an integer from 2 to 1024 (collectives need peers)")
+        if self.backend not in BACKENDS:
+            raise bad("backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
+        sizes = tuple(sorted(set(self.sizes)))
+        for s in sizes:
+            if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= MAX_SIZE:
+                raise bad("sizes", s, f"each size must be an integer number of bytes from 1 to {MAX_SIZE} (4 GiB)")
+        if not sizes:
+            raise bad("sizes", self.sizes, "needs at least one size")
+        object.__setattr__(self, "sizes", sizes)
+        colls = tuple(self.collectives)
+        for c in colls:
+            if c not in SUPPORTED:
+                raise bad("collectives", c, f"unknown or not measurable (supported: {', '.join(SUPPORTED)})")
+        if not colls or len(set(colls)) != len(colls):
+            raise bad("collectives", colls, "needs at least one collective, each listed once")
+        object.__setattr__(self, "collectives", colls)
+        for key, lo in (("warmup", 1), ("rounds", 1), ("min_iters", 1), ("max_iters", 1)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise bad(key, v, f"must be an integer >= {lo}")
+        if self.max_iters < self.min_iters:
+            raise bad("max_iters", self.max_iters, f"must be >= min_iters ({self.min_iters})")
+        for key in ("budget_s", "timeout_s"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise bad(key, v, "must be a number of seconds > 0")
+        if not isinstance(self.dimension, str) or not _NAME_RE.match(self.dimension):
+            raise bad("dimension", self.dimension, "must be 1-64 letters, digits, '_' or '-', starting with a letter")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One (collective, size) point: per-iteration times (max over ranks), microseconds.
+
+    ``nbytes`` is what was actually moved (rounded to whole float32 elements), ``requested_bytes`` what was
+    asked; ``ranks`` the group size the cost model must use (2 for send_recv); ``rounds_us`` the samples of
+    each interleaved round (see :func:`summarize` to rebuild a measurement from some of them).
+    """
+
+    collective: str
+    nbytes: int
+    requested_bytes: int
+    ranks: int
+    iterations: int
+    median_us: float
+    p10_us: float
+    p90_us: float
+    min_us: float
+    max_us: float
+    rounds_us: tuple[tuple[float, ...], ...] = field(default=(), compare=False, repr=False)
+
+
+def summarize(collective: str, nbytes: int, requested_bytes: int, ranks: int,
+              rounds_us: Sequence[Sequence[float]]) -> Measurement:
+    """A :class:`Measurement` from per-round samples (microseconds): median, p10, p90, min, max over all of them.
+
+    Raises:
+        CalibrateInputError: no sample.
+    """
+    times = [float(t) for rnd in rounds_us for t in rnd]
+    if not times:
+        raise CalibrateInputError(f"{collective} of {nbytes} bytes: no samples")
+    q = worker.percentile
+    return Measurement(collective, nbytes, requested_bytes, ranks, len(times), q(times, 0.5), q(times, 0.1),
+                       q(times, 0.9), min(times), max(times), tuple(tuple(float(t) for t in r) for r in rounds_us))

@@ -1,0 +1,103 @@
+"""The measuring run of ``nbox calibrate``: launch ``emulator_core._calibrate_worker`` on N ranks of this machine
+(gloo or NCCL) through nbox's one torchrun launcher (:mod:`nbox_trace.launch`), wait with a deadline, and read the
+per-(collective, size) timings it reports (see that module for the timing method). Times in microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emulator_core import _calibrate_worker as worker
+from emulator_core.calibration import CalibrateConfig, CalibrateInputError, CalibrationError, Measurement, summarize
+from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
+
+
+@dataclass(frozen=True)
+class MeasureRun:
+    """:func:`measure_run`'s result: the measurements and the worker's facts (torch, host, device)."""
+
+    measurements: list[Measurement]
+    info: dict[str, Any]
+    wall_s: float
+
+
+def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
+    """The launch of ``config``'s measurement, standalone on this machine; results go to ``work``."""
+    pg_timeout = max(5.0, min(config.timeout_s * 0.5, 300.0))  # a collective fails before the run deadline
+    args = ("--out", str(work), "--backend", config.backend, "--collectives", ",".join(config.collectives),
+            "--sizes", ",".join(map(str, config.sizes)), "--warmup", str(config.warmup), "--rounds",
+            str(config.rounds), "--min-iters", str(config.min_iters), "--max-iters", str(config.max_iters),
+            "--budget-s", repr(float(config.budget_s)), "--timeout-s", repr(pg_timeout))
+    return Launch("emulator_core._calibrate_worker", work / "logs", module=True, args=args,
+                  nproc_per_node=config.nproc, timeout_s=config.timeout_s)
+
+
+def _read_json(path: Path) -> Any:
+    try:  # our own worker's small JSON files; None when missing or unreadable
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _failure(config: CalibrateConfig, work: Path, result: LaunchResult) -> CalibrationError:
+    """The error of a failed measurement, from what the ranks left in ``work``."""
+    f = result.failure({r: worker.error_file(work, r) for r in range(config.nproc)})
+    progress = _read_json(work / worker.PROGRESS)
+    at = (f"; rank 0 was measuring {progress.get('collective')} of {progress.get('nbytes')} bytes"
+          if isinstance(progress, dict) else "; no rank had started measuring")
+    if f.root_rank is not None and f.exit_text is not None:
+        return CalibrationError(f"rank {f.root_rank} {f.exit_text}{then_failed(f.others)}{at}")
+    if f.root_error is not None:
+        err = f.root_error
+        what = (f"in {err.doc.get('collective')} of {err.doc.get('nbytes')} bytes" if err.doc.get("collective")
+                else f"during {err.doc.get('phase', 'start-up')}")
+        return CalibrationError(f"rank {err.rank} failed {what}: {err.type}: {err.message}{then_failed(f.others)}")
+    if f.timed_out:
+        return CalibrationError(f"the calibration did not finish within {seconds_text(config.timeout_s)} s "
+                                f"(--timeout) and was stopped{at}")
+    return CalibrationError(f"the calibration run exited with code {f.returncode}{at}{f.tail_text()}")
+
+
+def _measurements(doc: Any) -> list[Measurement]:
+    if not isinstance(doc, dict) or doc.get("schema") != worker.SCHEMA or not isinstance(doc.get("results"), list):
+        raise CalibrationError(f"the worker's result is not a {worker.SCHEMA} document")
+    out = []
+    for r in doc["results"]:
+        try:
+            out.append(summarize(str(r["collective"]), int(r["nbytes"]), int(r["requested_bytes"]),
+                                 int(r["ranks"]), r["rounds_us"]))
+        except (KeyError, TypeError, ValueError, CalibrateInputError) as exc:
+            raise CalibrationError(f"the worker's result has a malformed entry: {exc!r}") from None
+    return out
+
+
+def measure_run(config: CalibrateConfig) -> MeasureRun:
+    """Launch the ranks, wait at most ``config.timeout_s`` seconds, return the measurements and worker facts.
+
+    Raises:
+        CalibrationError: a rank failed (named with its collective and size), the run timed out (the process
+            group of torchrun and every rank is terminated), or it produced no result.
+    """
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="nbox-calibrate-"))
+    try:
+        result = run(launch_spec(config, work))
+        if not result.ok or not (work / worker.RESULT).is_file():
+            raise _failure(config, work, result)
+        doc = _read_json(work / worker.RESULT)
+        measurements = _measurements(doc)
+        info = {k: v for k, v in doc.items() if k != "results"}
+        return MeasureRun(measurements, info, time.monotonic() - started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(config: CalibrateConfig) -> list[Measurement]:
+    """The measurements of :func:`measure_run` (see there)."""
+    return measure_run(config).measurements

@@ -1,0 +1,355 @@
+"""The one torchrun launcher: ``nbox record``, ``nbox emulate``, ``nbox calibrate`` and ``nbox replay --clock real``
+all start their ranks here.
+
+A :class:`Launch` (frozen) says what to run: a script or a module, its arguments, the ranks per node, the nodes and
+rendezvous, the environment added for the ranks, the deadline (seconds) and the log folder. :func:`command` and
+:func:`environment` build the ``python -m torch.distributed.run`` command line and the ranks' environment;
+:func:`run` runs it with the deadline and returns a :class:`LaunchResult`, whose :meth:`LaunchResult.failure`
+reads what the ranks left behind (their error files, their stderr logs, torchrun's own verdict) into a
+:class:`Failure` that names the root cause by the one :func:`root_error` rule. Each caller words its own error
+from that (its own error class, and what its error files say beyond type and message).
+
+The rules, the same for every caller:
+
+* torchrun runs with ``--max-restarts 0`` and ``--redirects 3``: each rank's stdout/stderr go to
+  ``<log_dir>/<run>/attempt_0/<local rank>/std{out,err}.log``; torchrun's own stderr is captured (and kept in
+  ``<log_dir>/torchrun.stderr.log``), its stdout is discarded (a command's stdout is its ``--json`` document).
+* Rendezvous: with an ``rdzv_endpoint``, torchrun's c10d rendezvous there (multi-node); without one,
+  ``--standalone`` (a c10d store on a port torchrun binds itself: no race for a port chosen in advance).
+* Environment: the caller's, without the run-scoped variables of an enclosing nbox run (:data:`DROPPED`), plus
+  the launch's additions; ``PYTHONPATH`` = the launch's prefix, the folder holding the nbox packages (unless
+  installed), the inherited one; ``OMP_NUM_THREADS=1`` unless set (two ranks x two threads on two cores run ~50x
+  slower); ``PYTHONUNBUFFERED=1``.
+* Deadline: past ``timeout_s`` seconds, or if the caller is interrupted, torchrun's whole process group (it runs
+  in its own session) is stopped: SIGTERM, then SIGKILL.
+
+This module does not import torch: torchrun runs as a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from nbox_trace.errors import InvalidInputError
+
+__all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchResult",
+           "RankError", "command", "environment", "is_consequence", "python_path", "rank_tails", "read_rank_error",
+           "root_cause", "root_error", "run", "seconds_text", "terminate_group", "then_failed"]
+
+#: Inherited variables that belong to an enclosing nbox run and must not reach a new run's ranks: a rank that
+#: inherits ``NBOX_RECORD_DIR`` would capture into that run's folder, ``NBOX_SCENARIO_SET`` would override
+#: this run's scenario.
+DROPPED = ("NBOX_RECORD_DIR", "NBOX_SCENARIO_SET")
+#: How many of a log's last lines a failure report keeps.
+TAIL_LINES = 8
+#: How many characters of a rank's error message a failure report keeps.
+MESSAGE_CHARS = 500
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+class LaunchConfigError(InvalidInputError):
+    """A launch setting is invalid (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to run under ``python -m torch.distributed.run``.
+
+    Attributes:
+        program: the script's path, or the module's name when ``module`` is true.
+        args: the program's arguments.
+        nproc_per_node: ranks started on this node (>= 1).
+        nnodes, node_rank, rdzv_endpoint: torchrun's; a run over more than one node needs an endpoint.
+        env: variables added to the ranks' environment (they win over inherited ones).
+        pythonpath: folders put first on ``PYTHONPATH``, before the nbox packages' folder.
+        timeout_s: deadline for the whole run, seconds (> 0).
+        log_dir: torchrun's ``--log-dir`` (each rank's stdout/stderr), and its own stderr.
+    """
+
+    program: str
+    log_dir: Path
+    module: bool = False
+    args: tuple[str, ...] = ()
+    nproc_per_node: int = 1
+    nnodes: str = "1"
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    pythonpath: tuple[str, ...] = ()
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nproc_per_node, bool) or not isinstance(self.nproc_per_node, int) \
+                or self.nproc_per_node < 1:
+            raise LaunchConfigError(f"nproc_per_node: must be an integer >= 1, got {self.nproc_per_node!r}")
+        if self.nnodes != "1" and not self.rdzv_endpoint:
+            raise LaunchConfigError(f"nnodes = {self.nnodes!r}: a run over several nodes needs an rdzv_endpoint")
+        if not self.timeout_s > 0:
+            raise LaunchConfigError(f"timeout_s: must be a number of seconds > 0, got {self.timeout_s!r}")
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+
+def command(launch: Launch) -> list[str]:
+    """The ``python -m torch.distributed.run`` command line of ``launch`` (see the module docstring)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    if launch.rdzv_endpoint:
+        cmd += ["--nnodes", launch.nnodes, "--node-rank", str(launch.node_rank),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", launch.rdzv_endpoint]
+    else:
+        cmd += ["--standalone"]
+    cmd += ["--nproc-per-node", str(launch.nproc_per_node), "--max-restarts", "0", "--log-dir", str(launch.log_dir),
+            "--redirects", "3"]
+    return [*cmd, *(["-m"] if launch.module else []), launch.program, *launch.args]
+
+
+def python_path(prefix: Sequence[str], inherited: str | None) -> str:
+    """``PYTHONPATH`` for the ranks: ``prefix``, the folder holding the nbox packages (so that a checkout works
+    from anywhere; skipped for an installed nbox, importable anyway), then the ``inherited`` one."""
+    parts = list(prefix)
+    if _PACKAGE_ROOT.name not in ("site-packages", "dist-packages"):
+        parts.append(str(_PACKAGE_ROOT))
+    return os.pathsep.join(parts + ([inherited] if inherited else []))
+
+
+def environment(launch: Launch, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ranks' environment: ``base`` (default: this process's) less :data:`DROPPED`, plus ``launch.env``;
+    ``PYTHONPATH`` from :func:`python_path` unless ``launch.env`` sets it; one OpenMP thread unless set."""
+    inherited = dict(os.environ if base is None else base)
+    env = {k: v for k, v in inherited.items() if k not in DROPPED}
+    env["PYTHONPATH"] = python_path(launch.pythonpath, inherited.get("PYTHONPATH"))
+    env.update(launch.env)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# ------------------------------------------------------------------------------------------- running
+
+
+def terminate_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """SIGTERM ``proc``'s whole process group, wait up to ``grace_s`` seconds, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _run_with_deadline(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int | None, bool, str]:
+    """Run ``cmd`` in its own session, stdout discarded, stderr captured; past ``timeout_s`` seconds, or if the
+    caller is interrupted, stop its whole process group. Returns (exit code or None when stopped, timed out,
+    stderr)."""
+    proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        terminate_group(proc)
+        return None, True, ""
+    except BaseException:
+        terminate_group(proc)
+        raise
+    return proc.returncode, False, (err or b"").decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a launch ended: torchrun's exit code (None when stopped at the deadline) and its own stderr."""
+
+    launch: Launch
+    returncode: int | None
+    timed_out: bool
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        """Whether torchrun exited with 0 before the deadline."""
+        return self.returncode == 0 and not self.timed_out
+
+    def failure(self, error_files: Mapping[int, Path]) -> Failure:
+        """What went wrong, from the ranks' error files (torchrun rank -> path; see :class:`RankError`), their
+        stderr logs and torchrun's verdict (see :class:`Failure` for the rule)."""
+        errors = [e for rank, path in sorted(error_files.items()) if (e := read_rank_error(rank, path)) is not None]
+        verdict = _verdict(self.stderr)
+        tails = rank_tails(self.launch.log_dir)
+        launcher_tail = _tail(self.stderr)
+        if verdict is not None and verdict[0] not in {e.rank for e in errors}:
+            # The first rank to fail left no error file (a signal, os._exit): the others' errors are consequences.
+            return Failure(verdict[0], None, verdict[1], tuple(sorted({verdict[0], *(e.rank for e in errors)})),
+                           self.timed_out, self.returncode, tails, launcher_tail)
+        if errors:
+            root = errors[root_error([(e.time_us, e.rank, e.message) for e in errors])]
+            return Failure(root.rank, root, None, tuple(e.rank for e in errors), self.timed_out, self.returncode,
+                           tails, launcher_tail)
+        return Failure(None, None, None, (), self.timed_out, self.returncode, tails, launcher_tail)
+
+
+def run(launch: Launch) -> LaunchResult:
+    """Run ``launch`` with its deadline (module docstring); torchrun's stderr is kept in
+    ``<log_dir>/torchrun.stderr.log``."""
+    rc, timed_out, err = _run_with_deadline(command(launch), environment(launch), launch.timeout_s)
+    launch.log_dir.mkdir(parents=True, exist_ok=True)
+    (launch.log_dir / "torchrun.stderr.log").write_text(err, encoding="utf-8", errors="replace")
+    return LaunchResult(launch, rc, timed_out, err)
+
+
+# ------------------------------------------------------------------------------------------- failures
+
+
+@dataclass(frozen=True)
+class RankError:
+    """A rank's error file: ``{"type", "message", "time_us", ...}``, whatever else its worker adds (``doc``).
+
+    ``time_us``: when it was written, microseconds since the epoch (the file's mtime when absent).
+    ``message``: at most :data:`MESSAGE_CHARS` characters.
+    """
+
+    rank: int
+    time_us: float
+    type: str
+    message: str
+    doc: Mapping[str, Any]
+
+
+def read_rank_error(rank: int, path: Path) -> RankError | None:
+    """``path``'s error report, or None when it is missing or unreadable (a rank killed while writing it)."""
+    try:
+        doc = json.loads(path.read_bytes())
+        mtime_us = path.stat().st_mtime * 1e6
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    try:
+        time_us = float(doc.get("time_us") or mtime_us)
+    except (TypeError, ValueError):
+        time_us = mtime_us
+    return RankError(rank, time_us, str(doc.get("type") or "error"), str(doc.get("message", ""))[:MESSAGE_CHARS],
+                     MappingProxyType(doc))
+
+
+#: How a rank's error reads when it only reports that a peer went away first (gloo's "Connection closed by
+#: peer", a reset socket, NCCL's remote error): a consequence, never the root cause of a failed run.
+_CONSEQUENCE = re.compile(r"connection closed by peer|connection reset by peer|broken pipe|remote worker crash"
+                          r"|remote process exited|ncclRemoteError", re.I)
+
+
+def is_consequence(message: str) -> bool:
+    """Whether a rank's error message only says that a peer failed first (see :data:`_CONSEQUENCE`)."""
+    return _CONSEQUENCE.search(message) is not None
+
+
+def root_error(errors: Sequence[tuple[float, int, str]]) -> int:
+    """Index into ``errors`` ((time, rank, message) per failed rank) of the root cause of a failed run.
+
+    The earliest error that is not a consequence of a peer's failure; when all are consequences, the earliest.
+    Time alone is not enough: when a rank's call times out, gloo closes its sockets before that rank has
+    written its own error, so its peer's "Connection closed by peer" can be written first.
+    """
+    if not errors:
+        raise ValueError("root_error needs at least one error")
+    return min(range(len(errors)),
+               key=lambda i: (is_consequence(errors[i][2]), errors[i][0], errors[i][1]))
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
+                         r"[^\n]*?(?:\((SIG\w+)\))?\s*$", re.S | re.M)
+
+
+def _verdict(torchrun_stderr: str) -> tuple[int, str] | None:
+    """torchrun's "Root Cause (first observed failure)": (rank, "exited with code -9 (SIGKILL)"), if it gave one."""
+    match = _ROOT_CAUSE.search(torchrun_stderr)
+    if match is None:
+        return None
+    rank, code, sig = match.groups()
+    return int(rank), f"exited with code {code}" + (f" ({sig})" if sig else "")
+
+
+def root_cause(torchrun_stderr: str) -> tuple[int, str] | None:
+    """torchrun's own verdict on a failed run: (rank, "rank 1 exited with code -9 (SIGKILL)"), if it gave one."""
+    verdict = _verdict(torchrun_stderr)
+    return None if verdict is None else (verdict[0], f"rank {verdict[0]} {verdict[1]}")
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.strip().splitlines()[-TAIL_LINES:])
+
+
+def rank_tails(log_dir: Path) -> dict[int, str]:
+    """Each rank's last :data:`TAIL_LINES` stderr lines (non-empty ones only), by local rank."""
+    out: dict[int, str] = {}
+    for log in sorted(log_dir.rglob("stderr.log")):
+        if log.parent.name.isdigit():
+            try:
+                tail = _tail(log.read_text(errors="replace"))
+            except OSError:
+                continue
+            if tail:
+                out.setdefault(int(log.parent.name), tail)
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a failed launch left behind. Ranks are torchrun's (0 .. nnodes x nproc_per_node - 1).
+
+    The root cause: when torchrun names a rank that left no error file (killed by a signal, ``os._exit``), that
+    rank (``exit_text`` says how it ended); otherwise the error file chosen by :func:`root_error`; otherwise
+    none is known (``root_rank`` is None: a deadline, or an exit without any report).
+
+    Attributes:
+        root_rank: the root cause's rank, or None.
+        root_error: its error file, or None (it left none, or no root is known).
+        exit_text: torchrun's "exited with code -9 (SIGKILL)" for a root without an error file.
+        failed_ranks: every rank known to have failed, sorted.
+        timed_out, returncode: as in :class:`LaunchResult`.
+        stderr_tails: each rank's last stderr lines, by local rank (ranks that wrote nothing are left out).
+        launcher_tail: torchrun's own last stderr lines.
+    """
+
+    root_rank: int | None
+    root_error: RankError | None
+    exit_text: str | None
+    failed_ranks: tuple[int, ...]
+    timed_out: bool
+    returncode: int | None
+    stderr_tails: Mapping[int, str]
+    launcher_tail: str
+
+    @property
+    def others(self) -> list[int]:
+        """The failed ranks other than the root cause's."""
+        return [r for r in self.failed_ranks if r != self.root_rank]
+
+    def tail_text(self) -> str:
+        """The first rank's last stderr lines (torchrun's when no rank wrote any), as an indented block that
+        starts on a new line; empty when there are none."""
+        name, tail = next(((f"local rank {r}", t) for r, t in self.stderr_tails.items()),
+                          ("torchrun", self.launcher_tail))
+        return f"\n  last lines of {name}'s stderr:\n    " + tail.replace("\n", "\n    ") if tail else ""
+
+
+def then_failed(ranks: Sequence[int]) -> str:
+    """`` (then rank(s) [0, 2] failed too)`` for the other failed ranks; empty when there are none."""
+    return f" (then rank(s) {sorted(ranks)} failed too)" if ranks else ""
+
+
+def seconds_text(seconds: float) -> str:
+    """A deadline as a failure report writes it: ``30``, ``0.5``, ``900``."""
+    return f"{seconds:g}"

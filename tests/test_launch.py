@@ -1,0 +1,165 @@
+"""The one torchrun launcher (nbox_trace.launch) without launching ranks: the command line, the environment, the
+deadline, and how a failure is read. Each test pins a rule on which record, calibrate and live replay used to
+disagree (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator_core import _calibrate_worker as worker
+from emulator_core import calibration_run
+from emulator_core.calibration import CalibrateConfig
+from emulator_core.scenario_files import load_scenario
+from nbox_record import launcher as record_launcher
+from nbox_record import rawformat as raw
+from nbox_replay import live
+from nbox_trace import launch as L
+
+TORCHRUN_KILLED_RANK_1 = """
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_02:49:59
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 102)  (SIGKILL)
+  error_file: <N/A>
+============================================================
+"""
+
+
+def spec(tmp_path: Path, **kw: object) -> L.Launch:
+    return L.Launch("pkg.worker", tmp_path / "logs", module=True, **kw)  # type: ignore[arg-type]
+
+
+def test_every_caller_gets_the_same_command_line(tmp_path: Path) -> None:
+    """Record used ``--master-port`` of a port probed in advance (another process can take it before torchrun
+    binds it); calibrate and live used ``--standalone``. Now: ``--standalone`` unless an rdzv endpoint is given."""
+    rcfg = record_launcher.RecordConfig(out=tmp_path / "o.bundle")
+    record = L.command(record_launcher.launch_spec(rcfg, tmp_path / "w", "gloo", tmp_path / "logs"))
+    calib = L.command(calibration_run.launch_spec(CalibrateConfig(), tmp_path))
+    for cmd in (record, calib):
+        assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
+        assert "--master-port" not in cmd and "--master-addr" not in cmd
+        assert cmd[cmd.index("--max-restarts") + 1] == "0" and cmd[cmd.index("--redirects") + 1] == "3"
+    multi = L.command(spec(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400", args=("a",)))
+    assert "--standalone" not in multi and multi[multi.index("--rdzv-backend") + 1] == "c10d"
+    assert multi[-3:] == ["-m", "pkg.worker", "a"]
+    with pytest.raises(L.LaunchConfigError, match="nnodes"):
+        spec(tmp_path, nnodes="2")  # several nodes cannot meet at a standalone (local) rendezvous
+
+
+def test_the_environment_is_built_one_way(tmp_path: Path) -> None:
+    """OMP_NUM_THREADS: calibrate and live forced 1, record kept the user's; now the user's wins everywhere.
+    Inherited NBOX_RECORD_DIR / NBOX_SCENARIO_SET: only live dropped them; now every launch does.
+    PYTHONPATH: record skipped an installed package root, the others always added it; now one rule."""
+    base = {"OMP_NUM_THREADS": "4", "NBOX_RECORD_DIR": "/elsewhere", "NBOX_SCENARIO_SET": "x=1",
+            "PYTHONPATH": "/user", "KEEP": "1"}
+    env = L.environment(spec(tmp_path, env={"NBOX_WORLD_SIZE": "8"}, pythonpath=("/first",)), base)
+    assert env["OMP_NUM_THREADS"] == "4" and env["KEEP"] == "1" and env["NBOX_WORLD_SIZE"] == "8"
+    assert "NBOX_RECORD_DIR" not in env and "NBOX_SCENARIO_SET" not in env
+    root = str(Path(L.__file__).resolve().parents[1])
+    assert env["PYTHONPATH"].split(os.pathsep) == ["/first", root, "/user"]
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert L.environment(spec(tmp_path), {})["OMP_NUM_THREADS"] == "1"
+    calib = L.environment(calibration_run.launch_spec(CalibrateConfig(), tmp_path), base)
+    assert calib["OMP_NUM_THREADS"] == "4" and "NBOX_RECORD_DIR" not in calib
+
+
+def test_live_replay_launches_its_worker_with_the_what_if_world(tmp_path: Path) -> None:
+    trace = tmp_path / "r.et"
+    trace.write_bytes(b"")
+    cfg = live.LiveConfig(files={3: trace}, groups={}, recorded_world=2, scenario=load_scenario(None, ["world_size=8"]))
+    launch = live.launch_spec(cfg, tmp_path, tmp_path / "c.json", tmp_path / "s.toml")
+    cmd = L.command(launch)
+    assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
+    assert cmd[-3:] == ["-m", "nbox_replay._live_worker", str(tmp_path / "c.json")]
+    env = L.environment(launch, {"NBOX_RECORD_DIR": "/x"})
+    assert (env["NBOX_WORLD_SIZE"], env["NBOX_REAL_RANKS"]) == ("8", "3") and "NBOX_RECORD_DIR" not in env
+
+
+def test_stdout_is_discarded_and_a_deadline_stops_the_group(capfd: pytest.CaptureFixture[str]) -> None:
+    """Record and emulate let torchrun's stdout through (record silenced it only with --run-to-end), calibrate
+    and live discarded it; a command's stdout is its --json document, so it is discarded everywhere."""
+    rc, timed_out, err = L._run_with_deadline([sys.executable, "-c", "print('out'); import sys; "
+                                               "sys.stderr.write('err')"], dict(os.environ), 30)
+    assert (rc, timed_out, err) == (0, False, "err")
+    assert "out" not in capfd.readouterr().out
+    started = time.monotonic()
+    rc, timed_out, err = L._run_with_deadline([sys.executable, "-c", "import time; time.sleep(60)"],
+                                              dict(os.environ), 0.5)
+    assert (rc, timed_out) == (None, True) and time.monotonic() - started < 20
+
+
+def _error(path: Path, message: str, time_us: float | None = None, **extra: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"type": "RuntimeError", "message": message, **extra}
+    if time_us is not None:
+        doc["time_us"] = time_us
+    path.write_text(json.dumps(doc))
+
+
+def test_a_rank_torchrun_saw_die_first_is_the_root_cause_for_every_caller(tmp_path: Path) -> None:
+    """Record named the rank torchrun saw die first (it left no error file: SIGKILL) before its peers'
+    "Connection closed" errors; live used torchrun's verdict only when no rank wrote an error file, and
+    calibrate never did, so both named the peer's consequence. Now all three name the killed rank."""
+    cfg = CalibrateConfig()
+    _error(worker.error_file(tmp_path, 0), "Connection closed by peer", 1e15, collective="all_reduce", nbytes=4)
+    result = L.LaunchResult(calibration_run.launch_spec(cfg, tmp_path), 1, False, TORCHRUN_KILLED_RANK_1)
+    assert str(calibration_run._failure(cfg, tmp_path, result)).startswith(
+        "rank 1 exited with code -9 (SIGKILL) (then rank(s) [0] failed too)")
+
+    trace = tmp_path / "r.et"
+    trace.write_bytes(b"")
+    lcfg = live.LiveConfig(files={2: trace, 5: trace}, groups={}, recorded_world=2,
+                           scenario=load_scenario(None, ["world_size=8"]))
+    work = tmp_path / "live"
+    _error(work / "error2.json", "Connection closed by peer", 1e15, rank=2, phase="replaying")
+    result = L.LaunchResult(live.launch_spec(lcfg, work, work / "c.json", work / "s.toml"), 1, False,
+                            TORCHRUN_KILLED_RANK_1)
+    assert str(live._failure(lcfg, work, result)) == \
+        "live replay: rank 5 exited with code -9 (SIGKILL) (then rank(s) [2] failed too)"  # torchrun rank 1 = 5
+
+
+def test_an_undated_error_file_is_dated_by_its_mtime(tmp_path: Path) -> None:
+    """An error file without a time: record dated it by the file's mtime, calibrate and live by 0 (so it
+    always won, even over an earlier cause). Now by its mtime; and an unreadable one (a rank killed while
+    writing it) is skipped, where record used to fail the failure report itself."""
+    _error(tmp_path / "rank0" / raw.ERROR, "boom first", time.time() * 1e6 - 60e6)
+    _error(tmp_path / "rank1" / raw.ERROR, "later, undated")
+    (tmp_path / "rank2").mkdir()
+    (tmp_path / "rank2" / raw.ERROR).write_text("{trunc")
+    result = L.LaunchResult(spec(tmp_path), 1, False, "")
+    f = result.failure({r: tmp_path / f"rank{r}" / raw.ERROR for r in range(3)})
+    assert f.root_rank == 0 and f.root_error is not None and f.root_error.message == "boom first"
+    assert f.others == [1]
+
+
+def test_messages_are_capped_and_tails_come_from_the_ranks_first(tmp_path: Path) -> None:
+    """Record kept whole messages, calibrate 500 characters, live 600: now 500. Tails: record and calibrate
+    read the ranks' stderr.log (6 lines; calibrate then torchrun's), live only torchrun's (8 lines); now each
+    rank's last 8 lines, torchrun's when no rank wrote any."""
+    _error(tmp_path / "e0.json", "x" * 2000, 1.0)
+    log = tmp_path / "logs" / "run" / "attempt_0" / "1" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("\n".join(f"line {i}" for i in range(20)))
+    result = L.LaunchResult(spec(tmp_path), 1, False, "torchrun said")
+    f = result.failure({0: tmp_path / "e0.json"})
+    assert f.root_error is not None and len(f.root_error.message) == L.MESSAGE_CHARS == 500
+    assert f.stderr_tails == {1: "\n".join(f"line {i}" for i in range(12, 20))}
+    assert "last lines of local rank 1's stderr:\n    line 12" in f.tail_text()
+    log.write_text("")
+    assert "last lines of torchrun's stderr:\n    torchrun said" in result.failure({}).tail_text()
+
+
+def test_a_deadline_reads_the_same_for_every_caller(tmp_path: Path) -> None:
+    """Record wrote the deadline with ``:.0f`` ("within 0 s" for half a second), calibrate and live with ``:g``."""
+    cfg = record_launcher.RecordConfig(out=tmp_path / "o.bundle", timeout_s=0.5)
+    result = L.LaunchResult(record_launcher.launch_spec(cfg, tmp_path, "gloo", tmp_path / "logs"), None, True, "")
+    assert "did not finish within 0.5 s (--timeout)" in str(record_launcher._failure(cfg, tmp_path, result))
+    assert L.seconds_text(900.0) == "900"
