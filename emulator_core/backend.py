@@ -51,7 +51,8 @@ from emulator_core.scenario_files import load_scenario
 from emulator_core.world import resize
 from nbox_trace.errors import InvalidInputError
 
-__all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "create_process_group"]
+__all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
+           "create_process_group", "remove_observer"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
@@ -189,6 +190,40 @@ class _Group:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pending: queue.SimpleQueue[_Pending | None] = field(default_factory=queue.SimpleQueue)
     resolver: threading.Thread | None = None
+
+
+#: An observer of the collectives: ``fn(process_group, method, args)``, called on the calling thread just before
+#: ``NboxProcessGroup.<method>(*args)`` runs (``method`` is the canonical name, also when an alias such as
+#: ``_allgather_base`` was called). ``nbox emulate -o`` logs the collectives of its capture this way
+#: (:mod:`nbox_record.emulatecapture`): they reach this Python class straight from the C++ ``ProcessGroup``,
+#: never through the dispatcher's ``c10d::<op>`` operators. An observer must not raise.
+Observer = Callable[["NboxProcessGroup", str, tuple[Any, ...]], None]
+_OBSERVERS: list[Observer] = []
+
+
+def add_observer(fn: Observer) -> None:
+    """Call ``fn`` with every collective and point-to-point call any process group issues from now on."""
+    if fn not in _OBSERVERS:
+        _OBSERVERS.append(fn)
+
+
+def remove_observer(fn: Observer) -> None:
+    """Stop calling ``fn`` (nothing happens when it is not registered)."""
+    if fn in _OBSERVERS:
+        _OBSERVERS.remove(fn)
+
+
+def _observed(method: Callable[..., NboxWork]) -> Callable[..., NboxWork]:
+    """``method`` announced to the observers first (see :data:`Observer`)."""
+    name = method.__name__
+
+    def observed(self: NboxProcessGroup, *args: Any) -> NboxWork:
+        for fn in tuple(_OBSERVERS):
+            fn(self, name, args)
+        return method(self, *args)
+
+    observed.__name__, observed.__qualname__, observed.__doc__ = name, method.__qualname__, method.__doc__
+    return observed
 
 
 class NboxProcessGroup(dist.ProcessGroup):
@@ -336,27 +371,32 @@ class NboxProcessGroup(dist.ProcessGroup):
         return hit
 
     # -- collectives ------------------------------------------------------------------------------------
+    @_observed
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.AllreduceOptions()
         return self._call("all_reduce", "all_reduce", _nbytes(tensors), tensors,
                           lambda inner: mirror.all_reduce(self.layout, inner, tensors, o))
 
+    @_observed
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.AllreduceCoalescedOptions()
         return self._call("all_reduce_coalesced", "all_reduce", _nbytes(tensors), tensors,
                           lambda inner: mirror.all_reduce(self.layout, inner, tensors, o))
 
+    @_observed
     def allgather(self, outs: list[list[torch.Tensor]], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
         def real(inner: Any) -> mirror.Result:
             return _each([mirror.all_gather(self.layout, inner, o, i) for o, i in zip(outs, ins, strict=True)])
         return self._call("all_gather", "all_gather", _nbytes(ins), [t for o in outs for t in o], real)
 
+    @_observed
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> NboxWork:
         return self._call("all_gather_into_tensor", "all_gather", _nbytes([inp]), [out],
                           lambda inner: mirror.all_gather_single(self.layout, inner, out, inp))
 
     _allgather_base = all_gather_single
 
+    @_observed
     def all_gather_single_coalesced(self, outs: list[torch.Tensor], ins: list[torch.Tensor],
                                     opts: Any = None) -> NboxWork:
         def real(inner: Any) -> mirror.Result:
@@ -365,6 +405,7 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
+    @_observed
     def reduce_scatter(self, outs: list[torch.Tensor], ins: list[list[torch.Tensor]], opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.ReduceScatterOptions()
 
@@ -373,6 +414,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                           for out, i in zip(outs, ins, strict=True)])
         return self._call("reduce_scatter", "reduce_scatter", _nbytes([t for i in ins for t in i]), outs, real)
 
+    @_observed
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.ReduceScatterOptions()
         return self._call("reduce_scatter_tensor", "reduce_scatter", _nbytes([inp]), [out],
@@ -380,6 +422,7 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @_observed
     def reduce_scatter_single_coalesced(self, outs: list[torch.Tensor], ins: list[torch.Tensor],
                                         opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.ReduceScatterOptions()
@@ -391,28 +434,33 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
+    @_observed
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         root = opts.rootRank if opts is not None else 0
         return self._call("broadcast", "broadcast", _nbytes(tensors), tensors,
                           lambda inner: mirror.broadcast(self.layout, inner, tensors, root))
 
+    @_observed
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.ReduceOptions()
         return self._call("reduce", "reduce", _nbytes(tensors), tensors,
                           lambda inner: mirror.reduce(self.layout, inner, tensors, o.rootRank, o))
 
+    @_observed
     def gather(self, outs: list[list[torch.Tensor]], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
         root = opts.rootRank if opts is not None else 0
         out = outs[0] if outs else []
         return self._call("gather", "gather", _nbytes(ins), out,
                           lambda inner: mirror.gather(self.layout, inner, out, ins[0], root))
 
+    @_observed
     def scatter(self, outs: list[torch.Tensor], ins: list[list[torch.Tensor]], opts: Any = None) -> NboxWork:
         root = opts.rootRank if opts is not None else 0
         pieces = ins[0] if ins else []
         return self._call("scatter", "scatter", _nbytes(outs), outs,
                           lambda inner: mirror.scatter(self.layout, inner, outs[0], pieces, root))
 
+    @_observed
     def alltoall(self, outs: list[torch.Tensor], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
         sizes = [_nbytes([t]) for t in ins]
         pricing = None
@@ -423,6 +471,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         return self._call("all_to_all", "all_to_all_v" if pricing else "all_to_all", sum(sizes), outs,
                           lambda inner: mirror.all_to_all(self.layout, inner, outs, ins), pricing=pricing)
 
+    @_observed
     def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
                           opts: Any = None) -> NboxWork:
         pricing = None
@@ -437,13 +486,16 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     alltoall_base = all_to_all_single
 
+    @_observed
     def barrier(self, opts: Any = None) -> NboxWork:
         return self._call("barrier", "barrier", 0, [], lambda inner: mirror.barrier(self.layout, inner))
 
+    @_observed
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> NboxWork:
         return self._call(f"send to {dst}", "send_recv", _nbytes(tensors), tensors,
                           lambda inner: mirror.send(self.layout, inner, tensors, dst, tag), group=self._pair(dst))
 
+    @_observed
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> NboxWork:
         return self._call(f"recv from {src}", "send_recv", _nbytes(tensors), tensors,
                           lambda inner: mirror.recv(self.layout, inner, tensors, src, tag), group=self._pair(src))

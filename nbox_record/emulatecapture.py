@@ -3,7 +3,8 @@
 ``emulator_core.backend.NboxProcessGroup`` is a ``ProcessGroup`` written in Python, so the script's
 collectives reach its methods straight from the C++ ``ProcessGroup`` (pybind trampoline), not through
 the dispatcher's ``c10d::<op>`` operators that :class:`nbox_record.commlog.CollectiveLogger` hooks and the
-execution-trace observer records. For the capture, :func:`tap` wraps each method so that a call
+execution-trace observer records. For the capture, :func:`tap` registers an observer with the backend
+(:func:`emulator_core.backend.add_observer`) so that each call
 
 * records a ``record_function`` named like the operator it stands for (``c10d::allreduce_``), which the
   execution trace keeps as a node in the right place of the rank's operator tree (it carries no tensor
@@ -13,17 +14,17 @@ execution-trace observer records. For the capture, :func:`tap` wraps each method
 * adds the same :class:`~nbox_record.rawformat.CollectiveRecord` to the logger that a dispatched
   ``c10d::<op>`` would have produced, with the group's global ranks in the emulated world.
 
-:func:`untap` restores the class. Group-local root and peer ranks become global through the group's
+:func:`untap` removes the observer. Group-local root and peer ranks become global through the group's
 members, as for any recorded group.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from typing import Any
 
+from emulator_core.backend import Observer, add_observer, remove_observer
 from nbox_record.commlog import CollectiveLogger
 
 __all__ = ["tap", "untap"]
@@ -67,11 +68,14 @@ def _group_of(pg: Any) -> tuple[str, list[int]]:
     return str(pg.getGroupName()), ranks
 
 
-def _wrap(original: Callable[..., Any], op: str, bind: _Bind, logger: CollectiveLogger) -> Callable[..., Any]:
+def _observer(logger: CollectiveLogger) -> Observer:
     from torch.autograd.profiler import record_function
 
-    @functools.wraps(original)
-    def method(self: Any, *args: Any) -> Any:
+    def observe(pg: Any, method: str, args: tuple[Any, ...]) -> None:
+        known = METHODS.get(method)
+        if known is None:
+            return
+        op, bind = known
         issue_us = time.time() * 1e6
         try:
             bound = bind(args)
@@ -80,36 +84,18 @@ def _wrap(original: Callable[..., Any], op: str, bind: _Bind, logger: Collective
             bound = None
         with record_function(f"c10d::{op}"):  # a marker: the call itself runs outside it (see above)
             if bound is not None:
-                logger.note_python_call(op, bound, _group_of(self), issue_us)
-        return original(self, *args)
+                logger.note_python_call(op, bound, _group_of(pg), issue_us)
 
-    method._nbox_tap = original  # type: ignore[attr-defined]
-    return method
+    return observe
 
 
-def tap(logger: CollectiveLogger) -> bool:
-    """Wrap ``NboxProcessGroup``'s collective methods for the capture; False when it is not loaded."""
-    import sys
-
-    backend = sys.modules.get("emulator_core.backend")
-    cls = getattr(backend, "NboxProcessGroup", None)
-    if cls is None:
-        return False
-    for name, (op, bind) in METHODS.items():
-        original = cls.__dict__.get(name)
-        if original is not None and not hasattr(original, "_nbox_tap"):
-            setattr(cls, name, _wrap(original, op, bind, logger))
-    return True
+def tap(logger: CollectiveLogger) -> Observer:
+    """Log ``NboxProcessGroup``'s collectives to ``logger`` until :func:`untap` with the returned observer."""
+    observer = _observer(logger)
+    add_observer(observer)
+    return observer
 
 
-def untap() -> None:
-    """Restore ``NboxProcessGroup``'s methods (idempotent)."""
-    import sys
-
-    cls = getattr(sys.modules.get("emulator_core.backend"), "NboxProcessGroup", None)
-    if cls is None:
-        return
-    for name in METHODS:
-        method = cls.__dict__.get(name)
-        if method is not None and hasattr(method, "_nbox_tap"):
-            setattr(cls, name, method._nbox_tap)
+def untap(observer: Observer) -> None:
+    """Stop logging through ``observer`` (idempotent)."""
+    remove_observer(observer)

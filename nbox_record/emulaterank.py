@@ -1,6 +1,6 @@
 """The rank side of ``nbox emulate`` (``NBOX_EMULATE=1``): the backend redirection and the end-of-run report.
 
-:func:`redirect_backend` runs when torch is imported in a rank (from :mod:`nbox_record.bootstrap`), so
+:func:`redirect_backend` runs when torch is imported in a rank (from :mod:`nbox_record.recorder`), so
 whatever backend the script names reaches the ``nbox`` backend; :func:`emulated_collectives` summarizes
 the process groups' records of the timed iterations into ``emulate.json`` (:data:`EMULATE_REPORT`), which
 :mod:`nbox_record.emulate` reads.
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
-__all__ = ["EMULATE_REPORT", "emulated_collectives", "present_emulated_world", "redirect_backend"]
+from nbox_trace.files import write_json_atomic
+
+__all__ = ["EMULATE_REPORT", "emulated_collectives", "present_emulated_world", "redirect_backend",
+           "write_emulate_report"]
 
 #: Where the launcher's real rank and world size are kept once ``RANK``/``WORLD_SIZE`` show the emulated world.
 REAL_RANK_ENV, REAL_WORLD_ENV = "NBOX_REAL_RANK", "NBOX_REAL_WORLD_SIZE"
@@ -126,3 +130,9 @@ def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
             row["overrun_us"] += rec.overrun_us
     return {"world_size_seen": seen, "nbox_groups": len(groups), "window_us": [t0_us, t1_us],
             "collectives": sorted(rows.values(), key=lambda r: -r["modeled_us"])}
+
+
+def write_emulate_report(out_dir: Path, window_s: tuple[float, float]) -> None:
+    """Write ``emulate.json``: :func:`emulated_collectives` of the timed iterations (``perf_counter`` seconds)."""
+    t0, t1 = window_s
+    write_json_atomic(out_dir / EMULATE_REPORT, emulated_collectives(t0 * 1e6, t1 * 1e6), durable=True)

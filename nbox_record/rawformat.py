@@ -37,6 +37,10 @@ TIMINGS = "timings.json"
 ERROR = "error.json"
 PROGRESS = "progress.json"
 
+#: The zero-length ``record_function`` the capture opens at its start and after each captured iteration, in
+#: both the host ET and Kineto (written by :mod:`nbox_record.recordsession`, read by :mod:`nbox_record.toplevel`).
+BOUNDARY_MARKER = "## nbox:iteration_boundary ##"
+
 
 class ProcessGroupInfo(TypedDict):
     """One process group as the rank saw it."""

@@ -32,14 +32,12 @@ from dataclasses import dataclass, field
 
 from nbox_record.comms import RPC_NAME, kind_of_collective_name, marker_kind, op_kind, rpc_collective_name
 from nbox_record.hostet import USER_SCOPE, EtNode, HostEt
+from nbox_record.rawformat import BOUNDARY_MARKER
 from nbox_trace.contract import PG_INIT_NODE
 
 BOOKKEEPING = "[pytorch|profiler|execution_trace|"
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _EVALUATE = "autograd::engine::evaluate_function:"
-#: The ``record_function`` nbox's bootstrap opens at the start of a capture and after each captured
-#: iteration (``nbox_record.bootstrap.BOUNDARY_MARKER``; not imported: the bootstrap imports torch).
-BOUNDARY_MARKER = "## nbox:iteration_boundary ##"
 #: How many earlier collectives a loose marker is compared with.
 _MARKER_LOOKBACK = 64
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from nbox_record.convert import SINGLETON_PG_BASE, RankConversion, convert_rank
+from nbox_record.convert import RankConversion, convert_rank
+from nbox_record.convertgroups import SINGLETON_PG_BASE
 from nbox_record.hostet import schema_arg_names
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import attr_map

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from nbox_record import bootstrap, rawformat
+from nbox_record import bootstrap, rawformat, recordenv
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECT = ROOT / "nbox_record" / "_inject"
@@ -130,7 +130,7 @@ def _check_common(run: Run) -> list[list[dict[str, Any]]]:
         et = run.json(rank, rawformat.HOST_ET)
         names = collections.Counter(node["name"] for node in et["nodes"])
         assert names["## process_group:init ##"] == 1
-        assert names[bootstrap.BOUNDARY_MARKER] == 2  # capture start and end
+        assert names[rawformat.BOUNDARY_MARKER] == 2  # capture start and end
         ops = collections.Counter(rec["op"] for rec in records)
         assert {n.removeprefix("c10d::"): c for n, c in names.items() if n.startswith("c10d::")} == dict(ops)
         ids = {node["id"] for node in et["nodes"]}
@@ -302,29 +302,29 @@ def test_a_script_that_raises_leaves_its_traceback_in_error_json(tmp_path: Path)
 
 
 def test_config_defaults_and_errors_name_the_variable(tmp_path: Path) -> None:
-    cfg = bootstrap.config_from_env({"NBOX_RECORD_DIR": str(tmp_path)})
+    cfg = recordenv.config_from_env({"NBOX_RECORD_DIR": str(tmp_path)})
     assert (cfg.warmup, cfg.iterations, cfg.capture, cfg.run_to_end) == (3, 10, 1, False)
     assert cfg.boundary_timeout_s == 120.0
-    assert bootstrap.config_from_env({"NBOX_RECORD_DIR": "x", "NBOX_WARMUP": "0"}).effective_warmup == 1
+    assert recordenv.config_from_env({"NBOX_RECORD_DIR": "x", "NBOX_WARMUP": "0"}).effective_warmup == 1
     bad = {"NBOX_ITERATIONS": "0", "NBOX_CAPTURE": "two", "NBOX_RUN_TO_END": "yes",
            "NBOX_BOUNDARY_TIMEOUT_S": "-1", "NBOX_WARMUP": "-2"}
     for name, value in bad.items():
-        with pytest.raises(bootstrap.ConfigError, match=name):
-            bootstrap.config_from_env({"NBOX_RECORD_DIR": "x", name: value})
-    with pytest.raises(bootstrap.ConfigError, match="NBOX_RECORD_DIR"):
-        bootstrap.config_from_env({})
+        with pytest.raises(recordenv.ConfigError, match=name):
+            recordenv.config_from_env({"NBOX_RECORD_DIR": "x", name: value})
+    with pytest.raises(recordenv.ConfigError, match="NBOX_RECORD_DIR"):
+        recordenv.config_from_env({})
 
 
 def test_record_env_round_trips_through_the_config(tmp_path: Path) -> None:
-    env = bootstrap.record_env(tmp_path, warmup=1, iterations=4, capture=2, run_to_end=True, pythonpath="/x")
-    cfg = bootstrap.config_from_env(env)
+    env = recordenv.record_env(tmp_path, warmup=1, iterations=4, capture=2, run_to_end=True, pythonpath="/x")
+    cfg = recordenv.config_from_env(env)
     assert (cfg.record_dir, cfg.warmup, cfg.iterations, cfg.capture, cfg.run_to_end) == (tmp_path, 1, 4, 2, True)
     assert env["PYTHONPATH"].split(os.pathsep) == [str(INJECT), str(ROOT), "/x"]
 
 
 def test_install_does_nothing_outside_a_rank(tmp_path: Path) -> None:
     assert bootstrap.install({"NBOX_RECORD_DIR": str(tmp_path)}) is None  # the torchrun agent: no RANK
-    child = {"NBOX_RECORD_DIR": str(tmp_path), "RANK": "0", bootstrap.ENV_OWNER: str(os.getpid() + 1)}
+    child = {"NBOX_RECORD_DIR": str(tmp_path), "RANK": "0", recordenv.ENV_OWNER: str(os.getpid() + 1)}
     assert bootstrap.install(child) is None  # a DataLoader worker of a recording rank
     assert not any(tmp_path.iterdir())
 

@@ -14,7 +14,7 @@ import torch
 
 from emulator_core.scenario_files import load_scenario
 from emulator_core.world import resize
-from nbox_record import convert as convert_mod
+from nbox_record import convertcomp
 from nbox_record.convert import convert_rank
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.live import LiveConfig, LiveConfigError, LiveReplayError, replay_live
@@ -270,7 +270,7 @@ def test_converter_lists_the_outermost_aten_children_and_live_replay_runs_them(
     assert [ops.run(i) for i in (first, first + 2)] == [True, True]
     assert ops.pool.created == 2  # only the inputs 1 and 2 were made: 3 and 4 came from the children
 
-    monkeypatch.setattr(convert_mod, "MAX_CHILDREN", 1)  # over the cap: left out, flagged, falls back
+    monkeypatch.setattr(convertcomp, "MAX_CHILDREN", 1)  # over the cap: left out, flagged, falls back
     bwd = convert_rank(host, None, rank=0, world_size=2).nodes[first]
     assert attr_value(bwd, "nbox_children") is None and attr_value(bwd, "nbox_children_truncated") is True
     g = graph_of(tmp_path, [bwd], "trace.1.et")

@@ -1,0 +1,205 @@
+"""The comm nodes of one rank: one ``COMM_COLL_NODE`` / ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` per collective.
+
+Each stands in place of its ``c10d::<op>`` operator; attributes follow the contract exactly (``is_cpu_op``
+false, ``comm_type`` int64, ``comm_size`` int64 bytes, ``pg_name``; ``comm_src``/``comm_dst``/``comm_tag``
+int32 on p2p). Facts, sources and the ``comm_size`` convention are in :mod:`nbox_record.comms`; the
+collective log's records are joined to the ET's collectives in order. The duration is the best measure
+of the communication: the span of gloo's worker thread (``gloo:<op>`` marker), else done - issue from
+``collectives.json``, else the CPU call (an NCCL kernel, when there is one, replaces it:
+:mod:`nbox_record.convertgpu`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from nbox_record.comms import (
+    COLL_TYPES,
+    P2P_KINDS,
+    RPC_NAME,
+    CommFacts,
+    facts_from_op_inputs,
+    facts_from_record,
+    facts_from_rpc,
+    in_int32,
+    kind_of_collective_name,
+    rpc_collective_name,
+    short_op,
+)
+from nbox_record.convertattrs import MAX_NAME, set_attr, storages, write_io
+from nbox_record.convertgroups import ProcessGroups
+from nbox_record.convertinputs import RankInputs
+from nbox_record.deps import OutNode
+from nbox_record.kineto import CpuEvent
+from nbox_record.toplevel import Collective
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.errors import InvalidInputError
+
+
+class CommNodes:
+    """Facts and nodes of the collectives of ``inputs``; counts comm_size_unknown and p2p_unknown_peer."""
+
+    def __init__(self, inputs: RankInputs, pgs: ProcessGroups, stats: dict[str, int]) -> None:
+        self.inputs, self.pgs, self.stats = inputs, pgs, stats
+
+    def records(self) -> dict[int, dict[str, Any]]:
+        """Join collectives.json records, in order, with the ET's ``c10d::`` collectives it can see.
+
+        The log cannot see functional collectives, nor c10d ops issued from inside another
+        operator's kernel (below autograd; see :mod:`nbox_record.commlog`): those are left out of
+        the join and keep the facts of their own inputs.
+        """
+        log, et = self.inputs.log, self.inputs.et
+        if log is None:
+            return {}
+        ops = [a for a in self.inputs.w.anchors if a.node.name.startswith("c10d::") and not a.in_op]
+        records = log.records
+        for i in range(max(len(ops), len(records))):
+            if i >= len(ops) or i >= len(records):
+                extra = (f"the log's #{i} is {records[i]['op']!r} (seq {records[i]['seq']}), absent from the host ET"
+                         if i < len(records) else
+                         f"the host ET's #{i} is {ops[i].node.name!r} (node id {ops[i].node.id}), absent from the log")
+                raise InvalidInputError(
+                    f"{log.path}: lists {len(records)} collectives but the host ET {et.path} has "
+                    f"{len(ops)} c10d collective ops: {extra}")
+            rec, op = records[i], ops[i]
+            if short_op(rec["op"]) != short_op(op.node.name):
+                raise InvalidInputError(
+                    f"{log.path}: collective #{i} is {rec['op']!r} (seq {rec['seq']}) but the host ET "
+                    f"{et.path} has {op.node.name!r} (node id {op.node.id}) there: the captures diverge")
+        return {op.node.id: rec for op, rec in zip(ops, records, strict=True)}
+
+    def facts(self, a: Collective, rec: dict[str, Any] | None) -> CommFacts:
+        """What is known of collective ``a``: its inputs, overlaid by its ``record_param_comms``, then by
+        its log record; its process group resolved."""
+        f = facts_from_op_inputs(a.node, a.kind) if a.node.name != RPC_NAME else CommFacts(kind=a.kind)
+        rpc = facts_from_rpc(a.rpc, kind_of_collective_name(rpc_collective_name(a.rpc) or "") or a.kind) \
+            if a.rpc is not None else None
+        if rpc is not None:
+            f.overlay(rpc)
+            f.op = short_op(a.node.name) if a.node.name != RPC_NAME else rpc.op
+        if rec is not None:
+            r = facts_from_record(rec)
+            if rpc is None:
+                f.kind, f.size, f.dtype, f.in_splits, f.out_splits = r.kind, r.size, r.dtype, r.in_splits, r.out_splits
+                f.source = r.source
+            for name in ("pg_name", "async_op", "issue_us", "wait_us", "done_us", "tag", "peer", "root"):
+                if getattr(r, name) is not None:
+                    setattr(f, name, getattr(r, name))
+            f.peer_is_global = f.peer_is_global or r.peer_is_global
+            f.root_is_global = f.root_is_global or r.root_is_global
+        self.pgs.resolve(f)
+        return f
+
+    def item(self, a: Collective, f: CommFacts) -> OutNode:
+        """The comm node of collective ``a`` with facts ``f``."""
+        n, rank = a.node, self.inputs.rank
+        where = f"{self.inputs.et.path}: node id {n.id} ({n.name})"
+        if f.kind in P2P_KINDS:
+            node_type = pb.COMM_SEND_NODE if f.kind == "SEND" else pb.COMM_RECV_NODE
+            if f.peer is None:  # recv_any_source_: the sender is known only at run time
+                self.stats["p2p_unknown_peer"] += 1
+        else:
+            node_type = pb.COMM_COLL_NODE
+        name = n.name if n.name != RPC_NAME else f"nccl:{f.op or f.kind.lower()}"
+        node = pb.Node(name=name[:MAX_NAME], type=node_type)
+        set_attr(node, "is_cpu_op", False)
+        if node_type == pb.COMM_COLL_NODE:
+            set_attr(node, "comm_type", COLL_TYPES[f.kind])
+        if f.size is None:
+            self.stats["comm_size_unknown"] += 1
+        set_attr(node, "comm_size", f.size if f.size is not None else 0)
+        set_attr(node, "pg_name", f.pg_name or "0")
+        if f.kind in P2P_KINDS:
+            peer = f.peer if f.peer is not None else -1
+            tag = f.tag if f.tag is not None else 0
+            for value, what in ((peer, "peer rank"), (tag, "tag"), (rank, "rank")):
+                if not in_int32(value):
+                    raise InvalidInputError(f"{where}: {what} {value} does not fit comm_src/comm_dst/comm_tag (int32)")
+            src, dst = (rank, peer) if f.kind == "SEND" else (peer, rank)
+            set_attr(node, "comm_src", src)
+            set_attr(node, "comm_dst", dst)
+            set_attr(node, "comm_tag", tag)
+        _extras(node, f, n.name)
+        set_attr(node, "op_schema", n.op_schema)
+        for attr in ("tid", "rf_id", "seq_id"):
+            set_attr(node, attr, getattr(n, attr))
+        set_attr(node, "nbox_et_id", n.id)
+        if a.iteration is not None:
+            set_attr(node, "nbox_iteration", a.iteration)
+        write_io(n, node)
+        ev = self.inputs.ev(n)
+        start = ev.ts if ev is not None else f.issue_us
+        cpu_dur = ev.dur if ev is not None else None
+        if cpu_dur is not None:
+            set_attr(node, "nbox_cpu_duration_micros", max(0, round(cpu_dur)))
+        dur = self._worker_span(a, ev)
+        if dur is None and f.done_us is not None and f.issue_us is not None:
+            dur = max(0.0, f.done_us - f.issue_us)
+        if dur is None:
+            dur = cpu_dur
+        if start is not None:
+            node.start_time_micros = max(0, round(start))
+        if dur is not None:
+            node.duration_micros = max(0, round(dur))
+        else:
+            set_attr(node, "nbox_untimed", True)
+        return OutNode((n.order, 0, 0.0, 0), node, thread=n.tid, start=start,
+                       end=None if start is None or cpu_dur is None else start + cpu_dur, comm=True, pg=f.pg_name,
+                       sync=not f.async_op, wait_us=f.wait_us, reads=storages(n.inputs.values),
+                       writes=storages(n.outputs.values))
+
+    def _worker_span(self, a: Collective, anchor_ev: CpuEvent | None) -> float | None:
+        """Duration of the marker that ran on another thread (gloo's worker), if any."""
+        for m in a.markers:
+            ev = self.inputs.ev(m)
+            if ev is not None and (anchor_ev is None or ev.thread != anchor_ev.thread):
+                return ev.dur
+        return None
+
+    def internal_ops(self) -> set[int]:
+        """Top-level ops that ran on a collective's worker thread inside its span (gloo's copies)."""
+        inputs = self.inputs
+        if inputs.trace is None:
+            return set()
+        spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for a in inputs.w.anchors:
+            anchor_ev = inputs.ev(a.node)
+            for m in a.markers:
+                ev = inputs.ev(m)
+                if ev is not None and (anchor_ev is None or ev.thread != anchor_ev.thread):
+                    spans.setdefault(ev.thread, []).append((ev.ts, ev.end))
+        for found in spans.values():
+            found.sort()
+        out: set[int] = set()
+        for n in inputs.w.tops:
+            ev = inputs.ev(n)
+            if ev is None or ev.thread not in spans:
+                continue
+            found = spans[ev.thread]
+            k = bisect.bisect_right(found, (ev.ts, float("inf"))) - 1
+            if k >= 0 and ev.end <= found[k][1]:
+                out.add(n.id)
+        return out
+
+
+def _extras(node: pb.Node, f: CommFacts, et_name: str) -> None:
+    """nbox's own comm attributes: op, source, dtype, async, root, all-to-all splits, seq, group description."""
+    set_attr(node, "nbox_op", f.op or short_op(et_name))
+    set_attr(node, "nbox_comm_source", f.source)
+    if f.dtype:
+        set_attr(node, "nbox_dtype", f.dtype)
+    if f.async_op is not None:
+        set_attr(node, "nbox_async", f.async_op)
+    if f.root is not None:
+        set_attr(node, "nbox_root", f.root)
+    if f.kind == "ALL_TO_ALL":
+        if f.in_splits:
+            set_attr(node, "nbox_in_split_sizes", f.in_splits)
+        if f.out_splits:
+            set_attr(node, "nbox_out_split_sizes", f.out_splits)
+    if f.seq is not None:
+        set_attr(node, "nbox_seq", f.seq)
+    if f.pg_desc:
+        set_attr(node, "nbox_pg_desc", f.pg_desc)

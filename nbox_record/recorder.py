@@ -1,0 +1,230 @@
+"""One recording rank's state machine: iteration boundaries in, capture steps and failures out.
+
+The rules (iterations, capture, stopping, failures) are in :mod:`nbox_record.bootstrap`; the parts are
+:mod:`~nbox_record.recordclock` (counting and timing), :mod:`~nbox_record.recordsession` (the capture),
+:mod:`~nbox_record.recordwatch` (progress and watchdog threads), :mod:`~nbox_record.recordfacts`
+(``timings.json``), :mod:`~nbox_record.recordexit` (``error.json`` and the exit) and
+:mod:`~nbox_record.emulaterank` (the emulate-side report).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from types import ModuleType, TracebackType
+from typing import Any, NoReturn
+
+from nbox_record import rawformat
+from nbox_record.emulaterank import redirect_backend, write_emulate_report
+from nbox_record.hooks import PostImportHook, after_frame_returns, optimizer_step_frame
+from nbox_record.recordclock import IterationClock, now_s, step_at
+from nbox_record.recordenv import ENV_BOUNDARY_TIMEOUT, Config
+from nbox_record.recordexit import EXIT_FAILURE, ErrorFile, flush_everything, stop_process
+from nbox_record.recordfacts import optimizer_device, rank_timings
+from nbox_record.recordsession import CaptureSession, mark_boundary, profiler_in_use
+from nbox_record.recordwatch import report_progress, start_daemon, watch_first_boundary
+from nbox_record.threadtime import thread_times_ns
+from nbox_trace.files import write_json_atomic
+
+MARKER_HINT = (
+    "nbox finds iterations at the end of each optimizer.step() (torch.optim). If the script updates its "
+    "parameters another way, call the marker once at the end of every training iteration: "
+    "`import nbox_record; nbox_record.step()`."
+)
+
+
+class Recorder:
+    """One rank's capture state machine. Created by :func:`nbox_record.bootstrap.install`."""
+
+    def __init__(self, config: Config, rank: int, local_rank: int, world_size: int) -> None:
+        self.config = config
+        self.rank = rank
+        self.local_rank = local_rank
+        self.world_size = world_size
+        self.out_dir = config.record_dir / f"rank{rank}"
+        self.pid = os.getpid()
+        self.phase = "warmup"                     # warmup | timing | capture | done | failed
+        self.clock = IterationClock(config.effective_warmup, config.iterations)
+        self.session = CaptureSession(self.out_dir, config.emulate)
+        self.errors = ErrorFile(self.out_dir, rank, self.pid)
+        self._optimizer: weakref.ReferenceType[Any] | None = None
+        self._hook_handle: Any = None
+        self._device: str | None = None
+        self._lock = threading.RLock()
+        self._first_boundary = threading.Event()
+        self._prev_excepthook: Callable[..., Any] = sys.excepthook
+
+    # -- setup --------------------------------------------------------------------------------------
+
+    def arm(self) -> None:
+        """Hooks that need no torch: excepthook, atexit, the boundary watchdog, the torch import hook."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._prev_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+        atexit.register(self._at_exit)
+        start_daemon(lambda: watch_first_boundary(self._first_boundary, self.config.boundary_timeout_s,
+                                                  self._no_boundary_in_time), "nbox-boundary-watchdog")
+        start_daemon(lambda: report_progress(self.out_dir, lambda: (self.phase, self.clock.count)), "nbox-progress")
+        if "torch" in sys.modules:
+            self.on_torch_imported(sys.modules["torch"])
+        else:
+            sys.meta_path.insert(0, PostImportHook("torch", self._on_torch_import_safe))
+
+    def _on_torch_import_safe(self, module: ModuleType) -> None:
+        try:
+            self.on_torch_imported(module)
+        except Exception as exc:
+            self.fail("CaptureFailed", f"nbox could not hook into torch: {type(exc).__name__}: {exc}",
+                      traceback.format_exc())
+
+    def on_torch_imported(self, _module: ModuleType) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        if self.config.emulate:
+            redirect_backend()
+        self._hook_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+
+    # -- boundaries -----------------------------------------------------------------------------------
+
+    def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        if self.phase in ("done", "failed") or self.clock.kind == "marker" or os.getpid() != self.pid:
+            return
+        tracked = self._optimizer() if self._optimizer is not None else None
+        if tracked is None:
+            self._optimizer = weakref.ref(optimizer)
+            self._device = self._device or optimizer_device(optimizer)
+        elif tracked is not optimizer:
+            return
+        self.clock.kind = "optimizer_step"
+        action = self._boundary()
+        if action is not None and not after_frame_returns(optimizer_step_frame(sys._getframe(1)), action):
+            action()
+
+    def on_marker(self) -> None:
+        """``nbox_record.step()``: the first call switches to marker boundaries and restarts the count."""
+        if self.phase in ("done", "failed") or os.getpid() != self.pid:
+            return
+        if self.clock.kind != "marker":
+            self.session.abort()
+            self.clock.restart("marker")
+            self.phase = "warmup"
+        action = self._boundary()
+        if action is not None:
+            action()
+
+    def _boundary(self) -> Callable[[], None] | None:
+        """Count one boundary and take its time; returns the capture action it calls for, if any.
+
+        The action (start / mark / finish) runs once the ``Optimizer.step`` wrapper has returned, so that
+        its ``Optimizer.step#...`` record function is either wholly inside the capture or wholly outside:
+        a record function still open when the profiler stops leaves children whose parent id is no node of
+        the ET (dangling ``ctrl_deps``).
+        """
+        now = now_s()
+        tt = thread_times_ns()
+        with self._lock:
+            if self.phase == "failed":
+                return None
+            self.clock.count += 1
+            self._first_boundary.set()
+            n = self.clock.count
+        self.clock.take(n, now, tt)
+        if n == self.config.effective_warmup:
+            self.phase = "timing"
+        steps: dict[str, Callable[[], None]] = {
+            "start_capture": self._start_capture, "mark": mark_boundary,
+            "finish_capture": self._finish_capture, "finish_timing": self._finish_timing}
+        found = step_at(n, self.config)
+        if found is None:
+            return None
+
+        def action(step: Callable[[], None] = steps[found]) -> None:
+            try:
+                step()
+            except Exception as exc:
+                self.fail("CaptureFailed",
+                          f"nbox capture failed at iteration boundary {n}: {type(exc).__name__}: {exc}",
+                          traceback.format_exc())
+
+        return action
+
+    # -- capture steps ---------------------------------------------------------------------------------
+
+    def _start_capture(self) -> None:
+        self._write_emulate_report()  # the timed iterations are over (nbox emulate -o captures after them)
+        if profiler_in_use():
+            self.fail("ProfilerInUse",
+                      "the script runs its own torch.profiler session; nbox needs the profiler for its capture. "
+                      "Run the script without its profiler for `nbox record`.")
+        self.session.open()
+        self.phase = "capture"
+        self.session.start()
+
+    def _finish_capture(self) -> None:
+        self.session.finish(self.rank, self.world_size)
+        self._done()
+
+    def _finish_timing(self) -> None:
+        """``NBOX_NO_CAPTURE``: the timed iterations are over; write the files and stop (no capture)."""
+        self._write_emulate_report()
+        self._done()
+
+    def _write_emulate_report(self) -> None:
+        """``NBOX_EMULATE``: what the ``nbox`` backend answered during the timed iterations."""
+        if self.config.emulate:
+            write_emulate_report(self.out_dir, self.clock.window_s())
+
+    def _done(self) -> None:
+        timings = rank_timings(self.clock, self.config, self.rank, self.local_rank, self.world_size, self._device)
+        write_json_atomic(self.out_dir / rawformat.TIMINGS, timings, durable=True)
+        self.phase = "done"
+        if self._hook_handle is not None:
+            self._hook_handle.remove()
+            self._hook_handle = None
+        if not self.config.run_to_end:
+            stop_process(self.rank, self.world_size, self.config.exit_barrier_timeout_s)
+
+    # -- failures ------------------------------------------------------------------------------------
+
+    def fail(self, kind: str, message: str, tb: str = "") -> NoReturn:
+        """An nbox-detected failure: ``error.json``, a message on stderr, exit :data:`EXIT_FAILURE`."""
+        self.phase = "failed"
+        self.errors.write(kind, message, tb)
+        print(f"nbox: rank {self.rank}: {kind}: {message}", file=sys.stderr)
+        self.session.abort()
+        flush_everything()
+        os._exit(EXIT_FAILURE)
+
+    def _excepthook(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if os.getpid() == self.pid and self.phase != "done":
+            self.phase = "failed"
+            text = "".join(traceback.format_exception(exc_type, exc, tb))
+            self.errors.write(exc_type.__name__, str(exc), text)
+        self._prev_excepthook(exc_type, exc, tb)
+
+    def _at_exit(self) -> None:
+        if os.getpid() != self.pid or self.phase in ("done", "failed"):
+            return
+        count, kind = self.clock.count, self.clock.kind
+        if count == 0 or kind is None:
+            self.fail("NoIterationBoundary", "the script ended without a single iteration boundary. " + MARKER_HINT)
+        captured = 0 if self.config.no_capture else self.config.capture
+        needed = self.config.effective_warmup + self.config.iterations + captured
+        self.fail("TooFewIterations",
+                  f"the script ended after {count} iteration(s) ({kind} boundaries); nbox needs {needed} = "
+                  f"warm-up {self.config.effective_warmup} + timed {self.config.iterations} + captured {captured}. "
+                  "Run more steps, or lower --warmup / --iterations (NBOX_WARMUP / NBOX_ITERATIONS).")
+
+    def _no_boundary_in_time(self) -> None:
+        """The watchdog's timeout: fail unless a boundary came meanwhile or the rank is over."""
+        with self._lock:
+            if self.clock.count or self.phase in ("done", "failed"):
+                return
+        self.fail("NoIterationBoundary",
+                  f"no iteration boundary within {self.config.boundary_timeout_s:g} s "
+                  f"({ENV_BOUNDARY_TIMEOUT}). " + MARKER_HINT)

@@ -1,0 +1,77 @@
+"""``timings.json`` of a recording rank: its timed iterations and the facts of its torch installation."""
+
+from __future__ import annotations
+
+import platform
+import socket
+from typing import Any
+
+from nbox_record import rawformat
+from nbox_record.recordclock import IterationClock
+from nbox_record.recordenv import Config
+
+
+def optimizer_device(optimizer: Any) -> str | None:
+    """The device of the optimizer's first parameter (``"cpu"`` or e.g. ``"cuda:0"``), if any."""
+    for group in getattr(optimizer, "param_groups", []):
+        for param in group.get("params", []):
+            device = getattr(param, "device", None)
+            if device is not None:
+                return "cpu" if device.type == "cpu" else str(device)
+    return None
+
+
+def _backend_and_device(device: str | None) -> tuple[str, str]:
+    import torch
+    import torch.distributed as dist
+
+    if device is None:
+        device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_initialized() else "cpu"  # type: ignore[no-untyped-call]
+    backend = ""
+    if dist.is_available() and dist.is_initialized():
+        config = str(dist.get_backend())
+        if ":" in config:  # "cpu:gloo,cuda:nccl": the backend of the device the model trains on
+            per_device = dict(part.split(":", 1) for part in config.split(",") if ":" in part)
+            backend = per_device.get(device.split(":")[0], next(iter(per_device.values()), config))
+        else:
+            backend = config
+    return backend, device
+
+
+def _nccl_version() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    try:
+        version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+    except Exception:
+        return None
+    return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+
+
+def rank_timings(clock: IterationClock, config: Config, rank: int, local_rank: int, world_size: int,
+                 device: str | None) -> rawformat.RankTimings:
+    """The ``timings.json`` record (``device``: the optimizer's, else the current CUDA device or CPU)."""
+    import torch
+
+    backend, device = _backend_and_device(device)
+    return {
+        "version": rawformat.RAW_FORMAT_VERSION,
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": world_size,
+        "backend": backend,
+        "device": device,
+        "boundary": clock.kind or "optimizer_step",
+        "warmup": config.effective_warmup,
+        "iteration_us": list(clock.iteration_us),
+        "iteration_cpu_us": [c for c, _ in clock.split_us],
+        "iteration_run_queue_us": [q for _, q in clock.split_us],
+        "captured_iterations": config.capture,
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "nccl": _nccl_version(),
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+    }
