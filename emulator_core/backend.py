@@ -216,11 +216,14 @@ def remove_observer(fn: Observer) -> None:
 def _observed(method: Callable[..., NboxWork]) -> Callable[..., NboxWork]:
     """``method`` announced to the observers first (see :data:`Observer`)."""
     name = method.__name__
+    params = tuple(method.__code__.co_varnames[1:method.__code__.co_argcount])  # after self, in order
 
-    def observed(self: NboxProcessGroup, *args: Any) -> NboxWork:
-        for fn in tuple(_OBSERVERS):
-            fn(self, name, args)
-        return method(self, *args)
+    def observed(self: NboxProcessGroup, *args: Any, **kwargs: Any) -> NboxWork:
+        if _OBSERVERS:  # observers see every argument by position, however torch passed it (opts=...)
+            full = args + tuple(kwargs.get(p) for p in params[len(args):]) if kwargs else args
+            for fn in tuple(_OBSERVERS):
+                fn(self, name, full)
+        return method(self, *args, **kwargs)
 
     observed.__name__, observed.__qualname__, observed.__doc__ = name, method.__qualname__, method.__doc__
     return observed

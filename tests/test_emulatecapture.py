@@ -57,3 +57,26 @@ def test_tap_logs_the_collectives_of_the_emulated_world_and_untap_stops(pg: Nbox
     assert logger.errors == []
     assert [(r["op"], r["pg_name"], r["comm_bytes"]) for r in logger.records] == [
         ("allreduce_", "0", 32), ("alltoall_base_", "0", 32)]
+
+
+def test_a_call_with_keyword_arguments_reaches_the_method_and_observers_see_them_by_position(
+        pg: NboxProcessGroup) -> None:
+    """torch calls ``barrier(opts=...)`` by keyword: the observed wrapper once refused it (TypeError in every
+    rank of the backend's integration tests)."""
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+
+    def observer(group: NboxProcessGroup, method: str, args: tuple[Any, ...]) -> None:
+        seen.append((method, args))
+
+    import torch.distributed as dist
+
+    opts = dist.BarrierOptions()
+    backend.add_observer(observer)
+    try:
+        pg.barrier(opts=opts).wait()
+        pg.allreduce([torch.ones(2)], opts=dist.AllreduceOptions()).wait()
+        pg.barrier().wait()
+    finally:
+        backend.remove_observer(observer)
+    assert [m for m, _ in seen] == ["barrier", "allreduce", "barrier"]
+    assert seen[0][1] == (opts,) and len(seen[1][1]) == 2 and seen[2][1] == ()
