@@ -44,31 +44,42 @@ class CommNodes:
         self.inputs, self.pgs, self.stats = inputs, pgs, stats
 
     def records(self) -> dict[int, dict[str, Any]]:
-        """Join collectives.json records, in order, with the ET's ``c10d::`` collectives it can see.
+        """Join collectives.json records, in order, with the ET's ``c10d::`` collectives.
 
-        The log cannot see functional collectives, nor c10d ops issued from inside another
-        operator's kernel (below autograd; see :mod:`nbox_record.commlog`): those are left out of
-        the join and keep the facts of their own inputs.
+        The log sees every collective the process group is asked for (``nbox emulate``'s observer), or every one
+        issued above autograd (``nbox record``'s Autograd-key kernel): it cannot see functional collectives, nor,
+        when recording, c10d ops issued from inside another operator's kernel (see :mod:`nbox_record.commlog`).
+        The join is by identity in order (:func:`align`): each record pairs with an ET collective of the same op;
+        a top-level ET collective must pair; one nested in another operator pairs when the log saw it and is left
+        out (keeping the facts of its own inputs) when it did not. The ET observer sometimes nests a top-level
+        collective under an operator left open by another thread's record function, so nesting alone cannot
+        decide which collectives the log saw (this was the intermittent "absent from the host ET" failure).
         """
         log, et = self.inputs.log, self.inputs.et
         if log is None:
             return {}
-        ops = [a for a in self.inputs.w.anchors if a.node.name.startswith("c10d::") and not a.in_op]
+        ops = [a for a in self.inputs.w.anchors if a.node.name.startswith("c10d::")]
         records = log.records
-        for i in range(max(len(ops), len(records))):
-            if i >= len(ops) or i >= len(records):
+        pairs = align([short_op(a.node.name) for a in ops], [a.in_op for a in ops],
+                      [short_op(r["op"]) for r in records])
+        if pairs is not None:
+            return {ops[i].node.id: records[j] for i, j in pairs}
+        top = [a for a in ops if not a.in_op]  # no alignment: name the first place the two disagree
+        for i in range(max(len(top), len(records))):
+            if i >= len(top) or i >= len(records):
                 extra = (f"the log's #{i} is {records[i]['op']!r} (seq {records[i]['seq']}), absent from the host ET"
                          if i < len(records) else
-                         f"the host ET's #{i} is {ops[i].node.name!r} (node id {ops[i].node.id}), absent from the log")
+                         f"the host ET's #{i} is {top[i].node.name!r} (node id {top[i].node.id}), absent from the log")
                 raise InvalidInputError(
                     f"{log.path}: lists {len(records)} collectives but the host ET {et.path} has "
-                    f"{len(ops)} c10d collective ops: {extra}")
-            rec, op = records[i], ops[i]
+                    f"{len(top)} c10d collective ops: {extra}")
+            rec, op = records[i], top[i]
             if short_op(rec["op"]) != short_op(op.node.name):
                 raise InvalidInputError(
                     f"{log.path}: collective #{i} is {rec['op']!r} (seq {rec['seq']}) but the host ET "
                     f"{et.path} has {op.node.name!r} (node id {op.node.id}) there: the captures diverge")
-        return {op.node.id: rec for op, rec in zip(ops, records, strict=True)}
+        raise InvalidInputError(f"{log.path}: its {len(records)} collectives cannot be matched in order with the "
+                                f"{len(ops)} c10d collective ops of the host ET {et.path}")
 
     def facts(self, a: Collective, rec: dict[str, Any] | None) -> CommFacts:
         """What is known of collective ``a``: its inputs, overlaid by its ``record_param_comms``, then by
@@ -203,3 +214,35 @@ def _extras(node: pb.Node, f: CommFacts, et_name: str) -> None:
         set_attr(node, "nbox_seq", f.seq)
     if f.pg_desc:
         set_attr(node, "nbox_pg_desc", f.pg_desc)
+
+
+def align(op_names: list[str], nested: list[bool], record_names: list[str]) -> list[tuple[int, int]] | None:
+    """Pair every record with an ET collective of the same name, in order; ``(op index, record index)`` pairs, or
+    None when impossible. A top-level op (``nested[i]`` false) must be paired; a nested one may be skipped, and is
+    skipped whenever the rest still pairs (the log usually cannot see nested ones).
+
+    Dynamic programming over (ops seen, ops skipped): O(ops x skips), skips = len(ops) - len(records) >= 0.
+    """
+    n, m = len(op_names), len(record_names)
+    skips = n - m
+    if skips < 0:
+        return None
+    # ok[i][s]: ops[i:] and records[i - s:] can still be paired, s ops skipped so far
+    ok = [[False] * (skips + 1) for _ in range(n + 1)]
+    ok[n][skips] = True
+    for i in range(n - 1, -1, -1):
+        for s in range(min(i, skips), -1, -1):
+            j = i - s
+            can_skip = nested[i] and s < skips and ok[i + 1][s + 1]
+            can_pair = j < m and op_names[i] == record_names[j] and ok[i + 1][s]
+            ok[i][s] = can_skip or can_pair
+    if not ok[0][0]:
+        return None
+    pairs: list[tuple[int, int]] = []
+    s = 0
+    for i in range(n):
+        if nested[i] and s < skips and ok[i + 1][s + 1]:
+            s += 1
+        else:
+            pairs.append((i, i - s))
+    return pairs

@@ -646,3 +646,54 @@ def test_written_conversion_round_trips_through_the_codec(tmp_path: Path) -> Non
     meta, back = read_et(path)
     assert meta == conv.metadata and back == conv.nodes
     assert attrs_of_metadata(conv)["nbox_rank"] == 3
+
+
+# -- joining the collective log and the host ET by identity ---------------------------------------------------
+def test_align_pairs_in_order_and_skips_only_nested_ops_the_log_did_not_see() -> None:
+    from nbox_record.convertcomm import align
+
+    assert align(["allreduce_", "allreduce_"], [False, False], ["allreduce_", "allreduce_"]) == [(0, 0), (1, 1)]
+    # a nested op the log did not see is skipped; one it did see is paired (emulate's observer sees all)
+    assert align(["allreduce_", "broadcast_", "allreduce_"], [False, True, False],
+                 ["allreduce_", "allreduce_"]) == [(0, 0), (2, 1)]
+    assert align(["allreduce_", "allreduce_"], [False, True], ["allreduce_", "allreduce_"]) == [(0, 0), (1, 1)]
+    # prefer skipping a nested op when both choices pair: the top-level twin later takes the record
+    assert align(["allreduce_", "allreduce_"], [True, False], ["allreduce_"]) == [(1, 0)]
+    assert align(["allreduce_"], [False], ["allreduce_", "allreduce_"]) is None  # a record the ET lacks
+    assert align(["allreduce_", "allreduce_"], [False, False], ["allreduce_"]) is None  # a top-level op unlogged
+    assert align(["broadcast_"], [False], ["allreduce_"]) is None
+    assert align([], [], []) == []
+
+
+def test_a_logged_collective_nested_under_an_operator_left_open_by_another_thread_is_joined(tmp_path: Path) -> None:
+    """`nbox emulate -o` failed intermittently under load: "lists 2 collectives but the host ET has 1 c10d collective
+    ops: the log's #1 is 'allreduce_' (seq 1), absent from the host ET". The ET observer had nested the second
+    all-reduce under an operator that another thread's record function left open, so the positional join, which
+    counted top-level collectives only, lost it although the log (which sees every call) had it."""
+    schema = ("c10d::allreduce_(Tensor[] tensors, __torch__.torch.classes.c10d.ProcessGroup process_group, "
+              "__torch__.torch.classes.c10d.ReduceOp reduce_op, Tensor? sparse_indices, int timeout) -> "
+              "(Tensor[], __torch__.torch.classes.c10d.Work)")
+    nodes = [
+        et_node(10, "aten::mul", 2, rf=1, schema="aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"),
+        et_node(11, "c10d::allreduce_", 2, rf=2, schema=schema),
+        et_node(12, "aten::add_", 2, rf=3, schema="aten::add_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)"),
+        et_node(13, "c10d::allreduce_", 12, rf=4, schema=schema),  # nested under the open add_
+    ]
+    host = write_host(tmp_path / "host.json", nodes)
+    records = [{"seq": s, "op": "allreduce_", "comm_type": "ALL_REDUCE", "pg_name": "0", "dtype": "float32",
+                "in_numel": 16, "out_numel": 16, "elem_bytes": 4, "comm_bytes": 64 * (s + 1), "in_split_sizes": [],
+                "out_split_sizes": [], "peer": None, "tag": None, "root": None, "async_op": True,
+                "issue_us": 1e15 + s, "wait_us": None, "done_us": 1e15 + s + 10} for s in range(2)]
+    log = tmp_path / "collectives.json"
+    log.write_text(json.dumps({"version": 1, "rank": 0, "world_size": 2, "collectives": records,
+                               "process_groups": [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1],
+                                                   "backend": "gloo"}]}))
+    conv = convert_rank(host, None, rank=0, collectives=log)
+    assert [attrs(n)["comm_size"] for n in comm_nodes(conv)] == [64, 128]
+    assert all(attrs(n)["nbox_comm_source"] == "collectives.json" for n in comm_nodes(conv))
+    records.pop()  # the log did not see the nested one (recording: it was issued below autograd): left out
+    log.write_text(json.dumps({"version": 1, "rank": 0, "world_size": 2, "collectives": records,
+                               "process_groups": [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1],
+                                                   "backend": "gloo"}]}))
+    conv = convert_rank(host, None, rank=0, collectives=log)
+    assert [attrs(n).get("nbox_comm_source") for n in comm_nodes(conv)][:1] == ["collectives.json"]
