@@ -32,7 +32,8 @@ from nbox_trace.chakra.attrs import Attr, as_int, attr_map
 from nbox_trace.chakra.codec import EtReader
 from nbox_trace.errors import InvalidInputError
 
-__all__ = ["COMPUTE", "COLLECTIVE", "META", "RECV", "SEND", "CommInfo", "RankGraph", "load_rank"]
+__all__ = ["COMPUTE", "COLLECTIVE", "META", "RECV", "SEND", "CommInfo", "RankGraph", "captured_iterations",
+           "load_rank"]
 
 COMPUTE, COLLECTIVE, SEND, RECV, META = 0, 1, 2, 3, 4
 
@@ -93,6 +94,28 @@ class RankGraph:
 UNPRICED = CommInfo("unpriced", -1, "")
 
 
+def captured_iterations(g: RankGraph) -> tuple[list[int], int, bool]:
+    """Each node's captured iteration (0-based), how many there are, and whether the recorder marked them.
+
+    The recorder writes ``nbox_iteration`` = N >= 1 on the nodes of captured iteration N (from
+    ``ProfilerStep#N`` or nbox's boundary markers, nbox_record/toplevel.py); 0 or absent: none (the process
+    group's set-up, anything before the first mark). A node belongs to the latest iteration marked at or
+    before it in node order (the first for those before any mark), so iterations follow the recorded order.
+    Without any mark: one iteration, ``marked`` False.
+    """
+    labels = sorted({it for it, k in zip(g.iteration, g.kind, strict=True) if it >= 1 and k != META})
+    if not labels:
+        return [0] * len(g), 1, False
+    index = {label: j for j, label in enumerate(labels)}
+    out, current = [], 0
+    for it in g.iteration:
+        j = index.get(it)
+        if j is not None and j > current:
+            current = j
+        out.append(current)
+    return out, len(labels), True
+
+
 def _int(attrs: dict[str, Attr], name: str) -> int | None:
     found = attrs.get(name)
     return None if found is None else as_int(found)
@@ -127,7 +150,7 @@ def _comm(node: pb.Node, attrs: dict[str, Attr], where: str) -> CommInfo:
     if node.type == pb.COMM_COLL_NODE:
         name = COLLECTIVE_NAMES[_int(attrs, "comm_type") or 0]
         ins, outs = _splits(attrs, "nbox_in_split_sizes", where), _splits(attrs, "nbox_out_split_sizes", where)
-        if name == "all_to_all" and ins and len(set(ins)) > 1:
+        if name == "all_to_all" and ((ins and len(set(ins)) > 1) or (outs and len(set(outs)) > 1)):
             name = "all_to_all_v"
         return CommInfo(name, size, pg, blocking=blocking, in_splits=ins, out_splits=outs,
                         root=_int(attrs, "nbox_root"))

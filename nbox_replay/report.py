@@ -1,21 +1,27 @@
 """The replay report: recorded vs baseline vs what-if, the breakdown, the top collectives, as text and JSON.
 
-Times are microseconds. The breakdown is the slowest replayed rank's, from the virtual-time model of
-the same graphs (it is exact for ``--clock virtual``; for ``--clock real`` it explains the measured time):
+Times are microseconds (JSON) or one unit per column (text, :mod:`nbox_trace.units`). The breakdown is
+one rank's partition of the median iteration (:mod:`nbox_replay.breakdown`, :mod:`nbox_replay.summary`);
+its four parts add up to the iteration time:
 
-* ``compute``: the compute nodes' durations (recorded, divided by the compute scale and stretched for
-  stragglers);
-* ``exposed comm``: time the rank's threads waited for a collective to complete;
-* ``overlapped comm``: the rest of the collectives' modeled time, hidden behind compute;
-* ``idle``: iteration time minus compute minus exposed comm (waiting for other ranks, issue costs).
+* ``compute``: some compute operation of the rank runs (streams and threads at once count once);
+* ``exposed``: no compute, and a communication of the rank is running (its modeled span);
+* ``waiting``: none of the above, and a collective the rank issued has not started because a peer, or the
+  group's previous collective, is late;
+* ``idle``: the rest;
+* ``overlapped`` (beside the sum): communication running while the rank computes.
+
+The ``rank`` column names the rank (the slowest of the median iteration unless ``--rank`` picked one).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from nbox_replay.summary import RunSummary, speedup
+from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
 
 __all__ = ["REPORT_SCHEMA", "ReplayReport"]
 
@@ -55,34 +61,60 @@ class ReplayReport:
                 "timelines": self.timelines}
 
     def format_text(self) -> str:
-        ms = 1000.0
+        """The report for people (stdout): one time unit per column, IEC bytes, labels cut at a word."""
+        runs = (self.baseline, self.what_if)
+        obs = self.observed if self.observed and self.observed.get("median") is not None else None
         lines = [f"replay of {self.source}: recorded on {self.device} at world size {self.recorded_world}; "
                  f"ranks {','.join(map(str, self.ranks))} replayed, compute {self.compute}, clock {self.clock}"]
         lines += [f"notice: {n}" for n in self.notices]
-        head = (f"{'':34} {'iteration ms':>12} {'p10-p90 ms':>15} {'compute':>9} {'exp.comm':>9} {'ovl.comm':>9} "
-                f"{'idle':>8}")
-        lines.append(head)
-        if self.observed and self.observed.get("median") is not None:
-            o = self.observed
-            spread = f"{o.get('p10', o['median']) / ms:.2f}-{o.get('p90', o['median']) / ms:.2f}"
-            lines.append(f"{'recorded (observed, un-instrumented)':34} {o['median'] / ms:12.2f} {spread:>15}")
-        for run in (self.baseline, self.what_if):
+        b = self.baseline
+        lines.append(f"iterations: {b.iterations_note or 'one pass over the capture each'}; "
+                     f"{len(b.iteration_us)} per run, the median one shown")
+        values = [v for run in runs for v in (*run.iteration_us, run.compute_us, run.exposed_comm_us, run.waiting_us,
+                                              run.idle_us, run.overlapped_comm_us) if math.isfinite(v)]
+        if obs is not None:
+            values += [obs["median"], obs.get("p10", obs["median"]), obs.get("p90", obs["median"])]
+        unit = time_unit(values)
+
+        def t(v: float) -> str:
+            return format_in(v, unit) if math.isfinite(v) else "-"
+
+        u = unit[0]
+        lines.append(f"{'':36} {'iteration ' + u:>13} {'p10-p90 ' + u:>17} {'rank':>4} {'compute':>9} "
+                     f"{'exposed':>9} {'waiting':>9} {'idle':>9} | {'overlapped':>10}")
+        if obs is not None:
+            spread = f"{t(obs.get('p10', obs['median']))}-{t(obs.get('p90', obs['median']))}"
+            lines.append(f"{'recorded (observed, un-instrumented)':36} {t(obs['median']):>13} {spread:>17}")
+        for run in runs:
             p10, p90 = run.spread_us()
-            name = f"{run.label} W={run.world_size} ({run.scenario})"[:34]
-            lines.append(f"{name:34} {run.median_us / ms:12.2f} {f'{p10 / ms:.2f}-{p90 / ms:.2f}':>15} "
-                         f"{run.compute_us / ms:9.2f} {run.exposed_comm_us / ms:9.2f} "
-                         f"{run.overlapped_comm_us / ms:9.2f} {run.idle_us / ms:8.2f}")
-        if self.observed and self.observed.get("median"):
-            err = (self.baseline.median_us - self.observed["median"]) / self.observed["median"] * 100
+            name = fit_label(f"{run.label} W={run.world_size} ({run.scenario})", 36)
+            rank = str(run.rank) if run.breakdown is not None else "-"
+            lines.append(f"{name:36} {t(run.median_us):>13} {t(p10) + '-' + t(p90):>17} {rank:>4} "
+                         f"{t(run.compute_us):>9} {t(run.exposed_comm_us):>9} {t(run.waiting_us):>9} "
+                         f"{t(run.idle_us):>9} | {t(run.overlapped_comm_us):>10}")
+        for run in runs:
+            shown = ", ".join(t(v) for v in run.iteration_us[:12]) + (", ..." if len(run.iteration_us) > 12 else "")
+            lines.append(f"{run.label} iterations ({u}): {shown}")
+        if any(run.breakdown is None for run in runs):
+            lines.append("breakdown: - where the run's own intervals were not measured (the model's parts would "
+                         "not describe the measured time)")
+        if obs is not None and obs["median"]:
+            err = (self.baseline.median_us - obs["median"]) / obs["median"] * 100
             lines.append(f"baseline vs recorded: {err:+.1f}%")
         faster = "faster" if self.speedup > 1 else ("slower" if self.speedup < 1 else "the same")
         lines.append(f"what-if vs baseline: {self.speedup:.3f}x ({faster})")
-        if self.what_if.top_collectives:
-            lines.append("top collectives by exposed time, per iteration (what-if):")
-            for c in self.what_if.top_collectives:
-                lines.append(f"  {c['collective']:<14} {c['bytes'] / 1e6:10.3f} MB x{c['count']:<3} "
-                             f"{c['algorithm']:<20} modeled {c['modeled_us'] / ms:8.3f} ms  exposed "
-                             f"{c['exposed_us'] / ms:8.3f} ms  (group {c['process_group']!r})")
+        tops = self.what_if.top_collectives
+        if tops:
+            cu = time_unit([v for c in tops for v in (c["modeled_us"], c["exposed_us"], c["waiting_us"])])
+            lines.append(f"top collectives of rank {self.what_if.rank} in the median iteration, by exposed + waiting "
+                         f"time (what-if; {cu[0]}):")
+            lines.append(f"  {'collective':<14} {'size':>10} {'count':>5} {'algorithm':<20} {'modeled':>9} "
+                         f"{'exposed':>9} {'waiting':>9}  group")
+            for c in tops:
+                lines.append(f"  {fit_label(c['collective'], 14):<14} {format_bytes(c['bytes']):>10} {c['count']:>5} "
+                             f"{fit_label(c['algorithm'], 20):<20} {format_in(c['modeled_us'], cu):>9} "
+                             f"{format_in(c['exposed_us'], cu):>9} {format_in(c['waiting_us'], cu):>9}  "
+                             f"{c['process_group']!r}")
         for rule, n in sorted(self.what_if.rules.items()):
             lines.append(f"size rule: {rule} ({n} answered)")
         if self.coverage is not None:

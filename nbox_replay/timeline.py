@@ -150,8 +150,7 @@ def rank_timeline(result: SimResult, g: RankGraph, *, label: str = "") -> dict[s
                        "tid": comm_tids[key], "ts": ans.start_us - offset, "dur": ans.end_us - ans.start_us,
                        "args": {"node_id": g.ids[i], "collective": ans.collective, "bytes": ans.nbytes,
                                 "algorithm": ans.algorithm, "rule": ans.rule, "pg": ans.pg, "seq": ans.seq,
-                                "modeled_us": ans.end_us - ans.start_us, "issued_at_us": s - offset,
-                                "exposed_us_replayed_ranks": ans.exposed_us}})
+                                "modeled_us": ans.end_us - ans.start_us, "issued_at_us": s - offset}})
     flow = 0
     for waiter, comm_node in sorted(rr.waited_on.items()):
         if not (0 <= waiter < n and 0 <= comm_node < n):

@@ -35,9 +35,11 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from emulator_core.answer import Fabric, FabricGroup
+from emulator_core.pricing import Pricer, make_pricer
 from emulator_core.scenario import Scenario
+from nbox_replay.breakdown import CommSpan, RankIntervals, job_windows
 from nbox_replay.events import EventQueue
-from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph
+from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["RankResult", "ReplayDeadlock", "SimResult", "retarget", "simulate"]
@@ -49,7 +51,8 @@ RULES = {
     "reduce_scatter": ("keep", "FSDP reduce-scatter: the unsharded input keeps its size (its shards shrink)"),
     "all_to_all": ("keep", "data-parallel all-to-all: each rank's buffer keeps its size, per-peer splits "
                            "shrink as W_rec/W"),
-    "all_to_all_v": ("keep", "data-parallel all-to-all-v: each rank's buffer keeps its size"),
+    "all_to_all_v": ("keep", "data-parallel all-to-all-v: each rank's buffer keeps its size; its recorded "
+                             "per-peer splits name the recorded peers, so it is priced as uniform"),
 }
 
 
@@ -69,21 +72,24 @@ def retarget(comm: CommInfo, recorded_world: int, world: int, group_grows: bool)
 
 @dataclass
 class RankResult:
-    """One replayed rank. Times in microseconds of virtual time; lists per repetition of the graph."""
+    """One replayed rank. Times in microseconds of virtual time; ``iteration_us`` per repetition of the graph.
+
+    ``intervals`` is what the breakdown (:mod:`nbox_replay.breakdown`) partitions: every compute node's
+    (start, end) and every communication's (issue, modeled start, modeled end), all repetitions;
+    ``comm_answers[k]`` is the answer of ``intervals.comms[k]`` (None: an unpriced node, its recorded
+    duration). ``iteration_end_us``: when the rank ended each captured iteration of each repetition
+    (absolute virtual time; see :func:`nbox_replay.graph.captured_iterations`).
+    """
 
     rank: int
     iteration_us: list[float] = field(default_factory=list)
-    compute_us: float = 0.0
-    exposed_comm_us: float = 0.0
-    comm_us: float = 0.0  # sum of the modeled durations of its collectives (start to end)
     start_us: list[float] = field(default_factory=list)  # per node of the last repetition
     end_us: list[float] = field(default_factory=list)
     issue_end_us: dict[int, float] = field(default_factory=dict)  # comm node -> when its issue finished
     waited_on: dict[int, int] = field(default_factory=dict)  # node -> the comm node it waited for
-
-    @property
-    def overlapped_comm_us(self) -> float:
-        return max(0.0, self.comm_us - self.exposed_comm_us)
+    intervals: RankIntervals = field(default_factory=RankIntervals)
+    comm_answers: list[CollectiveAnswer | None] = field(default_factory=list)
+    iteration_end_us: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -98,7 +104,6 @@ class CollectiveAnswer:
     algorithm: str
     start_us: float
     end_us: float
-    exposed_us: float = 0.0  # summed over the replayed ranks that waited for it
 
 
 @dataclass
@@ -110,11 +115,17 @@ class SimResult:
     collectives: list[CollectiveAnswer]
     unpriced: int
     nodes_replayed: int
+    captured: int = 1  # captured iterations per repetition (1 when the trace marks none)
+    iterations_note: str = ""  # how the iterations were found, for the report
+
+    def windows(self) -> list[tuple[float, float]]:
+        """The job's iteration windows, captured iterations of every repetition in order
+        (:func:`nbox_replay.breakdown.job_windows`: an iteration ends when its last rank ends it)."""
+        return job_windows({r: rr.iteration_end_us for r, rr in self.ranks.items()})
 
     def iteration_us(self) -> list[float]:
-        """Per repetition, the slowest replayed rank's iteration time."""
-        reps = len(next(iter(self.ranks.values())).iteration_us)
-        return [max(r.iteration_us[k] for r in self.ranks.values()) for k in range(reps)]
+        """Per captured iteration of every repetition, the job's iteration time (its window's length)."""
+        return [e - s for s, e in self.windows()]
 
 
 @dataclass
@@ -123,6 +134,7 @@ class _Pending:
     nbytes: float
     rule: str
     arrivals: dict[int, float] = field(default_factory=dict)
+    member_comms: dict[int, CommInfo] = field(default_factory=dict)  # each replayed member's own facts
     answer: CollectiveAnswer | None = None
     blocked: list[_Rank] = field(default_factory=list)  # ranks parked until it is answered
 
@@ -148,6 +160,9 @@ class _Sim:
         self.unpriced = 0
         self._replayed_members: dict[str, list[int]] = {}
         self.events = EventQueue()
+        self.serialize = scenario.overlap == "serialize"
+        self._a2av_pricers: dict[str, Pricer] = {}
+        self.iteration_of, self.captured, self.iterations_note = _iterations(self.graphs)
 
     def wake(self, rank: _Rank) -> None:
         """Run ``rank`` again at its next turn: later in this round if it comes after the running rank."""
@@ -168,6 +183,30 @@ class _Sim:
             found = self._replayed_members[pg] = [r for r in self.replayed if r in members]
         return found
 
+    def busiest_splits(self, fg: FabricGroup, p: _Pending) -> tuple[list[float] | None, list[float] | None]:
+        """An all-to-all-v's per-peer bytes (send, receive; p - 1 each, costmodels' order) of the replayed
+        member it takes longest, priced by the fabric's own pricer; ``(None, None)`` (uniform) when the
+        recorded splits do not describe the group (missing, wrong length, or no elements)."""
+        members, _ = self.members(p.comm.pg)
+        size = len(members)
+        pos = {r: j for j, r in enumerate(members)}
+        pricer = self._a2av_pricers.get(p.comm.pg)
+        if pricer is None:
+            pricer = self._a2av_pricers[p.comm.pg] = make_pricer(self.scenario, "all_to_all_v", fg.shape)
+        best: tuple[float, list[float], list[float]] | None = None
+        for rank, comm in sorted(p.member_comms.items()):
+            ins, outs = comm.in_splits, comm.out_splits
+            if not ins or not outs or len(ins) != size or len(outs) != size or sum(ins) <= 0 or rank not in pos:
+                return None, None
+            unit = comm.nbytes / sum(ins)  # bytes per element (comm_size is this rank's input buffer)
+            me = pos[rank]
+            send = [ins[(me + k) % size] * unit for k in range(1, size)]
+            recv = [outs[(me - k) % size] * unit for k in range(1, size)]
+            cost = pricer(p.nbytes, send_bytes=send, recv_bytes=recv)[1]
+            if best is None or cost > best[0]:
+                best = (cost, send, recv)
+        return (best[1], best[2]) if best is not None else (None, None)
+
     def fabric_group(self, pg: str) -> FabricGroup:
         fg = self.fabric_groups.get(pg)
         if fg is None:
@@ -178,6 +217,25 @@ class _Sim:
             fg = self.fabric_groups[pg] = self.fabric.group(members if members != list(range(self.world)) else None,
                                                             real, real_stragglers=False)
         return fg
+
+
+def _iterations(graphs: Mapping[int, RankGraph]) -> tuple[dict[int, list[int]], int, str]:
+    """Per rank, each node's captured iteration (0-based); how many per repetition; how they were found.
+
+    The recorder's marks (:func:`nbox_replay.graph.captured_iterations`) are used when every replayed rank
+    with nodes carries the same number of marked iterations; otherwise one iteration is one pass over the
+    whole capture, and the note says why.
+    """
+    found = {r: captured_iterations(g) for r, g in graphs.items()}
+    counts = {k for r, (_, k, marked) in found.items() if marked and len(graphs[r])}
+    unmarked = [r for r, (_, _, marked) in found.items() if not marked and len(graphs[r])]
+    if len(counts) == 1 and not unmarked:
+        k = counts.pop()
+        return {r: idx for r, (idx, _, _) in found.items()}, k, f"{k} captured iteration(s) per pass, as marked " \
+            "by the recorder"
+    why = ("the trace marks no iteration boundaries" if not counts else
+           f"the ranks mark different numbers of iterations ({sorted(counts)}, unmarked: {unmarked})")
+    return {r: [0] * len(g) for r, g in graphs.items()}, 1, f"{why}: one iteration = one pass over the whole capture"
 
 
 def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Mapping[str, Sequence[int]],
@@ -209,7 +267,8 @@ def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Map
         raise ReplayDeadlock("the replayed ranks wait for each other forever:\n" + "\n".join(
             rank.stuck_message() for rank in stuck))
     return SimResult(scenario.world_size, {r: rank.result for r, rank in ranks.items()}, sim.collectives,
-                     sim.unpriced, sum(len(g) for g in sim.graphs.values()) * repetitions)
+                     sim.unpriced, sum(len(g) for g in sim.graphs.values()) * repetitions, sim.captured,
+                     sim.iterations_note)
 
 
 class _Rank:
@@ -234,6 +293,7 @@ class _Rank:
         self._new_rep()
         if self.done:
             self.result.iteration_us = [0.0] * sim.reps
+            self.result.iteration_end_us = [0.0] * (sim.reps * sim.captured)
         self._walker = self._walk()
 
     def _new_rep(self) -> None:
@@ -282,8 +342,10 @@ class _Rank:
     def _walk(self) -> Iterator[_Pending | None]:
         """Place every node of every repetition; yield what it waits for (class docstring).
 
-        Compute time is summed per segment (between two yields) before it is added to the rank's total: the
-        float summation order the results are pinned to.
+        With the scenario's ``overlap = "serialize"`` a rank's communication and compute never overlap: a
+        communication is issued only after every compute node placed before it has ended, and a compute
+        node starts only after every communication issued before it has completed (it waits for them as
+        for dependencies).
         """
         g, sim, result = self.g, self.sim, self.result
         kind, deps, dur, res_of, issue_us = g.kind, g.deps, g.duration_us, g.resource, g.issue_us
@@ -291,8 +353,12 @@ class _Rank:
         comm_node = [COLLECTIVE <= k <= RECV for k in kind]
         compute_kind = COMPUTE
         neg_inf = -math.inf
+        serialize = sim.serialize
+        it_of, captured = sim.iteration_of[g.rank], sim.captured
+        compute_iv = result.intervals.compute
         rep_start = 0.0
-        compute_us = 0.0
+        compute_floor = comm_floor = 0.0  # serialize: when the rank's compute / communication last ended
+        pending: list[int] = []  # serialize: comm nodes issued since a compute node last waited for them
         for _rep in range(sim.reps):
             end, start, issued = self.end, self.start, self.issued
             for i in range(n):
@@ -301,7 +367,12 @@ class _Rank:
                 s_other = free[res]  # resource and non-comm dependencies
                 s_comm = neg_inf  # comm dependencies (waits)
                 binding = -1
-                for j in deps[i]:
+                node_deps = deps[i]
+                drains = serialize and bool(pending) and kind[i] == compute_kind
+                if drains:
+                    node_deps = (*node_deps, *pending)
+                    pending = []
+                for j in node_deps:
                     if is_comm:
                         e = issued[j]
                         if e is not None:  # a comm after a comm: ordered by its issue (the group's stream)
@@ -312,8 +383,6 @@ class _Rank:
                     while e is None:
                         e = self._resolve(j)
                         if e is None:
-                            result.compute_us += compute_us
-                            compute_us = 0.0
                             self.at = i
                             p = self._waits_for(j)
                             if p is None:
@@ -324,19 +393,21 @@ class _Rank:
                             s_comm, binding = e, j
                     elif e > s_other:
                         s_other = e
+                if drains and s_comm > comm_floor:
+                    comm_floor = s_comm
                 if s_comm > s_other:
-                    wait = s_comm - s_other
-                    result.exposed_comm_us += wait
                     result.waited_on[i] = binding
-                    p = self._waits_for(binding)
-                    if p is not None and p.answer is not None:
-                        p.answer.exposed_us += wait
                     s_other = s_comm
                 if not is_comm:
                     if kind[i] == compute_kind:
+                        if serialize:
+                            s_other = max(s_other, comm_floor)
                         d = dur[i] * factor
                         e = s_other + d
-                        compute_us += d
+                        if d > 0:
+                            compute_iv.append((s_other, e))
+                        if e > compute_floor:
+                            compute_floor = e
                     else:
                         e = s_other
                     start[i] = s_other
@@ -344,18 +415,21 @@ class _Rank:
                     free[res] = e
                     continue
                 comm = g.comm[i]
-                t = max(s_other, free[res])
+                t = max(s_other, free[res], compute_floor) if serialize else max(s_other, free[res])
                 start[i] = t
                 if comm.collective == "unpriced":
                     sim.unpriced += 1
                     end[i] = issued[i] = free[res] = t + dur[i]
+                    result.intervals.comms.append(CommSpan(t, t, t + dur[i]))
+                    result.comm_answers.append(None)
+                    comm_floor = max(comm_floor, t + dur[i])
                     continue
                 issued[i] = free[res] = result.issue_end_us[i] = t + issue_us[i]
+                if serialize:
+                    pending.append(i)
                 p = self._issue(i, comm, t)
                 if comm.blocking:  # it holds the thread until it completes
                     while p.answer is None:
-                        result.compute_us += compute_us
-                        compute_us = 0.0
                         self.at = i
                         yield p
                     if end[i] is None:
@@ -364,16 +438,24 @@ class _Rank:
                     self._complete(i, p.answer)
             for j in self.comm_positions:  # every node placed: the repetition ends when its last comm completes
                 while self._resolve(j) is None:
-                    result.compute_us += compute_us
-                    compute_us = 0.0
                     self.at = j
                     p = self._waits_for(j)
                     if p is None:
                         return
                     yield p
-            result.compute_us += compute_us
-            compute_us = 0.0
-            rep_end = max(rep_start, max(cast(list[float], end)))  # every node has ended by now
+            ends = cast(list[float], end)  # every node has ended by now
+            if serialize:
+                comm_floor = max([comm_floor, *(ends[j] for j in pending)])
+                pending = []
+            it_end = [rep_start] * captured
+            for i in range(n):
+                k = it_of[i]
+                if ends[i] > it_end[k]:
+                    it_end[k] = ends[i]
+            for k in range(1, captured):  # an iteration ends once everything up to it has ended
+                it_end[k] = max(it_end[k], it_end[k - 1])
+            result.iteration_end_us.extend(it_end)
+            rep_end = it_end[-1]
             result.iteration_us.append(rep_end - rep_start)
             result.start_us, result.end_us = list(start), [e if e is not None else math.nan for e in end]
             rep_start = rep_end
@@ -393,6 +475,7 @@ class _Rank:
             nbytes, rule = retarget(comm, sim.recorded_world, sim.world, grows)
             p = sim.pending[key] = _Pending(comm, nbytes, rule)
         p.arrivals[self.g.rank] = t
+        p.member_comms[self.g.rank] = comm
         self._try_answer(key, p)
         return p
 
@@ -428,8 +511,12 @@ class _Rank:
                 return
             fg = sim.fabric_group(p.comm.pg)
             arrivals = [p.arrivals[r] for r in needed]
-        ans = sim.fabric.answer(fg, p.comm.collective, p.nbytes, arrivals)
-        p.answer = CollectiveAnswer(key[0], key[1], p.comm.collective, p.nbytes, p.rule, ans.algorithm,
+        send = recv = None
+        if p.comm.collective == "all_to_all_v" and not sim.members(p.comm.pg)[1]:
+            send, recv = sim.busiest_splits(fg, p)
+        ans = sim.fabric.answer(fg, p.comm.collective, p.nbytes, arrivals, send_bytes=send, recv_bytes=recv)
+        rule = "priced from its recorded per-peer splits (the busiest member)" if send is not None else p.rule
+        p.answer = CollectiveAnswer(key[0], key[1], p.comm.collective, p.nbytes, rule, ans.algorithm,
                                     ans.start_us, ans.end_us)
         sim.collectives.append(p.answer)
         for rank in p.blocked:
@@ -439,12 +526,9 @@ class _Rank:
     def _complete(self, i: int, ans: CollectiveAnswer) -> float:
         """Comm node ``i`` completes with ``ans``; a blocking one held its thread from its issue's end. Its end."""
         self.end[i] = ans.end_us
-        self.result.comm_us += ans.end_us - ans.start_us
+        self.result.intervals.comms.append(CommSpan(self.start[i], ans.start_us, ans.end_us))
+        self.result.comm_answers.append(ans)
         if self.g.comm[i].blocking:
             res = self.g.resource[i]
-            issue_end = self.issued[i] or 0.0
-            wait = max(0.0, ans.end_us - issue_end)
-            self.result.exposed_comm_us += wait
-            ans.exposed_us += wait
             self.free[res] = max(self.free[res], ans.end_us)
         return ans.end_us

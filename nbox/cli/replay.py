@@ -30,9 +30,19 @@ def replay_cmd(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda (real clock).")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Write per-rank Perfetto timelines here.")] = None,  # noqa: UP045
     timeout: Annotated[float, typer.Option(help="Deadline of a real-clock run (s).")] = 600.0,
+    rank: Annotated[Optional[int], typer.Option("--rank", help="The rank whose breakdown is shown "  # noqa: UP045
+                                                "(default: the slowest).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle under the baseline and a what-if, and compare them with the recorded run.
+
+    Each captured iteration the recorder marked is one replayed iteration (a trace without marks: one pass
+    over the capture); the report shows the median iteration and one rank's breakdown of it (the rank that
+    ended it last, or --rank). The four parts add up to the iteration time: compute (at least one compute
+    operation of the rank runs; streams and threads at once count once), exposed (no compute, a
+    communication of the rank is running), waiting (neither, and a collective the rank issued has not
+    started because a peer or the group's previous collective is late), idle (the rest). Overlapped
+    (communication hidden behind compute) is shown beside them, not in the sum.
 
     Examples:
 
@@ -49,7 +59,7 @@ def replay_cmd(
         raise typer.BadParameter(f"--ranks {ranks!r}: 'all' or a comma list of ranks") from None
     cfg = ReplayConfig(bundle=bundle, what_if=what_if, overrides=tuple(set_ or ()), world_size=world_size,
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
-                       warmup=warmup, device=device, out=out, timeout_s=timeout)
+                       warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank)
     def say(message: str) -> None:
         sys.stderr.write(f"nbox replay: {message}\n")
 
