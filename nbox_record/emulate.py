@@ -40,6 +40,8 @@ from nbox_record.launcher import (
     launch_spec,
     script_path,
 )
+from nbox_trace.errors import UsageError
+from nbox_trace.files import Output, check_outputs
 from nbox_trace.launch import run
 
 __all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
@@ -85,30 +87,32 @@ class EmulateConfig:
     call_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        """Raises UsageError (exit 2) naming the ``nbox emulate`` flag as typed."""
         w, n = self.world_size, self.nproc
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-            raise ValueError(f"world_size must be an integer >= 1, got {w!r}")
+            raise UsageError(f"--world-size must be an integer >= 1, got {w!r}")
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= w:
-            raise ValueError(f"nproc (real ranks) must be an integer in 1..world_size {w}, got {n!r}")
+            raise UsageError(f"-n/--nproc-per-node (real ranks) must be an integer in 1..world_size {w}, got {n!r}")
         ranks = tuple(self.real_ranks) or tuple(range(n))
         if len(ranks) != n:
-            raise ValueError(f"real_ranks lists {len(ranks)} rank(s) {list(ranks)} but nproc is {n}")
+            raise UsageError(f"--real-ranks lists {len(ranks)} rank(s) {list(ranks)} but nproc is {n}")
         for r in ranks:
             if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < w:
-                raise ValueError(f"real rank {r!r} is not a global rank of the emulated world (0..{w - 1})")
+                raise UsageError(f"--real-ranks: real rank {r!r} is not a global rank of the emulated world "
+                                 f"(0..{w - 1})")
         if len(set(ranks)) != n:
-            raise ValueError(f"real_ranks {list(ranks)} are not distinct")
+            raise UsageError(f"--real-ranks {list(ranks)}: not distinct")
         object.__setattr__(self, "real_ranks", ranks)
-        if self.warmup < 0 or self.iterations < 1:
-            raise ValueError(f"need warmup >= 0 and iterations >= 1; got {self.warmup}, {self.iterations}")
+        for flag, value, lo in (("--warmup", self.warmup, 0), ("--iterations", self.iterations, 1)):
+            if value < lo:
+                raise UsageError(f"{flag} must be >= {lo}, got {value}")
         if self.script is None and self.example not in EXAMPLES:
-            raise ValueError(f"unknown example {self.example!r}; choose from {', '.join(EXAMPLES)}")
+            raise UsageError(f"--example {self.example!r}: unknown example; choose from {', '.join(EXAMPLES)}")
         if not self.timeout_s > 0 or not math.isfinite(self.timeout_s):
-            raise ValueError(f"timeout_s must be a positive number, got {self.timeout_s}")
+            raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
         if self.call_timeout_s is not None and not (self.call_timeout_s > 0 and math.isfinite(self.call_timeout_s)):
-            raise ValueError(f"call_timeout_s must be a positive number, got {self.call_timeout_s}")
-        if self.out is not None and self.out.exists() and not self.overwrite:
-            raise ValueError(f"{self.out}: already exists (use --overwrite to replace it)")
+            raise UsageError(f"--call-timeout must be a positive number of seconds, got {self.call_timeout_s}")
+        check_outputs([Output("-o/--out", self.out, "dir", self.overwrite)])
 
 
 @dataclass(frozen=True)
