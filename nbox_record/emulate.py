@@ -43,6 +43,7 @@ from nbox_record.launcher import (
 from nbox_trace.errors import UsageError
 from nbox_trace.files import Output, check_outputs
 from nbox_trace.launch import run
+from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
 
 __all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
 
@@ -304,35 +305,36 @@ def _record_config(cfg: EmulateConfig, work: Path) -> RecordConfig:
                         backend="gloo", timeout_s=cfg.timeout_s, extra_env=dict(cfg.extra_env))
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def format_text(result: EmulateResult, top: int = 10) -> str:
-    """The human report: iteration time, the world size the script saw, the modeled collectives."""
-    ms = [result.quantile_us(q) / 1000 for q in (0.5, 0.1, 0.9)]
+    """The human report: iteration time, the world size the script saw, the modeled collectives (bytes in IEC
+    units, one time unit per line or column: :mod:`nbox_trace.units`)."""
+    it = [result.quantile_us(q) for q in (0.5, 0.1, 0.9)]
+    unit = time_unit(it)
     lines = [f"emulated world size {result.world_size} on {len(result.real_ranks)} real rank(s) "
              f"{list(result.real_ranks)}; the script saw get_world_size() = {result.world_size_seen}",
              f"scenario: {result.scenario}",
-             f"iteration time (slowest real rank, {len(result.iteration_us)} timed): median {ms[0]:.2f} ms "
-             f"(p10 {ms[1]:.2f}, p90 {ms[2]:.2f})"]
+             f"iteration time (slowest real rank, {len(result.iteration_us)} timed): median "
+             f"{format_in(it[0], unit)} {unit[0]} (p10 {format_in(it[1], unit)}, p90 {format_in(it[2], unit)})"]
     b = result.breakdown
     if b is not None:
-        lines.append(f"breakdown (mean per iteration, slowest real rank's training thread): compute "
-                     f"{b['compute_us'] / 1000:.2f} ms, exposed communication {b['exposed_comm_us'] / 1000:.2f} ms, "
-                     f"CPU contention {b['cpu_contention_us'] / 1000:.2f} ms = {b['iteration_us'] / 1000:.2f} ms")
+        parts = [b["compute_us"], b["exposed_comm_us"], b["cpu_contention_us"], b["iteration_us"]]
+        bu = time_unit(parts)
+        c, e, k, t = (format_in(v, bu) for v in parts)
+        lines.append(f"breakdown (mean per iteration, slowest real rank's training thread, {bu[0]}): compute {c}, "
+                     f"exposed communication {e}, CPU contention {k} = {t}")
     if result.bundle is not None:
         lines.append(f"bundle of the emulated run: {result.bundle}")
     if result.collectives:
         lines.append("modeled collectives per real rank over the timed iterations, by total modeled time:")
-        lines.append(f"  {'collective':<16} {'bytes':>10} {'algorithm':<22} {'count':>6} {'modeled ms':>11} "
-                     f"{'overrun ms':>11}")
-        for row in result.collectives[:top]:
-            lines.append(f"  {row['collective']:<16} {_fmt_bytes(row['bytes']):>10} {row['algorithm']:<22} "
-                         f"{row['count']:>6} {row['modeled_us'] / 1000:>11.2f} {row['overrun_us'] / 1000:>11.2f}")
+        shown = result.collectives[:top]
+        mu = time_unit(row["modeled_us"] for row in shown)
+        ou = time_unit(row["overrun_us"] for row in shown)
+        lines.append(f"  {'collective':<16} {'bytes':>10} {'algorithm':<22} {'count':>6} {'modeled ' + mu[0]:>11} "
+                     f"{'overrun ' + ou[0]:>11}")
+        for row in shown:
+            lines.append(f"  {fit_label(row['collective'], 16):<16} {format_bytes(row['bytes']):>10} "
+                         f"{fit_label(row['algorithm'], 22):<22} {row['count']:>6} "
+                         f"{format_in(row['modeled_us'], mu):>11} {format_in(row['overrun_us'], ou):>11}")
         if len(result.collectives) > top:
             lines.append(f"  ... {len(result.collectives) - top} more (--json lists all)")
     else:

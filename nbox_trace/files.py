@@ -46,10 +46,12 @@ def check_outputs(outputs: Sequence[Output], *, inputs: Sequence[Path | None] = 
     """The one check, before anything is written or run, that every output can be written where the user asked:
     an existing file where a folder is needed (or a folder where a file is), a parent that is a file, an
     existing output without ``--overwrite``, two outputs at the same path, an output that is one of the
-    ``inputs`` (or, when the output is replaced as a whole, holds one). Commands call it first, so a clash never leaves half the outputs written.
+    ``inputs`` (or, when the output is replaced as a whole, holds one). Commands call it first, so a clash
+    never leaves half the outputs written.
 
     Raises:
-        UsageError: the message names the flag as typed and the path.
+        UsageError: a clash; the message names the flag as typed and the path.
+        OutputWriteError: an output that exists, without ``--overwrite`` (the message names ``--overwrite``).
     """
     seen: dict[Path, str] = {}
     ins = [(Path(i).resolve(), Path(i)) for i in inputs if i is not None]
@@ -58,14 +60,12 @@ def check_outputs(outputs: Sequence[Output], *, inputs: Sequence[Path | None] = 
             continue
         path = Path(out.path)
         where = f"{out.flag} {path}"
-        if path.is_symlink() and not path.exists():
-            raise UsageError(f"{where}: is a dangling symbolic link; remove it or name another path")
         if out.kind == "dir" and path.exists() and not path.is_dir():
             raise UsageError(f"{where}: is an existing file, but a folder is needed here")
         if out.kind == "file" and path.is_dir():
             raise UsageError(f"{where}: is an existing folder, but a file is needed here")
-        if out.overwrite is False and path.exists():
-            raise UsageError(f"{where}: already exists (add --overwrite to replace it)")
+        if out.overwrite is False and (path.exists() or path.is_symlink()):  # as the bundle writers say (exit 5)
+            raise OutputWriteError(f"{path}: already exists (use --overwrite to replace it)")
         parent = next((a for a in path.absolute().parents if a.exists()), None)
         if parent is not None and not parent.is_dir():
             raise UsageError(f"{where}: {parent} is a file, so nothing can be written under it")

@@ -58,7 +58,7 @@ def test_world_size_grows_the_outermost_dimension() -> None:
 def test_unknown_algorithm_lists_the_known_ones() -> None:
     """Issue 13: 'library errors escape as `ValueError` (... pricing)': an unknown --algorithm is a usage error
     (exit 2) naming the flag; an unknown collective too."""
-    with pytest.raises(UsageError, match="--algorithm 'quantum'.*known: ring"):
+    with pytest.raises(UsageError, match=r"--algorithm 'quantum'.*known: ring"):
         price(load_scenario(DGX), "all_reduce", 1, "quantum")
     with pytest.raises(UsageError, match="collective 'allreduce': unknown; known: all_reduce"):
         price(load_scenario(DGX), "allreduce", 1)
