@@ -64,8 +64,6 @@ def check_outputs(outputs: Sequence[Output], *, inputs: Sequence[Path | None] = 
             raise UsageError(f"{where}: is an existing file, but a folder is needed here")
         if out.kind == "file" and path.is_dir():
             raise UsageError(f"{where}: is an existing folder, but a file is needed here")
-        if out.overwrite is False and (path.exists() or path.is_symlink()):  # as the bundle writers say (exit 5)
-            raise OutputWriteError(f"{path}: already exists (use --overwrite to replace it)")
         parent = next((a for a in path.absolute().parents if a.exists()), None)
         if parent is not None and not parent.is_dir():
             raise UsageError(f"{where}: {parent} is a file, so nothing can be written under it")
@@ -76,6 +74,9 @@ def check_outputs(outputs: Sequence[Output], *, inputs: Sequence[Path | None] = 
         for resolved, given in ins:
             if real == resolved or (out.overwrite is not None and resolved.is_relative_to(real)):
                 raise UsageError(f"{where}: it would replace the input {given}; write the output elsewhere")
+    for out in outputs:  # last, worded as the bundle writers word it (exit 5): every clash above is named first
+        if out.path is not None and out.overwrite is False and (Path(out.path).exists() or Path(out.path).is_symlink()):
+            raise OutputWriteError(f"{out.path}: already exists (use --overwrite to replace it)")
 
 
 def write_atomic(path: Path, data: bytes | str, *, durable: bool = False,

@@ -167,10 +167,12 @@ def anonymize_cmd(
 
       nbox bundle anonymize run2/ -o run2.anon --key-file team.key --level strict
     """
-    from nbox_trace.anonymize import AnonymizeConfig, anonymize_bundle
+    from nbox_trace.anonymize import LEVELS, AnonymizeConfig, anonymize_bundle
     from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
     from nbox_trace.files import Output, check_outputs
 
+    if level not in LEVELS:
+        raise UsageError(f"--level {level!r}: must be one of {', '.join(LEVELS)}")
     if key_file is not None and save_key is not None:
         raise UsageError("--key-file and --save-key: give one (the key is already in the key file)")
     check_outputs([Output("-o/--out", out, "dir", overwrite), Output("--save-key", save_key, "file")],

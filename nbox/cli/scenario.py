@@ -119,10 +119,12 @@ def calibrate_cmd(
 
     from emulator_core.calibrate import calibrate
     from emulator_core.calibration import CalibrateConfig, parse_sizes
+    from nbox_trace.files import Output, check_outputs
 
     cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
                           collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
                           timeout_s=timeout, dimension=dimension)  # bad input is refused before torch loads
+    check_outputs([Output("-o/--out", out, "file")])  # and a bad output before any rank starts
     if backend is None:
         import torch  # only here: --help must not load torch
 
