@@ -272,11 +272,13 @@ class BundleDiff:
         def t(v: float, sign: str = "") -> str:
             return f"{format(v / tu[1], f'{sign}.{0 if digits is None else digits}f')}"
 
-        out.append(f"  {f'time by family ({tu[0]})':<58}{'A':>10}{'B':>10}{'delta':>10}")
-        out += [f"  {fit_label(f.family, 56):<58}{t(f.a_us):>10}{t(f.b_us):>10}{t(f.delta_us, '+'):>10}"
+        w = min(max([56, *(len(o.name) + 2 for o in ops)]), 90)  # the names as long as they are, up to 88
+        out.append(f"  {f'time by family ({tu[0]})':<{w}}{'A':>10}{'B':>10}{'delta':>10}")
+        out += [f"  {fit_label(f.family, w - 2):<{w}}{t(f.a_us):>10}{t(f.b_us):>10}{t(f.delta_us, '+'):>10}"
                 for f in self.families]
-        out.append(f"  {f'time by operator ({tu[0]}), top {top}':<58}{'A':>10}{'B':>10}{'delta':>10}")
-        out += [f"  {fit_label(o.name, 56):<58}{t(o.a_us):>10}{t(o.b_us):>10}{t(o.delta_us, '+'):>10}" for o in ops]
+        out.append(f"  {f'time by operator ({tu[0]}), top {top}':<{w}}{'A':>10}{'B':>10}{'delta':>10}")
+        out += [f"  {fit_label(o.name, w - 2):<{w}}{t(o.a_us):>10}{t(o.b_us):>10}{t(o.delta_us, '+'):>10}"
+                for o in ops]
         out.append("collectives (bytes per rank per iteration):")
         out += [f"  {fit_label(c.comm_type, 54):<56}{format_bytes(c.a_bytes):>12}{format_bytes(c.b_bytes):>12}"
                 f"{_signed_bytes(c.b_bytes - c.a_bytes):>12}" for c in self.comm_bytes]
