@@ -73,7 +73,9 @@ def check_outputs(outputs: Sequence[Output], *, inputs: Sequence[Path | None] = 
         seen[real] = out.flag
         for resolved, given in ins:
             if real == resolved or (out.overwrite is not None and resolved.is_relative_to(real)):
-                raise UsageError(f"{where}: it would replace the input {given}; write the output elsewhere")
+                what = "is" if real == resolved else "holds"
+                raise UsageError(f"{where}: {what} the input {given}; writing there would replace or alter it "
+                                 f"(name another path)")
     for out in outputs:  # last, worded as the bundle writers word it (exit 5): every clash above is named first
         if out.path is not None and out.overwrite is False and (Path(out.path).exists() or Path(out.path).is_symlink()):
             raise OutputWriteError(f"{out.path}: already exists (use --overwrite to replace it)")

@@ -116,9 +116,9 @@ def test_check_outputs_refuses_clashes_before_anything_is_written(tmp_path: Path
         check_outputs([Output("-o", f / "sub" / "x.toml", "file")])
     with pytest.raises(UsageError, match=r"--save-key .*: -o/--out names the same path"):
         check_outputs([Output("-o/--out", tmp_path / "a", "dir"), Output("--save-key", tmp_path / "a", "file")])
-    with pytest.raises(UsageError, match="would replace the input"):
+    with pytest.raises(UsageError, match="is the input"):
         check_outputs([Output("-o/--out", DDP, "dir", True)], inputs=[DDP])
-    with pytest.raises(UsageError, match="would replace the input"):  # a folder holding the input, replaced whole
+    with pytest.raises(UsageError, match="holds the input"):  # a folder holding the input, replaced whole
         check_outputs([Output("-o/--out", DDP.parent, "dir", True)], inputs=[DDP])
     check_outputs([Output("--out", DDP.parent, "dir")], inputs=[DDP])  # written into, not replaced: fine
     with pytest.raises(OutputWriteError, match=r"already exists \(use --overwrite to replace it\)") as err:

@@ -103,7 +103,7 @@ ARGUMENT_CASES: list[object] = [
     ("bundle anonymize {DDP} -o {T}/out/a1 --level loose", 2, "--level 'loose'"),
     ("bundle anonymize {DDP} -o {T}/out/a2 --key-file {T}/nope", 3, "cannot read the key"),
     ("bundle anonymize {DDP} -o {T}/out/a3 --key-file {T}/empty.et", 3, "at least 16 bytes"),
-    ("bundle anonymize {DDP} -o {DDP}", 2, "would replace the input"),
+    ("bundle anonymize {DDP} -o {DDP}", 2, "is the input"),
     ("bundle anonymize {DDP} -o {T}/out/a4 --save-key {T}/out/a4", 2, "same path"),
     ("bundle anonymize {DDP} -o {T}/out/a5 --key-file {T}/k --save-key {T}/k2", 2, "--key-file and --save-key"),
     ("bundle pack {DDP} -o {DDP}", 2, "a file is needed"),
