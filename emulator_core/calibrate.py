@@ -57,16 +57,26 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
 
 
 def format_fits(fits: Sequence[Fit]) -> str:
-    """A plain-text table: per collective its fit, then per size measured vs model (us) and the error."""
+    """A plain-text table: per collective its fit, then per size measured vs model and the error (sizes in IEC
+    units; the time columns of one collective in one unit, named in the header: :mod:`nbox_trace.units`)."""
+    from nbox_trace.units import format_bytes, format_in, time_unit
+
     lines = []
     for f in fits:
         bw = "-" if f.bandwidth_gbps is None else f"{f.bandwidth_gbps:.3f} Gb/s"
         lines.append(f"{f.collective} ({f.algorithm}, p={f.ranks}): latency {f.latency_us:.2f} us, peak bandwidth "
                      f"{bw}; median |error| {f.median_abs_error_pct():.1f}%")
-        lines.append(f"  {'bytes':>12} {'measured us':>13} {'p10-p90 us':>21} {'model us':>12} {'error':>8}")
+        u = time_unit(v for p in f.points for v in (p.measured_us, p.p90_us, p.model_us))
+        d = 1 if u[0] == "us" else 3
+
+        def t(v: float, unit: tuple[str, float] = u, digits: int = d) -> str:
+            return format_in(v, unit, digits=digits)
+
+        lines.append(f"  {'bytes':>12} {'measured ' + u[0]:>13} {'p10-p90 ' + u[0]:>21} {'model ' + u[0]:>12} "
+                     f"{'error':>8}")
         for p in f.points:
-            lines.append(f"  {p.nbytes:>12} {p.measured_us:>13.1f} {f'{p.p10_us:.1f}-{p.p90_us:.1f}':>21} "
-                         f"{p.model_us:>12.1f} {p.error_pct:>7.1f}%")
+            lines.append(f"  {format_bytes(p.nbytes):>12} {t(p.measured_us):>13} {t(p.p10_us) + '-' + t(p.p90_us):>21} "
+                         f"{t(p.model_us):>12} {p.error_pct:>7.1f}%")
         if f.jitter_us:
             at = dict(f.jitter_us)
             lines.append(f"  jitter (a call's time over its size's median, all sizes): p50 +{at[0.5]:.0f} us, "

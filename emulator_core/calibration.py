@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulator_core import _calibrate_worker as worker
-from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError
+from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError, UsageError
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED
@@ -52,15 +52,24 @@ class CalibrateInputError(InvalidInputError):
     """A calibration setting is invalid (the message names the setting and the bad value)."""
 
 
+class CalibrateUsageError(UsageError, CalibrateInputError):
+    """An invalid ``nbox calibrate`` option (exit code 2): the message names the flag as typed (``--sizes``)."""
+
+
+#: CalibrateConfig field -> the ``nbox calibrate`` flag that sets it (messages name flags as typed).
+FLAGS = {"nproc": "--nproc", "backend": "--backend", "sizes": "--sizes", "collectives": "--collectives",
+         "budget_s": "--budget", "timeout_s": "--timeout", "dimension": "--dimension"}
+
+
 def parse_size(text: str) -> int:
     """Bytes from ``1024``, ``1KiB``, ``64MiB``, ``1.5GiB`` (K/KB/KiB etc. are all binary: 1 KiB = 1024 B)."""
     m = _SIZE_RE.match(text)
     unit = m.group(2).lower() if m else ""
     if m is None or unit not in _UNITS:
-        raise CalibrateInputError(f"sizes: {text!r} is not a size (e.g. 4096, 1KiB, 64MiB, 1GiB)")
+        raise CalibrateUsageError(f"--sizes {text!r}: not a size (e.g. 4096, 1KiB, 64MiB, 1GiB)")
     n = float(m.group(1)) * _UNITS[unit]
     if n != int(n):
-        raise CalibrateInputError(f"sizes: {text!r} is not a whole number of bytes")
+        raise CalibrateUsageError(f"--sizes {text!r}: not a whole number of bytes")
     return int(n)
 
 
@@ -75,7 +84,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
             lo_text, hi_text = item.split("..", 1)
             lo, hi = parse_size(lo_text), parse_size(hi_text)
             if lo < 1 or hi < lo:
-                raise CalibrateInputError(f"sizes: range {item!r} must go from a size >= 1 up to a larger one")
+                raise CalibrateUsageError(f"--sizes: range {item!r} must go from a size >= 1 up to a larger one")
             n = lo
             while n < hi:
                 out.add(n)
@@ -84,7 +93,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         else:
             out.add(parse_size(item))
     if not out:
-        raise CalibrateInputError(f"sizes: {text!r} lists no size")
+        raise CalibrateUsageError(f"--sizes {text!r}: lists no size")
     return tuple(sorted(out))
 
 
@@ -119,7 +128,7 @@ class CalibrateConfig:
 
     def __post_init__(self) -> None:
         def bad(key: str, value: Any, why: str) -> CalibrateInputError:
-            return CalibrateInputError(f"{key} = {value!r}: {why}")
+            return CalibrateUsageError(f"{FLAGS.get(key, key)} {value!r}: {why}")
 
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or not 2 <= self.nproc <= 1024:
             raise bad("nproc", self.nproc, "must be an integer from 2 to 1024 (collectives need peers)")

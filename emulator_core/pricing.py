@@ -37,6 +37,12 @@ from typing import Any
 from emulator_core import costmodels as cm
 from emulator_core.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
 from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
+from nbox_trace.errors import InvalidInputError, UsageError
+
+
+class PricingError(InvalidInputError):
+    """A collective that cannot be priced on the scenario: an unknown collective or algorithm, or a process
+    group whose ranks are not in the scenario's world (the message names them). Exit code 3."""
 
 
 @dataclass(frozen=True)
@@ -71,17 +77,17 @@ def group_shape(scenario: Scenario, ranks: Sequence[int] | None = None) -> Group
     O(len(ranks) x dimensions); callers cache it per group.
 
     Raises:
-        ValueError: a rank outside ``0 .. world_size - 1``, or a rank listed twice.
+        PricingError: a rank outside ``0 .. world_size - 1``, or a rank listed twice.
     """
     dims = scenario.topology.dims
     if ranks is None:
         return GroupShape(scenario.world_size, tuple((d.size, d) for d in dims if d.size > 1))
     members = list(ranks)
     if len(set(members)) != len(members):
-        raise ValueError(f"process group ranks {members[:16]} list a rank twice")
+        raise PricingError(f"process group ranks {members[:16]} list a rank twice")
     bad = [r for r in members if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < scenario.world_size]
     if bad:
-        raise ValueError(f"process group rank {bad[0]!r} is outside 0..{scenario.world_size - 1} (world size "
+        raise PricingError(f"process group rank {bad[0]!r} is outside 0..{scenario.world_size - 1} (world size "
                          f"{scenario.world_size})")
     spanned: list[tuple[int, Dimension]] = []
     stride = 1
@@ -155,15 +161,15 @@ def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorith
     collective it answers). ``kw`` is ``send_bytes``/``recv_bytes`` for all_to_all_v.
 
     Raises:
-        ValueError: unknown collective, or an algorithm not modeled for ``collective``.
+        PricingError: unknown collective, or an algorithm not modeled for ``collective``.
     """
-    known = cm.algorithms_for(collective)
+    known = _algorithms_for(collective)
     algorithm = scenario.algorithm(collective) if algorithm is None else algorithm
     found = calibration_for(scenario, collective, shape) if algorithm == AUTO else None
     if found is not None:
         algorithm = found[1].algorithm
     if algorithm != AUTO and algorithm not in known:
-        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}, auto")
+        raise PricingError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}, auto")
     p = shape.size
     link = link_for(scenario, collective, shape)
     multi = [(n, dimension_link(d)) for n, d in shape.dims]
@@ -196,6 +202,13 @@ def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorith
     return pricer
 
 
+def _algorithms_for(collective: str) -> tuple[str, ...]:
+    try:
+        return tuple(cm.algorithms_for(collective))
+    except ValueError as exc:
+        raise PricingError(str(exc)) from None
+
+
 def price_group(scenario: Scenario, collective: str, nbytes: float, shape: GroupShape,
                 **kw: Any) -> tuple[str, float]:
     """The algorithm the scenario uses for ``collective`` on a group of ``shape``, and its time (us).
@@ -209,7 +222,7 @@ def price_group(scenario: Scenario, collective: str, nbytes: float, shape: Group
     sizes on one group.
 
     Raises:
-        ValueError: the scenario names an algorithm not modeled for ``collective``.
+        PricingError: the scenario names an algorithm not modeled for ``collective``.
     """
     return make_pricer(scenario, collective, shape)(nbytes, **kw)
 
@@ -221,13 +234,17 @@ def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "al
     is listed for an all-reduce over more than one dimension, or when the scenario runs it.
 
     Raises:
-        ValueError: unknown collective or algorithm (the message lists the known ones).
+        UsageError: unknown collective or ``algorithm`` (the message lists the known ones).
     """
     p = scenario.world_size
     shape = group_shape(scenario)
-    known = cm.algorithms_for(collective)
+    try:
+        known = cm.algorithms_for(collective)
+    except ValueError:
+        raise UsageError(f"collective {collective!r}: unknown; known: {', '.join(cm.collectives())}") from None
     if algorithm not in ("all", AUTO) and algorithm not in known:
-        raise ValueError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}")
+        raise UsageError(f"--algorithm {algorithm!r}: not modeled for {collective}; known: {', '.join(known)}, "
+                         f"auto, all")
     chosen = make_pricer(scenario, collective, shape)(nbytes)[0]
     names = [chosen] if algorithm == AUTO else list(known) if algorithm == "all" else [algorithm]
     prices = []

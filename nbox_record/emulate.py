@@ -40,7 +40,10 @@ from nbox_record.launcher import (
     launch_spec,
     script_path,
 )
+from nbox_trace.errors import UsageError
+from nbox_trace.files import Output, check_outputs
 from nbox_trace.launch import run
+from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
 
 __all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
 
@@ -85,30 +88,32 @@ class EmulateConfig:
     call_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        """Raises UsageError (exit 2) naming the ``nbox emulate`` flag as typed."""
         w, n = self.world_size, self.nproc
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-            raise ValueError(f"world_size must be an integer >= 1, got {w!r}")
+            raise UsageError(f"--world-size must be an integer >= 1, got {w!r}")
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= w:
-            raise ValueError(f"nproc (real ranks) must be an integer in 1..world_size {w}, got {n!r}")
+            raise UsageError(f"-n/--nproc-per-node (real ranks) must be an integer in 1..world_size {w}, got {n!r}")
         ranks = tuple(self.real_ranks) or tuple(range(n))
         if len(ranks) != n:
-            raise ValueError(f"real_ranks lists {len(ranks)} rank(s) {list(ranks)} but nproc is {n}")
+            raise UsageError(f"--real-ranks lists {len(ranks)} rank(s) {list(ranks)} but nproc is {n}")
         for r in ranks:
             if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < w:
-                raise ValueError(f"real rank {r!r} is not a global rank of the emulated world (0..{w - 1})")
+                raise UsageError(f"--real-ranks: real rank {r!r} is not a global rank of the emulated world "
+                                 f"(0..{w - 1})")
         if len(set(ranks)) != n:
-            raise ValueError(f"real_ranks {list(ranks)} are not distinct")
+            raise UsageError(f"--real-ranks {list(ranks)}: not distinct")
         object.__setattr__(self, "real_ranks", ranks)
-        if self.warmup < 0 or self.iterations < 1:
-            raise ValueError(f"need warmup >= 0 and iterations >= 1; got {self.warmup}, {self.iterations}")
+        for flag, value, lo in (("--warmup", self.warmup, 0), ("--iterations", self.iterations, 1)):
+            if value < lo:
+                raise UsageError(f"{flag} must be >= {lo}, got {value}")
         if self.script is None and self.example not in EXAMPLES:
-            raise ValueError(f"unknown example {self.example!r}; choose from {', '.join(EXAMPLES)}")
+            raise UsageError(f"--example {self.example!r}: unknown example; choose from {', '.join(EXAMPLES)}")
         if not self.timeout_s > 0 or not math.isfinite(self.timeout_s):
-            raise ValueError(f"timeout_s must be a positive number, got {self.timeout_s}")
+            raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
         if self.call_timeout_s is not None and not (self.call_timeout_s > 0 and math.isfinite(self.call_timeout_s)):
-            raise ValueError(f"call_timeout_s must be a positive number, got {self.call_timeout_s}")
-        if self.out is not None and self.out.exists() and not self.overwrite:
-            raise ValueError(f"{self.out}: already exists (use --overwrite to replace it)")
+            raise UsageError(f"--call-timeout must be a positive number of seconds, got {self.call_timeout_s}")
+        check_outputs([Output("-o/--out", self.out, "dir", self.overwrite)])
 
 
 @dataclass(frozen=True)
@@ -300,35 +305,36 @@ def _record_config(cfg: EmulateConfig, work: Path) -> RecordConfig:
                         backend="gloo", timeout_s=cfg.timeout_s, extra_env=dict(cfg.extra_env))
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def format_text(result: EmulateResult, top: int = 10) -> str:
-    """The human report: iteration time, the world size the script saw, the modeled collectives."""
-    ms = [result.quantile_us(q) / 1000 for q in (0.5, 0.1, 0.9)]
+    """The human report: iteration time, the world size the script saw, the modeled collectives (bytes in IEC
+    units, one time unit per line or column: :mod:`nbox_trace.units`)."""
+    it = [result.quantile_us(q) for q in (0.5, 0.1, 0.9)]
+    unit = time_unit(it)
     lines = [f"emulated world size {result.world_size} on {len(result.real_ranks)} real rank(s) "
              f"{list(result.real_ranks)}; the script saw get_world_size() = {result.world_size_seen}",
              f"scenario: {result.scenario}",
-             f"iteration time (slowest real rank, {len(result.iteration_us)} timed): median {ms[0]:.2f} ms "
-             f"(p10 {ms[1]:.2f}, p90 {ms[2]:.2f})"]
+             f"iteration time (slowest real rank, {len(result.iteration_us)} timed): median "
+             f"{format_in(it[0], unit)} {unit[0]} (p10 {format_in(it[1], unit)}, p90 {format_in(it[2], unit)})"]
     b = result.breakdown
     if b is not None:
-        lines.append(f"breakdown (mean per iteration, slowest real rank's training thread): compute "
-                     f"{b['compute_us'] / 1000:.2f} ms, exposed communication {b['exposed_comm_us'] / 1000:.2f} ms, "
-                     f"CPU contention {b['cpu_contention_us'] / 1000:.2f} ms = {b['iteration_us'] / 1000:.2f} ms")
+        parts = [b["compute_us"], b["exposed_comm_us"], b["cpu_contention_us"], b["iteration_us"]]
+        bu = time_unit(parts)
+        c, e, k, t = (format_in(v, bu) for v in parts)
+        lines.append(f"breakdown (mean per iteration, slowest real rank's training thread, {bu[0]}): compute {c}, "
+                     f"exposed communication {e}, CPU contention {k} = {t}")
     if result.bundle is not None:
         lines.append(f"bundle of the emulated run: {result.bundle}")
     if result.collectives:
         lines.append("modeled collectives per real rank over the timed iterations, by total modeled time:")
-        lines.append(f"  {'collective':<16} {'bytes':>10} {'algorithm':<22} {'count':>6} {'modeled ms':>11} "
-                     f"{'overrun ms':>11}")
-        for row in result.collectives[:top]:
-            lines.append(f"  {row['collective']:<16} {_fmt_bytes(row['bytes']):>10} {row['algorithm']:<22} "
-                         f"{row['count']:>6} {row['modeled_us'] / 1000:>11.2f} {row['overrun_us'] / 1000:>11.2f}")
+        shown = result.collectives[:top]
+        mu = time_unit(row["modeled_us"] for row in shown)
+        ou = time_unit(row["overrun_us"] for row in shown)
+        lines.append(f"  {'collective':<16} {'bytes':>10} {'algorithm':<22} {'count':>6} {'modeled ' + mu[0]:>11} "
+                     f"{'overrun ' + ou[0]:>11}")
+        for row in shown:
+            lines.append(f"  {fit_label(row['collective'], 16):<16} {format_bytes(row['bytes']):>10} "
+                         f"{fit_label(row['algorithm'], 22):<22} {row['count']:>6} "
+                         f"{format_in(row['modeled_us'], mu):>11} {format_in(row['overrun_us'], ou):>11}")
         if len(result.collectives) > top:
             lines.append(f"  ... {len(result.collectives) - top} more (--json lists all)")
     else:

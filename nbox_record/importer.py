@@ -99,7 +99,7 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
     for i, (host, kineto) in enumerate(cfg.pairs):
         for p in (host, kineto):
             if p is not None and not p.is_file():
-                raise InputNotFoundError(f"{p}: file not found")
+                raise InputNotFoundError(f"{p}: " + ("a folder, not a trace file" if p.is_dir() else "file not found"))
         r = rank_of(host, i)
         if r in ranks:
             raise InvalidInputError(f"{host} and {ranks[r][0]} both claim rank {r} (from their file names)")

@@ -30,7 +30,8 @@ from typing import Any
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 from nbox_trace import __version__
-from nbox_trace.errors import InputNotFoundError, NboxError
+from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
+from nbox_trace.files import Output, check_outputs
 from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
@@ -67,17 +68,19 @@ class RecordConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Raises UsageError (exit 2) naming the ``nbox record`` flag as typed."""
         if self.nproc_per_node < 1:
-            raise ValueError(f"nproc_per_node must be >= 1, got {self.nproc_per_node}")
-        if self.warmup < 0 or self.iterations < 1 or self.capture < 1:
-            raise ValueError(f"need warmup >= 0, iterations >= 1, capture >= 1; got {self.warmup}, "
-                             f"{self.iterations}, {self.capture}")
+            raise UsageError(f"-n/--nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        for flag, value, lo in (("--warmup", self.warmup, 0), ("--iterations", self.iterations, 1),
+                                ("--capture", self.capture, 1)):
+            if value < lo:
+                raise UsageError(f"{flag} must be >= {lo}, got {value}")
         if self.backend not in ("auto", "gloo", "nccl"):
-            raise ValueError(f"backend must be auto, gloo or nccl, got {self.backend!r}")
+            raise UsageError(f"--backend {self.backend!r}: must be auto, gloo or nccl")
         if self.script is None and self.example not in EXAMPLES:
-            raise ValueError(f"unknown example {self.example!r}; choose from {', '.join(EXAMPLES)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+            raise UsageError(f"--example {self.example!r}: unknown example; choose from {', '.join(EXAMPLES)}")
+        if not self.timeout_s > 0:
+            raise UsageError(f"--timeout must be > 0 (seconds), got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -175,8 +178,7 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
     say = progress or (lambda _msg: None)
     started = time.monotonic()
     script = script_path(cfg)
-    if cfg.out.exists() and not cfg.overwrite:
-        raise RecordError(f"{cfg.out}: already exists (use --overwrite to replace it)")
+    check_outputs([Output("-o/--out", cfg.out, "dir", cfg.overwrite)], inputs=[script])  # before any rank starts
     backend = _resolve_backend(cfg)
     cfg.out.resolve().parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{cfg.out.name}.raw-", dir=cfg.out.resolve().parent))

@@ -22,7 +22,9 @@ from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
-from nbox_trace.errors import InvalidInputError
+from nbox_trace.archive import traces_directory
+from nbox_trace.errors import InvalidInputError, UsageError
+from nbox_trace.files import Output, check_outputs
 
 __all__ = ["ReplayConfig", "baseline_scenario", "run_replay"]
 
@@ -31,8 +33,8 @@ COMPUTES = ("auto", "live", "recorded")
 DEVICES = ("auto", "cpu", "cuda")
 
 
-class ReplayConfigError(InvalidInputError):
-    """An invalid combination of replay options (the message names the option)."""
+class ReplayConfigError(UsageError):
+    """An invalid option or combination of replay options (the message names the flag as typed; exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class ReplayConfig:
                                     + (f" {list(self.ranks)}" if self.ranks is not None else " (>= 0)"))
         if self.timeout_s <= 0:
             raise ReplayConfigError(f"--timeout must be > 0, got {self.timeout_s}")
+        check_outputs([Output("--out", self.out, "dir")], inputs=[Path(self.bundle)])
 
 
 def baseline_scenario(source: ReplaySource, path: Path | None) -> tuple[Scenario, str]:
@@ -110,18 +113,24 @@ def _load(source: ReplaySource, ranks: Sequence[int] | None) -> dict[int, RankGr
 
 
 def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = None) -> ReplayReport:
-    """Replay ``config.bundle`` under the baseline and the what-if; see the module docstring.
+    """Replay ``config.bundle`` (a bundle directory, a ``.nbox`` archive or a bare Chakra ET) under the baseline
+    and the what-if; see the module docstring.
 
     Raises:
         NboxError subclasses: bad input (bundle, scenario, options), a replay that cannot finish.
     """
+    with traces_directory(config.bundle) as root:  # an archive is unpacked for the whole replay
+        return _replay(config, root, progress)
+
+
+def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | None) -> ReplayReport:
     say = progress or (lambda _msg: None)
-    source = open_source(config.bundle)
+    source = open_source(root, name=config.bundle)
     notices: list[str] = []
     compute, clock = config.compute, config.clock
     if source.device == "unknown":
         if compute == "live":
-            raise ReplayConfigError(f"{config.bundle}: a bare Chakra ET holds no operator schemas to re-execute; "
+            raise InvalidInputError(f"{config.bundle}: a bare Chakra ET holds no operator schemas to re-execute; "
                                     f"use --compute recorded")
         if clock == "real":
             notices.append("a bare Chakra ET (no manifest): replayed in virtual time with recorded compute")
@@ -130,7 +139,7 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
     needs_recorded = source.manifest is not None and source.manifest.extra.get("replay_compute") == "recorded"
     if needs_recorded:  # e.g. `nbox bundle anonymize --level strict`: no shapes to re-execute operators with
         if compute == "live":
-            raise ReplayConfigError(f"{config.bundle}: this bundle carries no tensor shapes (manifest "
+            raise InvalidInputError(f"{config.bundle}: this bundle carries no tensor shapes (manifest "
                                     f"replay_compute = recorded, an anonymized bundle?); use --compute recorded")
         if compute == "auto":
             notices.append("the bundle asks for recorded compute (no tensor shapes): operators are not re-executed")

@@ -66,8 +66,9 @@ def _recorded_world(manifest: Manifest | None, trace_set: TraceSet, groups: dict
     return max(candidates)
 
 
-def open_source(path: str | os.PathLike[str]) -> ReplaySource:
-    """Open and check a bundle directory or a bare Chakra ET.
+def open_source(path: str | os.PathLike[str], *, name: str | None = None) -> ReplaySource:
+    """Open and check a bundle directory or a bare Chakra ET (``name``: what the user called it, for messages and
+    the report, e.g. the ``.nbox`` archive ``path`` was unpacked from; default ``path``).
 
     Raises:
         InputNotFoundError: nothing there, or a rank's trace file named by the manifest is missing.
@@ -77,6 +78,7 @@ def open_source(path: str | os.PathLike[str]) -> ReplaySource:
     """
     trace_set, manifest = locate_traces(path)
     report = inspect_trace(trace_set)
+    path = name if name is not None else path
     fatal = [p for p in report.all_problems() if p.severity == "error" and p.code in FATAL_CODES]
     if fatal:
         lines = "\n".join(f"  {p.message}" + (f" (rank {p.rank}" + (f", node {p.node_id})" if p.node_id is not None

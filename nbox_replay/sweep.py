@@ -44,11 +44,11 @@ from emulator_core.world import resize, what_if_world
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.summary import RunSummary, speedup, summarize_sim
 from nbox_replay.virtual import simulate
-from nbox_trace.errors import InvalidInputError, OutputWriteError
+from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
 from nbox_trace.files import write_atomic
 
-__all__ = ["Axis", "SweepConfig", "SweepError", "SweepRow", "SweepWriteError", "format_table", "parse_axis",
-           "run_sweep", "write_csv", "write_plot"]
+__all__ = ["Axis", "PlotUnavailableError", "SweepConfig", "SweepError", "SweepRow", "SweepUsageError",
+           "SweepWriteError", "format_table", "parse_axis", "run_sweep", "write_csv", "write_outputs", "write_plot"]
 
 #: An axis value: what ``key=v`` parses to (TOML scalar rules: ``2`` int, ``2.0`` float, else a string).
 Value = int | float | str | bool
@@ -61,6 +61,14 @@ _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 class SweepError(InvalidInputError):
     """A sweep that cannot run as given (the message names the axis and value)."""
+
+
+class SweepUsageError(UsageError, SweepError):
+    """A malformed ``--vary``, ``--iterations`` or ``--jobs`` (exit code 2, like any bad argument)."""
+
+
+class PlotUnavailableError(SweepError):
+    """The PNG cannot be drawn: matplotlib is not installed (the CSV and the table need nothing)."""
 
 
 class SweepWriteError(OutputWriteError):
@@ -85,30 +93,30 @@ def parse_axis(text: str) -> Axis:
     """Parse ``key=v1,v2,...`` into an :class:`Axis` (values read like ``--set`` values).
 
     Raises:
-        SweepError: no ``=``, a malformed key, an empty or repeated value, or a bad ``world_size`` value.
+        SweepUsageError: no ``=``, a malformed key, an empty or repeated value, or a bad ``world_size`` value.
     """
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or not _KEY_RE.match(key):
-        raise SweepError(f"--vary {text!r}: expected KEY=V1,V2,... with a dotted scenario key or world_size, "
+        raise SweepUsageError(f"--vary {text!r}: expected KEY=V1,V2,... with a dotted scenario key or world_size, "
                          "e.g. world_size=8,64,512")
     parts = [p.strip() for p in raw.split(",")]
     if not raw.strip() or any(not p for p in parts):
-        raise SweepError(f"--vary {key}: empty value in {raw!r} (expected V1,V2,...)")
+        raise SweepUsageError(f"--vary {key}: empty value in {raw!r} (expected V1,V2,...)")
     values: list[Value] = []
     for p in parts:
         try:
             _, value = parse_override(f"{key}={p}")
         except ScenarioError as e:
-            raise SweepError(f"--vary {key}: value {p!r}: {e}") from None
+            raise SweepUsageError(f"--vary {key}: value {p!r}: {e}") from None
         values.append(value)
     if key == WORLD_SIZE:
         bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1]
         if bad:
-            raise SweepError(f"--vary {key}: values must be positive integers, got {bad[0]!r}")
+            raise SweepUsageError(f"--vary {key}: values must be positive integers, got {bad[0]!r}")
     dup = [v for i, v in enumerate(values) if v in values[:i]]
     if dup:
-        raise SweepError(f"--vary {key}: value {dup[0]!r} is listed twice")
+        raise SweepUsageError(f"--vary {key}: value {dup[0]!r} is listed twice")
     return Axis(key, tuple(values))
 
 
@@ -173,11 +181,11 @@ class SweepConfig:
             raise SweepError(f"recorded_world must be a positive integer, got {self.recorded_world!r}")
         axes = tuple(a if isinstance(a, Axis) else parse_axis(str(a)) for a in self.vary)
         if not axes:
-            raise SweepError("nothing to vary: give at least one --vary KEY=V1,V2,...")
+            raise SweepUsageError("nothing to vary: give at least one --vary KEY=V1,V2,...")
         keys = [a.key for a in axes]
         dup = [k for i, k in enumerate(keys) if k in keys[:i]]
         if dup:
-            raise SweepError(f"--vary {dup[0]}: the axis is given twice (list all its values in one --vary)")
+            raise SweepUsageError(f"--vary {dup[0]}: the axis is given twice (list all its values in one --vary)")
         for a in axes:
             if not a.values:
                 raise SweepError(f"--vary {a.key}: no values")
@@ -185,9 +193,9 @@ class SweepConfig:
         if points > MAX_POINTS:
             raise SweepError(f"the grid has {points} points, over the limit of {MAX_POINTS}; vary fewer values")
         if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) or self.repetitions < 1:
-            raise SweepError(f"repetitions must be a positive integer, got {self.repetitions!r}")
+            raise SweepUsageError(f"--iterations must be a positive integer, got {self.repetitions!r}")
         if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
-            raise SweepError(f"jobs must be a positive integer, got {self.jobs!r}")
+            raise SweepUsageError(f"--jobs must be a positive integer, got {self.jobs!r}")
         object.__setattr__(self, "traces", pairs)
         object.__setattr__(self, "groups", group_pairs)
         object.__setattr__(self, "vary", axes)
@@ -381,18 +389,41 @@ def write_plot(rows: Sequence[SweepRow], path_png: Path) -> list[Path]:
     the line labels. Returns ``[png, csv]``.
 
     Raises:
-        SweepError: no rows, or matplotlib is not installed (``pip install 'nbox[plots]'``).
+        SweepError: no rows.
+        PlotUnavailableError: matplotlib is not installed (``pip install 'nbox[plots]'``); nothing is written.
         SweepWriteError: a file cannot be written.
     """
     if not rows:
         raise SweepError("nothing to plot: the sweep has no rows")
+    path_png = Path(path_png)
+    png = _plot_png(rows, path_png, lambda: write_csv(rows, path_png.with_suffix(".csv")))
+    return [png, path_png.with_suffix(".csv")]
+
+
+def write_outputs(rows: Sequence[SweepRow], out_dir: Path, notice: Callable[[str], None]) -> list[Path]:
+    """What ``nbox sweep`` writes into ``out_dir``: ``sweep.csv`` always, then ``sweep.png`` when matplotlib is
+    installed; without it ``notice`` says what the PNG needs. Returns the files written (CSV first).
+
+    Raises:
+        SweepError: no rows. SweepWriteError: a file cannot be written.
+    """
+    if not rows:
+        raise SweepError("nothing to write: the sweep has no rows")
+    written = [write_csv(rows, Path(out_dir) / "sweep.csv")]
+    try:
+        written.append(_plot_png(rows, Path(out_dir) / "sweep.png", lambda: written[0]))
+    except PlotUnavailableError as exc:
+        notice(f"{exc}; wrote the CSV and the table without it")
+    return written
+
+
+def _plot_png(rows: Sequence[SweepRow], path_png: Path, before: Callable[[], Path]) -> Path:
+    """Draw the PNG (see :func:`write_plot`); ``before`` runs once matplotlib is known to be there."""
     try:
         from matplotlib.figure import Figure  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        raise SweepError("plotting needs matplotlib: pip install 'nbox[plots]' (the CSV can be written without it)"
-                         ) from None
-    path_png = Path(path_png)
-    csv_path = write_csv(rows, path_png.with_suffix(".csv"))
+        raise PlotUnavailableError("the PNG plot needs matplotlib: pip install 'nbox[plots]'") from None
+    before()
     keys = [k for k, _ in rows[0].values]
     xs_all = list(dict.fromkeys(r.values[0][1] for r in rows))
     numeric = _numeric(xs_all)
@@ -429,17 +460,25 @@ def write_plot(rows: Sequence[SweepRow], path_png: Path) -> list[Path]:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     write_atomic(path_png, buf.getvalue(), error=SweepWriteError)
-    return [path_png, csv_path]
+    return path_png
 
 
 def format_table(rows: Sequence[SweepRow]) -> str:
-    """A fixed-width text table of the rows (times in ms, speedup as ``x``), one line per row."""
+    """A fixed-width text table of the rows, one line per row: each time column in one unit that suits it
+    (:func:`nbox_trace.units.time_unit`, named in its header), speedup as ``x``."""
+    from nbox_trace.units import format_in, time_unit
+
     if not rows:
         return "(no rows)\n"
     keys = [k for k, _ in rows[0].values]
-    head = [*keys, "iteration ms", "compute ms", "exposed comm ms", "overlapped comm ms", "speedup"]
-    body = [[*(_fmt_value(v) for _, v in r.values), f"{r.iteration_us / 1000:.3f}", f"{r.compute_us / 1000:.3f}",
-             f"{r.exposed_comm_us / 1000:.3f}", f"{r.overlapped_comm_us / 1000:.3f}", f"{r.speedup:.2f}x"]
+    figures = (("iteration", "iteration_us"), ("compute", "compute_us"), ("exposed comm", "exposed_comm_us"),
+               ("overlapped comm", "overlapped_comm_us"))
+    units = [time_unit(getattr(r, attr) for r in rows) for _, attr in figures]
+    digits = [None if u[0] == "us" else 3 for u in units]
+    head = [*keys, *(f"{name} {u[0]}" for (name, _), u in zip(figures, units, strict=True)), "speedup"]
+    cols = list(zip(figures, units, digits, strict=True))
+    body = [[*(_fmt_value(v) for _, v in r.values),
+             *(format_in(getattr(r, attr), u, digits=d) for (_, attr), u, d in cols), f"{r.speedup:.2f}x"]
             for r in rows]
     widths = [max(len(head[c]), *(len(b[c]) for b in body)) for c in range(len(head))]
     nkeys = len(keys)

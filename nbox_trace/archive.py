@@ -467,6 +467,17 @@ def bundle_directory(path: str | os.PathLike[str], *, limits: ArchiveLimits = Ar
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def traces_directory(path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[Path]:
+    """What every command that reads traces opens (``nbox trace inspect``, ``replay``, ``sweep``): a file named
+    ``*.nbox`` is a bundle archive, unpacked and checked by :func:`bundle_directory` into a temporary directory
+    for the block; anything else (a bundle directory, a bare Chakra ET file, directory or ``<prefix>``) is
+    passed through as it is, for :func:`nbox_trace.bundle.locate_traces` to read."""
+    p = Path(path)
+    if p.name.endswith(ARCHIVE_SUFFIX) and p.is_file():
+        return bundle_directory(p)
+    return contextlib.nullcontext(p)
+
+
 def _unpack_members(reader: _Reader, manifest: Manifest, tmp_real: str) -> None:
     listed = {e.path: e for e in manifest.files}
     seen: set[str] = set()

@@ -25,6 +25,7 @@ from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import as_int, attr_map
 from nbox_trace.chakra.codec import EtReader
 from nbox_trace.contract import comm_type_name
+from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time_unit
 
 #: Version of the JSON document :meth:`BundleDiff.to_dict` produces.
 DIFF_SCHEMA = "nbox.bundle-diff/1"
@@ -249,29 +250,43 @@ class BundleDiff:
         out.append(f"environment: {len(self.environment)} change(s)")
         out += [f"  {c.key}: {_short(c.a)} -> {_short(c.b)}" for c in self.environment]
         it = self.iteration_time
-        fmt = "{median:.0f}/{p10:.0f}/{p90:.0f} us (n={n})"
-        a_txt = "not measured" if it.a is None else fmt.format(**it.a)
-        b_txt = "not measured" if it.b is None else fmt.format(**it.b)
-        out.append(f"iteration time median/p10/p90: A {a_txt}  B {b_txt}"
-                   + (f"  delta {it.median_delta_us:+.0f} us (x{it.ratio:.2f})"
-                      if it.median_delta_us is not None and it.ratio is not None else ""))
+        unit = time_unit([v for d in (it.a, it.b) if d is not None for v in (d["median"], d["p10"], d["p90"])])
+
+        def spread(d: dict[str, Any] | None) -> str:
+            return "not measured" if d is None else (f"{format_in(d['median'], unit)}/{format_in(d['p10'], unit)}/"
+                                                     f"{format_in(d['p90'], unit)} {unit[0]} (n={d['n']})")
+
+        out.append(f"iteration time median/p10/p90: A {spread(it.a)}  B {spread(it.b)}"
+                   + (f"  delta {'+' if it.median_delta_us >= 0 else ''}{format_in(it.median_delta_us, unit)} "
+                      f"{unit[0]} (x{it.ratio:.2f})" if it.median_delta_us is not None and it.ratio is not None
+                      else ""))
         out.append(f"operators (per rank per iteration): {len(self.operators_added)} added, "
                    f"{len(self.operators_removed)} removed, {len(self.operators_count_changed)} count changed")
         out += [f"  + {n}" for n in self.operators_added[:top]] + [f"  - {n}" for n in self.operators_removed[:top]]
         out += [f"  ~ {o.name}: {o.a_count:g} -> {o.b_count:g}" for o in self.operators_count_changed[:top]]
-        out.append(f"  {'time by family (us)':<58}{'A':>10}{'B':>10}{'delta':>10}")
-        out += [f"  {f.family:<58}{f.a_us:>10.0f}{f.b_us:>10.0f}{f.delta_us:>+10.0f}" for f in self.families]
-        out.append(f"  {'time by operator (us), top ' + str(top):<58}{'A':>10}{'B':>10}{'delta':>10}")
-        out += [f"  {o.name[:56]:<58}{o.a_us:>10.0f}{o.b_us:>10.0f}{o.delta_us:>+10.0f}"
-                for o in self.operators[:top] if o.delta_us]
+        ops = [o for o in self.operators[:top] if o.delta_us]
+        tu = time_unit([v for r in self.families for v in (r.a_us, r.b_us, r.delta_us)]
+                       + [v for o in ops for v in (o.a_us, o.b_us, o.delta_us)])  # one unit for both tables
+        digits = None if tu[0] == "us" else 3
+
+        def t(v: float, sign: str = "") -> str:
+            return f"{format(v / tu[1], f'{sign}.{0 if digits is None else digits}f')}"
+
+        w = min(max([56, *(len(o.name) + 2 for o in ops)]), 90)  # the names as long as they are, up to 88
+        out.append(f"  {f'time by family ({tu[0]})':<{w}}{'A':>10}{'B':>10}{'delta':>10}")
+        out += [f"  {fit_label(f.family, w - 2):<{w}}{t(f.a_us):>10}{t(f.b_us):>10}{t(f.delta_us, '+'):>10}"
+                for f in self.families]
+        out.append(f"  {f'time by operator ({tu[0]}), top {top}':<{w}}{'A':>10}{'B':>10}{'delta':>10}")
+        out += [f"  {fit_label(o.name, w - 2):<{w}}{t(o.a_us):>10}{t(o.b_us):>10}{t(o.delta_us, '+'):>10}"
+                for o in ops]
         out.append("collectives (bytes per rank per iteration):")
-        out += [f"  {c.comm_type:<56}{c.a_bytes:>12.0f}{c.b_bytes:>12.0f}{c.b_bytes - c.a_bytes:>+12.0f}"
-                for c in self.comm_bytes]
-        out += [f"  count {c.comm_type} pg size {c.pg_size} {c.size_bytes} B: {c.a_count:g} -> {c.b_count:g}"
-                for c in self.collective_counts[:top]]
+        out += [f"  {fit_label(c.comm_type, 54):<56}{format_bytes(c.a_bytes):>12}{format_bytes(c.b_bytes):>12}"
+                f"{_signed_bytes(c.b_bytes - c.a_bytes):>12}" for c in self.comm_bytes]
+        out += [f"  count {c.comm_type} pg size {c.pg_size} {format_bytes(c.size_bytes)}: {c.a_count:g} -> "
+                f"{c.b_count:g}" for c in self.collective_counts[:top]]
         for c in (*self.collectives_resized, *self.collectives_added, *self.collectives_removed)[:top]:
-            out.append(f"  {c.kind} pg {c.pg_name!r} #{c.position} {c.comm_type}: {_short(c.a_bytes)} -> "
-                       f"{_short(c.b_bytes)} B (ranks {list(c.ranks)})")
+            out.append(f"  {c.kind} pg {c.pg_name!r} #{c.position} {c.comm_type}: {_bytes_or_dash(c.a_bytes)} -> "
+                       f"{_bytes_or_dash(c.b_bytes)} (ranks {list(c.ranks)})")
         out.append("verdict:")
         out += [f"  - {v}" for v in self.verdict]
         return out
@@ -279,7 +294,19 @@ class BundleDiff:
 
 def _short(value: Any, limit: int = 80) -> str:
     text = "-" if value is None else repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return fit_label(text, limit)
+
+
+def _bytes_or_dash(value: float | None) -> str:
+    return "-" if value is None else format_bytes(value)
+
+
+def _signed_us(delta_us: float) -> str:
+    return ("+" if delta_us > 0 else "") + format_us(delta_us)
+
+
+def _signed_bytes(delta: float) -> str:
+    return ("+" if delta > 0 else "") + format_bytes(delta)
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
@@ -343,8 +370,8 @@ def _verdict(d: dict[str, Any], a: _Side, b: _Side) -> list[str]:
     it: IterationTimeDiff = d["iteration_time"]
     if it.median_delta_us is not None and it.ratio is not None and it.a and it.b:
         word = "slower" if it.median_delta_us > 0 else "faster" if it.median_delta_us < 0 else "as fast"
-        out.append(f"B is {word}: median iteration {it.a['median']:.0f} us -> {it.b['median']:.0f} us "
-                   f"({it.median_delta_us:+.0f} us, x{it.ratio:.2f})")
+        out.append(f"B is {word}: median iteration {format_us(it.a['median'])} -> {format_us(it.b['median'])} "
+                   f"({_signed_us(it.median_delta_us)}, x{it.ratio:.2f})")
     else:
         side = " and ".join(s for s, v in (("A", it.a), ("B", it.b)) if v is None)
         out.append(f"iteration time not measured in {side}: no observed delta")
@@ -354,12 +381,13 @@ def _verdict(d: dict[str, Any], a: _Side, b: _Side) -> list[str]:
     for f in [f for f in families if abs(f.delta_us) >= max(1.0, 0.01 * total)][:3]:
         tops = [o for o in ops if o.family == f.family and o.delta_us * f.delta_us > 0][:2]
         what = "communication time" if f.family == "comm" else f"{f.family} compute"
-        out.append(f"{what} {f.delta_us:+.0f} us per rank per iteration ({f.a_us:.0f} -> {f.b_us:.0f}); most from "
-                   + ", ".join(f"{o.name} {o.delta_us:+.0f} us" for o in tops))
+        out.append(f"{what} {_signed_us(f.delta_us)} per rank per iteration ({format_us(f.a_us)} -> "
+                   f"{format_us(f.b_us)}); most from " + ", ".join(f"{o.name} {_signed_us(o.delta_us)}" for o in tops))
     for c in d["comm_bytes"]:
         if c.a_bytes != c.b_bytes:
             pct = f" ({(c.b_bytes - c.a_bytes) / c.a_bytes:+.0%})" if c.a_bytes else ""
-            out.append(f"{c.comm_type} traffic {c.a_bytes:.0f} -> {c.b_bytes:.0f} bytes per rank per iteration{pct}")
+            out.append(f"{c.comm_type} traffic {format_bytes(c.a_bytes)} -> {format_bytes(c.b_bytes)} per rank per "
+                       f"iteration{pct}")
     n_res, n_add, n_rem = (len(d[k]) for k in ("collectives_resized", "collectives_added", "collectives_removed"))
     if n_res or n_add or n_rem:
         out.append(f"collective sequence: {n_res} resized, {n_add} added, {n_rem} removed (by position)")

@@ -16,6 +16,7 @@ from typing import Any
 
 from nbox_trace.bundle import COMM_GROUP_NAME, MANIFEST_NAME, Manifest, read_manifest, trace_prefix
 from nbox_trace.check import RankReport, TraceReport, inspect_trace
+from nbox_trace.units import format_bytes, format_in, time_unit
 
 #: Version of the JSON document :meth:`BundleSummary.to_dict` produces.
 INSPECT_SCHEMA = "nbox.bundle-inspect/1"
@@ -123,19 +124,25 @@ class BundleSummary:
         for pg, members in sorted(self.process_groups.items()):
             out.append(f"  process group {pg!r}: ranks {members if members is not None else 'unknown'}")
         it = self.iteration_time_us
-        out.append("observed iteration time: not measured" if it is None else
-                   f"observed iteration time: median {it['median']:.0f} us, p10 {it['p10']:.0f}, "
-                   f"p90 {it['p90']:.0f} (n={it['n']})")
+        if it is None:
+            out.append("observed iteration time: not measured")
+        else:
+            unit = time_unit([it["median"], it["p10"], it["p90"]])
+            out.append(f"observed iteration time ({unit[0]}): median {format_in(it['median'], unit)}, "
+                       f"p10 {format_in(it['p10'], unit)}, p90 {format_in(it['p90'], unit)} (n={it['n']})")
         out.append("capture: " + ", ".join(f"{k} {v}" for k, v in sorted(self.capture.items())))
+        cu = time_unit(r.comp_duration_us for r in self.ranks)  # one unit across the ranks' lines
+        pu = time_unit(r.critical_path_us for r in self.ranks)
         for r in self.ranks:
-            colls = "; ".join(f"{c.comm_type}@{c.pg_name} x{c.count} {c.total_bytes} B" for c in r.collectives)
-            out.append(f"rank {r.rank}: {r.node_count} nodes, compute {r.comp_duration_us} us, critical path "
-                       f"{r.critical_path_us} us, collectives: {colls or 'none'}"
+            colls = "; ".join(f"{c.comm_type}@{c.pg_name} x{c.count} {format_bytes(c.total_bytes)}"
+                              for c in r.collectives)
+            out.append(f"rank {r.rank}: {r.node_count} nodes, compute {format_in(r.comp_duration_us, cu)} {cu[0]}, "
+                       f"critical path {format_in(r.critical_path_us, pu)} {pu[0]}, collectives: {colls or 'none'}"
                        + (f", p2p {r.p2p_sends} send / {r.p2p_recvs} recv" if r.p2p_sends or r.p2p_recvs else ""))
         out.append(f"trace problems: {self.problem_count}")
         out.extend(f"MISSING: {path} is listed in the manifest but not on disk" for path in self.missing_files)
         present = len(self.files) - len(self.missing_files) + 1
-        out.append(f"size on disk: {self.size_on_disk_bytes} bytes in {present} files")
+        out.append(f"size on disk: {format_bytes(self.size_on_disk_bytes)} in {present} files")
         return out
 
 

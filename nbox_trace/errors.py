@@ -9,7 +9,7 @@ code  meaning
 ====  =========================================================================
 0     success
 1     the command ran and found problems (``--strict``), or a check failed
-2     usage error (bad flag or argument; raised by the CLI parser)
+2     usage error: a bad flag or argument, raised by the CLI parser or as :class:`UsageError`
 3     invalid input: a trace, bundle or config that cannot be decoded or breaks a limit
 4     input not found: a path that does not exist or holds no trace
 5     output could not be written
@@ -23,6 +23,14 @@ class NboxError(Exception):
     """Base class of every error nbox raises on purpose."""
 
     exit_code: int = 1
+
+
+class UsageError(NboxError):
+    """An invalid option, value of an option, or combination of options: the message names the flag as typed
+    (``--clock``, ``--overwrite``), so the user can fix the command line. Exit code 2, like the parser's own errors.
+    """
+
+    exit_code = 2
 
 
 class InputNotFoundError(NboxError):

@@ -14,11 +14,71 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from nbox_trace.errors import OutputWriteError
+from nbox_trace.errors import OutputWriteError, UsageError
 
-__all__ = ["write_atomic", "write_json_atomic"]
+__all__ = ["Output", "check_outputs", "write_atomic", "write_json_atomic"]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output a command will write, as the user named it.
+
+    Attributes:
+        flag: the option as typed (``--out``, ``-o``, ``--save-key``), for the message.
+        path: where it goes (None: not asked for; skipped).
+        kind: ``"dir"`` (a folder written into or created), or ``"file"`` (one file).
+        overwrite: None: an existing output of the right kind is replaced or written into (timelines, a sweep's
+            CSV, a calibrated TOML); False: it must not exist (a bundle, an archive, a key without
+            ``--overwrite``); True: it may exist and is replaced.
+    """
+
+    flag: str
+    path: Path | None
+    kind: str = "file"
+    overwrite: bool | None = None
+
+
+def check_outputs(outputs: Sequence[Output], *, inputs: Sequence[Path | None] = ()) -> None:
+    """The one check, before anything is written or run, that every output can be written where the user asked:
+    an existing file where a folder is needed (or a folder where a file is), a parent that is a file, an
+    existing output without ``--overwrite``, two outputs at the same path, an output that is one of the
+    ``inputs`` (or, when the output is replaced as a whole, holds one). Commands call it first, so a clash
+    never leaves half the outputs written.
+
+    Raises:
+        UsageError: a clash; the message names the flag as typed and the path.
+        OutputWriteError: an output that exists, without ``--overwrite`` (the message names ``--overwrite``).
+    """
+    seen: dict[Path, str] = {}
+    ins = [(Path(i).resolve(), Path(i)) for i in inputs if i is not None]
+    for out in outputs:
+        if out.path is None:
+            continue
+        path = Path(out.path)
+        where = f"{out.flag} {path}"
+        if out.kind == "dir" and path.exists() and not path.is_dir():
+            raise UsageError(f"{where}: is an existing file, but a folder is needed here")
+        if out.kind == "file" and path.is_dir():
+            raise UsageError(f"{where}: is an existing folder, but a file is needed here")
+        parent = next((a for a in path.absolute().parents if a.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise UsageError(f"{where}: {parent} is a file, so nothing can be written under it")
+        real = path.resolve()
+        if real in seen:
+            raise UsageError(f"{where}: {seen[real]} names the same path; give each output its own")
+        seen[real] = out.flag
+        for resolved, given in ins:
+            if real == resolved or (out.overwrite is not None and resolved.is_relative_to(real)):
+                what = "is" if real == resolved else "holds"
+                raise UsageError(f"{where}: {what} the input {given}; writing there would replace or alter it "
+                                 f"(name another path)")
+    for out in outputs:  # last, worded as the bundle writers word it (exit 5): every clash above is named first
+        if out.path is not None and out.overwrite is False and (Path(out.path).exists() or Path(out.path).is_symlink()):
+            raise OutputWriteError(f"{out.path}: already exists (use --overwrite to replace it)")
 
 
 def write_atomic(path: Path, data: bytes | str, *, durable: bool = False,

@@ -115,7 +115,7 @@ def test_diff_of_a_bundle_with_its_archive_is_empty_and_with_another_explains_it
     assert same["schema"] == "nbox.bundle-diff/1" and same["iteration_time"]["ratio"] == 1.0
     assert not same["collectives_resized"] and not same["operators_added"]
     other = nbox("bundle", "diff", DDP, ROOT / "traces" / "ddp_transformer")
-    assert other.returncode == 0 and "verdict" in other.stderr and "slower" in other.stderr
+    assert other.returncode == 0 and "verdict" in other.stdout and "slower" in other.stdout  # issue 13: stdout
 
 
 def test_anonymize_with_a_saved_key_is_reproducible_verifies_and_replays_the_same(tmp_path: Path) -> None:

@@ -63,8 +63,8 @@ def test_bundle_inspect_names_a_missing_listed_trace_and_exits_1(tmp_path: Path)
     broken = _broken(tmp_path)
     human = nbox("bundle", "inspect", broken)
     assert human.returncode == 1, human.stderr
-    assert "MISSING: trace/trace.1.et is listed in the manifest but not on disk" in human.stderr
-    assert "in 3 files" in human.stderr  # manifest, comm_group.json, trace.0.et: the missing one is not counted
+    assert "MISSING: trace/trace.1.et is listed in the manifest but not on disk" in human.stdout
+    assert "in 3 files" in human.stdout  # manifest, comm_group.json, trace.0.et: the missing one is not counted
     doc = nbox("bundle", "inspect", broken, "--json")
     assert doc.returncode == 1 and json.loads(doc.stdout)["missing_files"] == ["trace/trace.1.et"]
     assert json.loads(nbox("bundle", "inspect", DDP, "--json").stdout)["missing_files"] == []

@@ -13,6 +13,7 @@ from nbox_trace.bundle import MANIFEST_NAME, read_manifest, trace_prefix
 from nbox_trace.bundle_inspect import INSPECT_SCHEMA, inspect_bundle
 from nbox_trace.check import inspect_trace
 from nbox_trace.errors import InputNotFoundError, InvalidInputError
+from nbox_trace.units import format_bytes
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 BUNDLES = sorted(p.name for p in TRACES.iterdir() if (p / MANIFEST_NAME).is_file())
@@ -61,7 +62,8 @@ def test_inspect_matches_manifest_and_traces(name: str) -> None:
     assert doc["size_on_disk_bytes"] == s.size_on_disk_bytes
     assert len(doc["ranks"]) == len(s.ranks)
     text = "\n".join(s.lines())
-    assert m.job["script"] in text and f"{s.size_on_disk_bytes} bytes" in text
+    # Issue 13: bytes in IEC units everywhere (it printed "72162 bytes" here, "1.6 MiB" elsewhere).
+    assert m.job["script"] in text and f"size on disk: {format_bytes(s.size_on_disk_bytes)} in" in text
 
 
 def test_not_a_bundle_names_the_path(tmp_path: Path) -> None:

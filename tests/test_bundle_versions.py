@@ -76,7 +76,7 @@ def test_a_newer_major_is_refused_naming_the_nbox_that_reads_it(tmp_path: Path) 
     report = verify_bundle(b)
     assert not report.ok and report.checks[0].name == "manifest" and "9.1.0" in report.checks[0].problems[0]
     proc = nbox("bundle", "verify", b)
-    assert proc.returncode == 1 and "newer than this nbox" in proc.stderr
+    assert proc.returncode == 1 and "newer than this nbox" in proc.stdout  # issue 13: the report is on stdout
     proc = nbox("replay", b, "--clock", "virtual")
     assert proc.returncode == 3 and "newer than this nbox" in proc.stderr
 

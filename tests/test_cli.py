@@ -172,20 +172,22 @@ def test_json_is_one_document_on_stdout(clean_trace: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_human_output_goes_to_stderr(clean_trace: Path) -> None:
+def test_human_output_goes_to_stdout(clean_trace: Path) -> None:
+    """Issue 13: "all human output goes to stderr, so `nbox scenario cost ... | grep ring` prints nothing": the
+    report is the result, on stdout (it used to be asserted on stderr, the bug); stderr stays quiet."""
     proc = nbox("trace", "inspect", clean_trace)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ""
-    assert "2 rank(s)" in proc.stderr
-    assert "no problems found" in proc.stderr
+    assert proc.stderr == ""
+    assert "2 rank(s)" in proc.stdout
+    assert "no problems found" in proc.stdout
 
 
 def test_human_output_lists_problems(dangling_trace: Path) -> None:
     proc = nbox("trace", "inspect", dangling_trace)
     assert proc.returncode == 0  # problems alone do not fail without --strict
-    assert proc.stdout == ""
-    assert "dangling-dep" in proc.stderr
-    assert "names id 99" in proc.stderr
+    assert proc.stderr == ""  # issue 13: the report is on stdout
+    assert "dangling-dep" in proc.stdout
+    assert "names id 99" in proc.stdout
 
 
 @needs_samples
@@ -208,7 +210,7 @@ def test_json_on_a_sample_matches_library() -> None:
 def test_strict_exits_1_on_problems(dangling_trace: Path) -> None:
     proc = nbox("trace", "inspect", dangling_trace, "--strict")
     assert proc.returncode == EXIT_PROBLEMS
-    assert proc.stdout == ""
+    assert "dangling-dep" in proc.stdout  # issue 13: the report is on stdout, --strict only sets the exit code
     assert "Traceback" not in proc.stderr
 
 
@@ -228,10 +230,10 @@ def test_strict_exits_0_on_clean_crafted(clean_trace: Path) -> None:
 def test_strict_on_samples() -> None:
     proc = nbox("trace", "inspect", T3D, "--strict")
     assert proc.returncode == 0, proc.stderr
-    assert "no problems found" in proc.stderr
+    assert "no problems found" in proc.stdout
     proc = nbox("trace", "inspect", GLOO / "typetest.0.et", "--strict")
     assert proc.returncode == EXIT_PROBLEMS
-    assert "wrong-attr-kind" in proc.stderr
+    assert "wrong-attr-kind" in proc.stdout
 
 
 @needs_samples
@@ -349,7 +351,7 @@ def test_human_output_prints_untrusted_text_verbatim(tmp_path: Path, case: str) 
     proc = nbox("trace", "inspect", d)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert text in proc.stderr
+    assert text in proc.stdout
 
 
 def test_every_path_a_help_example_names_exists() -> None:

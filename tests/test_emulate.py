@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from nbox_record.emulate import SCHEMA, EmulateConfig, _quantile
+from nbox_trace.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,15 +57,16 @@ def test_config_is_validated_at_construction() -> None:
     cfg = EmulateConfig(world_size=8, nproc=2)
     assert cfg.real_ranks == (0, 1)
     assert EmulateConfig(world_size=8, nproc=2, real_ranks=(3, 7)).real_ranks == (3, 7)
-    with pytest.raises(ValueError, match="real rank 8"):
+    # Issue 13: "library errors escape as `ValueError` (... `EmulateConfig` ...)": a UsageError naming the flag.
+    with pytest.raises(UsageError, match="--real-ranks: real rank 8"):
         EmulateConfig(world_size=8, nproc=2, real_ranks=(0, 8))
-    with pytest.raises(ValueError, match="not distinct"):
+    with pytest.raises(UsageError, match="not distinct"):
         EmulateConfig(world_size=8, nproc=2, real_ranks=(1, 1))
-    with pytest.raises(ValueError, match="nproc is 3"):
+    with pytest.raises(UsageError, match="nproc is 3"):
         EmulateConfig(world_size=8, nproc=3, real_ranks=(0, 1))
-    with pytest.raises(ValueError, match=r"1\.\.world_size 2"):
+    with pytest.raises(UsageError, match=r"-n/--nproc-per-node .*1\.\.world_size 2"):
         EmulateConfig(world_size=2, nproc=3)
-    with pytest.raises(ValueError, match="unknown example"):
+    with pytest.raises(UsageError, match="--example 'nope': unknown example"):
         EmulateConfig(world_size=8, example="nope")
 
 
@@ -85,9 +87,9 @@ def test_ddp_mlp_one_real_rank_sees_eight() -> None:
 def test_ddp_mlp_two_real_ranks_human_report() -> None:
     proc = nbox("emulate", "--world-size", 8, "--real-ranks", "0,4", "--warmup", 2, "--iterations", 4)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout == ""  # human text goes to stderr
-    assert "get_world_size() = 8" in proc.stderr and "all_reduce" in proc.stderr
-    assert "real rank(s) [0, 4]" in proc.stderr
+    # Issue 13: the final summary is the result, on stdout (it was asserted on stderr, the bug).
+    assert "get_world_size() = 8" in proc.stdout and "all_reduce" in proc.stdout
+    assert "real rank(s) [0, 4]" in proc.stdout
 
 
 @pytest.mark.integration

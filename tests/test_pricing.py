@@ -11,10 +11,11 @@ import pytest
 
 from emulator_core import costmodels as cm
 from emulator_core.answer import Fabric
-from emulator_core.pricing import group_shape, link_for, make_pricer, price, price_group
+from emulator_core.pricing import PricingError, group_shape, link_for, make_pricer, price, price_group
 from emulator_core.scenario import Dimension, Scenario, ScenarioError, Topology
 from emulator_core.scenario_files import load_scenario, shipped_scenarios
 from emulator_core.world import resize
+from nbox_trace.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 DGX = ROOT / "emulator_core" / "scenarios" / "dgx_h100_400g.toml"
@@ -55,8 +56,12 @@ def test_world_size_grows_the_outermost_dimension() -> None:
 
 
 def test_unknown_algorithm_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="known: ring"):
+    """Issue 13: 'library errors escape as `ValueError` (... pricing)': an unknown --algorithm is a usage error
+    (exit 2) naming the flag; an unknown collective too."""
+    with pytest.raises(UsageError, match=r"--algorithm 'quantum'.*known: ring"):
         price(load_scenario(DGX), "all_reduce", 1, "quantum")
+    with pytest.raises(UsageError, match="collective 'allreduce': unknown; known: all_reduce"):
+        price(load_scenario(DGX), "allreduce", 1)
 
 
 def nbox(*args: object) -> subprocess.CompletedProcess[str]:
@@ -70,7 +75,15 @@ def test_cost_command_json_and_human() -> None:
     doc = json.loads(proc.stdout)
     assert doc["world_size"] == 1024 and doc["auto"] == "hierarchical" and len(doc["algorithms"]) == 5
     human = nbox("scenario", "cost", "all_gather", "--bytes", 1 << 20, "--world-size", 64, "--what-if", DGX)
-    assert human.returncode == 0 and human.stdout == "" and "over 64 ranks" in human.stderr
+    # Issue 13: "all human output goes to stderr, so `nbox scenario cost ... | grep ring` prints nothing":
+    # the table is the result, on stdout; stderr stays empty. Bytes in IEC units, one time unit per column.
+    assert human.returncode == 0 and human.stderr == "" and "over 64 ranks" in human.stdout
+    assert "1.0 MiB per rank" in human.stdout and "ring" in human.stdout
+    header = next(line for line in human.stdout.splitlines() if "algorithm" in line)
+    unit = header.split("time ")[1].split()[0]
+    assert unit in ("us", "ms", "s")
+    rows = human.stdout.splitlines()[2:]
+    assert rows and all(" us" not in r and " ms" not in r for r in rows)  # the unit is in the header only
 
 
 def test_show_round_trips_and_validate_names_the_bad_key(tmp_path: Path) -> None:
@@ -79,7 +92,7 @@ def test_show_round_trips_and_validate_names_the_bad_key(tmp_path: Path) -> None
     (tmp_path / "s.toml").write_text(shown.stdout)
     assert load_scenario(tmp_path / "s.toml").world_size == 2048
     ok = nbox("scenario", "validate", tmp_path / "s.toml")
-    assert ok.returncode == 0 and "valid: world size 2048" in ok.stderr
+    assert ok.returncode == 0 and "valid: world size 2048" in ok.stdout  # issue 13: results on stdout
     bad = nbox("scenario", "validate", DGX, "--set", "topology.dims.1.bandwidth_gbps=-3")
     assert bad.returncode == 3 and "topology.dims[1].bandwidth_gbps = -3" in bad.stderr
     assert "Traceback" not in bad.stderr
@@ -92,9 +105,9 @@ def test_group_shape_finds_the_dimensions_a_group_spans() -> None:
     rail = group_shape(s, range(0, 64, 8))  # GPU 0 of every node
     assert [(n, d.name) for n, d in rail.dims] == [(8, s.topology.dims[1].name)]
     assert [n for n, _ in group_shape(s).dims] == [8, 8]
-    with pytest.raises(ValueError, match=r"outside 0\.\.63"):
+    with pytest.raises(PricingError, match=r"outside 0\.\.63"):  # issue 13: no ValueError from the library
         group_shape(s, [0, 64])
-    with pytest.raises(ValueError, match="twice"):
+    with pytest.raises(PricingError, match="twice"):
         group_shape(s, [1, 1])
 
 
@@ -161,4 +174,4 @@ def test_scenario_cost_stars_the_scenario_s_own_algorithm() -> None:
     assert price(s, "all_reduce", 1 << 30)[1] == "ring"
     proc = nbox("scenario", "cost", "all_reduce", "--bytes", 1 << 30, "--what-if", DGX, "--set",
                 "algorithms.all_reduce=ring")
-    assert proc.returncode == 0 and "the scenario sets ring" in proc.stderr
+    assert proc.returncode == 0 and "the scenario sets ring" in proc.stdout

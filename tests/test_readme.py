@@ -41,7 +41,7 @@ def test_readme_main_command_records_and_replays(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", "nbox", *args], cwd=tmp_path, capture_output=True, text=True,
                               timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert proc.returncode == 0, proc.stderr
-        outputs.append(proc.stderr)
+        outputs.append(proc.stdout)  # issue 13: results (record's summary, replay's report) on stdout
     assert "wrote nbox-example.bundle" in outputs[0]  # it says where the bundle is
     report = outputs[1]  # the comparison: recorded, baseline, what-if at 64 ranks
     assert "recorded (observed, un-instrumented)" in report and "baseline W=2" in report

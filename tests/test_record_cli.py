@@ -80,7 +80,7 @@ def test_fsdp2_example_records_shard_sized_all_gathers_and_reduce_scatters(tmp_p
     out = tmp_path / "fsdp.bundle"
     proc = nbox("record", "--example", "fsdp2_transformer", "--warmup", 2, "--iterations", 3, "-o", out)
     assert proc.returncode == 0, proc.stderr
-    assert f"wrote {out}" in proc.stderr
+    assert f"wrote {out}" in proc.stdout  # issue 13: record's final summary is on stdout
     check_bundle(out)
     module = importlib.import_module("nbox_record.examples.fsdp2_transformer")
     model = module.build_model()
@@ -191,7 +191,7 @@ def test_keep_partial_marks_the_bundle_incomplete(tmp_path: Path) -> None:
     assert failed.returncode != 0 and not out.exists()
     kept = nbox(*args, "--keep-partial", "--", script)
     assert kept.returncode == 1, kept.stderr
-    assert "INCOMPLETE" in kept.stderr
+    assert "INCOMPLETE" in kept.stdout
     assert read_manifest(out).complete is False
 
 

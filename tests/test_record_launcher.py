@@ -10,6 +10,7 @@ import pytest
 
 from nbox_record import launcher as L
 from nbox_record import rawformat as raw
+from nbox_trace.errors import UsageError
 from nbox_trace.launch import LaunchResult, command, environment, root_cause, root_error
 
 
@@ -32,16 +33,19 @@ def failure(c: L.RecordConfig, work: Path, log_dir: Path, rc: int | None, timed_
 
 
 @pytest.mark.parametrize(("kw", "match"), [
-    ({"nproc_per_node": 0}, "nproc_per_node"),
-    ({"iterations": 0}, "iterations"),
-    ({"warmup": -1}, "warmup"),
-    ({"backend": "mpi"}, "backend"),
-    ({"example": "resnet"}, "unknown example 'resnet'"),
-    ({"timeout_s": 0}, "timeout_s"),
+    ({"nproc_per_node": 0}, "-n/--nproc-per-node"),
+    ({"iterations": 0}, "--iterations"),
+    ({"warmup": -1}, "--warmup"),
+    ({"backend": "mpi"}, "--backend 'mpi'"),
+    ({"example": "resnet"}, "--example 'resnet': unknown example"),
+    ({"timeout_s": 0}, "--timeout"),
 ])
 def test_config_names_the_bad_value(tmp_path: Path, kw: dict[str, object], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    """Issue 13: "library errors escape as `ValueError` (`RecordConfig`, ...)" and "messages name flags as
+    typed": a bad option is a UsageError (exit 2) naming the flag."""
+    with pytest.raises(UsageError, match=match) as err:
         cfg(tmp_path, **kw)
+    assert err.value.exit_code == 2
 
 
 def test_launch_goes_through_torchrun_with_no_restarts(tmp_path: Path) -> None:

@@ -97,7 +97,10 @@ def test_format_table(rows: list[SweepRow]) -> None:
     text = format_table(rows)
     lines = text.splitlines()
     assert len(lines) == 2 + len(rows)
-    assert lines[0].split()[:2] == ["world_size", BW] and "iteration ms" in lines[0]
+    assert lines[0].split()[:2] == ["world_size", BW]
+    # Issue 13: '"11.0 ms" and "6467 us" share a column': each time column has one unit, named in its header.
+    unit = lines[0].split("iteration ")[1].split()[0]
+    assert unit in ("us", "ms", "s") and not any(" us" in b or " ms" in b for b in lines[2:])
     assert lines[2].split()[-1] == "1.00x"
     assert format_table([]) == "(no rows)\n"
 

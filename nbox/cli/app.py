@@ -5,7 +5,9 @@ Each command group lives in its own module (``trace``, ``record``, ``scenario``,
 commands that parse arguments into one frozen config and call one library function. Engines are imported lazily
 inside each command, so ``nbox --help`` never loads torch.
 
-Output conventions: human text on stderr (rich), ``--json`` prints exactly one JSON document on stdout.
+Output conventions: results (reports, tables, summaries) on stdout, progress and notices on stderr, ``--json``
+prints exactly one JSON document on stdout instead of the human text. Usage errors (a parser error or a
+:class:`~nbox_trace.errors.UsageError`) exit 2.
 """
 
 from __future__ import annotations

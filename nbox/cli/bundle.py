@@ -3,7 +3,7 @@
 Each parses its arguments, calls one library function (:mod:`nbox_trace.bundle_inspect`,
 :mod:`nbox_trace.bundle_verify`, :mod:`nbox_trace.archive`, :mod:`nbox_trace.bundle_diff`,
 :mod:`nbox_trace.anonymize`) and
-prints the result: human text on stderr, or exactly one JSON document on stdout with ``--json``.
+prints the result on stdout: human text, or exactly one JSON document with ``--json``.
 Commands that read a bundle accept a directory or a ``.nbox`` archive (unpacked, checked, into a
 temporary directory that is removed afterwards).
 """
@@ -29,10 +29,8 @@ _JSON = Annotated[bool, typer.Option("--json", help="Print one JSON document on 
 
 
 def _emit(doc: dict[str, Any], lines: list[str], json_out: bool) -> None:
-    if json_out:
-        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
-    else:
-        sys.stderr.write("\n".join(lines) + "\n")
+    """The command's result on stdout: one JSON document, or the human lines."""
+    sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n" if json_out else "\n".join(lines) + "\n")
 
 
 def _as_directory(path: Path) -> contextlib.AbstractContextManager[Path]:
@@ -95,10 +93,13 @@ def pack_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory (it m
       nbox bundle pack traces/ddp_mlp -o ddp_mlp.nbox
     """
     from nbox_trace.archive import pack_bundle
+    from nbox_trace.files import Output, check_outputs
+    from nbox_trace.units import format_bytes
 
+    check_outputs([Output("-o/--out", out, "file", overwrite)], inputs=[bundle])
     path = pack_bundle(bundle, out, overwrite=overwrite)
     size = path.stat().st_size
-    _emit({"archive": str(path), "bytes": size}, [f"packed {bundle} into {path} ({size} bytes)"], json_out)
+    _emit({"archive": str(path), "bytes": size}, [f"packed {bundle} into {path} ({format_bytes(size)})"], json_out)
 
 
 @bundle_app.command("unpack")
@@ -115,7 +116,9 @@ def unpack_cmd(archive: Annotated[Path, typer.Argument(help="The .nbox archive."
       nbox bundle unpack received.nbox received/
     """
     from nbox_trace.archive import unpack_bundle
+    from nbox_trace.files import Output, check_outputs
 
+    check_outputs([Output("OUT", out, "dir", overwrite)], inputs=[archive])
     path = unpack_bundle(archive, out, overwrite=overwrite)
     _emit({"bundle": str(path)}, [f"unpacked {archive} into {path} (every file checked against the manifest)"],
           json_out)
@@ -164,11 +167,16 @@ def anonymize_cmd(
 
       nbox bundle anonymize run2/ -o run2.anon --key-file team.key --level strict
     """
-    from nbox_trace.anonymize import AnonymizeConfig, anonymize_bundle
-    from nbox_trace.errors import InvalidInputError, OutputWriteError
+    from nbox_trace.anonymize import LEVELS, AnonymizeConfig, anonymize_bundle
+    from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
+    from nbox_trace.files import Output, check_outputs
 
+    if level not in LEVELS:
+        raise UsageError(f"--level {level!r}: must be one of {', '.join(LEVELS)}")
     if key_file is not None and save_key is not None:
-        raise typer.BadParameter("--key-file and --save-key: give one (the key is already in the key file)")
+        raise UsageError("--key-file and --save-key: give one (the key is already in the key file)")
+    check_outputs([Output("-o/--out", out, "dir", overwrite), Output("--save-key", save_key, "file")],
+                  inputs=[bundle, key_file])
     key = None
     if key_file is not None:
         try:

@@ -65,14 +65,11 @@ def record_cmd(
     from nbox_record.launcher import RecordConfig, record
 
     name = script.stem if script is not None else example
-    try:
-        cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=tuple(ctx.args),
-                           example=example, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                           rdzv_endpoint=rdzv_endpoint, warmup=warmup, iterations=iterations, capture=capture,
-                           backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
-                           overwrite=overwrite, timeout_s=timeout)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=tuple(ctx.args),
+                       example=example, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                       rdzv_endpoint=rdzv_endpoint, warmup=warmup, iterations=iterations, capture=capture,
+                       backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
+                       overwrite=overwrite, timeout_s=timeout)  # a bad option: UsageError naming the flag (exit 2)
     result = record(cfg, progress=_say_record)
     doc = {"bundle": str(result.bundle), "ranks": result.ranks, "complete": result.complete,
            "observed_iteration_median_us": result.observed_median_us, "wall_s": round(result.wall_s, 3),
@@ -80,10 +77,12 @@ def record_cmd(
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     else:
+        from nbox_trace.units import format_us
+
         state = "" if result.complete else " (INCOMPLETE: --keep-partial)"
-        sys.stderr.write(f"nbox record: wrote {result.bundle}{state}: ranks {result.ranks}, observed iteration "
-                         f"median {result.observed_median_us / 1000:.2f} ms, {result.wall_s:.1f} s wall\n"
-                         f"  inspect it: nbox trace inspect {result.bundle}/trace/trace\n")
+        sys.stdout.write(f"nbox record: wrote {result.bundle}{state}: ranks {result.ranks}, observed iteration "
+                         f"median {format_us(result.observed_median_us)}, {result.wall_s:.1f} s wall\n"
+                         f"  inspect it: nbox trace inspect {result.bundle}\n")
     if not result.complete:
         raise typer.Exit(EXIT_PROBLEMS)
 
@@ -139,24 +138,23 @@ def emulate_cmd(
     the real ranks, named by the global ranks they played, in a world of W) that replays like a recorded one.
     """
     from nbox_record.emulate import EmulateConfig, emulate, format_text
+    from nbox_trace.errors import UsageError
 
     try:
         ranks = tuple(int(r) for r in real_ranks.split(",")) if real_ranks else ()
-        cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) or 1,
-                            real_ranks=ranks, script=script, script_args=tuple(ctx.args), example=example,
-                            scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
-                            timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    except ValueError:
+        raise UsageError(f"--real-ranks {real_ranks!r}: expected a comma list of global ranks, e.g. 0,32") from None
+    cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) or 1,
+                        real_ranks=ranks, script=script, script_args=tuple(ctx.args), example=example,
+                        scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
+                        timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)
 
     def say(message: str) -> None:
         sys.stderr.write(f"nbox emulate: {message}\n")
         sys.stderr.flush()
 
     result = emulate(cfg, progress=say)
-    if json_out:
-        sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
-    sys.stderr.write(format_text(result) + "\n")
+    sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n" if json_out else format_text(result) + "\n")
 
 
 @app.command("record-convert", hidden=True)
@@ -172,13 +170,16 @@ def record_convert_cmd(
     Example: nbox record convert et_0.json.gz kineto_0.json.gz et_1.json.gz kineto_1.json.gz -o run.bundle
     """
     from nbox_record.importer import ConvertConfig, import_traces
+    from nbox_trace.errors import UsageError
+    from nbox_trace.files import Output, check_outputs
 
     if not no_kineto and len(files) % 2:
-        raise typer.BadParameter(f"expected HOST_ET KINETO pairs, got {len(files)} files (or pass --no-kineto)")
+        raise UsageError(f"FILES: expected HOST_ET KINETO pairs, got {len(files)} file(s) (or add --no-kineto)")
+    check_outputs([Output("-o/--out", out, "dir", overwrite)], inputs=list(files))
     pairs = tuple((f, None) for f in files) if no_kineto else tuple(zip(files[::2], files[1::2], strict=True))
     bundle, nodes = import_traces(ConvertConfig(pairs=pairs, out=out, overwrite=overwrite))
     if json_out:
         sys.stdout.write(json.dumps({"bundle": str(bundle), "nodes_per_rank": nodes}, indent=1) + "\n")
     else:
-        sys.stderr.write(f"nbox record convert: wrote {bundle}: {len(nodes)} rank(s), nodes per rank {nodes}\n")
+        sys.stdout.write(f"nbox record convert: wrote {bundle}: {len(nodes)} rank(s), nodes per rank {nodes}\n")
 

@@ -14,7 +14,8 @@ from nbox.cli.app import app
 
 @app.command("replay")
 def replay_cmd(
-    bundle: Annotated[str, typer.Argument(help="A bundle directory, or a bare Chakra ET (directory or <prefix>).")],
+    bundle: Annotated[str, typer.Argument(help="A bundle directory or .nbox archive, or a bare Chakra ET (directory "
+                                          "or <prefix>).")],
     what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
     = None,
@@ -25,8 +26,8 @@ def replay_cmd(
     compute: Annotated[str, typer.Option(help="live | recorded | auto.")] = "auto",
     clock: Annotated[str, typer.Option(help="real (live, on this machine) | virtual (simulated time).")] = "real",
     ranks: Annotated[str, typer.Option(help="Ranks to replay: all, or a comma list (0,1).")] = "all",
-    iterations: Annotated[int, typer.Option(help="Timed repetitions per run.")] = 3,
-    warmup: Annotated[int, typer.Option(help="Untimed repetitions first (real clock).")] = 1,
+    iterations: Annotated[int, typer.Option(help="Timed repetitions per run.", min=1)] = 3,
+    warmup: Annotated[int, typer.Option(help="Untimed repetitions first (real clock).", min=0)] = 1,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda (real clock).")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Write per-rank Perfetto timelines here.")] = None,  # noqa: UP045
     timeout: Annotated[float, typer.Option(help="Deadline of a real-clock run (s).")] = 600.0,
@@ -52,11 +53,12 @@ def replay_cmd(
       --world-size 1024 --out timelines/
     """
     from nbox_replay.replay import ReplayConfig, run_replay
+    from nbox_trace.errors import UsageError
 
     try:
         chosen = None if ranks == "all" else tuple(int(r) for r in ranks.split(","))
     except ValueError:
-        raise typer.BadParameter(f"--ranks {ranks!r}: 'all' or a comma list of ranks") from None
+        raise UsageError(f"--ranks {ranks!r}: 'all' or a comma list of ranks") from None
     cfg = ReplayConfig(bundle=bundle, what_if=what_if, overrides=tuple(set_ or ()), world_size=world_size,
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
                        warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank)
@@ -64,25 +66,26 @@ def replay_cmd(
         sys.stderr.write(f"nbox replay: {message}\n")
 
     report = run_replay(cfg, progress=None if json_out else say)
-    if json_out:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
-    else:
-        sys.stderr.write(report.format_text() + "\n")
+    # The report is the result: stdout (--json: one document); progress and notices went to stderr.
+    sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n" if json_out else report.format_text() + "\n")
 
 
 @app.command("sweep")
 def sweep_cmd(
-    bundle: Annotated[str, typer.Argument(help="A bundle directory, or a bare Chakra ET.")],
+    ctx: typer.Context,
+    bundle: Annotated[str, typer.Argument(help="A bundle directory or .nbox archive, or a bare Chakra ET.")],
     vary: Annotated[list[str], typer.Option("--vary", help="key=v1,v2,... (repeatable; world_size or any --set key).")],
     what_if: Annotated[Optional[Path], typer.Option("--what-if", help="Base scenario TOML.")] = None,  # noqa: UP045
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
     = None,
-    jobs: Annotated[int, typer.Option(help="Worker processes.")] = 1,
-    iterations: Annotated[int, typer.Option(help="Repetitions of the captured iteration per point.")] = 3,
-    out: Annotated[Path, typer.Option(help="Directory for sweep.csv and sweep.png.")] = Path("sweep"),
+    jobs: Annotated[int, typer.Option(help="Worker processes.", min=1)] = 1,
+    iterations: Annotated[int, typer.Option(help="Repetitions of the captured iteration per point.", min=1)] = 3,
+    out: Annotated[Path, typer.Option(help="Directory for sweep.csv and sweep.png (the PNG needs matplotlib).")]
+    = Path("sweep"),
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
-    """Replay a bundle in virtual time over a grid of what-ifs; write a CSV and a PNG plot, print a table.
+    """Replay a bundle in virtual time over a grid of what-ifs; write a CSV (and a PNG plot when matplotlib is
+    installed), print a table on stdout.
 
     Examples:
 
@@ -90,9 +93,13 @@ def sweep_cmd(
     """
     from nbox_replay.replay import baseline_scenario
     from nbox_replay.source import open_source
-    from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_plot
+    from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_outputs
+    from nbox_trace.archive import traces_directory
+    from nbox_trace.files import Output, check_outputs
 
-    source = open_source(bundle)
+    check_outputs([Output("--out", out, "dir")], inputs=[Path(bundle)])  # before anything runs
+    root = ctx.with_resource(traces_directory(bundle))  # an archive stays unpacked until the command ends
+    source = open_source(root, name=bundle)
     scenario = what_if if what_if is not None else baseline_scenario(source, None)[1]
     axes = list(vary)
     from emulator_core.scenario_files import SCENARIOS_DIR
@@ -106,15 +113,22 @@ def sweep_cmd(
                             overrides=tuple(set_ or ()), repetitions=iterations, jobs=jobs)
 
     def progress(done: int, total: int) -> None:
-        if not json_out:
-            sys.stderr.write(f"\rnbox sweep: {done}/{total} points")
-            sys.stderr.flush()
+        if json_out:
+            return
+        if sys.stderr.isatty():  # one line that counts up
+            sys.stderr.write(f"\rnbox sweep: {done}/{total} points" + ("\n" if done == total else ""))
+        elif done == total:  # a log: one line, not a run of carriage returns
+            sys.stderr.write(f"nbox sweep: {total} points evaluated\n")
+        sys.stderr.flush()
+
+    def notice(message: str) -> None:
+        sys.stderr.write(f"nbox sweep: {message}\n")
 
     rows = run_sweep(cfg, progress=progress)
-    written = write_plot(rows, out / "sweep.png")
+    written = write_outputs(rows, out, notice)
     if json_out:
         sys.stdout.write(json.dumps({"schema": "nbox.sweep/1", "bundle": bundle, "files": [str(w) for w in written],
                                      "rows": [r.to_dict() for r in rows]}, indent=1) + "\n")
         return
-    sys.stderr.write("\n" + format_table(rows) + "".join(f"wrote {w}\n" for w in written))
-
+    sys.stdout.write(format_table(rows))
+    sys.stderr.write("".join(f"nbox sweep: wrote {w}\n" for w in written))

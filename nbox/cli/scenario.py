@@ -10,7 +10,6 @@ from typing import Annotated, Optional
 import typer
 
 from nbox.cli.app import app
-from nbox.cli.trace import fmt_bytes, fmt_us
 
 scenario_app = typer.Typer(help="What-if scenarios: show, validate, and price a collective.", no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
@@ -44,7 +43,7 @@ def scenario_validate(
 
     scenario = load_scenario(file, tuple(set_ or ()))
     dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
-    sys.stderr.write(f"{file}: valid: world size {scenario.world_size} ({dims})\n")
+    sys.stdout.write(f"{file}: valid: world size {scenario.world_size} ({dims})\n")
 
 
 @scenario_app.command("cost")
@@ -68,23 +67,25 @@ def scenario_cost(
     scenario = load_scenario(what_if, tuple(set_ or ()))
     if world_size is not None:
         scenario = resize(scenario, world_size)
-    try:
-        prices, chosen = price(scenario, collective, nbytes, algorithm)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    prices, chosen = price(scenario, collective, nbytes, algorithm)  # a bad name: UsageError naming the argument
     if json_out:
         doc = {"collective": collective, "bytes": nbytes, "world_size": scenario.world_size, "auto": chosen,
                "algorithms": [vars(p) for p in prices]}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
+    from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
+
     how = "auto picks" if scenario.algorithm(collective) == "auto" else "the scenario sets"
-    sys.stderr.write(f"{collective} of {fmt_bytes(nbytes)} per rank over {scenario.world_size} ranks "
-                     f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); {how} {chosen}\n")
-    sys.stderr.write(f"  {'algorithm':<28}{'time':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}\n")
+    unit = time_unit(p.time_us for p in prices)  # one unit for the whole column
+    lines = [f"{collective} of {format_bytes(nbytes)} per rank over {scenario.world_size} ranks "
+             f"({' x '.join(f'{d.size} {d.name}' for d in scenario.topology.dims)}); {how} {chosen}",
+             f"  {'algorithm':<28}{'time ' + unit[0]:>12}{'algbw GB/s':>12}{'busbw GB/s':>12}"]
     for p in prices:
         mark = " *" if p.algorithm == chosen else ""
-        sys.stderr.write(f"  {p.algorithm + mark:<28}{fmt_us(round(p.time_us)):>12}{p.algbw_gbps:>12.2f}"
-                         f"{p.busbw_gbps:>12.2f}\n")
+        lines.append(f"  {fit_label(p.algorithm, 28 - len(mark) - 1) + mark:<28}"
+                     f"{format_in(p.time_us, unit, digits=None if unit[0] != 'us' else 1):>12}"
+                     f"{p.algbw_gbps:>12.2f}{p.busbw_gbps:>12.2f}")
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 @app.command("calibrate")
@@ -105,7 +106,7 @@ def calibrate_cmd(
 ) -> None:
     """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
 
-    Prints the fit error per size (stderr, or --json); the TOML holds one dimension with the all_reduce
+    Prints the fit error per size (stdout, or --json); the TOML holds one dimension with the all_reduce
     latency/bandwidth and a [[calibration]] entry per collective (factors and efficiency curve).
 
     Examples:
@@ -118,10 +119,12 @@ def calibrate_cmd(
 
     from emulator_core.calibrate import calibrate
     from emulator_core.calibration import CalibrateConfig, parse_sizes
+    from nbox_trace.files import Output, check_outputs
 
     cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
                           collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
                           timeout_s=timeout, dimension=dimension)  # bad input is refused before torch loads
+    check_outputs([Output("-o/--out", out, "file")])  # and a bad output before any rank starts
     if backend is None:
         import torch  # only here: --help must not load torch
 
@@ -143,5 +146,6 @@ def calibrate_cmd(
         return
     from emulator_core.calibrate import format_fits
 
-    sys.stderr.write(format_fits(result.fits) + f"\nnbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
+    sys.stdout.write(format_fits(result.fits) + "\n")
+    sys.stderr.write(f"nbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
 

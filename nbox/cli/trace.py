@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -63,15 +62,14 @@ def trace_inspect(
       nbox trace inspect run/trace.0.et --strict
     """
     cfg = InspectConfig(path, json_out, strict, comm_group, max_message_mib, max_problems)
-    from nbox_trace.archive import ARCHIVE_SUFFIX, bundle_directory
+    from nbox_trace.archive import traces_directory
     from nbox_trace.bundle import locate_traces
     from nbox_trace.check import inspect_trace
 
-    archive = cfg.path.endswith(ARCHIVE_SUFFIX)
-    with bundle_directory(cfg.path) if archive else contextlib.nullcontext(Path(cfg.path)) as root:
+    with traces_directory(cfg.path) as root:
         trace_set, _ = locate_traces(root)
         report = inspect_trace(trace_set, comm_group=cfg.comm_group, max_message_bytes=cfg.max_message_mib << 20)
-    if archive:  # the unpacked copy is gone: name the traces by the archive they came from
+    if root != Path(cfg.path):  # the unpacked copy is gone: name the traces by the archive they came from
         report.directory = str(Path(cfg.path) / trace_set.directory.name)
     if cfg.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
@@ -81,28 +79,16 @@ def trace_inspect(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-def fmt_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def fmt_us(us: int) -> str:
-    return f"{us} us" if us < 10_000 else f"{us / 1000:.1f} ms" if us < 10_000_000 else f"{us / 1e6:.2f} s"
-
-
 def _print_inspect(report: TraceReport, max_problems: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from nbox_trace.check import iter_problem_lines
+    from nbox_trace.units import format_bytes, format_in, time_unit
 
-    # Not a terminal (a log, a pipe): wide enough that the tables do not wrap.
-    # markup=False: paths, versions and group names come from users and files, never parsed as rich markup.
-    con = Console(stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 150)
+    # The report is the command's result: stdout. Not a terminal (a log, a pipe): wide enough that the tables
+    # do not wrap. markup=False: paths, versions and group names come from users and files, never rich markup.
+    con = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 150)
     ranks = [r.rank for r in report.ranks]
     con.print(f"{Path(report.directory) / report.prefix}: {len(ranks)} rank(s) {_rank_span(ranks)}",
               soft_wrap=True, style="bold")
@@ -112,14 +98,16 @@ def _print_inspect(report: TraceReport, max_problems: int) -> None:
     kinds = [("COMP_NODE", "comp"), ("COMM_COLL_NODE", "coll"), ("COMM_SEND_NODE", "send"),
              ("COMM_RECV_NODE", "recv"), ("METADATA_NODE", "meta")]
     table = Table(title="per rank", title_justify="left")
-    for col in ("rank", "nodes", *(k for _, k in kinds), "other", "comp time", "roots", "depth", "crit. path",
-                "problems"):
+    comp_unit = time_unit(r.comp_duration_us for r in report.ranks)  # one unit per column
+    path_unit = time_unit(r.critical_path_us for r in report.ranks)
+    for col in ("rank", "nodes", *(k for _, k in kinds), "other", f"comp time {comp_unit[0]}", "roots", "depth",
+                f"crit. path {path_unit[0]}", "problems"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in report.ranks:
         known = [r.nodes_by_type.get(t, 0) for t, _ in kinds]
         table.add_row(str(r.rank), str(r.node_count), *map(str, known), str(r.node_count - sum(known)),
-                      fmt_us(r.comp_duration_us), str(r.roots), str(r.depth), fmt_us(r.critical_path_us),
-                      str(sum(p.count for p in r.problems)))
+                      format_in(r.comp_duration_us, comp_unit), str(r.roots), str(r.depth),
+                      format_in(r.critical_path_us, path_unit), str(sum(p.count for p in r.problems)))
     con.print(table)
     groups: dict[tuple[str, str, int, int], list[int]] = {}
     for r in report.ranks:
@@ -133,7 +121,7 @@ def _print_inspect(report: TraceReport, max_problems: int) -> None:
         for col in ("process group", "type", "count", "bytes", "ranks"):
             coll.add_column(col, justify="right" if col in ("count", "bytes") else "left", no_wrap=col != "ranks")
         for (pg, ctype, count, nbytes), on in groups.items():
-            coll.add_row(pg or "(world)", ctype, str(count), fmt_bytes(nbytes),
+            coll.add_row(pg or "(world)", ctype, str(count), format_bytes(nbytes),
                          "all" if len(on) == len(ranks) else _rank_span(on).strip("()"))
         con.print(coll)
     problems = list(iter_problem_lines(report))
