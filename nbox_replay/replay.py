@@ -3,7 +3,9 @@
 A replay runs twice: under the **baseline** scenario (the fabric the bundle was recorded on: the shipped,
 calibrated ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a GPU bundle or a bare ET, or
 ``--baseline``) at the recorded world size, and under the **what-if** (``--what-if``, ``--set``,
-``--world-size``; by default the baseline's scenario). With ``--clock virtual`` both run in virtual time
+``--world-size``; by default the baseline's scenario) at the world size of
+:func:`emulator_core.world.load_what_if`'s rule (``--world-size``, else ``--set world_size``, else the what-if
+file's, else the recorded one; the report says which). With ``--clock virtual`` both run in virtual time
 (recorded compute, no torch, deterministic); with ``--clock real`` both run live on this machine
 (:mod:`nbox_replay.live`) and the virtual model of the same run supplies the breakdown.
 """
@@ -15,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator_core.scenario import Scenario
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
-from emulator_core.world import resize, what_if_world
+from emulator_core.scenario_files import SCENARIOS_DIR
+from emulator_core.world import load_what_if
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
@@ -24,7 +26,7 @@ from nbox_replay.summary import RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError
 
-__all__ = ["ReplayConfig", "baseline_scenario", "run_replay"]
+__all__ = ["ReplayConfig", "baseline_path", "baseline_scenario", "run_replay"]
 
 CLOCKS = ("real", "virtual")
 COMPUTES = ("auto", "live", "recorded")
@@ -88,12 +90,18 @@ class ReplayConfig:
             raise ReplayConfigError(f"--timeout must be > 0, got {self.timeout_s}")
 
 
+def baseline_path(source: ReplaySource, path: Path | None = None) -> Path:
+    """The baseline scenario file: ``path`` (``--baseline``), else chosen from the recorded device (module
+    docstring: ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a CUDA bundle or a bare ET)."""
+    if path is not None:
+        return path
+    return SCENARIOS_DIR / ("loopback_cpu.toml" if source.device == "cpu" else "dgx_h100_400g.toml")
+
+
 def baseline_scenario(source: ReplaySource, path: Path | None) -> tuple[Scenario, str]:
     """The baseline scenario at the recorded world size, and its name (module docstring)."""
-    if path is None:
-        name = "loopback_cpu" if source.device == "cpu" else "dgx_h100_400g"
-        path = SCENARIOS_DIR / f"{name}.toml"
-    return resize(load_scenario(path), source.recorded_world), path.stem
+    path = baseline_path(source, path)
+    return load_what_if(None, recorded_world=source.recorded_world, default=path)[0], path.stem
 
 
 def _load(source: ReplaySource, ranks: Sequence[int] | None) -> dict[int, RankGraph]:
@@ -134,10 +142,9 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
         compute = "recorded" if clock == "virtual" else "live"
     base, base_name = baseline_scenario(source, config.baseline)
     what_if_path = config.what_if or config.baseline or SCENARIOS_DIR / f"{base_name}.toml"
-    what_if_base = load_scenario(what_if_path, config.overrides)
+    what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
+                                  requested=config.world_size, default=what_if_path)
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
-    world = what_if_world(what_if_base, config.overrides, source.recorded_world, config.world_size)
-    what_if = resize(what_if_base, world)
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
     reps = config.iterations
@@ -148,7 +155,7 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
     baseline = summarize_sim(base_sim, label="baseline", scenario=base_name)
     whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name)
     report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
-                          source.observed, baseline, whatif, unpriced=wi_sim.unpriced, notices=notices)
+                          source.observed, baseline, whatif, unpriced=wi_sim.unpriced, notices=notices, world=world)
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, compute, report, say)
     if config.out is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from emulator_core.world import WhatIfWorld
 from nbox_replay.summary import RunSummary, speedup
 
 __all__ = ["REPORT_SCHEMA", "ReplayReport"]
@@ -40,6 +41,7 @@ class ReplayReport:
     unpriced: int = 0
     notices: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)
+    world: WhatIfWorld | None = None  # the what-if's world size and where it came from
 
     @property
     def speedup(self) -> float:
@@ -52,12 +54,14 @@ class ReplayReport:
                 "observed_iteration_us": self.observed, "baseline": self.baseline.to_dict(),
                 "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
-                "timelines": self.timelines}
+                "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None}
 
     def format_text(self) -> str:
         ms = 1000.0
         lines = [f"replay of {self.source}: recorded on {self.device} at world size {self.recorded_world}; "
                  f"ranks {','.join(map(str, self.ranks))} replayed, compute {self.compute}, clock {self.clock}"]
+        if self.world is not None:
+            lines.append(f"what-if world size: {self.world.describe()}")
         lines += [f"notice: {n}" for n in self.notices]
         head = (f"{'':34} {'iteration ms':>12} {'p10-p90 ms':>15} {'compute':>9} {'exp.comm':>9} {'ovl.comm':>9} "
                 f"{'idle':>8}")

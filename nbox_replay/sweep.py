@@ -4,8 +4,9 @@ A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
 * ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.world.resize`
   (the outermost topology dimension grows or shrinks). Without this axis the world size is the one
-  ``nbox replay`` would play (:func:`emulator_core.world.what_if_world`): the scenario's own when an
-  override sets ``world_size``, else the recorded one;
+  ``nbox replay`` would play (:func:`emulator_core.world.load_what_if`): ``--set world_size``, else the
+  what-if file's (``--what-if``), else the recorded one. Each row says where its world size came from
+  (``world_size_source``);
 * any other key: a scenario override (``--set`` syntax, e.g. ``topology.dims.0.bandwidth_gbps=10,100``
   or ``algorithms.all_reduce=ring,double_binary_tree``), applied on top of the base overrides.
 
@@ -38,9 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator_core.scenario import Scenario, ScenarioError
-from emulator_core.scenario_files import load_scenario
 from emulator_core.scenario_overrides import parse_override
-from emulator_core.world import resize, what_if_world
+from emulator_core.world import WhatIfWorld, load_what_if
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.summary import RunSummary, speedup, summarize_sim
 from nbox_replay.virtual import simulate
@@ -131,7 +131,9 @@ class SweepConfig:
         groups: (process group name, member global ranks at the recorded world size) pairs.
         recorded_world: the world size the traces were recorded at.
         vary: the axes, in order (the first varies slowest in the grid).
-        scenario: base scenario TOML (None: the shipped default, emulator_core's ``loopback_cpu``).
+        scenario: the what-if scenario TOML the user named (its ``world_size`` counts, see the module docstring);
+            None: ``baseline``, played at the recorded world size.
+        baseline: the scenario used when ``scenario`` is None (None: the shipped default, ``loopback_cpu``).
         overrides: base ``--set`` overrides (``key=value``), applied before each point's own.
         repetitions: times each rank's graph runs back to back per point (the median is reported).
         jobs: worker processes (1: evaluate in this process; capped at the CPU count and the grid size).
@@ -145,11 +147,13 @@ class SweepConfig:
     overrides: tuple[str, ...] = ()
     repetitions: int = 3
     jobs: int = 1
+    baseline: Path | None = None
 
     @classmethod
     def build(cls, traces: Mapping[int, str | os.PathLike[str]], groups: Mapping[str, Sequence[int]],
               recorded_world: int, vary: Sequence[str | Axis], *, scenario: str | os.PathLike[str] | None = None,
-              overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1) -> SweepConfig:
+              overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1,
+              baseline: str | os.PathLike[str] | None = None) -> SweepConfig:
         """A config from mappings and axis texts (``"world_size=8,64"``).
 
         Raises:
@@ -159,7 +163,8 @@ class SweepConfig:
         return cls(tuple((int(r), os.fspath(p)) for r, p in traces.items()),
                    tuple((str(n), tuple(int(m) for m in ms)) for n, ms in groups.items()), recorded_world,
                    tuple(a if isinstance(a, Axis) else parse_axis(a) for a in vary),
-                   Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs)
+                   Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs,
+                   Path(baseline) if baseline is not None else None)
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((int(r), str(p)) for r, p in self.traces))
@@ -198,7 +203,7 @@ class SweepConfig:
         """The grid points in order (first axis slowest): one value per axis."""
         return list(itertools.product(*(a.values for a in self.vary)))
 
-    def _build(self, point: Sequence[Value]) -> Scenario:
+    def _build(self, point: Sequence[Value]) -> tuple[Scenario, WhatIfWorld]:
         overrides = list(self.overrides)
         world: int | None = None
         for axis, value in zip(self.vary, point, strict=True):
@@ -206,13 +211,13 @@ class SweepConfig:
                 world = int(value)
             else:
                 overrides.append(_override_text(axis.key, value))
-        scenario = load_scenario(self.scenario, overrides)
-        scenario = resize(scenario, what_if_world(scenario, overrides, self.recorded_world, world))
+        scenario, settled = load_what_if(self.scenario, overrides, recorded_world=self.recorded_world,
+                                         requested=world, requested_by="--vary world_size", default=self.baseline)
         bad = [r for r, _ in self.traces if not 0 <= r < scenario.world_size]
         if bad:
             raise ScenarioError(WORLD_SIZE, f"replayed rank {bad[0]} is outside a world of "
-                                f"{scenario.world_size} ranks")
-        return scenario
+                                f"{settled.describe()}")
+        return scenario, settled
 
     def point_scenario(self, point: Sequence[Value]) -> Scenario:
         """The scenario of one grid point (one value per axis, in axis order).
@@ -221,6 +226,10 @@ class SweepConfig:
             SweepError: the point's scenario is invalid (the message names the point's axes and values).
             InputNotFoundError: the base scenario file does not exist.
         """
+        return self.point_world(point)[0]
+
+    def point_world(self, point: Sequence[Value]) -> tuple[Scenario, WhatIfWorld]:
+        """The scenario of one grid point and where its world size came from (see :meth:`point_scenario`)."""
         try:
             return self._build(point)
         except ScenarioError as e:
@@ -250,7 +259,8 @@ class SweepRow:
     exposed_comm_us: float
     overlapped_comm_us: float
     slowest_rank: int
-    speedup: float = 1.0
+    speedup: float | None = 1.0
+    world_size_source: str = "recorded"  # emulator_core.world.WORLD_SOURCES
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record: the axis values by key, then the figures."""
@@ -258,7 +268,7 @@ class SweepRow:
         out.update({"world_size": self.world_size, "iteration_us": self.iteration_us,
                     "compute_us": self.compute_us, "exposed_comm_us": self.exposed_comm_us,
                     "overlapped_comm_us": self.overlapped_comm_us, "slowest_rank": self.slowest_rank,
-                    "speedup": self.speedup})
+                    "speedup": self.speedup, "world_size_source": self.world_size_source})
         return out
 
 
@@ -297,7 +307,8 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
         ReplayInputError, ReplayDeadlock, InputNotFoundError, TraceDecodeError: from loading or replaying.
     """
     grid = config.grid()
-    scenarios = [config.point_scenario(p) for p in grid]
+    settled = [config.point_world(p) for p in grid]
+    scenarios = [s for s, _ in settled]
     total = len(grid)
     figures: list[RunSummary | None] = [None] * total
     groups, reps = config.groups, config.repetitions
@@ -323,12 +334,12 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
             raise
         pool.shutdown(wait=True)
     rows: list[SweepRow] = []
-    for point, fig in zip(grid, figures, strict=True):
+    for point, fig, (_, world) in zip(grid, figures, settled, strict=True):
         assert fig is not None
         it = fig.median_us
         rows.append(SweepRow(tuple((a.key, v) for a, v in zip(config.vary, point, strict=True)), fig.world_size, it,
                              fig.compute_us, fig.exposed_comm_us, fig.overlapped_comm_us, fig.slowest_rank,
-                             speedup(rows[0].iteration_us if rows else it, it)))
+                             speedup(rows[0].iteration_us if rows else it, it), world.source))
     return rows
 
 

@@ -78,22 +78,14 @@ def sweep_cmd(
 
       nbox sweep traces/ddp_mlp --vary world_size=2,8,64,512 --vary topology.dims.0.bandwidth_gbps=10,100,400
     """
-    from nbox_replay.replay import baseline_scenario
+    from nbox_replay.replay import baseline_path
     from nbox_replay.source import open_source
     from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_plot
 
     source = open_source(bundle)
-    scenario = what_if if what_if is not None else baseline_scenario(source, None)[1]
-    axes = list(vary)
-    from emulator_core.scenario_files import SCENARIOS_DIR
-    from emulator_core.world import sets_world_size
-
-    if not any(a.split("=", 1)[0].strip() == "world_size" for a in axes) and not sets_world_size(set_ or ()):
-        axes.insert(0, f"world_size={source.recorded_world}")
-
-    path = scenario if isinstance(scenario, Path) else SCENARIOS_DIR / f"{scenario}.toml"
-    cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, axes, scenario=path,
-                            overrides=tuple(set_ or ()), repetitions=iterations, jobs=jobs)
+    cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, list(vary),
+                            scenario=what_if, baseline=baseline_path(source), overrides=tuple(set_ or ()),
+                            repetitions=iterations, jobs=jobs)
 
     def progress(done: int, total: int) -> None:
         if not json_out:
