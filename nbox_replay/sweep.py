@@ -245,6 +245,11 @@ class SweepConfig:
                 try:
                     self._build((*first[:n], value, *first[n + 1:]))
                 except ScenarioError as e:
+                    try:  # the base scenario and --set alone may be what is wrong: then say so, not the axis
+                        load_what_if(self.scenario, self.overrides, recorded_world=self.recorded_world,
+                                     default=self.baseline)
+                    except ScenarioError as base_error:
+                        raise SweepError(str(base_error)) from None
                     raise SweepError(f"--vary {axis.key}: value {_fmt_value(value)} is not valid: {e}") from None
 
 
