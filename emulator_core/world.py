@@ -81,7 +81,8 @@ class WhatIfWorld:
     Attributes:
         size: the world size (ranks).
         source: one of :data:`WORLD_SOURCES`.
-        detail: what the source named, for people (the flag as typed, the file's path); may be empty.
+        detail: what the source named, for people: the flag as typed when not ``--world-size`` itself
+            (``--vary world_size``), the what-if file's name; may be empty.
     """
 
     size: int
@@ -90,8 +91,10 @@ class WhatIfWorld:
 
     def describe(self) -> str:
         """E.g. ``"1024, from the what-if file dgx_h100_400g.toml"``."""
-        where = {"--world-size": "from --world-size", "--set world_size": "from --set world_size",
-                 "what-if file": "from the what-if file", "recorded": "the recorded world size"}[self.source]
+        if self.source == "--world-size":
+            return f"{self.size}, from {self.detail or '--world-size'}"
+        where = {"--set world_size": "from --set world_size", "what-if file": "from the what-if file",
+                 "recorded": "the recorded world size"}[self.source]
         return f"{self.size}, {where}" + (f" {self.detail}" if self.detail else "")
 
     def to_dict(self) -> dict[str, Any]:

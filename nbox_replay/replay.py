@@ -138,6 +138,7 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
         if compute == "auto":
             notices.append("the bundle asks for recorded compute (no tensor shapes): operators are not re-executed")
             compute = "recorded"
+    compute = _cuda_compute(config, source, compute, notices)
     if compute == "auto":
         compute = "recorded" if clock == "virtual" else "live"
     base, base_name = baseline_scenario(source, config.baseline)
@@ -147,6 +148,9 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
+    if all(not any(g.duration_us) and not any(g.issue_us) for g in graphs.values()):
+        notices.append("WARNING: the trace holds no durations (every node's is 0; imported without Kineto?): "
+                       "compute counts as 0 and only the modeled collectives take time")
     reps = config.iterations
     say("virtual replay: baseline")
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
@@ -167,6 +171,22 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
     return report
 
 
+def _cuda_compute(config: ReplayConfig, source: ReplaySource, compute: str, notices: list[str]) -> str:
+    """A CUDA bundle on a machine without CUDA (``--device`` not ``cuda``): its kernels cannot be re-executed
+    here, so ``auto`` compute is recorded, with one notice (the GPU baseline is chosen from the device,
+    :func:`baseline_path`); ``--compute live`` is refused. Otherwise ``compute`` unchanged."""
+    if source.device != "cuda" or config.device == "cuda" or _cuda_available():
+        return compute
+    hw = source.manifest.hardware if source.manifest is not None else {}
+    gpus = f"{hw['gpu_count']} x {hw['gpu_name']}" if hw.get("gpu_name") and hw.get("gpu_count") else "GPUs"
+    if compute == "live":
+        raise ReplayConfigError(f"--compute live: {config.bundle} was recorded on CUDA ({gpus}) and this machine "
+                                f"has no CUDA to re-execute its kernels; use --compute recorded (the default here)")
+    notices.append(f"recorded on CUDA ({gpus}), and this machine has no CUDA: recorded compute (kernels not "
+                   f"re-executed), baseline {baseline_path(source, config.baseline).stem}")
+    return "recorded"
+
+
 def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, RankGraph], base: Scenario,
               what_if: Scenario, compute: str, report: ReplayReport, say: Callable[[str], None]) -> None:
     """Replace the report's iteration times by live runs (the virtual breakdown stays as the model)."""
@@ -175,9 +195,6 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     device = config.device
     if device == "auto":
         device = "cuda" if source.device == "cuda" and _cuda_available() else "cpu"
-    if source.device == "cuda" and device == "cpu" and compute == "live":
-        report.notices.append("a CUDA bundle on a machine without CUDA: compute replayed with recorded durations")
-        compute = report.compute = "recorded"
     files = {r: source.trace_set.files[r] for r in graphs}
     for label, scenario, summary in (("baseline", base, report.baseline), ("what-if", what_if, report.what_if)):
         say(f"live replay ({compute} compute, {device}): {label} at world size {scenario.world_size}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulator_core.world import WhatIfWorld
-from nbox_replay.summary import RunSummary, speedup
+from nbox_replay.summary import RunSummary, format_speedup, speedup
 
 __all__ = ["REPORT_SCHEMA", "ReplayReport"]
 
@@ -44,8 +44,9 @@ class ReplayReport:
     world: WhatIfWorld | None = None  # the what-if's world size and where it came from
 
     @property
-    def speedup(self) -> float:
-        """The what-if's speed-up over the baseline (:func:`nbox_replay.summary.speedup`; > 1: faster)."""
+    def speedup(self) -> float | None:
+        """The what-if's speed-up over the baseline (:func:`nbox_replay.summary.speedup`; > 1: faster; None:
+        undefined, a zero time)."""
         return speedup(self.baseline.median_us, self.what_if.median_us)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,8 +80,12 @@ class ReplayReport:
         if self.observed and self.observed.get("median"):
             err = (self.baseline.median_us - self.observed["median"]) / self.observed["median"] * 100
             lines.append(f"baseline vs recorded: {err:+.1f}%")
-        faster = "faster" if self.speedup > 1 else ("slower" if self.speedup < 1 else "the same")
-        lines.append(f"what-if vs baseline: {self.speedup:.3f}x ({faster})")
+        ratio = self.speedup
+        if ratio is None:
+            lines.append("what-if vs baseline: n/a (an iteration time of 0: no ratio)")
+        else:
+            faster = "faster" if ratio > 1 else ("slower" if ratio < 1 else "the same")
+            lines.append(f"what-if vs baseline: {format_speedup(ratio)} ({faster})")
         if self.what_if.top_collectives:
             lines.append("top collectives by exposed time, per iteration (what-if):")
             for c in self.what_if.top_collectives:

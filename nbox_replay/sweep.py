@@ -21,7 +21,8 @@ Row figures are per iteration, in microseconds, those of the point's run summary
 repetitions of the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and
 ``overlapped_comm_us`` are the slowest rank's totals divided by the repetitions; ``speedup`` is the row's
 speed-up over the first row (:func:`nbox_replay.summary.speedup`: the first row's iteration time over
-this row's; > 1: faster than the first point).
+this row's; > 1: faster than the first point; ``None`` where a time is 0: ``null`` in JSON, empty in the CSV,
+``n/a`` in the table).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_overrides import parse_override
 from emulator_core.world import WhatIfWorld, load_what_if
 from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.summary import RunSummary, speedup, summarize_sim
+from nbox_replay.summary import RunSummary, format_speedup, speedup, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError
 from nbox_trace.files import write_atomic
@@ -377,6 +378,8 @@ def write_csv(rows: Sequence[SweepRow], path: Path) -> Path:
 
 
 def _csv_cell(v: Any) -> str:
+    if v is None:  # an undefined ratio (summary.speedup)
+        return ""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
@@ -455,7 +458,7 @@ def format_table(rows: Sequence[SweepRow]) -> str:
     keys = [k for k, _ in rows[0].values]
     head = [*keys, "iteration ms", "compute ms", "exposed comm ms", "overlapped comm ms", "speedup"]
     body = [[*(_fmt_value(v) for _, v in r.values), f"{r.iteration_us / 1000:.3f}", f"{r.compute_us / 1000:.3f}",
-             f"{r.exposed_comm_us / 1000:.3f}", f"{r.overlapped_comm_us / 1000:.3f}", f"{r.speedup:.2f}x"]
+             f"{r.exposed_comm_us / 1000:.3f}", f"{r.overlapped_comm_us / 1000:.3f}", format_speedup(r.speedup, 2)]
             for r in rows]
     widths = [max(len(head[c]), *(len(b[c]) for b in body)) for c in range(len(head))]
     nkeys = len(keys)
