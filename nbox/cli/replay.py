@@ -18,7 +18,8 @@ def replay_cmd(
     what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
     = None,
-    world_size: Annotated[Optional[int], typer.Option(help="What-if world size (default: recorded).")]  # noqa: UP045
+    world_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="What-if world size (default: --set world_size, else the --what-if file's, else the recorded one).")]
     = None,
     baseline: Annotated[Optional[Path], typer.Option(help="Baseline scenario (default: from the device).")]  # noqa: UP045
     = None,
