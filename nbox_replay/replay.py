@@ -172,18 +172,19 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
 
 
 def _cuda_compute(config: ReplayConfig, source: ReplaySource, compute: str, notices: list[str]) -> str:
-    """A CUDA bundle on a machine without CUDA (``--device`` not ``cuda``): its kernels cannot be re-executed
-    here, so ``auto`` compute is recorded, with one notice (the GPU baseline is chosen from the device,
-    :func:`baseline_path`); ``--compute live`` is refused. Otherwise ``compute`` unchanged."""
-    if source.device != "cuda" or config.device == "cuda" or _cuda_available():
+    """A CUDA bundle replayed without CUDA (``--device cpu``, or ``auto`` on a machine without CUDA): its kernels
+    cannot be re-executed, so ``auto`` compute is recorded, with one notice (the GPU baseline is chosen from
+    the device, :func:`baseline_path`); ``--compute live`` is refused. Otherwise ``compute`` unchanged."""
+    if source.device != "cuda" or config.device == "cuda" or (config.device == "auto" and _cuda_available()):
         return compute
     hw = source.manifest.hardware if source.manifest is not None else {}
     gpus = f"{hw['gpu_count']} x {hw['gpu_name']}" if hw.get("gpu_name") and hw.get("gpu_count") else "GPUs"
+    why = "--device cpu" if config.device == "cpu" else "this machine has no CUDA"
     if compute == "live":
-        raise ReplayConfigError(f"--compute live: {config.bundle} was recorded on CUDA ({gpus}) and this machine "
-                                f"has no CUDA to re-execute its kernels; use --compute recorded (the default here)")
-    notices.append(f"recorded on CUDA ({gpus}), and this machine has no CUDA: recorded compute (kernels not "
-                   f"re-executed), baseline {baseline_path(source, config.baseline).stem}")
+        raise ReplayConfigError(f"--compute live: {config.bundle} was recorded on CUDA ({gpus}) and {why} to "
+                                f"re-execute its kernels; use --compute recorded (the default here)")
+    notices.append(f"recorded on CUDA ({gpus}), and {why}: recorded compute (kernels not re-executed), baseline "
+                   f"{baseline_path(source, config.baseline).stem}")
     return "recorded"
 
 

@@ -72,8 +72,14 @@ def test_replay_of_an_imported_gpu_bundle_on_this_cpu_machine(megatron: Path, tm
     source = replay.open_source(str(megatron))
     assert replay._cuda_compute(replay.ReplayConfig(str(megatron)), source, "auto", notices) == "recorded"
     assert len(notices) == 1 and "no CUDA" in notices[0]
-    with pytest.raises(replay.ReplayConfigError, match=r"--compute live: .* has no CUDA .* use --compute recorded"):
+    with pytest.raises(replay.ReplayConfigError, match=r"--compute live: .* has no CUDA to .* use --compute recorded"):
         replay._cuda_compute(replay.ReplayConfig(str(megatron), compute="live"), source, "live", [])
+    monkeypatch.setattr(replay, "_cuda_available", lambda: True)  # CUDA here, but the user asked for the CPU
+    notices = []
+    assert replay._cuda_compute(replay.ReplayConfig(str(megatron), device="cpu"), source, "auto", notices) == \
+        "recorded"
+    assert "and --device cpu: recorded compute" in notices[0]
+    assert replay._cuda_compute(replay.ReplayConfig(str(megatron)), source, "auto", []) == "auto"  # CUDA: live
     r = _nbox("replay", str(megatron), "--clock", "virtual", "--iterations", "1", cwd=tmp_path)
     out = r.stdout + r.stderr
     if not _has_cuda():
