@@ -19,7 +19,7 @@ from pathlib import Path
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if
-from nbox_replay.graph import RankGraph, load_rank
+from nbox_replay.graph import COMPUTE, RankGraph, load_rank
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RunSummary, summarize_sim
@@ -148,7 +148,7 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
-    if all(not any(g.duration_us) and not any(g.issue_us) for g in graphs.values()):
+    if _no_durations(graphs):
         notices.append("WARNING: the trace holds no durations (every node's is 0; imported without Kineto?): "
                        "compute counts as 0 and only the modeled collectives take time")
     reps = config.iterations
@@ -169,6 +169,13 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
         written += write_timelines(wi_sim, graphs, config.out, label="what_if")
         report.timelines = [str(p) for p in written]
     return report
+
+
+def _no_durations(graphs: dict[int, RankGraph]) -> bool:
+    """The traces have compute nodes, and every node's recorded duration and issue cost is 0 (a trace imported
+    without Kineto); a trace of collectives alone (an ASTRA-sim microbenchmark) needs none and is not flagged."""
+    has_compute = any(COMPUTE in g.kind for g in graphs.values())
+    return has_compute and all(not any(g.duration_us) and not any(g.issue_us) for g in graphs.values())
 
 
 def _cuda_compute(config: ReplayConfig, source: ReplaySource, compute: str, notices: list[str]) -> str:
