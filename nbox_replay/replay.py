@@ -185,12 +185,12 @@ def _cuda_compute(config: ReplayConfig, source: ReplaySource, compute: str, noti
     if source.device != "cuda" or config.device == "cuda" or (config.device == "auto" and _cuda_available()):
         return compute
     hw = source.manifest.hardware if source.manifest is not None else {}
-    gpus = f"{hw['gpu_count']} x {hw['gpu_name']}" if hw.get("gpu_name") and hw.get("gpu_count") else "GPUs"
+    gpus = f" ({hw['gpu_count']} x {hw['gpu_name']})" if hw.get("gpu_name") and hw.get("gpu_count") else ""
     why = "--device cpu" if config.device == "cpu" else "this machine has no CUDA"
     if compute == "live":
-        raise ReplayConfigError(f"--compute live: {config.bundle} was recorded on CUDA ({gpus}) and {why} to "
+        raise ReplayConfigError(f"--compute live: {config.bundle} was recorded on CUDA{gpus} and {why} to "
                                 f"re-execute its kernels; use --compute recorded (the default here)")
-    notices.append(f"recorded on CUDA ({gpus}), and {why}: recorded compute (kernels not re-executed), baseline "
+    notices.append(f"recorded on CUDA{gpus}, and {why}: recorded compute (kernels not re-executed), baseline "
                    f"{baseline_path(source, config.baseline).stem}")
     return "recorded"
 

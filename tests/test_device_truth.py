@@ -98,6 +98,13 @@ def test_a_host_et_alone_is_cuda_by_its_tensors(samples: Path, tmp_path: Path) -
     shutil.copyfile(samples / "pytorch_et" / "param_resnet_2gpu_et_1.1.0.json.gz", host)
     out, _ = import_traces(ConvertConfig(((host, None),), tmp_path / "resnet.bundle"))
     assert read_manifest(out).hardware == {"device": "cuda"}  # no deviceProperties: no model or count
+    import nbox_replay.replay as replay
+
+    notices: list[str] = []
+    config = replay.ReplayConfig(str(out), device="cpu")
+    assert replay._cuda_compute(config, replay.open_source(str(out)), "auto", notices) == "recorded"
+    assert notices == ["recorded on CUDA, and --device cpu: recorded compute (kernels not re-executed), baseline "
+                       "dgx_h100_400g"]
 
 
 def test_a_cpu_trace_stays_cpu(samples: Path, tmp_path: Path) -> None:
