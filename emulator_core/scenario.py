@@ -77,9 +77,6 @@ AUTO = "auto"
 #: Largest world size accepted (2^24 ranks); a guard against typos, far above any real cluster.
 MAX_WORLD_SIZE = 1 << 24
 
-# Algorithm names are checked for form only here (lowercase identifier); the cost models decide which
-# (collective, algorithm) pairs exist.
-_ALGO_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 _T = TypeVar("_T")
@@ -408,7 +405,9 @@ class Scenario:
         topology: the network; the product of its dimension sizes equals ``world_size`` (a last size of 0
             is resolved here).
         algorithms: ``(collective, algorithm)`` pairs sorted by collective; a collective not listed uses
-            ``"auto"``. A ``Mapping`` is accepted and converted. Read it with :meth:`algorithm`.
+            ``"auto"``; every algorithm is ``"auto"`` or one the cost models price for its collective
+            (``costmodels.algorithms_for``), checked here so that every command refuses it at load time. A
+            ``Mapping`` is accepted and converted. Read it with :meth:`algorithm`.
         compute_scale: compute speed factor (> 0): 1.0 = recorded speed, 2.0 = compute twice as fast
             (compute durations are divided by it).
         stragglers: ranks whose compute is slowed down (unique ranks, each < ``world_size``).
@@ -453,9 +452,9 @@ class Scenario:
                 raise ScenarioError(f"algorithms.{coll}", f"unknown collective (allowed: {', '.join(COLLECTIVES)})")
             if coll in seen:
                 raise ScenarioError(f"algorithms.{coll}", "given twice")
-            if not isinstance(algo, str) or not _ALGO_RE.match(algo):
-                raise _bad(f"algorithms.{coll}", algo,
-                           f"must be {AUTO!r} or an algorithm name (lowercase letters, digits, '_'; e.g. 'ring')")
+            known = (AUTO, *cm.algorithms_for(coll))
+            if not isinstance(algo, str) or algo not in known:  # checked here, so no command gets further
+                raise _bad(f"algorithms.{coll}", algo, f"no cost model for {coll}; known: {', '.join(known)}")
             seen[coll] = algo
         object.__setattr__(self, "algorithms", tuple(sorted(seen.items())))
         object.__setattr__(self, "compute_scale", _float("compute_scale", self.compute_scale, gt=0))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_overrides import apply_overrides
 from emulator_core.scenario_toml import toml_decode_error, toml_loads
 from nbox_trace.errors import InputNotFoundError
 
-__all__ = ["DEFAULT_SCENARIO", "SCENARIOS_DIR", "load_scenario", "shipped_scenarios"]
+__all__ = ["DEFAULT_SCENARIO", "SCENARIOS_DIR", "load_scenario", "read_scenario_doc", "shipped_scenarios"]
 
 #: The scenario used by :func:`load_scenario` when no file is given: this machine's loopback.
 DEFAULT_SCENARIO = "loopback_cpu"
@@ -23,12 +24,12 @@ def shipped_scenarios() -> dict[str, Path]:
     return {p.stem: p for p in sorted(SCENARIOS_DIR.glob("*.toml"))}
 
 
-def load_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
-    """Load a scenario from a TOML file (``None``: the shipped :data:`DEFAULT_SCENARIO`), apply overrides.
+def read_scenario_doc(path: Path | None) -> tuple[dict[str, Any], Path]:
+    """The parsed TOML document of a scenario file (``None``: the shipped :data:`DEFAULT_SCENARIO`), and its path.
 
     Raises:
         InputNotFoundError: ``path`` does not exist.
-        ScenarioError: the file is not TOML, or a key or value is invalid (the message names the file and key).
+        ScenarioError: the file cannot be read or is not TOML (the message names the file).
     """
     p = path if path is not None else SCENARIOS_DIR / f"{DEFAULT_SCENARIO}.toml"
     try:
@@ -38,9 +39,19 @@ def load_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError("", f"cannot read: {e}", file=str(p)) from None
     try:
-        doc = toml_loads()(text)
+        return toml_loads()(text), p
     except toml_decode_error() as e:
         raise ScenarioError("", f"not valid TOML: {e}", file=str(p)) from None
+
+
+def load_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
+    """Load a scenario from a TOML file (``None``: the shipped :data:`DEFAULT_SCENARIO`), apply overrides.
+
+    Raises:
+        InputNotFoundError: ``path`` does not exist.
+        ScenarioError: the file is not TOML, or a key or value is invalid (the message names the file and key).
+    """
+    doc, p = read_scenario_doc(path)
     try:
         return Scenario.from_dict(apply_overrides(doc, overrides))
     except ScenarioError as e:

@@ -53,12 +53,13 @@ never evaluated; every error is an :class:`~nbox_trace.errors.InvalidInputError`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbox_record.comms import load_collective_log
 from nbox_record.convertcomm import CommNodes
 from nbox_record.convertcomp import comp_item
+from nbox_record.convertdevice import DeviceFacts, device_facts
 from nbox_record.convertgpu import gpu_items
 from nbox_record.convertgroups import ProcessGroups
 from nbox_record.convertinputs import RankInputs
@@ -84,6 +85,7 @@ class RankConversion:
     nodes: list[pb.Node]
     process_groups: dict[str, list[int]]  # pg_name -> global ranks (for comm_group.json)
     stats: dict[str, int]
+    device: DeviceFacts = field(default_factory=DeviceFacts)  # what the traces say about the rank's device
 
 
 def _process_groups(inputs: RankInputs, world_size: int | None, stats: dict[str, int]) -> ProcessGroups:
@@ -160,7 +162,7 @@ def _assemble(inputs: RankInputs, world_size: int | None) -> RankConversion:
     summary = "+".join(k for k in COMM_SOURCES if sources.get(k)) or "none"
     groups = {k: v for k, v in sorted(pgs.groups.items()) if v}
     metadata = global_metadata(et.schema, inputs.rank, summary, inputs.join_method, pgs.world)
-    return RankConversion(inputs.rank, metadata, nodes, groups, s)
+    return RankConversion(inputs.rank, metadata, nodes, groups, s, device_facts(et, inputs.trace))
 
 
 def convert_rank(host_et: Path, kineto: Path | None, *, rank: int, collectives: Path | None = None,

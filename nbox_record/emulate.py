@@ -59,7 +59,9 @@ class EmulateConfig:
     """Everything ``nbox emulate`` needs, validated at construction (``ValueError`` names the field).
 
     Attributes:
-        world_size: W, the world size the script sees.
+        world_size: W, the world size the script sees; None: ``--set world_size``, else the scenario file's
+            (the one world-size rule, :mod:`emulator_core.world`; settled here, with the scenario loaded).
+        world_from: where the world size came from (set here, for reports: ``"8, from --world-size"``).
         nproc: N real ranks (torchrun processes on this machine), 1 <= N <= W.
         real_ranks: the global rank each real process plays (N distinct ranks < W); empty: 0..N-1.
         scenario: what-if scenario TOML (None: the shipped default); ``overrides`` as ``--set key=value``.
@@ -70,7 +72,7 @@ class EmulateConfig:
         out: also capture one iteration after the timed ones and write a bundle of the emulated run.
     """
 
-    world_size: int
+    world_size: int | None = None  # settled to an int in __post_init__
     nproc: int = 1
     real_ranks: tuple[int, ...] = ()
     script: Path | None = None          # None: the built-in example
@@ -86,12 +88,19 @@ class EmulateConfig:
     out: Path | None = None
     overwrite: bool = False
     call_timeout_s: float | None = None
+    world_from: str = field(default="", init=False, compare=False)
 
     def __post_init__(self) -> None:
         """Raises UsageError (exit 2) naming the ``nbox emulate`` flag as typed."""
         w, n = self.world_size, self.nproc
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
             raise UsageError(f"--world-size must be an integer >= 1, got {w!r}")
+        from emulator_core.world import load_what_if
+
+        settled = load_what_if(self.scenario, tuple(self.overrides), recorded_world=None, requested=w)[1]
+        w = settled.size
+        object.__setattr__(self, "world_size", w)
+        object.__setattr__(self, "world_from", settled.describe())
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= w:
             raise UsageError(f"-n/--nproc-per-node (real ranks) must be an integer in 1..world_size {w}, got {n!r}")
         ranks = tuple(self.real_ranks) or tuple(range(n))
@@ -130,6 +139,7 @@ class EmulateResult:
     wall_s: float
     breakdown: dict[str, float] | None = None   # see :func:`iteration_breakdown`; None where not measured
     bundle: str | None = None            # ``-o``: the bundle written
+    world_from: str = ""                 # where the world size came from (EmulateConfig.world_from)
 
     def quantile_us(self, q: float) -> float:
         return _quantile(self.iteration_us, q)
@@ -139,6 +149,7 @@ class EmulateResult:
         return {
             "schema": SCHEMA,
             "world_size": self.world_size,
+            "world_size_source": self.world_from,
             "real_ranks": list(self.real_ranks),
             "world_size_seen": self.world_size_seen,
             "scenario": self.scenario,
@@ -195,18 +206,16 @@ def _scenario_toml(cfg: EmulateConfig, path: Path) -> str:
     """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description."""
     from emulator_core.live_policy import live_unsupported
     from emulator_core.scenario import ScenarioError
-    from emulator_core.scenario_files import load_scenario
     from emulator_core.scenario_toml import dump_toml
-    from emulator_core.world import resize
+    from emulator_core.world import load_what_if
 
-    scenario = load_scenario(cfg.scenario, list(cfg.overrides))
+    scenario = load_what_if(cfg.scenario, cfg.overrides, recorded_world=None, requested=cfg.world_size)[0]
     why = live_unsupported(scenario)
     if why:
         raise ScenarioError("", why, file=str(cfg.scenario) if cfg.scenario is not None else None)
-    scenario = resize(scenario, cfg.world_size)
     path.write_text(dump_toml(scenario), encoding="utf-8")
     name = str(cfg.scenario) if cfg.scenario is not None else "default (loopback_cpu)"
-    return name + (f" with {', '.join(cfg.overrides)}" if cfg.overrides else "")
+    return name + (f" with {', '.join(cfg.overrides)}" if cfg.overrides else "") + f"; world size {cfg.world_from}"
 
 
 def _merge_collectives(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -287,9 +296,10 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
                          "scenario": scenario_desc, "breakdown_us": breakdown,
                          "scenario_toml": (work / "scenario.toml").read_text(encoding="utf-8")}
             bundle = str(_write_bundle(rcfg, work, script, "nbox", True, emulation)[0])
-        return EmulateResult(cfg.world_size, cfg.real_ranks, world_seen if isinstance(world_seen, int) else None,
-                             job, dict(sorted(per_rank.items())), _merge_collectives(reports), scenario_desc,
-                             time.monotonic() - started, breakdown, bundle)
+        world = int(cfg.world_size or 0)  # always settled by EmulateConfig
+        return EmulateResult(world, cfg.real_ranks, world_seen if isinstance(world_seen, int) else None, job,
+                             dict(sorted(per_rank.items())), _merge_collectives(reports), scenario_desc,
+                             time.monotonic() - started, breakdown, bundle, cfg.world_from)
     finally:
         if cfg.keep_work:
             say(f"work folder kept in {work}")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nbox_trace import __version__
 from nbox_trace.errors import InputNotFoundError, InvalidInputError
@@ -36,12 +37,14 @@ class ConvertedRanks:
     process_groups: dict[str, list[int]]
     nodes_per_rank: dict[int, int]
     source_schema: str | None
+    hardware: dict[str, Any] = field(default_factory=dict)  # device facts read off the traces (convertdevice)
 
 
 def convert_ranks(ranks: dict[int, RankInput], staging: Path) -> ConvertedRanks:
     """Convert every rank into ``staging`` with :func:`nbox_record.convert.convert_rank`; the bundle's
     files, keyed by their path inside the bundle. Shared by ``nbox record`` and ``nbox record convert``."""
     from nbox_record.convert import convert_rank
+    from nbox_record.convertdevice import DeviceFacts, hardware_facts
     from nbox_trace.bundle import COMM_GROUP_NAME
     from nbox_trace.chakra.codec import write_et
 
@@ -49,16 +52,18 @@ def convert_ranks(ranks: dict[int, RankInput], staging: Path) -> ConvertedRanks:
     groups: dict[str, list[int]] = {}
     nodes: dict[int, int] = {}
     schema = None
+    devices: list[DeviceFacts] = []
     for rank, item in sorted(ranks.items()):
         conv = convert_rank(item.host_et, item.kineto, rank=rank, collectives=item.collectives,
                             world_size=item.world_size)
         files[f"trace/trace.{rank}.et"] = write_et(staging / f"trace.{rank}.et", conv.metadata, conv.nodes)
         nodes[rank] = len(conv.nodes)
+        devices.append(conv.device)
         for name, members in conv.process_groups.items():
             groups.setdefault(name, list(members))
         schema = schema or next((a.string_val for a in conv.metadata.attr if a.name == "schema"), None)
     files[COMM_GROUP_NAME] = (json.dumps(groups, indent=1, sort_keys=True) + "\n").encode()
-    return ConvertedRanks(files, groups, nodes, schema)
+    return ConvertedRanks(files, groups, nodes, schema, hardware_facts(devices))
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
         manifest = Manifest(
             producer={"nbox": __version__, "torch": None, "backend": None, "source_schema": schema,
                       "converted_from": [str(h) for h, _ in cfg.pairs]},
-            hardware={},
+            hardware=conv.hardware,  # device "cuda" or "cpu", GPU model and count: read off the traces
             job={"world_size": world, "ranks_recorded": sorted(ranks), "process_groups": groups},
             observed={"iteration_time_us": None,
                       "rule": "not measured: converted from existing traces, which carry no clean iterations"},

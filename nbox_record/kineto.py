@@ -9,7 +9,8 @@ What is kept from the trace:
   ``args["correlation"]``, which equals the correlation of the CUDA runtime/driver call that launched
   it (``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaMemcpyAsync``...; ``cat`` ``cuda_runtime`` /
   ``cuda_driver``);
-* ``distributedInfo`` (rank, world size) when present.
+* ``distributedInfo`` (rank, world size) when present;
+* ``deviceProperties``: the model name of each GPU the profiler saw (:attr:`KinetoTrace.device_names`).
 
 Times are microseconds. When the trace has ``baseTimeNanoseconds`` (newer Kineto), event ``ts`` are
 relative to it and it is added, so every time here is absolute (Unix epoch, microseconds).
@@ -87,6 +88,7 @@ class KinetoTrace:
     rank: int | None
     world_size: int | None
     skipped: int  # malformed events ignored
+    device_names: tuple[str, ...] = ()  # ``deviceProperties``: each listed GPU's model name, in order
 
 
 def _num(value: Any) -> float | None:
@@ -158,7 +160,10 @@ def read_kineto(path: str | Path, *, max_bytes: int = DEFAULT_MAX_JSON_BYTES) ->
                 launches.setdefault(corr, Launch(name, thread, ts + base, corr))
             if name in SYNC_CALLS:
                 syncs.append(Launch(name, thread, ts + base, corr if corr is not None else -1))
-    return KinetoTrace(p, cpu, gpu, launches, syncs, rank, world, skipped)
+    props = data.get("deviceProperties")
+    names = tuple(str(d["name"])[:200] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)) \
+        if isinstance(props, list) else ()
+    return KinetoTrace(p, cpu, gpu, launches, syncs, rank, world, skipped, names)
 
 
 def join_host_ops(nodes: Iterable[EtNode], trace: KinetoTrace) -> tuple[dict[int, int], str]:

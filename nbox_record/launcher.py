@@ -239,7 +239,8 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
         producer={"nbox": __version__, "torch": first.get("torch"), "backend": backend,
                   "cuda": first.get("cuda"), "nccl": first.get("nccl"), "python": first.get("python")},
         hardware={"hostname": first.get("hostname"), "machine": platform.machine(),
-                  "processor": platform.processor(), "cpu_count": os.cpu_count(), "device": first.get("device")},
+                  "processor": platform.processor(), "cpu_count": os.cpu_count(), "device": first.get("device"),
+                  **(conv.hardware if conv.hardware.get("device") == "cuda" else {})},  # CUDA seen in the traces
         job={"world_size": first.get("world_size"), "ranks_recorded": sorted(timings),
              "nproc_per_node": cfg.nproc_per_node, "nnodes": cfg.nnodes, "node_rank": cfg.node_rank,
              "process_groups": groups,

@@ -3,7 +3,9 @@
 A replay runs twice: under the **baseline** scenario (the fabric the bundle was recorded on: the shipped,
 calibrated ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a GPU bundle or a bare ET, or
 ``--baseline``) at the recorded world size, and under the **what-if** (``--what-if``, ``--set``,
-``--world-size``; by default the baseline's scenario). With ``--clock virtual`` both run in virtual time
+``--world-size``; by default the baseline's scenario) at the world size of
+:func:`emulator_core.world.load_what_if`'s rule (``--world-size``, else ``--set world_size``, else the what-if
+file's, else the recorded one; the report says which). With ``--clock virtual`` both run in virtual time
 (recorded compute, no torch, deterministic); with ``--clock real`` both run live on this machine
 (:mod:`nbox_replay.live`) and the virtual model of the same run supplies the breakdown.
 """
@@ -15,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator_core.scenario import Scenario
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
-from emulator_core.world import resize, what_if_world
-from nbox_replay.graph import RankGraph, load_rank
+from emulator_core.scenario_files import SCENARIOS_DIR
+from emulator_core.world import load_what_if
+from nbox_replay.graph import COMPUTE, RankGraph, load_rank
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RunSummary, summarize_sim
@@ -26,7 +28,7 @@ from nbox_trace.archive import traces_directory
 from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, check_outputs
 
-__all__ = ["ReplayConfig", "baseline_scenario", "run_replay"]
+__all__ = ["ReplayConfig", "baseline_path", "baseline_scenario", "run_replay"]
 
 CLOCKS = ("real", "virtual")
 COMPUTES = ("auto", "live", "recorded")
@@ -96,12 +98,18 @@ class ReplayConfig:
         check_outputs([Output("--out", self.out, "dir")], inputs=[Path(self.bundle)])
 
 
+def baseline_path(source: ReplaySource, path: Path | None = None) -> Path:
+    """The baseline scenario file: ``path`` (``--baseline``), else chosen from the recorded device (module
+    docstring: ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a CUDA bundle or a bare ET)."""
+    if path is not None:
+        return path
+    return SCENARIOS_DIR / ("loopback_cpu.toml" if source.device == "cpu" else "dgx_h100_400g.toml")
+
+
 def baseline_scenario(source: ReplaySource, path: Path | None) -> tuple[Scenario, str]:
     """The baseline scenario at the recorded world size, and its name (module docstring)."""
-    if path is None:
-        name = "loopback_cpu" if source.device == "cpu" else "dgx_h100_400g"
-        path = SCENARIOS_DIR / f"{name}.toml"
-    return resize(load_scenario(path), source.recorded_world), path.stem
+    path = baseline_path(source, path)
+    return load_what_if(None, recorded_world=source.recorded_world, default=path)[0], path.stem
 
 
 def _load(source: ReplaySource, ranks: Sequence[int] | None) -> dict[int, RankGraph]:
@@ -144,16 +152,19 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
         if compute == "auto":
             notices.append("the bundle asks for recorded compute (no tensor shapes): operators are not re-executed")
             compute = "recorded"
+    compute = _cuda_compute(config, source, compute, notices)
     if compute == "auto":
         compute = "recorded" if clock == "virtual" else "live"
     base, base_name = baseline_scenario(source, config.baseline)
     what_if_path = config.what_if or config.baseline or SCENARIOS_DIR / f"{base_name}.toml"
-    what_if_base = load_scenario(what_if_path, config.overrides)
+    what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
+                                  requested=config.world_size, default=what_if_path)
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
-    world = what_if_world(what_if_base, config.overrides, source.recorded_world, config.world_size)
-    what_if = resize(what_if_base, world)
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
+    if _no_durations(graphs):
+        notices.append("WARNING: the trace holds no durations (every node's is 0; imported without Kineto?): "
+                       "compute counts as 0 and only the modeled collectives take time")
     reps = config.iterations
     say("virtual replay: baseline")
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
@@ -162,7 +173,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     baseline = summarize_sim(base_sim, label="baseline", scenario=base_name, rank=config.rank)
     whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name, rank=config.rank)
     report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
-                          source.observed, baseline, whatif, unpriced=wi_sim.unpriced, notices=notices)
+                          source.observed, baseline, whatif, unpriced=wi_sim.unpriced, notices=notices, world=world)
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, compute, report, say)
     if config.out is not None:
@@ -174,6 +185,30 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     return report
 
 
+def _no_durations(graphs: dict[int, RankGraph]) -> bool:
+    """The traces have compute nodes, and every node's recorded duration and issue cost is 0 (a trace imported
+    without Kineto); a trace of collectives alone (an ASTRA-sim microbenchmark) needs none and is not flagged."""
+    has_compute = any(COMPUTE in g.kind for g in graphs.values())
+    return has_compute and all(not any(g.duration_us) and not any(g.issue_us) for g in graphs.values())
+
+
+def _cuda_compute(config: ReplayConfig, source: ReplaySource, compute: str, notices: list[str]) -> str:
+    """A CUDA bundle replayed without CUDA (``--device cpu``, or ``auto`` on a machine without CUDA): its kernels
+    cannot be re-executed, so ``auto`` compute is recorded, with one notice (the GPU baseline is chosen from
+    the device, :func:`baseline_path`); ``--compute live`` is refused. Otherwise ``compute`` unchanged."""
+    if source.device != "cuda" or config.device == "cuda" or (config.device == "auto" and _cuda_available()):
+        return compute
+    hw = source.manifest.hardware if source.manifest is not None else {}
+    gpus = f" ({hw['gpu_count']} x {hw['gpu_name']})" if hw.get("gpu_name") and hw.get("gpu_count") else ""
+    why = "--device cpu" if config.device == "cpu" else "this machine has no CUDA"
+    if compute == "live":
+        raise ReplayConfigError(f"--compute live: {config.bundle} was recorded on CUDA{gpus} and {why} to "
+                                f"re-execute its kernels; use --compute recorded (the default here)")
+    notices.append(f"recorded on CUDA{gpus}, and {why}: recorded compute (kernels not re-executed), baseline "
+                   f"{baseline_path(source, config.baseline).stem}")
+    return "recorded"
+
+
 def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, RankGraph], base: Scenario,
               what_if: Scenario, compute: str, report: ReplayReport, say: Callable[[str], None]) -> None:
     """Replace the report's iteration times by live runs (the virtual breakdown stays as the model)."""
@@ -182,9 +217,6 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     device = config.device
     if device == "auto":
         device = "cuda" if source.device == "cuda" and _cuda_available() else "cpu"
-    if source.device == "cuda" and device == "cpu" and compute == "live":
-        report.notices.append("a CUDA bundle on a machine without CUDA: compute replayed with recorded durations")
-        compute = report.compute = "recorded"
     files = {r: source.trace_set.files[r] for r in graphs}
     for label, scenario, summary in (("baseline", base, report.baseline), ("what-if", what_if, report.what_if)):
         say(f"live replay ({compute} compute, {device}): {label} at world size {scenario.world_size}")

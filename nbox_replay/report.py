@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbox_replay.summary import RunSummary, speedup
+from emulator_core.world import WhatIfWorld
+from nbox_replay.summary import RunSummary, format_speedup, speedup
 from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
 
 __all__ = ["REPORT_SCHEMA", "ReplayReport"]
@@ -46,10 +47,12 @@ class ReplayReport:
     unpriced: int = 0
     notices: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)
+    world: WhatIfWorld | None = None  # the what-if's world size and where it came from
 
     @property
-    def speedup(self) -> float:
-        """The what-if's speed-up over the baseline (:func:`nbox_replay.summary.speedup`; > 1: faster)."""
+    def speedup(self) -> float | None:
+        """The what-if's speed-up over the baseline (:func:`nbox_replay.summary.speedup`; > 1: faster; None:
+        undefined, a zero time)."""
         return speedup(self.baseline.median_us, self.what_if.median_us)
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +61,7 @@ class ReplayReport:
                 "observed_iteration_us": self.observed, "baseline": self.baseline.to_dict(),
                 "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
-                "timelines": self.timelines}
+                "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None}
 
     def format_text(self) -> str:
         """The report for people (stdout): one time unit per column, IEC bytes, labels cut at a word."""
@@ -66,6 +69,8 @@ class ReplayReport:
         obs = self.observed if self.observed and self.observed.get("median") is not None else None
         lines = [f"replay of {self.source}: recorded on {self.device} at world size {self.recorded_world}; "
                  f"ranks {','.join(map(str, self.ranks))} replayed, compute {self.compute}, clock {self.clock}"]
+        if self.world is not None:
+            lines.append(f"what-if world size: {self.world.describe()}")
         lines += [f"notice: {n}" for n in self.notices]
         b = self.baseline
         lines.append(f"iterations: {b.iterations_note or 'one pass over the capture each'}; "
@@ -101,8 +106,12 @@ class ReplayReport:
         if obs is not None and obs["median"]:
             err = (self.baseline.median_us - obs["median"]) / obs["median"] * 100
             lines.append(f"baseline vs recorded: {err:+.1f}%")
-        faster = "faster" if self.speedup > 1 else ("slower" if self.speedup < 1 else "the same")
-        lines.append(f"what-if vs baseline: {self.speedup:.3f}x ({faster})")
+        ratio = self.speedup
+        if ratio is None:
+            lines.append("what-if vs baseline: n/a (an iteration time of 0: no ratio)")
+        else:
+            faster = "faster" if ratio > 1 else ("slower" if ratio < 1 else "the same")
+            lines.append(f"what-if vs baseline: {format_speedup(ratio)} ({faster})")
         tops = self.what_if.top_collectives
         if tops:
             cu = time_unit([v for c in tops for v in (c["modeled_us"], c["exposed_us"], c["waiting_us"])])

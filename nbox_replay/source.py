@@ -15,6 +15,9 @@ from typing import Any
 
 from nbox_replay.graph import ReplayInputError
 from nbox_trace.bundle import Manifest, locate_traces
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra.attrs import find_attr
+from nbox_trace.chakra.codec import EtReader
 from nbox_trace.chakra.tracefiles import TraceSet
 from nbox_trace.check import inspect_trace
 
@@ -35,7 +38,8 @@ class ReplaySource:
         manifest: the bundle's manifest, or None for a bare ET.
         groups: process group name -> member global ranks (at the recorded world size).
         recorded_world: world size at recording.
-        device: ``"cpu"``, ``"cuda"`` or ``"unknown"`` (bare ET: no live compute).
+        device: ``"cpu"``, ``"cuda"`` or ``"unknown"`` (bare ET: no live compute); a bundle's is its
+            manifest's ``hardware.device``, else read off its traces (:func:`_bundle_device`).
         observed: the manifest's observed iteration time (median, p10, p90, n; microseconds), if any.
         warnings: non-fatal problems found in the traces (count).
     """
@@ -66,6 +70,22 @@ def _recorded_world(manifest: Manifest | None, trace_set: TraceSet, groups: dict
     return max(candidates)
 
 
+def _bundle_device(manifest: Manifest, trace_set: TraceSet) -> str:
+    """``"cuda"`` or ``"cpu"``: the manifest's ``hardware.device``; when it says nothing (a bundle imported
+    before the converter read the device off the traces), ``"cuda"`` if the lowest rank's trace holds GPU
+    work (a compute node with ``is_cpu_op`` false), else ``"cpu"``."""
+    said = manifest.hardware.get("device")
+    if isinstance(said, str) and said:
+        return "cuda" if said.startswith("cuda") else "cpu"
+    with EtReader(trace_set.files[min(trace_set.ranks)]) as reader:
+        for node in reader:
+            if node.type == pb.COMP_NODE:
+                flag = find_attr(node, "is_cpu_op")
+                if flag is not None and flag.WhichOneof("value") == "bool_val" and not flag.bool_val:
+                    return "cuda"
+    return "cpu"
+
+
 def open_source(path: str | os.PathLike[str], *, name: str | None = None) -> ReplaySource:
     """Open and check a bundle directory or a bare Chakra ET (``name``: what the user called it, for messages and
     the report, e.g. the ``.nbox`` archive ``path`` was unpacked from; default ``path``).
@@ -90,8 +110,7 @@ def open_source(path: str | os.PathLike[str], *, name: str | None = None) -> Rep
     device = "unknown"
     observed = None
     if manifest is not None:
-        device = str(manifest.hardware.get("device", "cpu"))
-        device = "cuda" if device.startswith("cuda") else "cpu"
+        device = _bundle_device(manifest, trace_set)
         observed = manifest.observed.get("iteration_time_us") or None
     warnings = sum(p.count for p in report.all_problems()) - len(fatal)
     return ReplaySource(str(path), trace_set, manifest, groups, world, device, observed, warnings)

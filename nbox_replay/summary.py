@@ -19,7 +19,9 @@ Definitions (times in microseconds):
   waiting figures add up to the breakdown's);
 * the **speed-up** of a run over a reference run is the reference's iteration time divided by the run's
   (:func:`speedup`; > 1: the run is faster). ``nbox replay``'s reference is its baseline, ``nbox
-  sweep``'s the grid's first point.
+  sweep``'s the grid's first point. A ratio over a zero time means nothing (a trace with no durations
+  replays in 0 us): it is ``None``, written ``null`` in JSON, an empty CSV cell and ``n/a`` in text
+  (:func:`format_speedup`), never an infinity.
 """
 
 from __future__ import annotations
@@ -33,15 +35,20 @@ from nbox_replay.breakdown import Breakdown, median_index, partition, slowest_ra
 from nbox_replay.virtual import SimResult
 from nbox_trace.errors import InvalidInputError
 
-__all__ = ["RunSummary", "speedup", "summarize_sim"]
+__all__ = ["RunSummary", "format_speedup", "speedup", "summarize_sim"]
 
 
-def speedup(reference_us: float, run_us: float) -> float:
-    """``reference_us / run_us`` (> 1: the run is faster); two zero times are the same speed (1.0), a zero
-    run time after a non-zero reference is infinitely faster (``inf``)."""
-    if run_us > 0:
+def speedup(reference_us: float, run_us: float) -> float | None:
+    """``reference_us / run_us`` (> 1: the run is faster); ``None`` when either time is not a positive finite
+    number (a ratio over a zero time is undefined: module docstring)."""
+    if run_us > 0 and reference_us > 0 and math.isfinite(run_us) and math.isfinite(reference_us):
         return reference_us / run_us
-    return 1.0 if reference_us == 0 else math.inf
+    return None
+
+
+def format_speedup(ratio: float | None, digits: int = 3) -> str:
+    """``1.022x`` (``digits`` decimals), or ``n/a`` for an undefined ratio (:func:`speedup`)."""
+    return "n/a" if ratio is None else f"{ratio:.{digits}f}x"
 
 
 class RankChoiceError(InvalidInputError):

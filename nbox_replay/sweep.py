@@ -4,8 +4,9 @@ A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
 * ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.world.resize`
   (the outermost topology dimension grows or shrinks). Without this axis the world size is the one
-  ``nbox replay`` would play (:func:`emulator_core.world.what_if_world`): the scenario's own when an
-  override sets ``world_size``, else the recorded one;
+  ``nbox replay`` would play (:func:`emulator_core.world.load_what_if`): ``--set world_size``, else the
+  what-if file's (``--what-if``), else the recorded one. Each row says where its world size came from
+  (``world_size_source``);
 * any other key: a scenario override (``--set`` syntax, e.g. ``topology.dims.0.bandwidth_gbps=10,100``
   or ``algorithms.all_reduce=ring,double_binary_tree``), applied on top of the base overrides.
 
@@ -20,7 +21,8 @@ Row figures are per iteration, in microseconds, those of the point's run summary
 repetitions of the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and
 ``overlapped_comm_us`` are the slowest rank's totals divided by the repetitions; ``speedup`` is the row's
 speed-up over the first row (:func:`nbox_replay.summary.speedup`: the first row's iteration time over
-this row's; > 1: faster than the first point).
+this row's; > 1: faster than the first point; ``None`` where a time is 0: ``null`` in JSON, empty in the CSV,
+``n/a`` in the table).
 """
 
 from __future__ import annotations
@@ -38,11 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from emulator_core.scenario import Scenario, ScenarioError
-from emulator_core.scenario_files import load_scenario
 from emulator_core.scenario_overrides import parse_override
-from emulator_core.world import resize, what_if_world
+from emulator_core.world import WhatIfWorld, load_what_if
 from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.summary import RunSummary, speedup, summarize_sim
+from nbox_replay.summary import RunSummary, format_speedup, speedup, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
 from nbox_trace.files import write_atomic
@@ -139,7 +140,9 @@ class SweepConfig:
         groups: (process group name, member global ranks at the recorded world size) pairs.
         recorded_world: the world size the traces were recorded at.
         vary: the axes, in order (the first varies slowest in the grid).
-        scenario: base scenario TOML (None: the shipped default, emulator_core's ``loopback_cpu``).
+        scenario: the what-if scenario TOML the user named (its ``world_size`` counts, see the module docstring);
+            None: ``baseline``, played at the recorded world size.
+        baseline: the scenario used when ``scenario`` is None (None: the shipped default, ``loopback_cpu``).
         overrides: base ``--set`` overrides (``key=value``), applied before each point's own.
         repetitions: times each rank's graph runs back to back per point (the median is reported).
         jobs: worker processes (1: evaluate in this process; capped at the CPU count and the grid size).
@@ -153,11 +156,13 @@ class SweepConfig:
     overrides: tuple[str, ...] = ()
     repetitions: int = 3
     jobs: int = 1
+    baseline: Path | None = None
 
     @classmethod
     def build(cls, traces: Mapping[int, str | os.PathLike[str]], groups: Mapping[str, Sequence[int]],
               recorded_world: int, vary: Sequence[str | Axis], *, scenario: str | os.PathLike[str] | None = None,
-              overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1) -> SweepConfig:
+              overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1,
+              baseline: str | os.PathLike[str] | None = None) -> SweepConfig:
         """A config from mappings and axis texts (``"world_size=8,64"``).
 
         Raises:
@@ -167,7 +172,8 @@ class SweepConfig:
         return cls(tuple((int(r), os.fspath(p)) for r, p in traces.items()),
                    tuple((str(n), tuple(int(m) for m in ms)) for n, ms in groups.items()), recorded_world,
                    tuple(a if isinstance(a, Axis) else parse_axis(a) for a in vary),
-                   Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs)
+                   Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs,
+                   Path(baseline) if baseline is not None else None)
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((int(r), str(p)) for r, p in self.traces))
@@ -206,7 +212,7 @@ class SweepConfig:
         """The grid points in order (first axis slowest): one value per axis."""
         return list(itertools.product(*(a.values for a in self.vary)))
 
-    def _build(self, point: Sequence[Value]) -> Scenario:
+    def _build(self, point: Sequence[Value]) -> tuple[Scenario, WhatIfWorld]:
         overrides = list(self.overrides)
         world: int | None = None
         for axis, value in zip(self.vary, point, strict=True):
@@ -214,13 +220,13 @@ class SweepConfig:
                 world = int(value)
             else:
                 overrides.append(_override_text(axis.key, value))
-        scenario = load_scenario(self.scenario, overrides)
-        scenario = resize(scenario, what_if_world(scenario, overrides, self.recorded_world, world))
+        scenario, settled = load_what_if(self.scenario, overrides, recorded_world=self.recorded_world,
+                                         requested=world, requested_by="--vary world_size", default=self.baseline)
         bad = [r for r, _ in self.traces if not 0 <= r < scenario.world_size]
         if bad:
             raise ScenarioError(WORLD_SIZE, f"replayed rank {bad[0]} is outside a world of "
-                                f"{scenario.world_size} ranks")
-        return scenario
+                                f"{settled.describe()}")
+        return scenario, settled
 
     def point_scenario(self, point: Sequence[Value]) -> Scenario:
         """The scenario of one grid point (one value per axis, in axis order).
@@ -229,6 +235,10 @@ class SweepConfig:
             SweepError: the point's scenario is invalid (the message names the point's axes and values).
             InputNotFoundError: the base scenario file does not exist.
         """
+        return self.point_world(point)[0]
+
+    def point_world(self, point: Sequence[Value]) -> tuple[Scenario, WhatIfWorld]:
+        """The scenario of one grid point and where its world size came from (see :meth:`point_scenario`)."""
         try:
             return self._build(point)
         except ScenarioError as e:
@@ -244,6 +254,11 @@ class SweepConfig:
                 try:
                     self._build((*first[:n], value, *first[n + 1:]))
                 except ScenarioError as e:
+                    try:  # the base scenario and --set alone may be what is wrong: then say so, not the axis
+                        load_what_if(self.scenario, self.overrides, recorded_world=self.recorded_world,
+                                     default=self.baseline)
+                    except ScenarioError as base_error:
+                        raise SweepError(str(base_error)) from None
                     raise SweepError(f"--vary {axis.key}: value {_fmt_value(value)} is not valid: {e}") from None
 
 
@@ -258,7 +273,8 @@ class SweepRow:
     exposed_comm_us: float
     overlapped_comm_us: float
     slowest_rank: int
-    speedup: float = 1.0
+    speedup: float | None = 1.0
+    world_size_source: str = "recorded"  # emulator_core.world.WORLD_SOURCES
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record: the axis values by key, then the figures."""
@@ -266,7 +282,7 @@ class SweepRow:
         out.update({"world_size": self.world_size, "iteration_us": self.iteration_us,
                     "compute_us": self.compute_us, "exposed_comm_us": self.exposed_comm_us,
                     "overlapped_comm_us": self.overlapped_comm_us, "slowest_rank": self.slowest_rank,
-                    "speedup": self.speedup})
+                    "speedup": self.speedup, "world_size_source": self.world_size_source})
         return out
 
 
@@ -305,7 +321,8 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
         ReplayInputError, ReplayDeadlock, InputNotFoundError, TraceDecodeError: from loading or replaying.
     """
     grid = config.grid()
-    scenarios = [config.point_scenario(p) for p in grid]
+    settled = [config.point_world(p) for p in grid]
+    scenarios = [s for s, _ in settled]
     total = len(grid)
     figures: list[RunSummary | None] = [None] * total
     groups, reps = config.groups, config.repetitions
@@ -331,12 +348,12 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
             raise
         pool.shutdown(wait=True)
     rows: list[SweepRow] = []
-    for point, fig in zip(grid, figures, strict=True):
+    for point, fig, (_, world) in zip(grid, figures, settled, strict=True):
         assert fig is not None
         it = fig.median_us
         rows.append(SweepRow(tuple((a.key, v) for a, v in zip(config.vary, point, strict=True)), fig.world_size, it,
                              fig.compute_us, fig.exposed_comm_us, fig.overlapped_comm_us, fig.slowest_rank,
-                             speedup(rows[0].iteration_us if rows else it, it)))
+                             speedup(rows[0].iteration_us if rows else it, it), world.source))
     return rows
 
 
@@ -369,6 +386,8 @@ def write_csv(rows: Sequence[SweepRow], path: Path) -> Path:
 
 
 def _csv_cell(v: Any) -> str:
+    if v is None:  # an undefined ratio (summary.speedup)
+        return ""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
@@ -478,7 +497,7 @@ def format_table(rows: Sequence[SweepRow]) -> str:
     head = [*keys, *(f"{name} {u[0]}" for (name, _), u in zip(figures, units, strict=True)), "speedup"]
     cols = list(zip(figures, units, digits, strict=True))
     body = [[*(_fmt_value(v) for _, v in r.values),
-             *(format_in(getattr(r, attr), u, digits=d) for (_, attr), u, d in cols), f"{r.speedup:.2f}x"]
+             *(format_in(getattr(r, attr), u, digits=d) for (_, attr), u, d in cols), format_speedup(r.speedup, 2)]
             for r in rows]
     widths = [max(len(head[c]), *(len(b[c]) for b in body)) for c in range(len(head))]
     nkeys = len(keys)

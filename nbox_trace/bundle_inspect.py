@@ -117,8 +117,8 @@ class BundleSummary:
                + ("" if self.complete else ", INCOMPLETE")
                + (f", anonymized ({self.anonymized.get('level', '?')})" if self.anonymized else "")]
         for part in ("producer", "hardware"):
-            facts = sorted(getattr(self, part).items())
-            out.append(f"{part}: " + ", ".join(f"{k} {v}" for k, v in facts if v not in (None, "")))
+            facts = ", ".join(f"{k} {v}" for k, v in sorted(getattr(self, part).items()) if v not in (None, ""))
+            out.append(f"{part}: {facts or 'not recorded in the manifest'}")
         cmd = " ".join([self.script or "?", *self.args])
         out.append(f"job: world size {self.world_size}, ranks recorded {list(self.ranks_recorded)}, command: {cmd}")
         for pg, members in sorted(self.process_groups.items()):

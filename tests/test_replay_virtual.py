@@ -184,11 +184,14 @@ def test_virtual_replay_needs_no_torch_and_the_cli_prints_one_json_document() ->
 
 
 def test_a_run_of_zero_time_is_as_fast_as_its_zero_time_baseline(tmp_path: Path) -> None:
-    """Two zero iteration times are the same speed (1.0x, "the same"); the replay used to say inf (faster)."""
+    """Two zero iteration times have no ratio: issue 13 ("Traces without durations replay as 0.00 ms with "infx
+    (faster)"" and `--json` emits `Infinity`): the speed-up is None (n/a, JSON null), and the replay warns that
+    the trace holds no durations. (Before issue 13 this test pinned 1.0x, "the same".)"""
     out = tmp_path / "zero"
     out.mkdir()
     write_et(out / "t.0.et", pb.GlobalMetadata(version="0.0.4"),
              [_node(1, pb.COMP_NODE, "aten::view", [], 0, tid=1), _node(2, pb.COMP_NODE, "aten::view", [1], 0, tid=1)])
     rep = run_replay(ReplayConfig(str(out / "t"), clock="virtual", world_size=4))
     assert rep.baseline.median_us == rep.what_if.median_us == 0.0
-    assert rep.speedup == 1.0 and "1.000x (the same)" in rep.format_text()
+    assert rep.speedup is None and "what-if vs baseline: n/a" in rep.format_text()
+    assert any(n.startswith("WARNING: the trace holds no durations") for n in rep.notices)

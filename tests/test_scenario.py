@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emulator_core.costmodels import algorithms_for
 from emulator_core.scenario import COLLECTIVES, DIMENSION_KINDS, Dimension, Scenario, ScenarioError, Straggler, Topology
 from emulator_core.scenario_files import load_scenario, shipped_scenarios
 from emulator_core.scenario_overrides import parse_override
@@ -111,8 +112,8 @@ def test_round_trip_and_accessors(tmp_path: Path) -> None:
 
 def test_mapping_algorithms_accepted() -> None:
     s = Scenario(world_size=4, topology=Topology((dim(),)),
-                 algorithms={"broadcast": "tree", "all_reduce": "ring"})  # type: ignore[arg-type]
-    assert s.algorithms == (("all_reduce", "ring"), ("broadcast", "tree"))
+                 algorithms={"broadcast": "binomial_tree", "all_reduce": "ring"})  # type: ignore[arg-type]
+    assert s.algorithms == (("all_reduce", "ring"), ("broadcast", "binomial_tree"))
 
 
 def test_frozen(tmp_path: Path) -> None:
@@ -201,8 +202,11 @@ def test_override_bad_path(tmp_path: Path, override: str, msg: str) -> None:
     ("topology.dims.0.size=0", "topology.dims[0].size = 0: only the last dimension may have size 0"),
     ("topology.dims.1.name=node", "topology.dims[1].name = \"node\": duplicate dimension name"),
     ("topology.dims.1.name=2x", "topology.dims[1].name = \"2x\": must be"),
-    ("algorithms.all_reduce=Ring-2", "algorithms.all_reduce = \"Ring-2\": must be 'auto' or an algorithm name"),
-    ("algorithms.all_reduce=3", "algorithms.all_reduce = 3: must be 'auto' or an algorithm name"),
+    # issue 13: names were checked for form only ("tree" validated, then crashed replay with a ValueError)
+    ("algorithms.all_reduce=Ring-2", "algorithms.all_reduce = \"Ring-2\": no cost model for all_reduce; known: auto"),
+    ("algorithms.all_reduce=3", "algorithms.all_reduce = 3: no cost model for all_reduce; known: auto, ring"),
+    ("algorithms.all_reduce=tree", "algorithms.all_reduce = \"tree\": no cost model for all_reduce; known: auto, "
+                                   "ring, double_binary_tree"),
     ("stragglers.0.rank=16", "stragglers[0].rank = 16: must be < world_size (16)"),
     ("stragglers.0.rank=-1", "stragglers[0].rank = -1: must be >= 0"),
     ("stragglers.0.slowdown=0.5", "stragglers[0].slowdown = 0.5: must be >= 1"),
@@ -284,8 +288,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         world *= s
     ranks = draw(st.lists(st.integers(0, world - 1), unique=True, max_size=4))
     stragglers = tuple(Straggler(r, draw(st.floats(1.0, 100.0))) for r in ranks)
-    algos = draw(st.dictionaries(st.sampled_from(COLLECTIVES),
-                                 st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True), max_size=4))
+    colls = draw(st.lists(st.sampled_from(COLLECTIVES), unique=True, max_size=4))
+    algos = {c: draw(st.sampled_from(("auto", *algorithms_for(c)))) for c in colls}
     return Scenario(world_size=world, topology=Topology(dims), algorithms=tuple(algos.items()),
                     compute_scale=draw(_pos), stragglers=stragglers,
                     overlap=draw(st.sampled_from(("overlap", "serialize"))))

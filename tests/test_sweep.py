@@ -155,10 +155,11 @@ def test_a_sweep_row_and_a_replay_report_of_the_same_scenario_say_the_same() -> 
 
 def test_speedup_is_one_rule_zero_times_included() -> None:
     """Replay said inf for two zero iteration times (and "faster"), sweep said 1.0 for a zero-time row after a
-    non-zero first row: now both use summary.speedup, where 0 vs 0 is the same speed and x > 0 vs 0 is inf."""
+    non-zero first row: now both use summary.speedup. Issue 13 ("infx (faster)", `Infinity` in `--json`): a
+    ratio over a zero time is undefined, None (JSON null, n/a), where it was 1.0 for 0 vs 0 and inf for x vs 0."""
     from nbox_replay.summary import speedup
 
     assert speedup(200.0, 100.0) == 2.0 and speedup(100.0, 200.0) == 0.5
-    assert speedup(0.0, 0.0) == 1.0
-    assert speedup(5.0, 0.0) == float("inf")
-    assert speedup(0.0, 5.0) == 0.0
+    assert speedup(0.0, 0.0) is None
+    assert speedup(5.0, 0.0) is None
+    assert speedup(0.0, 5.0) is None

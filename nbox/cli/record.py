@@ -103,7 +103,8 @@ _EMULATE_EPILOG = """Examples:
              epilog=_EMULATE_EPILOG)
 def emulate_cmd(
     ctx: typer.Context,
-    world_size: Annotated[int, typer.Option(help="World size the script sees (W).", min=1)],
+    world_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="World size the script sees (W; default: --set world_size, else the scenario file's).", min=1)] = None,
     script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
         help="Training script, unmodified (put `--` before it); none: --example.")] = None,
     nproc: Annotated[Optional[int], typer.Option(  # noqa: UP045

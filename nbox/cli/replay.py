@@ -19,7 +19,8 @@ def replay_cmd(
     what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
     = None,
-    world_size: Annotated[Optional[int], typer.Option(help="What-if world size (default: recorded).")]  # noqa: UP045
+    world_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="What-if world size (default: --set world_size, else the --what-if file's, else the recorded one).")]
     = None,
     baseline: Annotated[Optional[Path], typer.Option(help="Baseline scenario (default: from the device).")]  # noqa: UP045
     = None,
@@ -91,7 +92,7 @@ def sweep_cmd(
 
       nbox sweep traces/ddp_mlp --vary world_size=2,8,64,512 --vary topology.dims.0.bandwidth_gbps=10,100,400
     """
-    from nbox_replay.replay import baseline_scenario
+    from nbox_replay.replay import baseline_path
     from nbox_replay.source import open_source
     from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_outputs
     from nbox_trace.archive import traces_directory
@@ -100,17 +101,9 @@ def sweep_cmd(
     check_outputs([Output("--out", out, "dir")], inputs=[Path(bundle)])  # before anything runs
     root = ctx.with_resource(traces_directory(bundle))  # an archive stays unpacked until the command ends
     source = open_source(root, name=bundle)
-    scenario = what_if if what_if is not None else baseline_scenario(source, None)[1]
-    axes = list(vary)
-    from emulator_core.scenario_files import SCENARIOS_DIR
-    from emulator_core.world import sets_world_size
-
-    if not any(a.split("=", 1)[0].strip() == "world_size" for a in axes) and not sets_world_size(set_ or ()):
-        axes.insert(0, f"world_size={source.recorded_world}")
-
-    path = scenario if isinstance(scenario, Path) else SCENARIOS_DIR / f"{scenario}.toml"
-    cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, axes, scenario=path,
-                            overrides=tuple(set_ or ()), repetitions=iterations, jobs=jobs)
+    cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, list(vary),
+                            scenario=what_if, baseline=baseline_path(source), overrides=tuple(set_ or ()),
+                            repetitions=iterations, jobs=jobs)
 
     def progress(done: int, total: int) -> None:
         if json_out:
