@@ -12,6 +12,7 @@ the same graphs (it is exact for ``--clock virtual``; for ``--clock real`` it ex
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,16 @@ class ReplayReport:
     unpriced: int = 0
     notices: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)
+    paired_speedups: list[float] | None = None  # real clock: per interleaved pair, baseline / what-if time
+
+    def paired_spread(self) -> dict[str, float] | None:
+        """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
+        xs = sorted(self.paired_speedups or [])
+        if not xs:
+            return None
+        p10, p90 = (statistics.quantiles(xs, n=10, method="inclusive")[i] for i in (0, -1)) if len(xs) > 1 \
+            else (xs[0], xs[0])
+        return {"median": statistics.median(xs), "p10": p10, "p90": p90, "pairs": len(xs)}
 
     @property
     def speedup(self) -> float:
@@ -52,7 +63,9 @@ class ReplayReport:
                 "observed_iteration_us": self.observed, "baseline": self.baseline.to_dict(),
                 "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
-                "timelines": self.timelines}
+                "timelines": self.timelines,
+                "paired_speedup": None if self.paired_speedups is None else
+                {**(self.paired_spread() or {}), "values": self.paired_speedups}}
 
     def format_text(self) -> str:
         ms = 1000.0
@@ -77,6 +90,12 @@ class ReplayReport:
             lines.append(f"baseline vs recorded: {err:+.1f}%")
         faster = "faster" if self.speedup > 1 else ("slower" if self.speedup < 1 else "the same")
         lines.append(f"what-if vs baseline: {self.speedup:.3f}x ({faster})")
+        if (ps := self.paired_spread()) is not None:
+            inside = ps["p10"] <= 1.0 <= ps["p90"]
+            lines.append(f"paired live repetitions: what-if vs baseline {ps['median']:.2f}x, p10-p90 "
+                         f"{ps['p10']:.2f}x-{ps['p90']:.2f}x over {ps['pairs']} interleaved pairs ("
+                         + ("1.00x inside: no difference beyond this machine's noise)" if inside else
+                            "1.00x outside: a difference beyond this machine's noise)"))
         if self.what_if.top_collectives:
             lines.append("top collectives by exposed time, per iteration (what-if):")
             for c in self.what_if.top_collectives:

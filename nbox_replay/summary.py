@@ -50,6 +50,7 @@ class RunSummary:
     top_collectives: list[dict[str, Any]] = field(default_factory=list)
     rules: dict[str, int] = field(default_factory=dict)
     modeled_iteration_us: float | None = None  # the virtual model's time, when the run itself was real-clock
+    waiting_us: float = 0.0  # waiting for peers (nbox_replay.breakdown); measured in a real-clock run
 
     @property
     def median_us(self) -> float:
@@ -58,7 +59,7 @@ class RunSummary:
 
     @property
     def idle_us(self) -> float:
-        return max(0.0, self.median_us - self.compute_us - self.exposed_comm_us)
+        return max(0.0, self.median_us - self.compute_us - self.exposed_comm_us - self.waiting_us)
 
     def spread_us(self) -> tuple[float, float]:
         xs = sorted(self.iteration_us)
@@ -72,7 +73,8 @@ class RunSummary:
         return {"label": self.label, "scenario": self.scenario, "world_size": self.world_size, "clock": self.clock,
                 "iteration_us": {"median": self.median_us, "p10": p10, "p90": p90, "values": self.iteration_us},
                 "breakdown_us": {"compute": self.compute_us, "exposed_comm": self.exposed_comm_us,
-                                 "overlapped_comm": self.overlapped_comm_us, "idle": self.idle_us},
+                                 "overlapped_comm": self.overlapped_comm_us, "waiting_for_peers": self.waiting_us,
+                                 "idle": self.idle_us},
                 "modeled_iteration_us": self.modeled_iteration_us,
                 "top_collectives": self.top_collectives, "retarget_rules": self.rules}
 
