@@ -163,15 +163,23 @@ def test_live_parts_are_measured_and_sum_to_each_iteration() -> None:
             assert b.exposed_comm_us + b.waiting_us > 0  # the two all-reduces were measured
 
 
+def _mlp_live(scenario: object, **kw: object) -> LiveResult:
+    args: dict[str, object] = {"files": {r: MLP / "trace" / f"trace.{r}.et" for r in (0, 1)}, "groups": {"0": [0, 1]},
+                               "recorded_world": 2, "scenario": scenario, "warmup": 1, "iterations": 2,
+                               "timeout_s": 120.0}
+    args.update(kw)
+    return replay_live(LiveConfig(**args))  # type: ignore[arg-type]
+
+
 @pytest.mark.integration
-def test_serialize_stops_overlap_in_live_replay(tmp_path: Path) -> None:
+def test_serialize_stops_overlap_in_live_replay() -> None:
     """`overlap = "serialize"` (nothing in nbox_replay reads it, issue 13): in live replay the worker waits for
-    each collective before the next compute, so the measured overlapped communication vanishes."""
-    rep = run_replay(ReplayConfig(str(MLP), what_if=_scenario_file(tmp_path, overlap="serialize"),
-                                  compute="recorded", clock="real", iterations=1, warmup=1, timeout_s=120.0))
-    assert rep.baseline.overlapped_comm_us > 500.0  # ddp_mlp's first bucket overlaps the backward
-    assert rep.what_if.overlapped_comm_us < 0.1 * rep.baseline.overlapped_comm_us
-    assert rep.what_if.exposed_comm_us > rep.baseline.exposed_comm_us
+    each collective before the next compute, so no measured communication overlaps compute on any rank."""
+    base = resize(load_scenario(LOOPBACK), 2)
+    overlapping = _mlp_live(base, compute="recorded")
+    serial = _mlp_live(dataclasses.replace(base, overlap="serialize"), compute="recorded")
+    assert sum(b.overlapped_comm_us for b in overlapping.rank_breakdown[0]) > 100.0  # the first bucket's
+    assert all(b.overlapped_comm_us < 1.0 for bs in serial.rank_breakdown.values() for b in bs)
 
 
 @pytest.mark.integration
@@ -179,10 +187,10 @@ def test_a_2x_straggler_doubles_its_compute_once(tmp_path: Path) -> None:
     """stragglers are applied twice in live replay (issue 13): a 2x straggler doubles its own measured compute,
     and the iteration grows by about that extra compute (the backend no longer stretches it a second time)."""
     rep = run_replay(ReplayConfig(str(MLP), what_if=_scenario_file(tmp_path, stragglers=(Straggler(1, 2.0),)),
-                                  compute="recorded", clock="real", ranks=(1,), iterations=1, warmup=1,
+                                  compute="recorded", clock="real", ranks=(1,), iterations=3, warmup=1,
                                   timeout_s=120.0))
     base, slow = rep.baseline, rep.what_if
-    assert 1.6 < slow.compute_us / base.compute_us < 2.4
+    assert 1.5 < slow.compute_us / base.compute_us < 2.6
     extra = slow.median_us - base.median_us
     assert 0.5 * base.compute_us < extra < 1.5 * base.compute_us
 
@@ -192,8 +200,8 @@ def test_compute_scale_acts_in_real_clock_replay(tmp_path: Path) -> None:
     """`compute_scale` with the default `--clock real` makes every rank fail; live operators are only stretched
     for factors above 1 (issue 13): recorded compute honours 2 (twice as fast), live compute honours 0.5."""
     fast = run_replay(ReplayConfig(str(MLP), overrides=("compute_scale=2",), compute="recorded", clock="real",
-                                   iterations=1, timeout_s=120.0))
-    assert 0.35 < fast.what_if.compute_us / fast.baseline.compute_us < 0.7
+                                   ranks=(0,), iterations=1, timeout_s=120.0))
+    assert 0.3 < fast.what_if.compute_us / fast.baseline.compute_us < 0.75
     slow = run_replay(ReplayConfig(str(MLP), overrides=("compute_scale=0.5",), compute="live", clock="real",
                                    ranks=(0,), iterations=1, timeout_s=120.0))
     assert 1.4 < slow.what_if.compute_us / slow.baseline.compute_us < 3.0
