@@ -43,7 +43,7 @@ from typing import Any
 
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_toml import dump_toml
-from nbox_replay.breakdown import Breakdown, CommSpan, partition
+from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, partition
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
@@ -197,13 +197,15 @@ class LiveResult:
         order = sorted(range(len(self.iteration_us)), key=lambda k: (self.iteration_us[k], k))
         n = len(order)
         middle = [order[(n - 1) // 2], order[n // 2]] if n % 2 == 0 else [order[n // 2]]
-        picked: list[Breakdown] = []
-        ranks: list[int] = []
-        for k in middle:
-            r = max(self.rank_iteration_us, key=lambda q: (self.rank_iteration_us[q][k], -q))
-            picked.append(self.rank_breakdown[r][k])
-            ranks.append(r)
-        return Breakdown.mean(picked), ranks[0]
+        ranks = [max(self.rank_iteration_us, key=lambda q: (self.rank_iteration_us[q][k], -q)) for k in middle]
+        picked = [self.rank_breakdown[r][k] for r, k in zip(ranks, middle, strict=True)]
+        m = float(len(picked))
+
+        def mean(part: str) -> float:
+            return sum(float(getattr(b, part)) for b in picked) / m
+
+        return Breakdown(ranks[0], 0.0, mean("iteration_us"), mean("compute_us"), mean("exposed_comm_us"),
+                         mean("waiting_us"), mean("idle_us"), mean("overlapped_comm_us")), ranks[0]
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -299,17 +301,17 @@ def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: flo
         coverage=live / recorded if recorded > 0 else 0.0,
         rank_coverage={r: float(d.get("coverage") or 0.0) for r, d in results.items()},
         fallbacks=dict(fallbacks), fallback_reasons=reasons, wall_s=wall_s,
-        rank_breakdown={r: _breakdowns(d) for r, d in results.items()})
+        rank_breakdown={r: _breakdowns(r, d) for r, d in results.items()})
 
 
-def _breakdowns(doc: dict[str, Any]) -> list[Breakdown]:
+def _breakdowns(rank: int, doc: dict[str, Any]) -> list[Breakdown]:
     """Per timed repetition of one rank, its measured intervals cut into parts (worker output: module
     docstring of :mod:`nbox_replay._live_worker`)."""
     out = []
     for wall, spans in zip(_floats(doc, "iteration_us"), doc.get("spans") or [], strict=False):
         compute = [(float(a), float(b)) for a, b in spans.get("compute") or []]
         comms = [CommSpan(float(i), float(s), float(e)) for i, s, e in spans.get("comms") or []]
-        out.append(partition(0.0, wall, compute, comms))
+        out.append(partition(RankIntervals(compute, comms), 0.0, wall, rank=rank))
     return out
 
 
