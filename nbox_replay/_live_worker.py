@@ -9,18 +9,27 @@ emulator core's modeled delays while the data moves among the replayed ranks.
 The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node
 that depends on a comm node first waits on its work (a comm node that depends on another comm node does
 not: a group's collectives are ordered by the group itself); a compute node runs live
-(:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or on fallback, waits its recorded duration
-(divided by the scenario's ``compute_scale``, times the rank's straggler slowdown; a live node on a
-slowed rank is padded by the same factor); a comm node is issued with ``async_op=True`` on buffers of the
-retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is waited on at once. A
-repetition ends when its last work has completed. Warm-up repetitions run first (not timed), then the
-timed ones.
+(:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or on fallback, waits its recorded duration times
+the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
+``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its
+measured time (the parent refuses factors below 1 for live compute: an operator cannot run faster than it
+does). With ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective
+is waited for before the next compute node, so communication never overlaps compute on the rank. A comm
+node is issued with ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`),
+and a blocking one is waited on at once. A repetition ends when its last work has completed. Warm-up
+repetitions run first (not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the
+network's only: the parent removes the compute keys and the replayed ranks' stragglers from it, so a
+straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
-time on this rank), ``compute_us`` and ``wait_us`` per repetition, ``coverage``, ``fallbacks`` (nodes per
-operator name) and ``fallback_reasons``; on any exception ``<result_dir>/error<R>.json`` names the rank,
-the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before a
-collective is issued and at the end of a repetition (the communication stream is not modeled).
+time on this rank), ``compute_us`` and ``wait_us`` per repetition, and what was measured per timed
+repetition in ``spans``: ``compute`` (``[start, end]`` of every compute node) and ``comms`` (``[issue, start,
+end]`` of every collective and send/recv: issue as the worker saw it, start and end as the backend answered
+them, the end moved later when the real data moved later), microseconds from the repetition's start on the
+rank's clock (:mod:`nbox_replay.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks`` (nodes
+per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
+rank, the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before
+a collective is issued and at the end of a repetition (the communication stream is not modeled).
 """
 
 from __future__ import annotations
@@ -39,7 +48,6 @@ import torch
 import torch.distributed as dist
 
 from emulator_core.delay import sleep_until
-from emulator_core.scenario_files import load_scenario
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, load_rank
 from nbox_replay.ops import LiveOps, prepare
 from nbox_replay.virtual import retarget
@@ -175,6 +183,17 @@ def make_issue(g: RankGraph, i: int, groups: Groups, device: str) -> Issue | Non
     raise NodeError(node_id, name, f"collective {c!r} cannot be issued live")
 
 
+def _records_of(pg: Any) -> Any:
+    """The backend's answered-call records of a process group (None for a group that is not ``nbox``'s)."""
+    records = getattr(pg, "records", None)
+    if records is None:
+        try:
+            records = getattr(pg._get_backend(torch.device("cpu")), "records", None)
+        except Exception:  # not an nbox group: nothing recorded
+            records = None
+    return records
+
+
 class Replayer:
     """One rank's walk through its graph on the real clock (module docstring)."""
 
@@ -182,6 +201,7 @@ class Replayer:
         self.g = g
         self.device = str(cfg["device"])
         self.live = cfg["compute"] == "live"
+        self.serialize = bool(cfg.get("serialize", False))
         # a wait gives up before the parent's deadline, so the error file can name the node it was stuck on
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
@@ -193,6 +213,15 @@ class Replayer:
         self.comm_deps = [[j for j in deps if COLLECTIVE <= g.kind[j] <= RECV] for deps in g.deps]
         self.node = -1  # the position being replayed (for errors)
         self.cuda = self.device.startswith("cuda")
+        pgs = [dist.group.WORLD] + [pg for pg, _, _ in groups.by_name.values() if pg is not None]
+        self.records: list[Any] = []
+        for pg in pgs:
+            rec = _records_of(pg)
+            if rec is not None and all(rec is not r for r in self.records):
+                self.records.append(rec)
+        # the spans of the last repetition, microseconds from its start (module docstring)
+        self.compute_spans: list[list[float]] = []
+        self.comm_spans: list[list[float]] = []
 
     def _sync(self) -> None:
         if self.cuda:
@@ -207,38 +236,62 @@ class Replayer:
             raise NodeError(self.g.ids[i], self.g.names[i], f"waiting for comm node {self.g.ids[i]} "
                                                            f"({self.g.comm[i].collective}): {err}") from err
 
+    def _wait_for(self, works: dict[int, Any], which: list[int]) -> int:
+        """Wait for the works of comm nodes ``which`` (those still outstanding); the time it took, ns."""
+        t0 = time.perf_counter_ns()
+        for j in which:
+            w = works.pop(j, None)
+            if w is not None:
+                self.node = j
+                self._wait(w, j)
+        return time.perf_counter_ns() - t0
+
+    def _compute(self, i: int) -> None:
+        """Run compute node ``i`` live, or wait its recorded duration (module docstring)."""
+        clock = time.perf_counter_ns
+        t0 = clock()
+        ran = self.ops is not None and self.ops.run(i)
+        if ran:
+            if self.factor > 1.0:
+                self._sync()
+                sleep_until(t0 + int((clock() - t0) * self.factor))
+        else:
+            sleep_until(t0 + int(self.g.duration_us[i] * self.factor * 1000))
+
     def repetition(self) -> tuple[float, float, float]:
-        """Run the graph once; (wall time, time in compute nodes, time waiting for comm) in microseconds."""
+        """Run the graph once; (wall time, time in compute nodes, time waiting for comm) in microseconds.
+
+        Also keeps the repetition's compute intervals and comm spans (:attr:`compute_spans`, :attr:`comm_spans`).
+        """
         g = self.g
         clock = time.perf_counter_ns
         works: dict[int, Any] = {}
         compute_ns = wait_ns = 0
+        marks = [len(r) for r in self.records]
+        compute: list[list[float]] = []
+        unpriced: list[list[float]] = []
         start = clock()
         for i in range(len(g)):
             self.node = i
             k = g.kind[i]
             is_comm = COLLECTIVE <= k <= RECV
             if not is_comm:
-                for j in self.comm_deps[i]:
-                    w = works.pop(j, None)
-                    if w is not None:
-                        t0 = clock()
-                        self._wait(w, j)
-                        wait_ns += clock() - t0
+                wait_ns += self._wait_for(works, list(works) if self.serialize and k == COMPUTE
+                                          else self.comm_deps[i])
+                self.node = i
             if k == COMPUTE:
                 t0 = clock()
-                ran = self.ops is not None and self.ops.run(i)
-                if ran:
-                    if self.factor > 1.0:
-                        self._sync()
-                        sleep_until(t0 + int((clock() - t0) * self.factor))
-                else:
-                    sleep_until(t0 + int(g.duration_us[i] * self.factor * 1000))
-                compute_ns += clock() - t0
+                self._compute(i)
+                t1 = clock()
+                compute_ns += t1 - t0
+                compute.append([(t0 - start) / 1000.0, (t1 - start) / 1000.0])
             elif is_comm:
                 issue = self.issues[i]
                 if issue is None:  # unpriced: its recorded duration on this rank alone
-                    sleep_until(clock() + int(g.duration_us[i] * 1000))
+                    t0 = clock()
+                    sleep_until(t0 + int(g.duration_us[i] * 1000))
+                    at = (t0 - start) / 1000.0
+                    unpriced.append([at, at, (clock() - start) / 1000.0])
                     continue
                 self._sync()
                 try:
@@ -246,19 +299,19 @@ class Replayer:
                 except Exception as err:
                     raise NodeError(g.ids[i], g.names[i], f"issuing {g.comm[i].collective}: {err}") from err
                 if g.comm[i].blocking:
-                    t0 = clock()
-                    self._wait(work, i)
-                    wait_ns += clock() - t0
+                    wait_ns += self._wait_for({i: work}, [i])
                 else:
                     works[i] = work
+        wait_ns += self._wait_for(works, list(works))
         t0 = clock()
-        for j, w in list(works.items()):
-            self.node = j
-            self._wait(w, j)
         self._sync()
         end = clock()
         wait_ns += end - t0
         self.node = -1
+        base_us = start / 1000.0
+        comms = [[r.issue_us - base_us, r.start_us - base_us, max(r.end_us, r.real_done_us) - base_us]
+                 for rec, m in zip(self.records, marks, strict=True) for r in list(rec)[m:]]
+        self.compute_spans, self.comm_spans = compute, comms + unpriced
         return (end - start) / 1000.0, compute_ns / 1000.0, wait_ns / 1000.0
 
 
@@ -274,8 +327,7 @@ def main(argv: list[str]) -> int:
             torch.set_num_threads(1)
         where["phase"] = "loading the trace"
         g = load_rank(cfg["traces"][str(rank)], rank, keep_nodes=True)
-        scenario = load_scenario(Path(cfg["scenario_path"]))
-        factor = scenario.slowdown(rank) / scenario.compute_scale
+        factor = float(cfg["factors"][str(rank)])
         where["phase"] = "init_process_group"
         dist.init_process_group("nbox", timeout=timedelta(seconds=float(cfg["timeout_s"])))
         if dist.get_rank() != rank or dist.get_world_size() != int(cfg["world"]):
@@ -288,6 +340,7 @@ def main(argv: list[str]) -> int:
         iteration_us: list[float] = []
         compute_us: list[float] = []
         wait_us: list[float] = []
+        spans: list[dict[str, Any]] = []
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
             wall, comp, waited = replayer.repetition()
@@ -295,10 +348,11 @@ def main(argv: list[str]) -> int:
                 iteration_us.append(wall)
                 compute_us.append(comp)
                 wait_us.append(waited)
+                spans.append({"compute": replayer.compute_spans, "comms": replayer.comm_spans})
         ops = replayer.ops
         _write_json(out / f"rank{rank}.json", {
             "rank": rank, "iteration_us": iteration_us, "compute_us": compute_us, "wait_us": wait_us,
-            "recorded_compute_us": g.compute_us(),
+            "spans": spans, "recorded_compute_us": g.compute_us(),
             "live_compute_us": ops.live_us() if ops is not None else 0.0,
             "coverage": ops.coverage() if ops is not None else 0.0,
             "fallbacks": dict(ops.fallbacks) if ops is not None else {},

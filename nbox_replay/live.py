@@ -8,6 +8,19 @@ their recorded durations (``compute="recorded"``, and every fallback), and colle
 time the emulator core models for the scenario (:mod:`emulator_core.backend`).
 
 The job's iteration time of one repetition is the slowest replayed rank's wall time for it (microseconds).
+What each rank measured (its compute intervals and its collectives' issue, start and end) is cut into the
+breakdown by :func:`nbox_replay.breakdown.partition`, per rank and repetition (:attr:`LiveResult.rank_breakdown`).
+
+Scenario keys that act on compute are applied by the workers, once: the rank's compute factor (its straggler
+slowdown divided by ``compute_scale``) stretches its compute nodes, and ``overlap = "serialize"`` makes the
+worker wait for its collectives before the next compute node. The backend gets the network part only
+(:func:`network_scenario`: no ``compute_scale``, no ``overlap``, no stragglers among the replayed ranks;
+emulated stragglers stay, the backend plays them). Live compute cannot be made faster than this device runs
+it, so a factor below 1 with ``compute="live"`` is refused before any rank starts (:func:`live_refusal`).
+
+:func:`replay_paired` compares two scenarios honestly: it alternates launches, one timed repetition each,
+in counterbalanced pairs (A B, B A, A B, ...), so slow drifts of a shared machine hit both sides alike, and
+each pair gives one what-if/baseline ratio.
 Every run has a deadline (``timeout_s``): past it, torchrun's whole process group is terminated and a
 :class:`LiveReplayError` names the ranks that had not finished; a rank that fails writes an error file and
 the error names the rank, the node and what went wrong. Temporary files live in a temporary directory that
@@ -16,12 +29,13 @@ is removed afterwards. This module does not import torch (the workers do).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -29,10 +43,13 @@ from typing import Any
 
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_toml import dump_toml
+from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, partition
+from nbox_replay.summary import speedup
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
-__all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "replay_live"]
+__all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "PairedResult", "compute_factors",
+           "live_refusal", "network_scenario", "replay_live", "replay_paired"]
 
 COMPUTE_MODES = ("live", "recorded")
 DEVICES = ("cpu", "cuda")
@@ -40,6 +57,34 @@ DEVICES = ("cpu", "cuda")
 
 class LiveConfigError(InvalidInputError):
     """The live-replay settings are invalid (the message names the setting)."""
+
+
+def compute_factors(scenario: Scenario, ranks: Sequence[int]) -> dict[int, float]:
+    """Per replayed rank, how much longer its compute takes than measured or recorded: its straggler slowdown
+    divided by the scenario's ``compute_scale`` (``compute_scale = 2``: twice as fast, factor 0.5)."""
+    return {r: scenario.slowdown(r) / scenario.compute_scale for r in ranks}
+
+
+def live_refusal(scenario: Scenario, ranks: Sequence[int], compute: str) -> str | None:
+    """Why a live replay cannot honour ``scenario`` (None when it can): live compute cannot run an operator
+    faster than this device does, so a compute factor below 1 (``compute_scale`` above the ranks' slowdown)
+    needs recorded compute, or live compute measured and then simulated (``--clock virtual``)."""
+    if compute != "live":
+        return None
+    fast = {r: f for r, f in compute_factors(scenario, ranks).items() if f < 1.0}
+    if not fast:
+        return None
+    return (f"compute_scale = {scenario.compute_scale:g} asks for compute {1 / min(fast.values()):g}x faster than "
+            f"this device runs it (rank {min(fast)}), which a real-clock replay of live operators cannot do; use "
+            f"--compute live --clock virtual (operators measured here, then simulated) or --compute recorded")
+
+
+def network_scenario(scenario: Scenario, ranks: Sequence[int]) -> Scenario:
+    """The scenario the backend plays in a live replay: ``scenario`` without its compute keys and without the
+    stragglers among the replayed ``ranks`` (the workers apply those; module docstring)."""
+    replayed = set(ranks)
+    return dataclasses.replace(scenario, compute_scale=1.0, overlap="overlap",
+                               stragglers=tuple(s for s in scenario.stragglers if s.rank not in replayed))
 
 
 class LiveReplayError(NboxError):
@@ -108,6 +153,9 @@ class LiveConfig:
             raise LiveConfigError(f"iterations: must be an integer >= 1, got {self.iterations!r}")
         if not self.timeout_s > 0:
             raise LiveConfigError(f"timeout_s: must be > 0, got {self.timeout_s!r}")
+        why = live_refusal(self.scenario, sorted(traces), self.compute)
+        if why:
+            raise LiveConfigError(why)
 
 
 @dataclass(frozen=True)
@@ -125,6 +173,8 @@ class LiveResult:
         fallbacks: compute nodes that fell back to their recorded duration, per operator name (all ranks).
         fallback_reasons: one reason per fallback operator name.
         wall_s: the whole run, launch to exit, in seconds.
+        rank_breakdown: per rank and timed repetition, its measured iteration cut into parts
+            (:func:`nbox_replay.breakdown.partition` over the intervals the worker measured).
     """
 
     world_size: int
@@ -138,6 +188,7 @@ class LiveResult:
     fallbacks: dict[str, int]
     fallback_reasons: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
+    rank_breakdown: dict[int, list[Breakdown]] = field(default_factory=dict)
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -190,8 +241,10 @@ def replay_live(config: LiveConfig) -> LiveResult:
     work = Path(tempfile.mkdtemp(prefix="nbox-live-"))
     try:
         scenario_path = work / "scenario.toml"
-        scenario_path.write_text(dump_toml(config.scenario))
-        doc = {"ranks": ranks, "traces": {str(r): str(config.files[r].resolve()) for r in ranks},
+        scenario_path.write_text(dump_toml(network_scenario(config.scenario, ranks)))
+        doc = {"factors": {str(r): f for r, f in compute_factors(config.scenario, ranks).items()},
+               "serialize": config.scenario.overlap == "serialize",
+               "ranks": ranks, "traces": {str(r): str(config.files[r].resolve()) for r in ranks},
                "groups": {k: list(v) for k, v in config.groups.items()},
                "recorded_world": config.recorded_world, "world": config.scenario.world_size,
                "scenario_path": str(scenario_path), "compute": config.compute, "device": config.device,
@@ -230,4 +283,81 @@ def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: flo
         rank_wait_us={r: _floats(d, "wait_us") for r, d in results.items()},
         coverage=live / recorded if recorded > 0 else 0.0,
         rank_coverage={r: float(d.get("coverage") or 0.0) for r, d in results.items()},
-        fallbacks=dict(fallbacks), fallback_reasons=reasons, wall_s=wall_s)
+        fallbacks=dict(fallbacks), fallback_reasons=reasons, wall_s=wall_s,
+        rank_breakdown={r: _breakdowns(r, d, job) for r, d in results.items()})
+
+
+def _breakdowns(rank: int, doc: dict[str, Any], job_us: Sequence[float]) -> list[Breakdown]:
+    """Per timed repetition of one rank, its measured intervals cut into parts over the job's iteration (the
+    slowest rank's time: a rank that finished sooner is idle until then), so every rank's parts sum to the
+    job's iteration time (worker output: module docstring of :mod:`nbox_replay._live_worker`)."""
+    out = []
+    for wall, spans in zip(job_us, doc.get("spans") or [], strict=False):
+        compute = [(float(a), float(b)) for a, b in spans.get("compute") or []]
+        comms = [CommSpan(float(i), float(s), float(e)) for i, s, e in spans.get("comms") or []]
+        out.append(partition(RankIntervals(compute, comms), 0.0, wall, rank=rank))
+    return out
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """Two scenarios replayed live in alternating launches (module docstring).
+
+    Attributes:
+        baseline, what_if: the launches of each side joined, one timed repetition per pair, in pair order.
+        order: per pair, which side ran first (``"AB"`` or ``"BA"``).
+    """
+
+    baseline: LiveResult
+    what_if: LiveResult
+    order: list[str]
+
+    def speedups(self) -> list[float]:
+        """Per pair, the baseline's iteration time over the what-if's (> 1: the what-if is faster), by the one
+        rule of :func:`nbox_replay.summary.speedup`; a pair without a ratio (a zero time) is left out."""
+        ratios = (speedup(b, w) for b, w in zip(self.baseline.iteration_us, self.what_if.iteration_us, strict=True))
+        return [r for r in ratios if r is not None]
+
+
+def _join(parts: Sequence[LiveResult]) -> LiveResult:
+    """One result from several launches of the same replay (their repetitions in launch order)."""
+    first = parts[0]
+    ranks = sorted(first.rank_iteration_us)
+
+    def cat(attr: str) -> dict[int, list[Any]]:
+        return {r: [x for p in parts for x in getattr(p, attr)[r]] for r in ranks}
+
+    fallbacks: dict[str, int] = {}
+    reasons: dict[str, str] = {}
+    for p in parts:
+        for k, v in p.fallbacks.items():
+            fallbacks[k] = max(fallbacks.get(k, 0), v)
+        for k, why in p.fallback_reasons.items():
+            reasons.setdefault(k, why)
+    return LiveResult(first.world_size, first.compute, cat("rank_iteration_us"),
+                      [x for p in parts for x in p.iteration_us], cat("rank_compute_us"), cat("rank_wait_us"),
+                      min(p.coverage for p in parts), first.rank_coverage, fallbacks, reasons,
+                      sum(p.wall_s for p in parts), cat("rank_breakdown"))
+
+
+def replay_paired(baseline: LiveConfig, what_if: LiveConfig, pairs: int,
+                  progress: Callable[[str], None] | None = None) -> PairedResult:
+    """Replay ``baseline`` (A) and ``what_if`` (B) in ``pairs`` counterbalanced pairs of launches (A B, B A,
+    ...), each launch with the config's warm-up and one timed repetition (module docstring).
+
+    Raises:
+        LiveConfigError: ``pairs`` < 1. LiveReplayError: a launch failed.
+    """
+    if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 1:
+        raise LiveConfigError(f"pairs: must be an integer >= 1, got {pairs!r}")
+    say = progress or (lambda _msg: None)
+    one = {"A": dataclasses.replace(baseline, iterations=1), "B": dataclasses.replace(what_if, iterations=1)}
+    got: dict[str, list[LiveResult]] = {"A": [], "B": []}
+    order = []
+    for k in range(pairs):
+        sides = "AB" if k % 2 == 0 else "BA"
+        order.append(sides)
+        for side in sides:
+            say(f"pair {k + 1}/{pairs}: {'baseline' if side == 'A' else 'what-if'}")
+            got[side].append(replay_live(one[side]))
+    return PairedResult(_join(got["A"]), _join(got["B"]), order)

@@ -6,8 +6,13 @@ calibrated ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a GPU bundle
 ``--world-size``; by default the baseline's scenario) at the world size of
 :func:`emulator_core.world.load_what_if`'s rule (``--world-size``, else ``--set world_size``, else the what-if
 file's, else the recorded one; the report says which). With ``--clock virtual`` both run in virtual time
-(recorded compute, no torch, deterministic); with ``--clock real`` both run live on this machine
-(:mod:`nbox_replay.live`) and the virtual model of the same run supplies the breakdown.
+(recorded compute, no torch, deterministic; with ``--compute live`` the operators are first re-executed on
+this device to measure them, :mod:`nbox_replay.measure`, and the simulation uses those durations). With
+``--clock real`` both run live on this machine (:mod:`nbox_replay.live`) in interleaved, counterbalanced
+pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_paired`): the iteration times
+and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread.
+A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
+device) is refused before any rank starts.
 """
 
 from __future__ import annotations
@@ -15,18 +20,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if
+from nbox_replay.breakdown import median_index, slowest_rank
 from nbox_replay.graph import COMPUTE, RankGraph, load_rank
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
-from nbox_replay.summary import RunSummary, summarize_sim
+from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.archive import traces_directory
 from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, check_outputs
+
+if TYPE_CHECKING:
+    from nbox_replay.live import LiveResult
 
 __all__ = ["ReplayConfig", "baseline_path", "baseline_scenario", "run_replay"]
 
@@ -49,8 +59,9 @@ class ReplayConfig:
         overrides: ``key=value`` overrides applied to the what-if.
         world_size: the what-if world size (None: the recorded one).
         baseline: the baseline scenario TOML (None: chosen from the recorded device, module docstring).
-        compute: ``live``, ``recorded`` or ``auto`` (live when the device allows it).
-        clock: ``real`` (live, on this machine) or ``virtual`` (simulated time, recorded compute).
+        compute: ``live``, ``recorded`` or ``auto`` (live on the real clock when the device allows it,
+            recorded on the virtual clock); ``live`` on the virtual clock measures the operators here first.
+        clock: ``real`` (live, on this machine) or ``virtual`` (simulated time).
         ranks: global ranks to replay (None: every recorded rank).
         iterations: timed repetitions of the captured iteration(s) per run (>= 1).
         warmup: untimed repetitions before them (real clock).
@@ -80,9 +91,6 @@ class ReplayConfig:
                                      ("--device", self.device, DEVICES)):
             if value not in allowed:
                 raise ReplayConfigError(f"{name} {value!r}: must be one of {', '.join(allowed)}")
-        if self.clock == "virtual" and self.compute == "live":
-            raise ReplayConfigError("--clock virtual replays recorded compute; use --compute recorded "
-                                    "(or --clock real)")
         if self.iterations < 1 or self.warmup < 0:
             raise ReplayConfigError(f"--iterations must be >= 1 and --warmup >= 0, got {self.iterations}, "
                                     f"{self.warmup}")
@@ -155,16 +163,34 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     compute = _cuda_compute(config, source, compute, notices)
     if compute == "auto":
         compute = "recorded" if clock == "virtual" else "live"
+    device = _device(config, source)
     base, base_name = baseline_scenario(source, config.baseline)
     what_if_path = config.what_if or config.baseline or SCENARIOS_DIR / f"{base_name}.toml"
     what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
                                   requested=config.world_size, default=what_if_path)
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
+    replayed = sorted(config.ranks or source.ranks)
+    if clock == "real":  # before any rank starts
+        from nbox_replay.live import live_refusal
+
+        for label, scenario in (("baseline", base), ("what-if", what_if)):
+            why = live_refusal(scenario, replayed, compute)
+            if why:
+                raise ReplayConfigError(f"{label}: {why}")
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
     if _no_durations(graphs):
         notices.append("WARNING: the trace holds no durations (every node's is 0; imported without Kineto?): "
                        "compute counts as 0 and only the modeled collectives take time")
+    coverage: float | None = None
+    fallbacks: dict[str, int] = {}
+    if clock == "virtual" and compute == "live":
+        from nbox_replay.measure import measure_compute
+
+        say(f"measuring the operators of {len(graphs)} rank(s) on {device} (no communication)")
+        measured = measure_compute(graphs, {r: source.trace_set.files[r] for r in graphs}, device=device,
+                                   warmup=config.warmup, iterations=config.iterations, timeout_s=config.timeout_s)
+        graphs, coverage, fallbacks = measured.graphs, measured.coverage, measured.fallbacks
     reps = config.iterations
     say("virtual replay: baseline")
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
@@ -173,9 +199,10 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     baseline = summarize_sim(base_sim, label="baseline", scenario=base_name, rank=config.rank)
     whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name, rank=config.rank)
     report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
-                          source.observed, baseline, whatif, unpriced=wi_sim.unpriced, notices=notices, world=world)
+                          source.observed, baseline, whatif, coverage=coverage, fallbacks=fallbacks,
+                          unpriced=wi_sim.unpriced, notices=notices, world=world)
     if clock == "real":
-        _run_live(config, source, graphs, base, what_if, compute, report, say)
+        _run_live(config, source, graphs, base, what_if, device, report, say)
     if config.out is not None:
         from nbox_replay.timeline import write_timelines
 
@@ -209,30 +236,47 @@ def _cuda_compute(config: ReplayConfig, source: ReplaySource, compute: str, noti
     return "recorded"
 
 
+def _device(config: ReplayConfig, source: ReplaySource) -> str:
+    """Where live operators run: ``--device``, or for ``auto`` CUDA for a CUDA bundle when this machine has it."""
+    if config.device != "auto":
+        return config.device
+    return "cuda" if source.device == "cuda" and _cuda_available() else "cpu"
+
+
 def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, RankGraph], base: Scenario,
-              what_if: Scenario, compute: str, report: ReplayReport, say: Callable[[str], None]) -> None:
-    """Replace the report's iteration times by live runs (the virtual breakdown stays as the model)."""
-    from nbox_replay.live import LiveConfig, replay_live
+              what_if: Scenario, device: str, report: ReplayReport, say: Callable[[str], None]) -> None:
+    """Replace the report's iteration times and breakdowns by what interleaved live runs measured (module
+    docstring); the virtual model's iteration time stays beside them (``modeled_iteration_us``)."""
+    from nbox_replay.live import LiveConfig, replay_paired
 
-    device = config.device
-    if device == "auto":
-        device = "cuda" if source.device == "cuda" and _cuda_available() else "cpu"
+    compute = report.compute
     files = {r: source.trace_set.files[r] for r in graphs}
-    for label, scenario, summary in (("baseline", base, report.baseline), ("what-if", what_if, report.what_if)):
-        say(f"live replay ({compute} compute, {device}): {label} at world size {scenario.world_size}")
-        live = replay_live(LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
-                                      scenario=scenario, compute=compute, device=device, warmup=config.warmup,
-                                      iterations=config.iterations, timeout_s=config.timeout_s))
-        _apply_live(summary, live)
-        if compute == "live":
-            report.coverage = live.coverage
-            report.fallbacks = dict(live.fallbacks)
+    configs = [LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
+                          scenario=scenario, compute=compute, device=device, warmup=config.warmup,
+                          iterations=1, timeout_s=config.timeout_s) for scenario in (base, what_if)]
+    say(f"live replay ({compute} compute, {device}): baseline at world size {base.world_size} and what-if at "
+        f"world size {what_if.world_size}, {config.iterations} interleaved pairs")
+    paired = replay_paired(configs[0], configs[1], config.iterations, say)
+    _apply_live(report.baseline, paired.baseline)
+    _apply_live(report.what_if, paired.what_if)
+    report.paired_speedups = paired.speedups()
+    if compute == "live":
+        report.coverage = paired.what_if.coverage
+        report.fallbacks = dict(paired.what_if.fallbacks)
 
 
-def _apply_live(summary: RunSummary, live: object) -> None:
+def _apply_live(summary: RunSummary, live: LiveResult) -> None:
+    """The live run's measured times into ``summary``: its repetitions, and the shown rank's measured breakdown of
+    each (the slowest rank of the median repetition unless ``--rank`` picked one; the parts sum to each
+    repetition's time, :mod:`nbox_replay.summary`); the model's time stays as ``modeled_iteration_us``."""
     summary.modeled_iteration_us = summary.median_us
-    summary.iteration_us = list(live.iteration_us)  # type: ignore[attr-defined]
-    summary.breakdowns = []  # the model's parts do not describe the measured time (issue 13)
+    summary.iteration_us = list(live.iteration_us)
+    j = median_index(summary.iteration_us)
+    rank = summary.rank if summary.rank_chosen else slowest_rank(live.rank_iteration_us, j)
+    if rank not in live.rank_breakdown:
+        raise RankChoiceError(f"--rank {rank}: not a replayed rank (replayed: {sorted(live.rank_breakdown)})")
+    summary.breakdowns = list(live.rank_breakdown[rank])  # measured by the workers (issue 13), not the model's
+    summary.rank = rank
     summary.clock = "real"
 
 

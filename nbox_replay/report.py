@@ -17,6 +17,7 @@ The ``rank`` column names the rank (the slowest of the median iteration unless `
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,16 @@ class ReplayReport:
     notices: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)
     world: WhatIfWorld | None = None  # the what-if's world size and where it came from
+    paired_speedups: list[float] | None = None  # real clock: per interleaved pair, baseline / what-if time
+
+    def paired_spread(self) -> dict[str, float] | None:
+        """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
+        xs = sorted(self.paired_speedups or [])
+        if not xs:
+            return None
+        p10, p90 = (statistics.quantiles(xs, n=10, method="inclusive")[i] for i in (0, -1)) if len(xs) > 1 \
+            else (xs[0], xs[0])
+        return {"median": statistics.median(xs), "p10": p10, "p90": p90, "pairs": len(xs)}
 
     @property
     def speedup(self) -> float | None:
@@ -61,7 +72,9 @@ class ReplayReport:
                 "observed_iteration_us": self.observed, "baseline": self.baseline.to_dict(),
                 "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
-                "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None}
+                "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None,
+                "paired_speedup": None if self.paired_speedups is None else
+                {**(self.paired_spread() or {}), "values": self.paired_speedups}}
 
     def format_text(self) -> str:
         """The report for people (stdout): one time unit per column, IEC bytes, labels cut at a word."""
@@ -112,11 +125,18 @@ class ReplayReport:
         else:
             faster = "faster" if ratio > 1 else ("slower" if ratio < 1 else "the same")
             lines.append(f"what-if vs baseline: {format_speedup(ratio)} ({faster})")
+        if (ps := self.paired_spread()) is not None:
+            inside = ps["p10"] <= 1.0 <= ps["p90"]
+            lines.append(f"paired live repetitions: what-if vs baseline {ps['median']:.2f}x, p10-p90 "
+                         f"{ps['p10']:.2f}x-{ps['p90']:.2f}x over {ps['pairs']} interleaved pairs ("
+                         + ("1.00x inside: no difference beyond this machine's noise)" if inside else
+                            "1.00x outside: a difference beyond this machine's noise)"))
         tops = self.what_if.top_collectives
         if tops:
             cu = time_unit([v for c in tops for v in (c["modeled_us"], c["exposed_us"], c["waiting_us"])])
-            lines.append(f"top collectives of rank {self.what_if.rank} in the median iteration, by exposed + waiting "
-                         f"time (what-if; {cu[0]}):")
+            model = " of the virtual model" if self.clock == "real" else ""
+            lines.append(f"top collectives{model} of rank {self.what_if.rank} in the median iteration, by exposed + "
+                         f"waiting time (what-if; {cu[0]}):")
             lines.append(f"  {'collective':<14} {'size':>10} {'count':>5} {'algorithm':<20} {'modeled':>9} "
                          f"{'exposed':>9} {'waiting':>9}  group")
             for c in tops:

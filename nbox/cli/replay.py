@@ -24,10 +24,12 @@ def replay_cmd(
     = None,
     baseline: Annotated[Optional[Path], typer.Option(help="Baseline scenario (default: from the device).")]  # noqa: UP045
     = None,
-    compute: Annotated[str, typer.Option(help="live | recorded | auto.")] = "auto",
+    compute: Annotated[str, typer.Option(help="live | recorded | auto. live with --clock virtual: operators "
+                                              "measured on this device, then simulated.")] = "auto",
     clock: Annotated[str, typer.Option(help="real (live, on this machine) | virtual (simulated time).")] = "real",
     ranks: Annotated[str, typer.Option(help="Ranks to replay: all, or a comma list (0,1).")] = "all",
-    iterations: Annotated[int, typer.Option(help="Timed repetitions per run.", min=1)] = 3,
+    iterations: Annotated[int, typer.Option(help="Timed repetitions per run (--clock real: interleaved "
+                                                 "baseline/what-if pairs).", min=1)] = 3,
     warmup: Annotated[int, typer.Option(help="Untimed repetitions first (real clock).", min=0)] = 1,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda (real clock).")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Write per-rank Perfetto timelines here.")] = None,  # noqa: UP045
