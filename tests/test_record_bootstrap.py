@@ -141,9 +141,14 @@ def _check_common(run: Run) -> list[list[dict[str, Any]]]:
         # test_record_cli. The gloo:all_reduce marker itself (begun on the calling thread, ended on gloo's)
         # was seen orphaned the same way once, with unit tests running beside the ranks. Any other node
         # without its parent means the capture cut an op at its edges.
-        ddp_finalize = {"aten::as_strided", "torch.distributed.ddp.reducer::copy_bucket_to_grad", "gloo:all_reduce"}
+        # In a clean-clone CI run the operators that follow the finalisation on the same thread (the optimizer
+        # step and the boundary marker it ends with) were orphaned the same way, once in 4 suite runs: they run
+        # under the same unwritten completion node.
+        ddp_finalize = {"aten::as_strided", "torch.distributed.ddp.reducer::copy_bucket_to_grad", "gloo:all_reduce",
+                        rawformat.BOUNDARY_MARKER}
         dangling = [(n["id"], n["name"]) for n in et["nodes"]
-                    if n["ctrl_deps"] not in ids and n["name"] not in ddp_finalize]
+                    if n["ctrl_deps"] not in ids and n["name"] not in ddp_finalize
+                    and not n["name"].startswith("Optimizer.step#")]
         assert not dangling, f"ET nodes whose parent is not in the ET: {dangling[:10]}"
 
         kineto = run.json(rank, rawformat.KINETO)
