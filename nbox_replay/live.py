@@ -46,6 +46,7 @@ from emulator_core.scenario_toml import dump_toml
 from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, partition
 from nbox_replay.summary import speedup
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
+from nbox_trace.jsonio import read_json_object
 from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "PairedResult", "compute_factors",
@@ -191,14 +192,6 @@ class LiveResult:
     rank_breakdown: dict[int, list[Breakdown]] = field(default_factory=dict)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayError:
     """The error of a failed run; torchrun's rank i replays ``sorted(cfg.files)[i]``."""
     ranks = sorted(cfg.files)
@@ -253,7 +246,7 @@ def replay_live(config: LiveConfig) -> LiveResult:
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
         result = run(launch_spec(config, work, config_path, scenario_path))
-        results = {r: doc_r for r in ranks if (doc_r := _read(work / f"rank{r}.json")) is not None}
+        results = {r: doc_r for r in ranks if (doc_r := read_json_object(work / f"rank{r}.json")) is not None}
         if not result.ok or len(results) != len(ranks):
             raise _failure(config, work, result)
         return _collect(config, results, time.monotonic() - started)

@@ -19,10 +19,10 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nbox_replay.graph import COMPUTE, RankGraph
 from nbox_replay.live import LiveReplayError
+from nbox_trace.jsonio import read_json_object
 from nbox_trace.launch import Launch, run, seconds_text
 
 __all__ = ["Measured", "measure_compute"]
@@ -59,9 +59,9 @@ def measure_compute(graphs: Mapping[int, RankGraph], files: Mapping[int, Path], 
         cfg.write_text(json.dumps(doc))
         result = run(Launch("nbox_replay._measure_worker", work / "logs", module=True, args=(str(cfg),),
                             nproc_per_node=1, timeout_s=timeout_s))
-        out = _read(work / "measured.json")
+        out = read_json_object(work / "measured.json")
         if out is None or not result.ok:
-            err = _read(work / "error.json") or {}
+            err = read_json_object(work / "error.json") or {}
             if result.timed_out:
                 raise LiveReplayError(f"measuring compute did not finish within {seconds_text(timeout_s)} s")
             raise LiveReplayError(f"measuring compute failed (rank {err.get('rank', '?')}): "
@@ -86,9 +86,3 @@ def measure_compute(graphs: Mapping[int, RankGraph], files: Mapping[int, Path], 
     return Measured(measured, live / recorded if recorded > 0 else 0.0, fallbacks)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None

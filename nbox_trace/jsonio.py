@@ -72,3 +72,13 @@ def load_json(path: Path, *, max_bytes: int = DEFAULT_MAX_JSON_BYTES, what: str 
         return json.loads(data)
     except (ValueError, RecursionError, MemoryError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digits
         raise InvalidInputError(f"{path}: {what} is not valid JSON: {type(exc).__name__}: {str(exc)[:160]}") from None
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A small JSON object that one of nbox's own worker processes wrote (a result or an error file), or None when
+    it is missing, unreadable or not an object: the caller then reports the run as failed."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
