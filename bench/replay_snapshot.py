@@ -22,9 +22,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.pricing import with_world_size  # noqa: E402
 from emulator_core.scenario import Scenario  # noqa: E402
 from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.world import resize  # noqa: E402
 from nbox_replay.graph import load_rank  # noqa: E402
 from nbox_replay.replay import baseline_scenario  # noqa: E402
 from nbox_replay.source import open_source  # noqa: E402
@@ -46,14 +46,16 @@ def _h(x: float) -> str:
 
 
 def _dump(res: SimResult) -> dict[str, Any]:
-    ranks = {str(r): {"iteration_us": [_h(x) for x in rr.iteration_us], "compute_us": _h(rr.compute_us),
-                      "exposed_comm_us": _h(rr.exposed_comm_us), "comm_us": _h(rr.comm_us),
+    ranks = {str(r): {"iteration_us": [_h(x) for x in rr.iteration_us],
+                      "compute": [[_h(a), _h(b)] for a, b in rr.intervals.compute],
+                      "comms": [[_h(c.issue_us), _h(c.start_us), _h(c.end_us)] for c in rr.intervals.comms],
+                      "iteration_end_us": [_h(x) for x in rr.iteration_end_us],
                       "start_us": [_h(x) for x in rr.start_us], "end_us": [_h(x) for x in rr.end_us],
                       "issue_end_us": {str(k): _h(v) for k, v in sorted(rr.issue_end_us.items())},
                       "waited_on": {str(k): v for k, v in sorted(rr.waited_on.items())}}
              for r, rr in res.ranks.items()}
-    colls = [[c.pg, c.seq, c.collective, _h(c.nbytes), c.rule, c.algorithm, _h(c.start_us), _h(c.end_us),
-              _h(c.exposed_us)] for c in res.collectives]
+    colls = [[c.pg, c.seq, c.collective, _h(c.nbytes), c.rule, c.algorithm, _h(c.start_us), _h(c.end_us)]
+             for c in res.collectives]
     return {"world": res.world_size, "ranks": ranks, "collectives": colls, "unpriced": res.unpriced,
             "nodes": res.nodes_replayed}
 
@@ -70,7 +72,7 @@ def _scenarios(source_path: str) -> list[tuple[str, Any]]:
     for name, s, w in (("dgx64", dgx, 64), ("dgx1024", dgx, 1024), ("eth-straggler", eth, 64),
                        ("loop-jitter", loop, max(8, src.recorded_world))):
         try:
-            out.append((name, with_world_size(s, max(w, src.recorded_world))))
+            out.append((name, resize(s, max(w, src.recorded_world))))
         except NboxError as e:
             out.append((name, f"error: {type(e).__name__}: {e}"))
     return out
