@@ -223,7 +223,7 @@ def _cuda_compute(config: ReplayConfig, source: ReplaySource, compute: str, noti
     """A CUDA bundle replayed without CUDA (``--device cpu``, or ``auto`` on a machine without CUDA): its kernels
     cannot be re-executed, so ``auto`` compute is recorded, with one notice (the GPU baseline is chosen from
     the device, :func:`baseline_path`); ``--compute live`` is refused. Otherwise ``compute`` unchanged."""
-    if source.device != "cuda" or config.device == "cuda" or (config.device == "auto" and _cuda_available()):
+    if source.device != "cuda" or _device(config, source) == "cuda":  # one rule for where operators run
         return compute
     hw = source.manifest.hardware if source.manifest is not None else {}
     gpus = f" ({hw['gpu_count']} x {hw['gpu_name']})" if hw.get("gpu_name") and hw.get("gpu_count") else ""
