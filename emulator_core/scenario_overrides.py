@@ -12,7 +12,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from emulator_core.scenario import CALIBRATION_KEYS, COLLECTIVES, DIM_KEYS, STRAGGLER_KEYS, ScenarioError
+from emulator_core.scenario import (
+    CALIBRATION_KEYS,
+    COLLECTIVES,
+    DIM_KEYS,
+    NETWORK_KEYS,
+    STRAGGLER_KEYS,
+    ScenarioError,
+)
 from emulator_core.scenario_toml import toml_decode_error, toml_loads
 
 __all__ = ["apply_overrides", "parse_override"]
@@ -50,6 +57,7 @@ _SCHEMA: dict[str, Any] = {
     "world_size": None, "compute_scale": None, "overlap": None, "jitter": None, "jitter_seed": None,
     "algorithms": {c: None for c in COLLECTIVES},
     "topology": {"dims": [{k: None for k in DIM_KEYS}]},
+    "network": {k: None for k in NETWORK_KEYS},
     "stragglers": [{k: None for k in STRAGGLER_KEYS}],
     "calibration": [{k: None for k in CALIBRATION_KEYS}],
 }

@@ -70,6 +70,8 @@ def dump_toml(scenario: Scenario) -> str:
         lines += ["", "[algorithms]"] + [f"{k} = {_toml_value(v)}" for k, v in d["algorithms"].items()]
     for dim in d["topology"]["dims"]:
         lines += ["", "[[topology.dims]]"] + [f"{k} = {_toml_value(v)}" for k, v in dim.items()]
+    if "network" in d:
+        lines += ["", "[network]"] + [f"{k} = {_toml_value(v)}" for k, v in d["network"].items()]
     for s in d["stragglers"]:
         lines += ["", "[[stragglers]]"] + [f"{k} = {_toml_value(v)}" for k, v in s.items()]
     for c in d["calibration"]:

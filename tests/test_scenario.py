@@ -81,7 +81,7 @@ def test_dgx_figures() -> None:
     assert (nvlink.size, ib.size) == (8, 128)
     assert nvlink.bandwidth_bytes_per_us == 450e9 / 1e6  # 450 GB/s per direction
     assert ib.bandwidth_bytes_per_us == 50e9 / 1e6  # 400 Gb/s = 50 GB/s
-    assert nvlink.link_bandwidth_bytes_per_us == pytest.approx(25e9 / 1e6)
+    assert nvlink.link_bytes_per_us == pytest.approx(25e9 / 1e6)
 
 
 def test_default_is_loopback_and_fills_size() -> None:

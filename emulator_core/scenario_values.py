@@ -1,0 +1,147 @@
+"""Scenario validation: the one error type (:class:`ScenarioError`, naming the key path and the bad value) and
+the small checkers every scenario table uses (integers, finite floats, choices, quantile tables, unknown keys).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from nbox_trace.errors import InvalidInputError
+
+#: Largest world size accepted (2^24 ranks); a guard against typos, far above any real cluster.
+MAX_WORLD_SIZE = 1 << 24
+
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+_T = TypeVar("_T")
+
+
+class ScenarioError(InvalidInputError):
+    """A scenario file, override or value is invalid.
+
+    Attributes:
+        key: the key path (``topology.dims[1].bandwidth_gbps``), or ``""`` when not tied to a key.
+        reason: what is wrong, without the key or file.
+        file: the scenario file, or ``None``.
+        value: the offending value as written in the message (``None`` when there is none).
+    """
+
+    def __init__(self, key: str, reason: str, *, value: Any = None, has_value: bool = False,
+                 file: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.value = value
+        self.has_value = has_value
+        self.file = file
+        where = key + (f" = {fmt(value)}" if has_value else "")
+        msg = f"{where}: {reason}" if where else reason
+        super().__init__(f"{file}: {msg}" if file else msg)
+
+    def prefixed(self, prefix: str) -> ScenarioError:
+        """The same error with ``prefix`` put before the key path (``topology.dims[1].`` + ``size``)."""
+        return ScenarioError(prefix + self.key if self.key else prefix.rstrip("."), self.reason, value=self.value,
+                             has_value=self.has_value, file=self.file)
+
+    def in_file(self, file: str) -> ScenarioError:
+        """The same error, naming ``file``."""
+        return ScenarioError(self.key, self.reason, value=self.value, has_value=self.has_value, file=file)
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, str):
+        return quote_toml_string(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def parse_tables(key: str, tables: list[Any], parse: Callable[[Any], _T]) -> list[_T]:
+    """Parse an array of tables element by element; an error gets the element's path (``key[i].``)."""
+    out = []
+    for i, table in enumerate(tables):
+        try:
+            out.append(parse(table))
+        except ScenarioError as e:
+            raise e.prefixed(f"{key}[{i}].") from None
+    return out
+
+
+def bad(key: str, value: Any, reason: str) -> ScenarioError:
+    return ScenarioError(key, reason, value=value, has_value=True)
+
+
+def check_int(key: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(key, value, "must be an integer")
+    if value < lo:
+        raise bad(key, value, f"must be >= {lo}")
+    if hi is not None and value > hi:
+        raise bad(key, value, f"must be <= {hi}")
+    return value
+
+
+def check_float(key: str, value: Any, *, gt: float | None = None, ge: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad(key, value, "must be a number")
+    v = float(value)
+    if not math.isfinite(v):
+        raise bad(key, value, "must be finite")
+    if gt is not None and not v > gt:
+        raise bad(key, value, f"must be > {gt:g}")
+    if ge is not None and not v >= ge:
+        raise bad(key, value, f"must be >= {ge:g}")
+    return v
+
+
+def quantile_table(key: str, raw: Any) -> tuple[tuple[float, float], ...]:
+    """Validate ``[[quantile, value], ...]``: quantiles strictly increasing from 0 to 1, values finite and
+    non-decreasing; empty is allowed."""
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(pt, (list, tuple)) and len(pt) == 2 for pt in raw):
+        raise bad(key, raw, "must be an array of [quantile, extra_us] pairs")
+    if not raw:
+        return ()
+    if len(raw) > 1024:
+        raise bad(key, f"{len(raw)} pairs", "must have at most 1024 pairs")
+    pts = tuple((check_float(key, q, ge=0), check_float(key, x)) for q, x in raw)
+    qs = [q for q, _ in pts]
+    if len(pts) < 2 or qs[0] != 0 or qs[-1] != 1 or any(b <= a for a, b in itertools.pairwise(qs)):
+        raise bad(key, [list(p) for p in pts][:8], "quantiles must increase strictly from 0 to 1")
+    if any(b[1] < a[1] for a, b in itertools.pairwise(pts)):
+        raise bad(key, [list(p) for p in pts][:8], "extra_us must not decrease as the quantile grows")
+    return pts
+
+
+def choice(key: str, value: Any, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise bad(key, value, f"must be one of {', '.join(repr(a) for a in allowed)}")
+    return value
+
+
+def check_table(key: str, d: Any, allowed: Sequence[str]) -> None:
+    if not isinstance(d, dict):
+        raise bad(key, d, "must be a table") if key else ScenarioError("", f"must be a table, not {fmt(d)}")
+    for k in d:
+        if k not in allowed:
+            path = f"{key}.{k}" if key else str(k)
+            raise ScenarioError(path, f"unknown key (allowed: {', '.join(allowed)})")
+
+
+def quote_toml_string(s: str) -> str:
+    """``s`` as a TOML basic string (double quotes; quotes, backslashes and control characters escaped)."""
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
