@@ -1,30 +1,35 @@
 """Price one collective on a what-if scenario: which algorithm runs, and its modeled time.
 
-:func:`make_pricer` is the one algorithm choice: ``nbox scenario cost`` (:func:`price`), the replay and the
-``nbox`` backend (``answer.Fabric``) and sweeps all price through it, so they name the same algorithm.
+:func:`make_pricer` is the one algorithm choice and the one pricing path: ``nbox scenario cost``
+(:func:`price`), the replay and the ``nbox`` backend (``answer.Fabric``) and sweeps all price through it.
 
-How a scenario becomes cost-model links (``costmodels.Link``):
+How a group is priced. :func:`group_shape` finds the topology dimensions the group spans and its extent on
+each. Every spanned dimension becomes a ``netmodel.Wire`` (its kind, the group's extent there, its link, its
+forwarding, in-network reduction), and the algorithm's steps are priced on the wiring (``wiring``, ``netmodel``):
 
-* **flat algorithms** (ring, double binary tree, ...) over ranks that span several topology
-  dimensions run at the pace of the slowest dimension they cross: the lowest bandwidth and the
-  highest latency among the dimensions of size > 1. (A ring over 8 GPUs x 128 nodes crosses the NIC
-  on every inter-node hop, so the NIC bounds it.)
-* **hierarchical** all-reduce uses every dimension of size > 1, innermost first: reduce-scatter
-  within dimension 0, all-reduce across the rest, all-gather within dimension 0
-  (``costmodels.hierarchical_all_reduce``).
+* over **one dimension**, the algorithm's steps on that dimension's wiring, with link contention
+  (``[network] congestion``), the per-message overhead and, with a calibration, its factors and efficiency curve;
+* over **several dimensions**, ``hierarchical`` (all-reduce, reduce-scatter, all-gather) runs dimension by
+  dimension: reduce-scatter inward, the last (outermost) dimension's all-reduce, all-gather back outward, each
+  dimension with its own algorithm (the scenario's per-dimension list, or the fastest there), cut into
+  ``[network] chunks`` pipelined chunks (Themis). A flat ``ring`` crosses every dimension on each step, so a step
+  costs the slowest dimension's step; flat ``direct`` loads each dimension with the messages that cross it
+  (``p / p_j`` times that dimension's own all-pairs load); flat ``recursive_halving_doubling`` puts each
+  exchange on the dimension its partner differs in (dimensions of power-of-two extent); the other flat
+  algorithms run on the slowest dimension's figures (lowest bandwidth, highest latency), an approximation.
 
-**calibration**: when a group spans exactly one dimension (or spans none and the topology has exactly
-one dimension of size > 1, or only one dimension) and the scenario holds a ``[[calibration]]`` for
-(collective, that dimension), the collective runs on that dimension's figures times the calibration's
-factors, with its efficiency curve: ``Link(latency_us * latency_factor,
-bandwidth_bytes_per_us * bandwidth_factor, Efficiency(points))``; and ``auto`` means the calibrated
-algorithm (what the measured library runs) instead of a choice by modeled time.
+**Calibration**: when a group spans exactly one dimension (or none, and the topology has one dimension of
+size > 1) and the scenario has a ``[[calibration]]`` for (collective, that dimension), the dimension's latency and
+bandwidth are scaled by its factors with its efficiency curve, and ``auto`` means the calibrated algorithm (what
+the measured library runs). A group larger than the calibration's ``ranks`` is extrapolated through the
+topology model; :func:`extrapolation_note` says so.
 
-Otherwise ``auto`` picks the fastest of NCCL's own algorithm set (ring, double binary tree), plus hierarchical
-for an all-reduce over more than one dimension. The optimistic ``direct`` models (all p-1 messages at
-once) are never chosen for a collective that has a ring or tree model; for those that have none (all-to-all,
-all-to-all-v, gather, scatter: NCCL runs them as grouped point-to-point to every peer at once, i.e. direct)
-``auto`` takes the fastest of the modeled ones, direct included.
+``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's own tuner (``nccl_tuner``) for the collectives
+it tunes; else the fastest by modeled time of NCCL's algorithm set (ring, double binary tree), plus
+``hierarchical`` over several dimensions and ``in_network`` where the dimension reduces in the switch. For
+collectives without a ring or tree (all-to-all, all-to-all-v, gather, scatter: NCCL runs them as grouped
+point-to-point) the fastest of every modeled algorithm, ``direct`` included (it pays its ``p - 1`` messages'
+overhead and its link contention).
 """
 
 from __future__ import annotations
@@ -35,14 +40,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator_core import costmodels as cm
+from emulator_core import netmodel as nm
 from emulator_core.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
 from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
+from emulator_core.wiring import ALL, SHIFT, XOR, step_cost, step_shape
 from nbox_trace.errors import InvalidInputError, UsageError
 
 
 class PricingError(InvalidInputError):
-    """A collective that cannot be priced on the scenario: an unknown collective or algorithm, or a process
-    group whose ranks are not in the scenario's world (the message names them). Exit code 3."""
+    """A collective that cannot be priced on the scenario: an unknown collective or algorithm, an algorithm the
+    group's wiring cannot run, or a process group whose ranks are not in the scenario's world (the message names
+    them). Exit code 3."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,7 @@ def group_shape(scenario: Scenario, ranks: Sequence[int] | None = None) -> Group
     bad = [r for r in members if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < scenario.world_size]
     if bad:
         raise PricingError(f"process group rank {bad[0]!r} is outside 0..{scenario.world_size - 1} (world size "
-                         f"{scenario.world_size})")
+                           f"{scenario.world_size})")
     spanned: list[tuple[int, Dimension]] = []
     stride = 1
     for d in dims:
@@ -100,13 +108,16 @@ def group_shape(scenario: Scenario, ranks: Sequence[int] | None = None) -> Group
 
 
 def dimension_link(dim: Dimension) -> cm.Link:
-    """The cost-model link of one topology dimension (bandwidth converted from Gb/s to bytes/us)."""
+    """The cost-model link of one topology dimension: latency per traversal (us), the rank's bandwidth to a
+    neighbour / the switch / a peer (bytes/us, per direction)."""
     return cm.Link(dim.latency_us, dim.bandwidth_bytes_per_us)
 
 
-def _spanned(scenario: Scenario, shape: GroupShape) -> list[Dimension]:
-    return [d for _, d in shape.dims] or [d for d in scenario.topology.dims if d.size > 1] \
-        or list(scenario.topology.dims)
+def _spanned(scenario: Scenario, shape: GroupShape) -> list[tuple[int, Dimension]]:
+    if shape.dims:
+        return list(shape.dims)
+    dims = [d for d in scenario.topology.dims if d.size > 1] or list(scenario.topology.dims)
+    return [(shape.size, dims[0])] if len(dims) == 1 else [(d.size, d) for d in dims]
 
 
 def calibration_for(scenario: Scenario, collective: str, shape: GroupShape) -> tuple[Dimension, Calibration] | None:
@@ -116,95 +127,335 @@ def calibration_for(scenario: Scenario, collective: str, shape: GroupShape) -> t
     dims = _spanned(scenario, shape)
     if len(dims) != 1:
         return None
-    cal = scenario.calibrated(collective, dims[0].name)
-    return (dims[0], cal) if cal is not None else None
+    cal = scenario.calibrated(collective, dims[0][1].name)
+    return (dims[0][1], cal) if cal is not None else None
+
+
+def extrapolation_note(scenario: Scenario, collective: str, shape: GroupShape) -> str | None:
+    """``"extrapolated from p = 2"`` (and why) when a calibration applies to a group larger than it measured."""
+    found = calibration_for(scenario, collective, shape)
+    if found is None or shape.size <= found[1].ranks:
+        return None
+    dim, cal = found
+    return (f"{collective} on {dim.name!r}: calibrated with {cal.ranks} ranks, extrapolated from p = {cal.ranks} "
+            f"to p = {shape.size} through the topology model")
 
 
 def link_for(scenario: Scenario, collective: str, shape: GroupShape) -> cm.Link:
-    """The link a flat algorithm of ``collective`` over a group of ``shape`` runs at.
-
-    With a calibration (see :func:`calibration_for`): the dimension's latency (us) and bandwidth (bytes/us)
-    times the calibration's factors, with its efficiency curve. Otherwise the slowest dimension it crosses
-    (lowest bandwidth, highest latency among the spanned dimensions; all dimensions of size > 1 when the
-    group spans none, e.g. one rank), efficiency 1.
-    """
+    """The link (latency per traversal, bandwidth, efficiency) a single-dimension group of ``shape`` runs on:
+    the dimension's figures times a calibration's factors with its curve when one applies (see
+    :func:`calibration_for`); for a group over several dimensions, the slowest (lowest bandwidth, highest
+    latency) of them, which the flat algorithms without a per-dimension form run at."""
     found = calibration_for(scenario, collective, shape)
     if found is not None:
         dim, cal = found
         return cm.Link(dim.latency_us * cal.latency_factor, dim.bandwidth_bytes_per_us * cal.bandwidth_factor,
                        cal.curve)
-    dims = _spanned(scenario, shape)
-    bandwidth = min(d.bandwidth_bytes_per_us for d in dims)
-    latency = max(d.latency_us for d in dims)
-    return cm.Link(latency, bandwidth)
+    dims = [d for _, d in _spanned(scenario, shape)]
+    return cm.Link(max(d.latency_us for d in dims), min(d.bandwidth_bytes_per_us for d in dims))
 
 
 Pricer = Callable[..., tuple[str, float]]
-#: The all-reduce over every spanned dimension (``costmodels.hierarchical_all_reduce``).
+#: Per-dimension decomposition over every spanned dimension.
 HIERARCHICAL = "hierarchical"
+#: NCCL's algorithm set: ``auto``'s candidates for the collectives NCCL runs as rings or trees.
+NCCL_SET = ("ring", "double_binary_tree")
+_NCCL_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+_PHASES = {"all_reduce", "reduce_scatter", "all_gather"}
+#: nccl-tests' "size" of a collective relative to nbox's ``n`` (the efficiency curve's abscissa).
+_OUTPUT_TIMES_P = ("all_gather", "gather", "scatter")
+Model = Callable[..., float]
+
+
+@dataclass(frozen=True)
+class _Rules:
+    aware: bool
+    overhead_us: float
+    chunks: int
+
+
+def _wire(p: int, dim: Dimension, link: cm.Link) -> nm.Wire:
+    return nm.Wire(dim.kind, p, link, dim.forwarding == "store_and_forward", dim.in_network_reduction)
+
+
+def _size_for_efficiency(collective: str, n: float, p: int) -> float:
+    return p * n if collective in _OUTPUT_TIMES_P else n
+
+
+def _one_dim(collective: str, algorithm: str, wire: nm.Wire, rules: _Rules) -> Model:
+    """``model(n, **kw) -> us`` of ``algorithm`` on one wire."""
+    p, link = wire.p, wire.link
+    if p <= 1:
+        return lambda n, **kw: 0.0
+    if algorithm == "in_network" and not (wire.kind == "switch" and wire.in_network_reduction):
+        raise PricingError(f"algorithm 'in_network' needs a switch dimension with in_network_reduction = true "
+                           f"(this group's dimension is a {wire.kind} without it)")
+    if algorithm == HIERARCHICAL:  # over one dimension: the ring
+        algorithm = "ring"
+    if algorithm == "ring" and collective in ("broadcast", "reduce"):
+        c = step_cost(wire.kind, p, SHIFT, latency_us=link.latency_us, aware=rules.aware,
+                      store_and_forward=wire.store_and_forward, overhead_us=rules.overhead_us)
+        chain = cm.Link(c.latency_us, link.bandwidth_bytes_per_us / c.bytes_coefficient, link.efficiency)
+        return lambda n, **kw: cm.broadcast_ring(n, p, chain)
+    if collective == "all_to_all_v" and algorithm in ("pairwise", "direct"):
+        return _all_to_all_v(algorithm, wire, rules)
+    if algorithm == "double_binary_tree" and collective == "all_reduce":
+        lin = nm.double_binary_tree(wire, aware=rules.aware, overhead_us=rules.overhead_us)
+    else:
+        try:
+            lin = nm.linear_cost(nm.algorithm_terms(collective, algorithm, p), wire, aware=rules.aware,
+                                 overhead_us=rules.overhead_us)
+        except ValueError as exc:
+            raise PricingError(str(exc)) from None
+    b, eff = link.bandwidth_bytes_per_us, link.efficiency
+    lat, coef = lin
+    return lambda n, **kw: lat + coef * n / (b * eff(_size_for_efficiency(collective, n, p)))
+
+
+def _all_to_all_v(algorithm: str, wire: nm.Wire, rules: _Rules) -> Model:
+    """All-to-all-v from one rank's view: ``send_bytes[k-1]`` to the rank k places on, ``recv_bytes[k-1]`` from the
+    rank k places back. pairwise: step k lasts as long as its larger side on SHIFT(k); direct: one ALL step
+    whose busiest link carries the busier direction's bytes times the wiring's load per message."""
+    p, link = wire.p, wire.link
+    uniform = _one_dim("all_to_all", algorithm, wire, rules)
+
+    def model(n: float, send_bytes: Sequence[float] | None = None, recv_bytes: Sequence[float] | None = None) -> float:
+        if send_bytes is None and recv_bytes is None:
+            return uniform(n)
+        send, recv = cm._splits(n, p, send_bytes, recv_bytes)
+        beta = link.beta(max(sum(send), sum(recv)))
+        if algorithm == "pairwise":
+            total = 0.0
+            for k, (s, r) in enumerate(zip(send, recv, strict=True), start=1):
+                c = step_cost(wire.kind, p, SHIFT, d=k, latency_us=link.latency_us, aware=rules.aware,
+                              store_and_forward=wire.store_and_forward, overhead_us=rules.overhead_us)
+                total += c.latency_us + c.bytes_coefficient * max(s, r) * beta
+            return total
+        c = step_cost(wire.kind, p, ALL, latency_us=link.latency_us, aware=rules.aware,
+                      store_and_forward=wire.store_and_forward, messages=p - 1, overhead_us=rules.overhead_us)
+        busiest = max(sum(send), sum(recv))
+        return c.latency_us + c.bytes_coefficient * busiest / (p - 1) * beta
+    return model
+
+
+def _phase_candidates(collective: str, wire: nm.Wire) -> tuple[str, ...]:
+    """``auto``'s algorithms for one dimension's phase: NCCL's set, and ``in_network`` where the switch reduces."""
+    names = tuple(a for a in NCCL_SET if a in nm.ALGORITHMS[collective])
+    if collective == "all_reduce" and wire.kind == "switch" and wire.in_network_reduction:
+        names += ("in_network",)
+    return names
+
+
+def _fastest(collective: str, names: Sequence[str], wire: nm.Wire, rules: _Rules) -> Model:
+    models = [_one_dim(collective, a, wire, rules) for a in names]
+    return lambda n, **kw: min(m(n, **kw) for m in models)
+
+
+def _hierarchical(collective: str, wires: list[nm.Wire], rules: _Rules, per_dim: Sequence[str] | None) -> Model:
+    """Dimension by dimension: reduce-scatter innermost first, the outermost dimension's all-reduce, all-gather
+    back outermost first (an all-gather alone: outermost first too, so the slow outer dimensions move the small
+    shard, as in NCCL's and ASTRA-sim's hierarchical all-gather); each phase on its own wire with its own
+    algorithm, the whole cut into ``rules.chunks`` chunks pipelined through the phases:
+    ``sum_i T_i(s_i / k) + (k - 1) max_i T_i(s_i / k)`` (Themis' dimension-aware pipeline, its steady state
+    bounded by the slowest phase)."""
+    def model_for(phase: str, i: int) -> Model:
+        w = wires[i]
+        if per_dim is not None and per_dim[i] != AUTO:
+            return _one_dim(phase, per_dim[i], w, rules)
+        return _fastest(phase, _phase_candidates(phase, w), w, rules)
+
+    phases: list[tuple[Model, float]] = []  # (model, its size as a multiple of n)
+    scale = 1.0
+    if collective == "all_gather":  # the mirror of reduce-scatter: outermost first, while the shard is small
+        for i in reversed(range(len(wires))):
+            phases.append((model_for("all_gather", i), scale))
+            scale *= wires[i].p
+    else:
+        inward = wires if collective == "reduce_scatter" else wires[:-1]
+        for i, w in enumerate(inward):
+            phases.append((model_for("reduce_scatter", i), scale))
+            scale /= w.p
+        if collective == "all_reduce":
+            phases.append((model_for("all_reduce", len(wires) - 1), scale))
+            for i in reversed(range(len(wires) - 1)):
+                scale *= wires[i].p
+                phases.append((model_for("all_gather", i), scale / wires[i].p))
+    k = rules.chunks
+
+    def model(n: float, **kw: Any) -> float:
+        times = [m(n * s / k) for m, s in phases]
+        return sum(times) + (k - 1) * max(times)
+    return model
+
+
+def _flat_ring(collective: str, wires: list[nm.Wire], size: int, rules: _Rules) -> Model:
+    """A flat ring across several dimensions: every step crosses each dimension somewhere, so it lasts as long as
+    the slowest dimension's neighbour step (latency and per-byte time, each the largest)."""
+    costs = [step_cost(w.kind, w.p, SHIFT, latency_us=w.link.latency_us, aware=rules.aware,
+                       store_and_forward=w.store_and_forward, overhead_us=rules.overhead_us) for w in wires]
+    lat = max(c.latency_us for c in costs)
+    per_byte = max(c.bytes_coefficient / w.link.bandwidth_bytes_per_us for c, w in zip(costs, wires, strict=True))
+    if collective in ("broadcast", "reduce"):
+        chain = cm.Link(lat, 1.0 / per_byte)
+        return lambda n, **kw: cm.broadcast_ring(n, size, chain)
+    terms = nm.algorithm_terms(collective, "ring", size)
+    steps_frac = sum(t.steps * t.fraction for t in terms)
+    steps = sum(t.steps for t in terms)
+    return lambda n, **kw: steps * lat + steps_frac * per_byte * n
+
+
+def _flat_direct(collective: str, wires: list[nm.Wire], size: int, rules: _Rules) -> Model:
+    """Flat direct across dimensions: a message crosses every dimension its destination differs in (dimension
+    order), so dimension j carries ``size / p_j`` times its own all-pairs load; the step lasts as long as the
+    busiest dimension, plus the longest path's traversals and the rank's ``size - 1`` messages' overhead."""
+    terms = nm.algorithm_terms(collective, "direct", size)
+    lat = sum(step_shape(w.kind, w.p, ALL)[1] * w.link.latency_us for w in wires)
+    per_byte = 0.0
+    for w in wires:
+        load = step_shape(w.kind, w.p, ALL)[0] * size / w.p if rules.aware else 1.0
+        if rules.aware and w.store_and_forward and w.kind == "switch":
+            load += 1
+        per_byte = max(per_byte, load / w.link.bandwidth_bytes_per_us)
+    total_lat = sum(t.steps * (lat + t.messages * rules.overhead_us) for t in terms)
+    total_frac = sum(t.steps * t.fraction for t in terms)
+    return lambda n, **kw: total_lat + total_frac * per_byte * n
+
+
+def _flat_rhd(collective: str, wires: list[nm.Wire], size: int, rules: _Rules) -> Model | None:
+    """Recursive halving/doubling across dimensions of power-of-two extent: exchange ``XOR(d)`` runs on the
+    dimension the partner differs in, as ``XOR(d / stride)`` there. ``None`` when an extent is not a power of 2."""
+    if any(w.p & (w.p - 1) for w in wires):
+        return None
+    lat = per_byte_n = 0.0
+    for t in nm.algorithm_terms(collective, "recursive_halving_doubling", size):
+        stride = 1
+        for w in wires:
+            if t.d < stride * w.p:
+                c = step_cost(w.kind, w.p, XOR, d=t.d // stride, latency_us=w.link.latency_us, aware=rules.aware,
+                              store_and_forward=w.store_and_forward, overhead_us=rules.overhead_us)
+                lat += t.steps * c.latency_us
+                per_byte_n += t.steps * c.bytes_coefficient * t.fraction / w.link.bandwidth_bytes_per_us
+                break
+            stride *= w.p
+    return lambda n, **kw: lat + per_byte_n * n
+
+
+def _multi_dim(collective: str, algorithm: str, wires: list[nm.Wire], size: int, rules: _Rules,
+               slowest: nm.Wire, per_dim: Sequence[str] | None) -> Model:
+    if algorithm == HIERARCHICAL:
+        if collective not in _PHASES:
+            raise PricingError(f"algorithm 'hierarchical' is modeled for {', '.join(sorted(_PHASES))}, "
+                               f"not {collective}")
+        return _hierarchical(collective, wires, rules, per_dim)
+    if algorithm == "ring" and collective in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                                              "broadcast", "reduce"):
+        return _flat_ring(collective, wires, size, rules)
+    if algorithm == "direct" and collective != "send_recv":
+        return _flat_direct(collective, wires, size, rules)
+    if algorithm == "recursive_halving_doubling":
+        rhd = _flat_rhd(collective, wires, size, rules)
+        if rhd is not None:
+            return rhd
+    if algorithm == "in_network":
+        raise PricingError("algorithm 'in_network' runs within one switch dimension; this group spans "
+                           f"{len(wires)} dimensions (use hierarchical: its all-reduce phase can reduce in the switch)")
+    return _one_dim(collective, algorithm, slowest, rules)
+
+
+def _rules(scenario: Scenario) -> _Rules:
+    net = scenario.network
+    return _Rules(net.congestion == "aware", net.message_overhead_us, net.chunks)
+
+
+def _auto_candidates(collective: str, wires: list[nm.Wire]) -> list[str]:
+    known = nm.ALGORITHMS[collective]
+    nccl = [a for a in NCCL_SET if a in known] if collective in _NCCL_COLLECTIVES else []
+    if not nccl:
+        return [a for a in known if a not in (HIERARCHICAL, "in_network")]
+    if len(wires) > 1:
+        return [*nccl, HIERARCHICAL] if collective in _PHASES else nccl
+    return [*nccl, *[a for a in _phase_candidates(collective, wires[0]) if a not in nccl]]
 
 
 def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorithm: str | None = None) -> Pricer:
     """:func:`price_group` for one (collective, group) with everything but the size resolved once.
 
-    The one place an algorithm is chosen: the replay, the backend (through ``answer.Fabric``), sweeps and
-    ``nbox scenario cost`` all come here. ``algorithm``: the scenario's for ``collective`` when ``None``.
-    ``auto`` is, in order: the calibrated algorithm when a calibration applies (:func:`calibration_for`:
-    what the measured library runs); else the fastest by modeled time of NCCL's set (ring, double binary
-    tree) plus ``hierarchical`` for an all-reduce over more than one dimension; for a collective with
-    neither (all-to-all, gather, ...: NCCL runs them as grouped point-to-point) the fastest of its modeled
-    ones, ``direct`` included. Ties go to the earlier in that order (ring first); on a one-rank group
-    every algorithm costs 0, so ``auto`` names the first.
+    The one place an algorithm is chosen (module docstring): the replay, the backend (through ``answer.Fabric``),
+    sweeps and ``nbox scenario cost`` all come here. ``algorithm``: the scenario's for ``collective`` when ``None``
+    (a per-dimension list in the scenario means ``hierarchical`` with those algorithms, or the one for the group's
+    dimension). Ties in ``auto`` go to the earlier candidate (ring first); a one-rank group costs 0.
 
-    Returns ``pricer(nbytes, **kw) -> (algorithm, time_us)``: the link, the dimensions, the algorithm or
-    ``auto``'s candidates are fixed here, so a call only evaluates closed forms (what the emulator does per
-    collective it answers). ``kw`` is ``send_bytes``/``recv_bytes`` for all_to_all_v.
+    Returns ``pricer(nbytes, **kw) -> (algorithm, time_us)``: wires, links and candidates are fixed here, so a call
+    evaluates closed forms only. ``kw`` is ``send_bytes``/``recv_bytes`` for all_to_all_v.
 
     Raises:
-        PricingError: unknown collective, or an algorithm not modeled for ``collective``.
+        PricingError: unknown collective, an algorithm not modeled for ``collective``, or one the group's wiring
+            cannot run (``in_network`` without a reducing switch).
     """
     known = _algorithms_for(collective)
-    algorithm = scenario.algorithm(collective) if algorithm is None else algorithm
-    found = calibration_for(scenario, collective, shape) if algorithm == AUTO else None
+    per_dim: tuple[str, ...] | None = None
+    if algorithm is None:
+        algorithm = scenario.algorithm(collective)
+        per_dim = scenario.dimension_algorithms(collective)
+    found = calibration_for(scenario, collective, shape) if algorithm == AUTO and per_dim is None else None
     if found is not None:
         algorithm = found[1].algorithm
     if algorithm != AUTO and algorithm not in known:
         raise PricingError(f"unknown algorithm {algorithm!r} for {collective}; known: {', '.join(known)}, auto")
-    p = shape.size
-    link = link_for(scenario, collective, shape)
-    multi = [(n, dimension_link(d)) for n, d in shape.dims]
-    if algorithm == HIERARCHICAL:
-        if len(multi) < 2:  # over one dimension hierarchical is the flat ring (see costmodels)
-            ring = cm.COST_MODELS[("all_reduce", "ring")]
-            return lambda nbytes, **kw: (algorithm, ring(nbytes, p, link))
-        return lambda nbytes, **kw: (algorithm, cm.hierarchical_all_reduce(nbytes, multi))
+    rules = _rules(scenario)
+    spanned = _spanned(scenario, shape)
+    if shape.size <= 1:
+        first = known[0] if algorithm == AUTO else algorithm
+        return lambda nbytes, **kw: (first, 0.0)
+    index = {d.name: i for i, d in enumerate(scenario.topology.dims)}
+    if len(spanned) == 1:
+        wires = [_wire(shape.size, spanned[0][1], link_for(scenario, collective, shape))]
+    else:
+        wires = [_wire(p, d, dimension_link(d)) for p, d in spanned]
+    group_dims = per_dim and tuple(per_dim[index[d.name]] for _, d in spanned)
+    if group_dims is not None and len(wires) == 1:
+        algorithm, group_dims = group_dims[0], None
+    elif group_dims is not None:
+        algorithm = HIERARCHICAL
+    slow = min(spanned, key=lambda pd: (pd[1].bandwidth_bytes_per_us, -pd[1].latency_us))[1]
+    slowest = nm.Wire(slow.kind, shape.size, link_for(scenario, collective, shape),
+                      slow.forwarding == "store_and_forward", False)
+
+    def model_of(name: str) -> Model:
+        if len(wires) == 1:
+            return _one_dim(collective, name, wires[0], rules)
+        return _multi_dim(collective, name, wires, shape.size, rules, slowest, group_dims)
+
     if algorithm != AUTO:
-        model = cm.COST_MODELS[(collective, algorithm)]
-        return lambda nbytes, **kw: (algorithm, model(nbytes, p, link, **kw))
-    nccl = [a for a in cm.NCCL_ALGORITHMS if a in known]
-    names = nccl or [a for a in known if a != HIERARCHICAL]
-    if p <= 1:
-        return lambda nbytes, **kw: (names[0], 0.0)
-    models = [(a, cm.COST_MODELS[(collective, a)]) for a in names]
-    hierarchical = collective == "all_reduce" and len(multi) > 1
+        model, chosen = model_of(algorithm), algorithm
+        return lambda nbytes, **kw: (chosen, model(nbytes, **kw))
+    nccl = _nccl_pricer(scenario, collective, shape, spanned)
+    if nccl is not None:
+        return nccl
+    models = [(a, model_of(a)) for a in _auto_candidates(collective, wires)]
 
     def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
         best_name, best = "", math.inf
         for name, model in models:
-            t = model(nbytes, p, link, **kw)
+            t = model(nbytes, **kw)
             if t < best:
                 best_name, best = name, t
-        if hierarchical:
-            t = cm.hierarchical_all_reduce(nbytes, multi)
-            if t < best:
-                best_name, best = HIERARCHICAL, t
         return best_name, best
     return pricer
 
 
+def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
+                 spanned: list[tuple[int, Dimension]]) -> Pricer | None:
+    """NCCL's own choice (``nccl_tuner``) when the scenario says ``library = "nccl"`` and NCCL tunes
+    ``collective``; ``None`` otherwise."""
+    if scenario.network.library != "nccl":
+        return None
+    return None
+
+
 def _algorithms_for(collective: str) -> tuple[str, ...]:
     try:
-        return tuple(cm.algorithms_for(collective))
+        return nm.algorithms_for(collective)
     except ValueError as exc:
         raise PricingError(str(exc)) from None
 
@@ -213,25 +464,34 @@ def price_group(scenario: Scenario, collective: str, nbytes: float, shape: Group
                 **kw: Any) -> tuple[str, float]:
     """The algorithm the scenario uses for ``collective`` on a group of ``shape``, and its time (us).
 
-    The scenario's algorithm for the collective, or ``auto``: the fastest of NCCL's set (ring, double
-    binary tree) plus hierarchical for an all-reduce over more than one dimension (a collective with
-    neither, e.g. all-to-all: the fastest modeled one). ``hierarchical`` over a group that spans one
-    dimension is the flat ring (they are equal, see costmodels). ``kw`` goes to the model
-    (``send_bytes``/``recv_bytes`` for all_to_all_v). A one-rank group costs 0. With a calibration (see
-    :func:`calibration_for`), ``auto`` is the calibrated algorithm. See :func:`make_pricer` to price many
-    sizes on one group.
+    See :func:`make_pricer` (this is it, for one size). ``kw`` goes to the model (``send_bytes``/``recv_bytes``
+    for all_to_all_v). A one-rank group costs 0.
 
     Raises:
-        PricingError: the scenario names an algorithm not modeled for ``collective``.
+        PricingError: the scenario names an algorithm not modeled for ``collective``, or one the group cannot run.
     """
     return make_pricer(scenario, collective, shape)(nbytes, **kw)
 
 
+def applicable(scenario: Scenario, collective: str, shape: GroupShape) -> list[str]:
+    """The algorithms that can run ``collective`` on a group of ``shape``: every modeled one but ``hierarchical``
+    over one dimension and ``in_network`` off a reducing switch dimension."""
+    spanned = _spanned(scenario, shape)
+    out = []
+    for name in _algorithms_for(collective):
+        if name == HIERARCHICAL and len(spanned) < 2:
+            continue
+        if name == "in_network" and not (len(spanned) == 1 and spanned[0][1].kind == "switch"
+                                         and spanned[0][1].in_network_reduction):
+            continue
+        out.append(name)
+    return out
+
+
 def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "all") -> tuple[list[Price], str]:
     """Modeled time of ``collective`` on ``nbytes`` (the per-rank input, costmodels' convention) over all
-    ranks of ``scenario``: one Price per algorithm (or the one named; ``auto``: the chosen one), and the
-    algorithm the scenario runs (:func:`make_pricer`'s choice, the one a replay of it uses). ``hierarchical``
-    is listed for an all-reduce over more than one dimension, or when the scenario runs it.
+    ranks of ``scenario``: one Price per applicable algorithm (or the one named; ``auto``: the chosen one), and
+    the algorithm the scenario runs (:func:`make_pricer`'s choice, the one a replay of it uses).
 
     Raises:
         UsageError: unknown collective or ``algorithm`` (the message lists the known ones).
@@ -239,19 +499,22 @@ def price(scenario: Scenario, collective: str, nbytes: int, algorithm: str = "al
     p = scenario.world_size
     shape = group_shape(scenario)
     try:
-        known = cm.algorithms_for(collective)
+        known = nm.algorithms_for(collective)
     except ValueError:
-        raise UsageError(f"collective {collective!r}: unknown; known: {', '.join(cm.collectives())}") from None
+        raise UsageError(f"collective {collective!r}: unknown; known: {', '.join(nm.ALGORITHMS)}") from None
     if algorithm not in ("all", AUTO) and algorithm not in known:
         raise UsageError(f"--algorithm {algorithm!r}: not modeled for {collective}; known: {', '.join(known)}, "
                          f"auto, all")
     chosen = make_pricer(scenario, collective, shape)(nbytes)[0]
-    names = [chosen] if algorithm == AUTO else list(known) if algorithm == "all" else [algorithm]
+    names = [chosen] if algorithm == AUTO else applicable(scenario, collective, shape) if algorithm == "all" \
+        else [algorithm]
+    if algorithm == "all" and chosen not in names:
+        names.append(chosen)
     prices = []
     for name in names:
-        if name == HIERARCHICAL and len(shape.dims) < 2 and name != chosen:
-            continue
-        t = make_pricer(scenario, collective, shape, name)(nbytes)[1]
+        pricer = make_pricer(scenario, collective, shape) if name == chosen else \
+            make_pricer(scenario, collective, shape, name)
+        t = pricer(nbytes)[1]
         prices.append(Price(name, t, algorithm_bandwidth_gbps(collective, nbytes, p, t) if t > 0 else 0.0,
                             bus_bandwidth_gbps(collective, nbytes, p, t) if t > 0 else 0.0))
     return prices, chosen

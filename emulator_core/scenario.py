@@ -65,6 +65,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulator_core import costmodels as cm
+from emulator_core import netmodel as nm
 from emulator_core.scenario_topology import (
     CONGESTION,
     DIM_KEYS,
@@ -254,7 +255,7 @@ class Scenario:
 
     world_size: int
     topology: Topology
-    algorithms: tuple[tuple[str, str], ...] = ()
+    algorithms: tuple[tuple[str, str | tuple[str, ...]], ...] = ()
     compute_scale: float = 1.0
     stragglers: tuple[Straggler, ...] = ()
     overlap: str = "overlap"
@@ -274,7 +275,7 @@ class Scenario:
         self._resolve_topology(w)
         algos: Any = self.algorithms
         pairs = list(algos.items()) if isinstance(algos, Mapping) else list(algos)
-        seen: dict[str, str] = {}
+        seen: dict[str, str | tuple[str, ...]] = {}
         for item in pairs:
             if not (isinstance(item, tuple) and len(item) == 2):
                 raise bad("algorithms", item, "must be (collective, algorithm) pairs")
@@ -283,7 +284,19 @@ class Scenario:
                 raise ScenarioError(f"algorithms.{coll}", f"unknown collective (allowed: {', '.join(COLLECTIVES)})")
             if coll in seen:
                 raise ScenarioError(f"algorithms.{coll}", "given twice")
-            known = (AUTO, *cm.algorithms_for(coll))
+            known = (AUTO, *nm.algorithms_for(coll))
+            if isinstance(algo, (list, tuple)):  # one per topology dimension: run dimension by dimension
+                per_dim = tuple(algo)
+                if len(per_dim) != len(self.topology.dims):
+                    raise bad(f"algorithms.{coll}", list(per_dim), f"a per-dimension list needs one algorithm per "
+                              f"topology dimension ({len(self.topology.dims)})")
+                flat = tuple(a for a in known if a not in ("hierarchical",))
+                wrong = [a for a in per_dim if not isinstance(a, str) or a not in flat]
+                if wrong:
+                    raise bad(f"algorithms.{coll}", list(per_dim), f"{wrong[0]!r} is not a one-dimension algorithm "
+                              f"for {coll}; known: {', '.join(flat)}")
+                seen[coll] = per_dim
+                continue
             if not isinstance(algo, str) or algo not in known:  # checked here, so no command gets further
                 raise bad(f"algorithms.{coll}", algo, f"no cost model for {coll}; known: {', '.join(known)}")
             seen[coll] = algo
@@ -344,8 +357,16 @@ class Scenario:
                                                f"world_size ({w}); the last size may be 0 to fill it")
 
     def algorithm(self, collective: str) -> str:
-        """The algorithm chosen for ``collective`` (``"auto"`` when the scenario does not say)."""
-        return dict(self.algorithms).get(collective, AUTO)
+        """The algorithm chosen for ``collective`` (``"auto"`` when the scenario does not say, ``"hierarchical"``
+        when it lists one algorithm per dimension)."""
+        algo = dict(self.algorithms).get(collective, AUTO)
+        return algo if isinstance(algo, str) else "hierarchical"
+
+    def dimension_algorithms(self, collective: str) -> tuple[str, ...] | None:
+        """The per-dimension algorithms of ``collective`` (innermost dimension first), or ``None`` when the
+        scenario names one algorithm (or none) for it. ASTRA-sim's per-dimension collective implementations."""
+        algo = dict(self.algorithms).get(collective, AUTO)
+        return None if isinstance(algo, str) else algo
 
     def slowdown(self, rank: int) -> float:
         """The compute slowdown of ``rank`` (1.0 when it is not a straggler)."""
@@ -361,7 +382,8 @@ class Scenario:
             out.update(jitter=self.jitter, jitter_seed=self.jitter_seed)
         if not self.network.is_default():
             out["network"] = self.network.to_dict()
-        return {**out, "algorithms": dict(self.algorithms), "topology": self.topology.to_dict(),
+        algorithms = {c: a if isinstance(a, str) else list(a) for c, a in self.algorithms}
+        return {**out, "algorithms": algorithms, "topology": self.topology.to_dict(),
                 "stragglers": [s.to_dict() for s in self.stragglers],
                 "calibration": [c.to_dict() for c in self.calibration]}
 

@@ -1,0 +1,114 @@
+"""How ranks are wired along one topology dimension, and what one communication step costs on it.
+
+A step is a pattern every rank of the dimension follows at once (all ranks send messages of ``m`` bytes):
+
+* ``SHIFT(d)``: rank ``r`` sends to ``r + d`` (mod p): the ring algorithm's neighbour step (d = 1), pairwise
+  exchange's step d, a binomial tree's level at distance d.
+* ``XOR(d)``: rank ``r`` exchanges with ``r xor d`` (d a power of two): recursive halving / doubling.
+* ``ALL``: every rank sends to every other rank at once (direct algorithms: ``p - 1`` messages per rank).
+* ``TREE(d, fan)``: one level of a binary tree whose edges span ``d`` ranks, ``fan`` children per parent sending
+  to (or receiving from) the parent at once.
+
+For each (kind, pattern) :func:`step_shape` gives the busiest link's load in messages and the hops (link
+traversals) of the longest message, in closed form (no per-message routing; ``tests/test_wiring.py`` checks
+every closed form against explicit routes on small dimensions). Routes: ``ring`` is bidirectional with
+shortest-path routing, a message of ring distance exactly ``p/2`` going forward (ASTRA-sim's choice);
+``switch`` is one non-blocking switch (rank -> switch -> rank, one traversal of ``latency_us``, two links);
+``fully_connected`` has a link per ordered pair.
+
+:func:`step_cost` turns a shape into a linear form ``latency_us + bytes_coefficient * m / bandwidth``:
+
+* congestion-aware, cut-through: ``load * m / b + hops * L``: the busiest link serializes its messages
+  and the longest path pays its traversals; when the busiest link's queue is longer than the path
+  (``load > hops``, e.g. direct on a ring) the path's traversals overlap the queue, but for one link at each
+  end: ``min(hops, 2) * L``.
+* congestion-aware, store-and-forward: a message is forwarded only once whole, so on a switch every message
+  pays its size twice (``(load + 1) * m / b``: the busiest port, then the last message's second link); on a
+  ring a message of ``h`` hops needs ``h * m / b`` at least (``max(load, h) * m / b``).
+* congestion-unaware (ASTRA-sim's analytical congestion-unaware backend): every message alone on its path,
+  ``hops * L + m / b``.
+
+Every step adds ``messages * message_overhead_us`` (the sender's per-message injection cost, LogP's ``o``).
+Sources: the link-load ("congestion") view of collectives of Chan et al., "Collective communication: theory,
+practice, and experience", CCPE 19(13), 2007; ASTRA-sim 2.0's analytical network backends (Won et al., ISPASS
+2023) for the congestion-unaware and store-and-forward semantics.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["ALL", "SHIFT", "TREE", "XOR", "StepCost", "ring_distance", "step_cost", "step_shape"]
+
+SHIFT = "shift"
+XOR = "xor"
+ALL = "all"
+TREE = "tree"
+
+
+def ring_distance(d: int, p: int) -> int:
+    """Hops between ranks ``d`` apart on a bidirectional ring of ``p`` (shortest way; ``p/2`` forward)."""
+    d %= p
+    return min(d, p - d)
+
+
+def _ring_all_pairs_load(p: int) -> int:
+    """Busiest directed ring link's load (in messages) when every rank sends one message to every other.
+
+    Forward messages of distance 1 .. ceil(p/2) - 1, plus distance p/2 for even p (ties go forward): by symmetry
+    each forward link carries ``sum(d) (+ p/2)`` messages: ``p(p+2)/8`` for even p, ``(p^2-1)/8`` for odd p.
+    """
+    half = (p - 1) // 2
+    load = half * (half + 1) // 2
+    return load + p // 2 if p % 2 == 0 else load
+
+
+def step_shape(kind: str, p: int, pattern: str, d: int = 1, fan: int = 1) -> tuple[int, int]:
+    """``(load, hops)`` of one step: the busiest link's load in messages, the longest message's link traversals.
+
+    ``p`` ranks along the dimension (>= 2), ``d`` the pattern's rank distance, ``fan`` a tree level's children
+    per parent. A switch traversal is one hop (rank -> switch -> rank pays ``latency_us`` once).
+    """
+    if kind == "fully_connected":
+        return 1, 1  # every ordered pair has its own link: no two messages of one step share one
+    if kind == "switch":
+        if pattern == ALL:
+            return p - 1, 1  # a rank's p-1 messages leave through its one port (and p-1 arrive on it)
+        if pattern == TREE:
+            return fan, 1  # a parent's port carries its children's messages
+        return 1, 1
+    if kind != "ring":
+        raise ValueError(f"unknown dimension kind {kind!r}")
+    if pattern == ALL:
+        return _ring_all_pairs_load(p), p // 2
+    h = ring_distance(d, p)
+    if pattern == TREE:
+        return 1, h  # children at +d and -d arrive from opposite directions; edges of one level do not overlap
+    # SHIFT(d): every rank's message runs h links the same way: each link carries h of them. XOR(d): the senders
+    # of one direction form blocks of d consecutive ranks; a window of h <= d links sees at most h of them.
+    return h, h
+
+
+class StepCost(NamedTuple):
+    """One step as ``latency_us + bytes_coefficient * m / bandwidth_bytes_per_us`` (microseconds)."""
+
+    latency_us: float
+    bytes_coefficient: float
+
+
+def step_cost(kind: str, p: int, pattern: str, *, d: int = 1, fan: int = 1, latency_us: float,
+              aware: bool, store_and_forward: bool, messages: int = 1, overhead_us: float = 0.0) -> StepCost:
+    """The linear cost of one step of ``pattern`` on a dimension of ``kind`` with ``p`` ranks (module docstring).
+
+    ``latency_us`` is one traversal; ``messages`` the messages each rank injects in the step (for the overhead).
+    """
+    load, hops = step_shape(kind, p, pattern, d, fan)
+    if not aware:
+        return StepCost(hops * latency_us + messages * overhead_us, 1.0)
+    # a queue longer than the path hides the path's latency behind it, but for the link at each end
+    lat = (min(hops, 2) if load > hops else hops) * latency_us + messages * overhead_us
+    if store_and_forward and kind == "switch":
+        return StepCost(lat, float(load + 1))
+    if store_and_forward and kind == "ring":
+        return StepCost(lat, float(max(load, hops)))
+    return StepCost(lat, float(load))
