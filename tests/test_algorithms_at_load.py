@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.costmodels import algorithms_for
+from emulator_core.netmodel import algorithms_for
 from emulator_core.scenario import COLLECTIVES, ScenarioError
 from emulator_core.scenario_files import load_scenario
 

@@ -10,8 +10,17 @@ from pathlib import Path
 import pytest
 
 from emulator_core import costmodels as cm
+from emulator_core import netmodel as nm
 from emulator_core.answer import Fabric
-from emulator_core.pricing import PricingError, group_shape, link_for, make_pricer, price, price_group
+from emulator_core.pricing import (
+    PricingError,
+    applicable,
+    group_shape,
+    link_for,
+    make_pricer,
+    price,
+    price_group,
+)
 from emulator_core.scenario import Dimension, Scenario, ScenarioError, Topology
 from emulator_core.scenario_files import load_scenario, shipped_scenarios
 from emulator_core.world import resize
@@ -43,7 +52,9 @@ def test_auto_picks_hierarchical_for_a_big_all_reduce_on_two_dimensions_and_neve
     s = load_scenario(DGX)
     prices, chosen = price(s, "all_reduce", 1 << 30)
     assert chosen == "hierarchical"
-    assert {p.algorithm for p in prices} == set(cm.algorithms_for("all_reduce"))
+    # every algorithm that can run here: not in_network (no reducing switch in this scenario)
+    assert {p.algorithm for p in prices} == set(nm.algorithms_for("all_reduce")) - {"in_network"}
+    assert applicable(s, "all_reduce", group_shape(s)) == [p.algorithm for p in prices]
     small, chosen_small = price(s, "all_reduce", 8, "auto")
     assert chosen_small != "direct" and [p.algorithm for p in small] == [chosen_small]
 
@@ -73,7 +84,9 @@ def test_cost_command_json_and_human() -> None:
     proc = nbox("scenario", "cost", "all_reduce", "--bytes", 1 << 30, "--what-if", DGX, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["world_size"] == 1024 and doc["auto"] == "hierarchical" and len(doc["algorithms"]) == 5
+    assert doc["world_size"] == 1024 and doc["auto"] == "hierarchical"
+    s = load_scenario(DGX)
+    assert [a["algorithm"] for a in doc["algorithms"]] == applicable(s, "all_reduce", group_shape(s))
     human = nbox("scenario", "cost", "all_gather", "--bytes", 1 << 20, "--world-size", 64, "--what-if", DGX)
     # Issue 13: "all human output goes to stderr, so `nbox scenario cost ... | grep ring` prints nothing":
     # the table is the result, on stdout; stderr stays empty. Bytes in IEC units, one time unit per column.
