@@ -16,7 +16,8 @@ forwarding, in-network reduction), and the algorithm's steps are priced on the w
   costs the slowest dimension's step; flat ``direct`` loads each dimension with the messages that cross it
   (``p / p_j`` times that dimension's own all-pairs load); flat ``recursive_halving_doubling`` puts each
   exchange on the dimension its partner differs in (dimensions of power-of-two extent); the other flat
-  algorithms run on the slowest dimension's figures (lowest bandwidth, highest latency), an approximation.
+  algorithms cost the largest of their time over the whole group on each spanned dimension (an approximation:
+  as slow as the slowest dimension could run them).
 
 **Calibration**: when a group spans exactly one dimension (or none, and the topology has one dimension of
 size > 1) and the scenario has a ``[[calibration]]`` for (collective, that dimension), the dimension's latency and
@@ -256,35 +257,41 @@ def _hierarchical(collective: str, wires: list[nm.Wire], rules: _Rules, per_dim:
     back outermost first (an all-gather alone: outermost first too, so the slow outer dimensions move the small
     shard, as in NCCL's and ASTRA-sim's hierarchical all-gather); each phase on its own wire with its own
     algorithm, the whole cut into ``rules.chunks`` chunks pipelined through the phases:
-    ``sum_i T_i(s_i / k) + (k - 1) max_i T_i(s_i / k)`` (Themis' dimension-aware pipeline, its steady state
-    bounded by the slowest phase)."""
+    ``sum_i T_i(s_i / k) + (k - 1) max_d sum_{i on d} T_i(s_i / k)``: the first chunk crosses every phase, the
+    others follow at the pace of the busiest dimension (whose links serve all its phases: an all-reduce's
+    reduce-scatter and all-gather share theirs). Themis' dimension-aware pipeline (Rashidi et al., ISCA 2022)."""
     def model_for(phase: str, i: int) -> Model:
         w = wires[i]
         if per_dim is not None and per_dim[i] != AUTO:
             return _one_dim(phase, per_dim[i], w, rules)
         return _fastest(phase, _phase_candidates(phase, w), w, rules)
 
-    phases: list[tuple[Model, float]] = []  # (model, its size as a multiple of n)
+    phases: list[tuple[Model, float, int]] = []  # (model, its size as a multiple of n, its dimension)
     scale = 1.0
     if collective == "all_gather":  # the mirror of reduce-scatter: outermost first, while the shard is small
         for i in reversed(range(len(wires))):
-            phases.append((model_for("all_gather", i), scale))
+            phases.append((model_for("all_gather", i), scale, i))
             scale *= wires[i].p
     else:
         inward = wires if collective == "reduce_scatter" else wires[:-1]
         for i, w in enumerate(inward):
-            phases.append((model_for("reduce_scatter", i), scale))
+            phases.append((model_for("reduce_scatter", i), scale, i))
             scale /= w.p
         if collective == "all_reduce":
-            phases.append((model_for("all_reduce", len(wires) - 1), scale))
+            phases.append((model_for("all_reduce", len(wires) - 1), scale, len(wires) - 1))
             for i in reversed(range(len(wires) - 1)):
                 scale *= wires[i].p
-                phases.append((model_for("all_gather", i), scale / wires[i].p))
+                phases.append((model_for("all_gather", i), scale / wires[i].p, i))
     k = rules.chunks
 
     def model(n: float, **kw: Any) -> float:
-        times = [m(n * s / k) for m, s in phases]
-        return sum(times) + (k - 1) * max(times)
+        times = [m(n * s / k) for m, s, _ in phases]
+        if k == 1:
+            return sum(times)
+        busy = [0.0] * len(wires)  # a dimension's links serve its phases of every chunk one after another
+        for t, (_, _, i) in zip(times, phases, strict=True):
+            busy[i] += t
+        return sum(times) + (k - 1) * max(busy)
     return model
 
 
@@ -340,8 +347,16 @@ def _flat_rhd(collective: str, wires: list[nm.Wire], size: int, rules: _Rules) -
     return lambda n, **kw: lat + per_byte_n * n
 
 
+def _slowest(collective: str, algorithm: str, wires: list[nm.Wire], size: int, rules: _Rules) -> Model:
+    """A flat algorithm with no per-dimension form: as slow as the slowest dimension could run it alone, i.e. the
+    largest of its time over the whole group on each spanned dimension's wiring and figures."""
+    models = [_one_dim(collective, algorithm, nm.Wire(w.kind, size, w.link, w.store_and_forward, False), rules)
+              for w in wires]
+    return lambda n, **kw: max(m(n, **kw) for m in models)
+
+
 def _multi_dim(collective: str, algorithm: str, wires: list[nm.Wire], size: int, rules: _Rules,
-               slowest: nm.Wire, per_dim: Sequence[str] | None) -> Model:
+               per_dim: Sequence[str] | None) -> Model:
     if algorithm == HIERARCHICAL:
         if collective not in _PHASES:
             raise PricingError(f"algorithm 'hierarchical' is modeled for {', '.join(sorted(_PHASES))}, "
@@ -359,7 +374,7 @@ def _multi_dim(collective: str, algorithm: str, wires: list[nm.Wire], size: int,
     if algorithm == "in_network":
         raise PricingError("algorithm 'in_network' runs within one switch dimension; this group spans "
                            f"{len(wires)} dimensions (use hierarchical: its all-reduce phase can reduce in the switch)")
-    return _one_dim(collective, algorithm, slowest, rules)
+    return _slowest(collective, algorithm, wires, size, rules)
 
 
 def _rules(scenario: Scenario) -> _Rules:
@@ -417,14 +432,11 @@ def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorith
         algorithm, group_dims = group_dims[0], None
     elif group_dims is not None:
         algorithm = HIERARCHICAL
-    slow = min(spanned, key=lambda pd: (pd[1].bandwidth_bytes_per_us, -pd[1].latency_us))[1]
-    slowest = nm.Wire(slow.kind, shape.size, link_for(scenario, collective, shape),
-                      slow.forwarding == "store_and_forward", False)
 
     def model_of(name: str) -> Model:
         if len(wires) == 1:
             return _one_dim(collective, name, wires[0], rules)
-        return _multi_dim(collective, name, wires, shape.size, rules, slowest, group_dims)
+        return _multi_dim(collective, name, wires, shape.size, rules, group_dims)
 
     if algorithm != AUTO:
         model, chosen = model_of(algorithm), algorithm
