@@ -13,6 +13,9 @@ Prints one table per figure (medians, p99, spread) and the targets from the emul
    through ``Work.wait()`` (sleep then spin) and through ``get_future().wait()`` (timer thread, no spin);
    target p50 <= 5 us, p99 <= 50 us;
 4. the cost of answering at W = 8 ... 1,048,576 (should be flat);
+   and a group shape never seen on 1,024 ranks with link contention (a torus of rings, one ring, the DGX
+   example): ``make_pricer`` plus its first call, target <= 50 us (the membership scan ``group_shape``, once
+   per process group, apart);
 5. the calibrated model against measured gloo collectives on 2 ranks, 1 KiB - 64 MiB (bench/calibration.py),
    target: median |error| <= 10% on held-out sizes.
 
@@ -89,6 +92,35 @@ def bench_world_sizes(reps: int) -> list[dict[str, Any]]:
         build_us = statistics.median(builds)
         rows.append({"world_size": w, "group_build_us": build_us,
                      **summary(answer_times_us(fabric, group, "all_reduce", reps, True))})
+    return rows
+
+
+def bench_new_shape(reps: int) -> list[dict[str, Any]]:
+    """Price a group shape never seen (``make_pricer`` + its first call) on 1,024 ranks with link contention:
+    a 32 x 32 torus of rings, a 1,024-rank ring, and the DGX example (8 x 128 switches); the membership scan
+    (``group_shape``, once per process group) is timed apart."""
+    from emulator_core.pricing import group_shape, make_pricer
+    from emulator_core.scenario import Dimension, Scenario, Topology
+
+    torus = Scenario(world_size=1024, topology=Topology((Dimension("x", 32, "ring", 400.0, 1.0),
+                                                         Dimension("y", 32, "ring", 400.0, 1.0))))
+    ring = Scenario(world_size=1024, topology=Topology((Dimension("r", 1024, "ring", 400.0, 1.0),)))
+    dgx = resize(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 1024)
+    rows = []
+    for name, scenario in (("torus 32x32", torus), ("ring 1024", ring), ("dgx 8x128", dgx)):
+        scans = []
+        for _ in range(21):
+            t0 = time.perf_counter_ns()
+            shape = group_shape(scenario, range(1024))
+            scans.append((time.perf_counter_ns() - t0) / 1000)
+        for collective in ("all_reduce", "all_to_all", "all_gather"):
+            times = []
+            for i in range(reps):
+                t0 = time.perf_counter_ns()
+                make_pricer(scenario, collective, shape)((1 << 20) + i)
+                times.append((time.perf_counter_ns() - t0) / 1000)
+            rows.append({"topology": name, "collective": collective, "group_shape_us": statistics.median(scans),
+                         **summary(times)})
     return rows
 
 
@@ -189,6 +221,7 @@ def main() -> None:
     doc: dict[str, Any] = {"machine": f"{os.cpu_count()} cores, {sys.platform}, Python {sys.version.split()[0]}"}
     doc["answer_us"] = bench_answer(reps)
     doc["world_size_us"] = bench_world_sizes(reps // 4)
+    doc["new_shape_us"] = bench_new_shape(reps // 20)
     doc["backend_call_us"], doc["delay_error_us"] = bench_backend(reps // 20 if args.quick else reps // 10)
     if not args.no_calibration:
         doc["calibration"] = bench_calibration(args.quick)
@@ -202,6 +235,8 @@ def main() -> None:
               doc["delay_error_us"], ["path", *cols, "delays"]),
         table("4. answering cost vs world size (new size each call, us; flat is the target)", doc["world_size_us"],
               ["world_size", "group_build_us", "p50", "p99"]),
+        table("5. a new group shape on 1,024 ranks with link contention: make_pricer + first call (us; target "
+              "p50 <= 50)", doc["new_shape_us"], ["topology", "collective", "group_shape_us", *cols]),
     ]
     print("\n\n".join(out), file=sys.stderr)
     if args.json:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from emulator_core import costmodels as cm
-from emulator_core.wiring import ALL, SHIFT, TREE, XOR, step_cost
+from emulator_core.wiring import ALL, SHIFT, SWEEP, TREE, XOR, ring_distance, step_cost, sweep_cost
 
 __all__ = ["ALGORITHMS", "Linear", "Term", "Wire", "algorithm_terms", "algorithms_for", "linear_cost"]
 
@@ -169,7 +169,7 @@ def algorithm_terms(collective: str, algorithm: str, p: int) -> list[Term]:
     if algorithm == "binary_tree" and collective == "all_reduce":
         return [*_tree_levels(p), *_tree_levels(p)]
     if algorithm == "pairwise" and collective in ("all_to_all", "all_to_all_v"):
-        return [Term(1, SHIFT, 1 / p, d=k) for k in range(1, p)]
+        return [Term(1, SWEEP, 1 / p)]  # SHIFT(k) for k = 1 .. p-1, summed in closed form
     if algorithm == "binomial_tree":
         k = _ceil_log2(p)
         if collective in ("broadcast", "reduce"):
@@ -187,9 +187,13 @@ def linear_cost(terms: Sequence[Term], wire: Wire, *, aware: bool, overhead_us: 
     """Sum the terms' step costs on ``wire``: a :class:`Linear` in the collective's ``n`` (bytes)."""
     lat = coef = 0.0
     for t in terms:
-        c = step_cost(wire.kind, wire.p, t.pattern, d=t.d, fan=t.fan, latency_us=wire.link.latency_us,
-                      aware=aware, store_and_forward=wire.store_and_forward, messages=t.messages,
-                      overhead_us=overhead_us)
+        if t.pattern == SWEEP:
+            c = sweep_cost(wire.kind, wire.p, latency_us=wire.link.latency_us, aware=aware,
+                           store_and_forward=wire.store_and_forward, overhead_us=overhead_us)
+        else:
+            c = step_cost(wire.kind, wire.p, t.pattern, d=t.d, fan=t.fan, latency_us=wire.link.latency_us,
+                          aware=aware, store_and_forward=wire.store_and_forward, messages=t.messages,
+                          overhead_us=overhead_us)
         lat += t.steps * c.latency_us
         coef += t.steps * c.bytes_coefficient * t.fraction
     return Linear(lat, coef)
@@ -201,11 +205,8 @@ def double_binary_tree(wire: Wire, *, aware: bool, overhead_us: float) -> Linear
     ring every level's edges are in flight at once, ``ceil(depth / 2)`` of them on the busiest link, an
     estimate). Pipelined in many small chunks, so store-and-forward adds only a chunk per level (neglected).
     Sources: Sanders, Speck & Träff 2009; NCCL's tree all-reduce (reduce and broadcast pipelined in chunks)."""
-    levels = _tree_levels(wire.p)
-    lat = coef = 0.0
-    for t in levels:
-        c = step_cost(wire.kind, wire.p, TREE, d=t.d, fan=t.fan, latency_us=wire.link.latency_us, aware=aware,
-                      store_and_forward=False, overhead_us=overhead_us)
-        lat += 2 * c.latency_us
-    coef = 2.0 * max(1, math.ceil(len(levels) / 2)) if wire.kind == "ring" and aware else 2.0
+    depth = _ceil_log2(wire.p)
+    hops = sum(ring_distance(1 << j, wire.p) for j in range(depth)) if wire.kind == "ring" else depth
+    lat = 2 * (hops * wire.link.latency_us + depth * overhead_us)
+    coef = 2.0 * max(1, math.ceil(depth / 2)) if wire.kind == "ring" and aware else 2.0
     return Linear(lat, coef)

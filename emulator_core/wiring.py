@@ -38,11 +38,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["ALL", "SHIFT", "TREE", "XOR", "StepCost", "ring_distance", "step_cost", "step_shape"]
+__all__ = ["ALL", "SHIFT", "SWEEP", "TREE", "XOR", "StepCost", "ring_distance", "step_cost", "step_shape", "sweep_cost"]
 
 SHIFT = "shift"
 XOR = "xor"
 ALL = "all"
+#: SHIFT(k) for every k = 1 .. p-1 in turn (pairwise exchange), priced in closed form by :func:`sweep_cost`.
+SWEEP = "sweep"
 TREE = "tree"
 
 
@@ -87,6 +89,21 @@ def step_shape(kind: str, p: int, pattern: str, d: int = 1, fan: int = 1) -> tup
     # SHIFT(d): every rank's message runs h links the same way: each link carries h of them. XOR(d): the senders
     # of one direction form blocks of d consecutive ranks; a window of h <= d links sees at most h of them.
     return h, h
+
+
+def sweep_cost(kind: str, p: int, *, latency_us: float, aware: bool, store_and_forward: bool,
+               overhead_us: float = 0.0) -> StepCost:
+    """The sum of :func:`step_cost` of ``SHIFT(k)`` for k = 1 .. p-1 (pairwise exchange), in closed form: on a
+    ring the distances sum to ``floor(p^2 / 4)`` (each step's load equals its hops); elsewhere ``p - 1`` times a
+    neighbour step."""
+    if p <= 1:
+        return StepCost(0.0, 0.0)
+    if kind != "ring":
+        one = step_cost(kind, p, SHIFT, latency_us=latency_us, aware=aware, store_and_forward=store_and_forward,
+                        overhead_us=overhead_us)
+        return StepCost((p - 1) * one.latency_us, (p - 1) * one.bytes_coefficient)
+    hops = p * p // 4
+    return StepCost(hops * latency_us + (p - 1) * overhead_us, float(hops if aware else p - 1))
 
 
 class StepCost(NamedTuple):

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from emulator_core.wiring import ALL, SHIFT, TREE, XOR, step_cost, step_shape
+from emulator_core.wiring import ALL, SHIFT, TREE, XOR, step_cost, step_shape, sweep_cost
 
 
 def _route(kind: str, p: int, src: int, dst: int) -> list[tuple[object, ...]]:
@@ -97,3 +97,14 @@ def test_store_and_forward_and_congestion_semantics() -> None:
     # every message a rank injects pays the overhead
     o = step_cost("switch", 8, ALL, aware=True, store_and_forward=False, latency_us=1.0, messages=7, overhead_us=0.5)
     assert o.latency_us == 1.0 + 7 * 0.5
+
+
+@pytest.mark.parametrize("kind", ["ring", "switch", "fully_connected"])
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 16, 33])
+@pytest.mark.parametrize("aware", [True, False])
+def test_the_pairwise_sweep_is_the_sum_of_its_steps(kind: str, p: int, aware: bool) -> None:
+    kw = {"latency_us": 1.5, "aware": aware, "store_and_forward": False, "overhead_us": 0.25}
+    steps = [step_cost(kind, p, SHIFT, d=k, **kw) for k in range(1, p)]
+    total = sweep_cost(kind, p, **kw)
+    assert total.latency_us == pytest.approx(sum(s.latency_us for s in steps))
+    assert total.bytes_coefficient == pytest.approx(sum(s.bytes_coefficient for s in steps))
