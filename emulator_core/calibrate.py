@@ -33,11 +33,12 @@ from nbox_trace.files import write_atomic
 
 
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
-                      world_size: int | None = None) -> Scenario:
+                      world_size: int | None = None, library: str = "") -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
-    latency only). An all_to_all fit also calibrates all_to_all_v (the same algorithm family).
+    latency only). An all_to_all fit also calibrates all_to_all_v (the same algorithm family). Each entry records
+    what it measured: ranks, ``library`` and the smallest and largest size.
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -51,8 +52,9 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         bw_factor = 1.0 if f.bandwidth_gbps is None else significant(f.bandwidth_gbps / bw_gbps)
         lat_factor = significant(max(f.latency_us, ALPHA_FLOOR_US) / max(latency, ALPHA_FLOOR_US))
         names = [f.collective] + (["all_to_all_v"] if f.collective == "all_to_all" else [])
-        cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us)
-                 for n in names]
+        sizes = sorted(p.nbytes for p in f.points)
+        cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
+                             library, (sizes[0], sizes[-1]) if sizes else ()) for n in names]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -123,6 +125,6 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None)
     """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring."""
     run = measure_run(config)
     fits = fit(run.measurements, config.nproc, config.backend)
-    scenario = scenario_fragment(fits, nproc=config.nproc, dimension=config.dimension)
+    scenario = scenario_fragment(fits, nproc=config.nproc, dimension=config.dimension, library=config.backend)
     write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command), error=CalibrationWriteError)
     return CalibrateResult(out, scenario, fits, run.info, run.wall_s)

@@ -46,6 +46,7 @@ from emulator_core.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
 from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
 from emulator_core.wiring import ALL, SHIFT, XOR, step_cost, step_shape
 from nbox_trace.errors import InvalidInputError, UsageError
+from nbox_trace.units import format_bytes
 
 
 class PricingError(InvalidInputError):
@@ -138,8 +139,11 @@ def extrapolation_note(scenario: Scenario, collective: str, shape: GroupShape) -
     if found is None or shape.size <= found[1].ranks:
         return None
     dim, cal = found
-    return (f"{collective} on {dim.name!r}: calibrated with {cal.ranks} ranks, extrapolated from p = {cal.ranks} "
-            f"to p = {shape.size} through the topology model")
+    what = f"{cal.library} on " if cal.library else ""
+    lo, hi = cal.sizes_bytes or (0, 0)
+    sizes = f", {format_bytes(lo)} to {format_bytes(hi)}" if cal.sizes_bytes else ""
+    return (f"{collective} on {dim.name!r}: calibrated with {what}{cal.ranks} ranks{sizes}, extrapolated from "
+            f"p = {cal.ranks} to p = {shape.size} through the topology model")
 
 
 def link_for(scenario: Scenario, collective: str, shape: GroupShape) -> cm.Link:

@@ -114,7 +114,7 @@ TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers
             "jitter", "jitter_seed", "network")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us")
+                    "efficiency", "jitter_us", "library", "sizes_bytes")
 
 
 
@@ -161,6 +161,8 @@ class Calibration:
             median of its size, pooled over the sizes: ``(quantile, extra_us)`` pairs, quantiles strictly
             increasing from 0 to 1, extras non-decreasing (may be negative: a call faster than the median).
             Empty = no spread. Used when the scenario's ``jitter = "calibrated"`` (see :meth:`jitter_at`).
+        library: the communication library measured (``"gloo"``, ``"nccl"``; ``""`` = not recorded).
+        sizes_bytes: the smallest and largest size measured (bytes, ``[min, max]``; empty = not recorded).
     """
 
     collective: str
@@ -171,6 +173,8 @@ class Calibration:
     bandwidth_factor: float = 1.0
     efficiency: tuple[tuple[int, float], ...] = ()
     jitter_us: tuple[tuple[float, float], ...] = ()
+    library: str = ""
+    sizes_bytes: tuple[int, ...] = ()
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -196,6 +200,15 @@ class Calibration:
             raise bad("efficiency", [list(pt) for pt in points], str(e)) from None
         object.__setattr__(self, "efficiency", points)
         object.__setattr__(self, "jitter_us", quantile_table("jitter_us", self.jitter_us))
+        if not isinstance(self.library, str) or len(self.library) > 64 or not (
+                self.library == "" or NAME_RE.match(self.library)):
+            raise bad("library", self.library, "must be a library name such as \"gloo\" or \"nccl\"")
+        sizes: Any = self.sizes_bytes
+        if not isinstance(sizes, (list, tuple)) or len(sizes) not in (0, 2) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes) or (
+                len(sizes) == 2 and sizes[0] > sizes[1]):
+            raise bad("sizes_bytes", sizes, "must be [smallest, largest] measured size in bytes (integers >= 0)")
+        object.__setattr__(self, "sizes_bytes", tuple(sizes))
 
     def jitter_at(self, u: float) -> float:
         """The extra time (us) at quantile ``u`` in [0, 1] of ``jitter_us``, interpolated linearly; 0 if empty."""
@@ -208,11 +221,16 @@ class Calibration:
         return table[-1][1]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``jitter_us`` only when measured (files without it stay the same)."""
-        d = {k: getattr(self, k) for k in CALIBRATION_KEYS if k != "jitter_us"}
+        """Plain form, as in the TOML file; ``jitter_us``, ``library`` and ``sizes_bytes`` only when recorded (files
+        without them stay the same)."""
+        d = {k: getattr(self, k) for k in CALIBRATION_KEYS if k not in ("jitter_us", "library", "sizes_bytes")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
+        if self.library:
+            out["library"] = self.library
+        if self.sizes_bytes:
+            out["sizes_bytes"] = list(self.sizes_bytes)
         return out
 
     @classmethod

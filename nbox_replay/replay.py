@@ -196,6 +196,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
     say("virtual replay: what-if")
     wi_sim = simulate(graphs, what_if, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
+    notices += _extrapolations(graphs, what_if)
     baseline = summarize_sim(base_sim, label="baseline", scenario=base_name, rank=config.rank)
     whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name, rank=config.rank)
     report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
@@ -210,6 +211,16 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
         written += write_timelines(wi_sim, graphs, config.out, label="what_if")
         report.timelines = [str(p) for p in written]
     return report
+
+
+def _extrapolations(graphs: dict[int, RankGraph], scenario: Scenario) -> list[str]:
+    """A notice per recorded collective whose calibration the what-if applies beyond the ranks it measured
+    (``pricing.extrapolation_note`` on the world group, the largest)."""
+    from emulator_core.pricing import extrapolation_note, group_shape
+
+    shape = group_shape(scenario)
+    names = sorted({c.collective for g in graphs.values() for c in g.comm.values()})
+    return [note for name in names if (note := extrapolation_note(scenario, name, shape)) is not None]
 
 
 def _no_durations(graphs: dict[int, RankGraph]) -> bool:

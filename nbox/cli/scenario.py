@@ -60,7 +60,7 @@ def scenario_cost(
 
     Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
     """
-    from emulator_core.pricing import price
+    from emulator_core.pricing import extrapolation_note, group_shape, price
     from emulator_core.scenario_files import load_scenario
     from emulator_core.world import resize
 
@@ -68,9 +68,10 @@ def scenario_cost(
     if world_size is not None:
         scenario = resize(scenario, world_size)
     prices, chosen = price(scenario, collective, nbytes, algorithm)  # a bad name: UsageError naming the argument
+    note = extrapolation_note(scenario, collective, group_shape(scenario))
     if json_out:
         doc = {"collective": collective, "bytes": nbytes, "world_size": scenario.world_size, "auto": chosen,
-               "algorithms": [vars(p) for p in prices]}
+               "algorithms": [vars(p) for p in prices], "notes": [note] if note else []}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
@@ -86,6 +87,8 @@ def scenario_cost(
                      f"{format_in(p.time_us, unit, digits=None if unit[0] != 'us' else 1):>12}"
                      f"{p.algbw_gbps:>12.2f}{p.busbw_gbps:>12.2f}")
     sys.stdout.write("\n".join(lines) + "\n")
+    if note:
+        sys.stderr.write(f"nbox: note: {note}\n")
 
 
 @app.command("calibrate")
