@@ -231,6 +231,8 @@ efficiency = [[1024, 0.5], [1048576, 1.0]]
     ("[[1024, 0.5], [1048576, 1.0]]", "[[1048576, 0.5], [1024, 1.0]]", r"calibration\[0\]\.efficiency = .*increasing"),
     ("[[1024, 0.5], [1048576, 1.0]]", "[[1024, 1.5]]", r"calibration\[0\]\.efficiency = .*fraction"),
     ("[[1024, 0.5], [1048576, 1.0]]", "[1024, 0.5]", r"calibration\[0\]\.efficiency = 1024"),
+    ("ranks = 2", "ranks = 2\nlibrary = \"gl oo\"", r"calibration\[0\]\.library = \"gl oo\": must be a library"),
+    ("ranks = 2", "ranks = 2\nsizes_bytes = [64, 8]", r"calibration\[0\]\.sizes_bytes = \[64, 8\]: must be"),
 ])
 def test_calibration_errors_name_the_key(old: str, new: str, match: str) -> None:
     assert old in BASE_TOML
@@ -256,8 +258,11 @@ def test_calibration_round_trips_through_toml_and_dict() -> None:
 def test_fragment_toml_loads_and_round_trips(tmp_path: Path) -> None:
     fits = [cf.fit(synthetic(c, a, 2, cm.Link(50.0, 3000.0), SIZES), 2)[0]
             for c, a in cc.ALGORITHMS["gloo"].items()]
-    frag = cal.scenario_fragment(fits, nproc=2)
+    frag = cal.scenario_fragment(fits, nproc=2, library="gloo")
     assert frag.world_size == 2 and frag.topology.dims[0].kind == "switch"
+    # each entry says what it measured (issue 14): the library, the ranks, the smallest and largest size
+    assert {(c.library, c.ranks, c.sizes_bytes) for c in frag.calibration if c.collective != "barrier"} == {
+        ("gloo", 2, (min(SIZES), max(SIZES)))}
     assert frag.topology.dims[0].bandwidth_gbps == pytest.approx(3000.0 / 125, rel=1e-5)
     assert {c.collective for c in frag.calibration} == {*cc.ALGORITHMS["gloo"], "all_to_all_v"}
     ar = frag.calibrated("all_reduce", "loopback")
