@@ -12,10 +12,12 @@ forwarding, in-network reduction), and the algorithm's steps are priced on the w
 * over **several dimensions**, ``hierarchical`` (all-reduce, reduce-scatter, all-gather) runs dimension by
   dimension: reduce-scatter inward, the last (outermost) dimension's all-reduce, all-gather back outward, each
   dimension with its own algorithm (the scenario's per-dimension list, or the fastest there), cut into
-  ``[network] chunks`` pipelined chunks (Themis). A flat ``ring`` crosses every dimension on each step, so a step
-  costs the slowest dimension's step; flat ``direct`` loads each dimension with the messages that cross it
+  ``[network] chunks`` pipelined chunks (Themis). A flat ``ring`` is NCCL's: one ring per rank of the inner
+  dimensions, so an outer dimension carries ``1 / prod(inner extents)`` of a step, and a step costs the slowest
+  dimension's share; flat ``direct`` loads each dimension with the messages that cross it
   (``p / p_j`` times that dimension's own all-pairs load); flat ``recursive_halving_doubling`` puts each
-  exchange on the dimension its partner differs in (dimensions of power-of-two extent); the other flat
+  exchange on the dimension its partner differs in (dimensions of power-of-two extent); the double binary tree
+  is a tree per dimension with NCCL's channels (an outer dimension carries its share like the ring); the other flat
   algorithms cost the largest of their time over the whole group on each spanned dimension (an approximation:
   as slow as the slowest dimension could run them).
 
@@ -300,12 +302,17 @@ def _hierarchical(collective: str, wires: list[nm.Wire], rules: _Rules, per_dim:
 
 
 def _flat_ring(collective: str, wires: list[nm.Wire], size: int, rules: _Rules) -> Model:
-    """A flat ring across several dimensions: every step crosses each dimension somewhere, so it lasts as long as
-    the slowest dimension's neighbour step (latency and per-byte time, each the largest)."""
+    """A flat ring across several dimensions, as NCCL builds it: one ring per rank of the inner dimensions (its
+    channels), each carrying an equal share and crossing dimension j through a different rank's links, so
+    dimension j's links carry ``1 / prod(inner extents)`` of a step's bytes (every rank has its own links in every
+    dimension: a rail-optimized fabric); a step lasts as long as the slowest dimension's share (latency and
+    per-byte time, each the largest). One dimension: the single ring."""
     costs = [step_cost(w.kind, w.p, SHIFT, latency_us=w.link.latency_us, aware=rules.aware,
                        store_and_forward=w.store_and_forward, overhead_us=rules.overhead_us) for w in wires]
     lat = max(c.latency_us for c in costs)
-    per_byte = max(c.bytes_coefficient / w.link.bandwidth_bytes_per_us for c, w in zip(costs, wires, strict=True))
+    rings = [math.prod(w.p for w in wires[:j]) for j in range(len(wires))]
+    per_byte = max(c.bytes_coefficient / (w.link.bandwidth_bytes_per_us * k)
+                   for c, w, k in zip(costs, wires, rings, strict=True))
     if collective in ("broadcast", "reduce"):
         chain = cm.Link(lat, 1.0 / per_byte)
         return lambda n, **kw: cm.broadcast_ring(n, size, chain)
@@ -330,6 +337,20 @@ def _flat_direct(collective: str, wires: list[nm.Wire], size: int, rules: _Rules
     total_lat = sum(t.steps * (lat + t.messages * rules.overhead_us) for t in terms)
     total_frac = sum(t.steps * t.fraction for t in terms)
     return lambda n, **kw: total_lat + total_frac * per_byte * n
+
+
+def _flat_tree(wires: list[nm.Wire], rules: _Rules) -> Model:
+    """NCCL's double binary tree across dimensions: a tree within each dimension (NCCL: a chain inside the node,
+    trees between nodes), one channel per rank of the inner dimensions so dimension j's links carry
+    ``1 / prod(inner extents)`` of the ``2 n`` each rank moves; every level's traversals up and down."""
+    lat = per_byte = 0.0
+    channels = 1
+    for w in wires:
+        one = nm.double_binary_tree(w, aware=rules.aware, overhead_us=rules.overhead_us)
+        lat += one.latency_us
+        per_byte = max(per_byte, one.coefficient / (w.link.bandwidth_bytes_per_us * channels))
+        channels *= w.p
+    return lambda n, **kw: lat + per_byte * n
 
 
 def _flat_rhd(collective: str, wires: list[nm.Wire], size: int, rules: _Rules) -> Model | None:
@@ -371,6 +392,8 @@ def _multi_dim(collective: str, algorithm: str, wires: list[nm.Wire], size: int,
         return _flat_ring(collective, wires, size, rules)
     if algorithm == "direct" and collective != "send_recv":
         return _flat_direct(collective, wires, size, rules)
+    if algorithm == "double_binary_tree" and collective == "all_reduce":
+        return _flat_tree(wires, rules)
     if algorithm == "recursive_halving_doubling":
         rhd = _flat_rhd(collective, wires, size, rules)
         if rhd is not None:
