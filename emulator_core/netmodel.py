@@ -12,8 +12,8 @@ Algorithms (``p`` ranks; the steps):
   all-to-all (ASTRA-sim's ring): for each distance k = 1..p-1 the piece is relayed k neighbour steps, one
   after another: ``p(p-1)/2`` x SHIFT(1) of n/p; broadcast/reduce: a pipelined chain (optimal chunk count).
 * ``recursive_halving_doubling``: reduce-scatter log2 p x XOR(2^i) of n/2^(i+1) (distance doubling while the
-  size halves); all-gather the mirror (distance p/2 first, size n·2^i); for p not a power of two, Thakur et
-  al.'s fold (two extra neighbour steps of n/2 and n).
+  size halves); all-gather the mirror (distance p/2 first, size n·2^i); for p not a power of two, Bruck's
+  shifts (reduce-scatter, all-gather) and Thakur et al.'s fold (all-reduce: two extra steps of n/2 and n).
 * ``direct``: one ALL step (reduce-scatter: n/p per peer; all-gather: n per peer; all-to-all: n/p per peer),
   ``p - 1`` messages per rank; all-reduce = direct reduce-scatter + direct all-gather.
 * ``double_binary_tree``: NCCL's two pipelined binary trees (Sanders, Speck & Träff 2009): ``2 n / b`` times
@@ -114,16 +114,35 @@ def _ceil_log2(p: int) -> int:
 
 
 def _rhd_reduce_scatter(p: int) -> list[Term]:
-    q = 1 << _log2_floor(p)
-    steps = [Term(1, XOR, 1 / (2 << i), d=1 << i) for i in range(_log2_floor(p))]
-    return steps if q == p else [Term(1, SHIFT, 0.5), *steps]  # Thakur's fold: the extras hand over half
+    """Recursive halving: XOR(2^i) with n/2^(i+1), distance doubling while the size halves. For p not a power of
+    two, Bruck's dissemination form: ceil(log2 p) shifts by 2^i moving (p-1)/p of n in all (Thakur et al. 2005;
+    Bruck et al. 1997)."""
+    k = _ceil_log2(p)
+    if p & (p - 1) == 0:
+        return [Term(1, XOR, 1 / (2 << i), d=1 << i) for i in range(k)]
+    fractions = [1 / (2 << i) for i in range(k - 1)]
+    fractions.append((p - 1) / p - sum(fractions))
+    return [Term(1, SHIFT, f, d=1 << i) for i, f in enumerate(fractions)]
 
 
 def _rhd_all_gather(p: int) -> list[Term]:
+    """Recursive doubling: XOR(p/2^(i+1)) with n·2^i (the mirror of the reduce-scatter). For p not a power of two,
+    Bruck's: ceil(log2 p) shifts by 2^i moving (p-1) n in all."""
+    k = _ceil_log2(p)
+    if p & (p - 1) == 0:
+        return [Term(1, XOR, float(1 << i), d=p >> (i + 1)) for i in range(k)]
+    sizes = [float(1 << i) for i in range(k - 1)]
+    sizes.append(p - 1 - sum(sizes))
+    return [Term(1, SHIFT, f, d=1 << i) for i, f in enumerate(sizes)]
+
+
+def _rhd_all_reduce(p: int) -> list[Term]:
+    """Rabenseifner's all-reduce: halving reduce-scatter then doubling all-gather of the shard. For p not a power
+    of two, Thakur et al.'s fold onto q = 2^floor(log2 p) ranks: the extras hand over half their buffer first and
+    get the whole result back last."""
     q = 1 << _log2_floor(p)
-    k = _log2_floor(p)
-    steps = [Term(1, XOR, float(1 << i), d=q >> (i + 1)) for i in range(k)]
-    return steps if q == p else [*steps, Term(1, SHIFT, float(q))]  # the extras get the whole result back
+    body = [*_rhd_reduce_scatter(q), *[t._replace(fraction=t.fraction / q) for t in _rhd_all_gather(q)]]
+    return body if q == p else [Term(1, SHIFT, 0.5), *body, Term(1, SHIFT, 1.0)]
 
 
 def _tree_levels(p: int) -> list[Term]:
@@ -156,7 +175,7 @@ def algorithm_terms(collective: str, algorithm: str, p: int) -> list[Term]:
         if collective == "all_gather":
             return _rhd_all_gather(p)
         if collective == "all_reduce":
-            return [*_rhd_reduce_scatter(p), *[t._replace(fraction=t.fraction / p) for t in _rhd_all_gather(p)]]
+            return _rhd_all_reduce(p)
     if algorithm == "direct":
         if collective in ("reduce_scatter", "all_to_all", "all_to_all_v"):
             return [Term(1, ALL, 1 / p, messages=p - 1)]
@@ -174,8 +193,10 @@ def algorithm_terms(collective: str, algorithm: str, p: int) -> list[Term]:
         k = _ceil_log2(p)
         if collective in ("broadcast", "reduce"):
             return [Term(1, SHIFT, 1.0, d=max(1, (1 << k) >> (i + 1))) for i in range(k)]
-        if collective in ("gather", "scatter"):
-            return [Term(1, SHIFT, float(1 << i), d=1 << i) for i in range(k)]
+        if collective in ("gather", "scatter"):  # level i moves 2^i pieces (the last level what is left)
+            sizes = [float(1 << i) for i in range(k - 1)]
+            sizes.append(p - 1 - sum(sizes))
+            return [Term(1, SHIFT, f, d=1 << i) for i, f in enumerate(sizes)]
     if algorithm == "dissemination" and collective == "barrier":
         return [Term(1, SHIFT, 0.0, d=1 << i) for i in range(_ceil_log2(p))]
     if algorithm == "in_network" and collective == "all_reduce":

@@ -221,3 +221,18 @@ def test_shipped_scenarios_price_every_collective() -> None:
         for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier"):
             prices, chosen = price(s, collective, MIB)
             assert chosen and all(p.time_us >= 0 for p in prices), (path.name, collective)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 64])
+def test_on_one_switch_the_network_model_is_the_calibration_fits_closed_form(p: int) -> None:
+    """``nbox calibrate`` fits ``costmodels``' one-link closed forms; pricing uses the step model. On one
+    cut-through switch, congestion-aware, no message overhead, they must be the same function, or a calibrated
+    scenario would not reproduce what was measured."""
+    from emulator_core import costmodels as cm
+
+    s = one_dim(p, bw_gbps=80.0, lat_us=3.0)
+    link = cm.Link(3.0, 80.0 * 125)
+    for (collective, algorithm), model in cm.COST_MODELS.items():
+        for n in (0, 1000, 1 << 24):
+            assert t_us(s, collective, n, algorithm) == pytest.approx(model(n, p, link), rel=1e-9, abs=1e-9), (
+                collective, algorithm, n)
