@@ -69,7 +69,8 @@ def test_results_are_on_stdout(args: tuple[object, ...]) -> None:
     """Issue 13: "all human output goes to stderr, so `nbox scenario cost ... | grep ring` prints nothing"."""
     proc = nbox(*args)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() and proc.stderr == ""
+    # stderr holds notices only (e.g. a calibration applied beyond the ranks it measured), never the result
+    assert proc.stdout.strip() and all(line.startswith("nbox: note: ") for line in proc.stderr.splitlines())
 
 
 def test_bytes_in_iec_units_and_one_time_unit_per_column() -> None:
