@@ -85,7 +85,7 @@ def parse_mesh(value: str | Mapping[str, Any], *, where: str = "--mesh") -> tupl
         ok = (isinstance(degree, int) and not isinstance(degree, bool)) or (isinstance(degree, str)
                                                                              and degree.isdecimal())
         if not ok or int(degree) < 1:
-            raise MeshError(f"{where}: {canon}={degree!r}: the degree must be a positive integer")
+            raise MeshError(f"{where}: {canon}={degree}: the degree must be a positive integer")
         if any(n == canon for n, _ in out):
             raise MeshError(f"{where}: dimension {canon!r} is given twice")
         out.append((canon, int(degree)))

@@ -193,8 +193,8 @@ class RecordedMesh:
         """For people: the mesh, then one line per dimension, then the notes."""
         if not self.ok:
             return ["mesh: the process groups form no mesh", *(f"  {n}" for n in self.notes)]
-        out = [f"mesh: {self.describe()} (outermost first)" + (" - names guessed, name them with --recorded-mesh"
-                                                                if self.guessed else "")]
+        out = [f"mesh: {self.describe()}" + (" (outermost first)" if len(self.dims) > 1 else "")
+               + (" - names guessed, name them with --recorded-mesh" if self.guessed else "")]
         for d in self.dims:
             groups = ", ".join(repr(g) for g in d.groups[:4]) + (", ..." if len(d.groups) > 4 else "")
             out.append(f"  {d.name}: {d.degree} ranks, stride {d.stride}, named by {d.named_by}"
@@ -249,7 +249,10 @@ def _layout(world: int, sets: Mapping[tuple[int, ...], list[str]]) -> tuple[list
             families.setdefault((step, len(members)), []).append((members, names))
     dims: list[tuple[int, int, list[str]]] = []
     expected = 1
+    misfit = ""
     for (step, size), fam in sorted(families.items()):
+        if step == expected and world % (expected * size):
+            misfit = misfit or f"groups of {size} ranks at stride {step} do not divide the world size {world}"
         if step != expected or world % (expected * size):
             continue
         covered = [r for members, _ in fam for r in members]
@@ -257,8 +260,8 @@ def _layout(world: int, sets: Mapping[tuple[int, ...], list[str]]) -> tuple[list
             continue  # overlapping groups: not the slices of one dimension
         dims.append((size, step, [n for _, names in fam for n in names]))
         expected *= size
-    if world % expected:
-        return dims, f"the groups' strides multiply to {expected}, which does not divide the world size {world}"
+    if misfit and not dims:
+        return dims, misfit
     if world // expected > 1:
         dims.append((world // expected, expected, []))
     return dims, ""
