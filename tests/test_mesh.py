@@ -218,7 +218,8 @@ def pp_dp(tmp: Path) -> Path:
     """PP 2 x DP 2: stage 0 = ranks 0, 1 sends a 256 KiB activation to stage 1 = ranks 2, 3, then each stage's
     DP pair all-reduces 1 MiB."""
     groups = {"0": ([0, 1, 2, 3], "default_pg"), "d0": ([0, 1], "mesh_dp"), "d1": ([2, 3], "mesh_dp")}
-    steps = {r: [("send", r + 2, 256 << 10)] if r < 2 else [("recv", r - 2, 256 << 10)] for r in range(4)}
+    steps: dict[int, list[Step]] = {r: [("send", r + 2, 256 << 10)] if r < 2 else [("recv", r - 2, 256 << 10)]
+                                    for r in range(4)}
     for r in range(4):
         steps[r].append(("coll", AR, f"d{r // 2}", MiB))
     return write_job(tmp / "pp", 4, groups, steps)
