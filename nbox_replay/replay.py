@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if
 from nbox_replay.breakdown import median_index, slowest_rank
 from nbox_replay.graph import COMPUTE, RankGraph, load_rank
+from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, topology_spans
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
@@ -34,6 +36,7 @@ from nbox_replay.virtual import simulate
 from nbox_trace.archive import traces_directory
 from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, check_outputs
+from nbox_trace.mesh import RecordedMesh, parse_names
 
 if TYPE_CHECKING:
     from nbox_replay.live import LiveResult
@@ -69,6 +72,10 @@ class ReplayConfig:
         out: directory for the per-rank Perfetto timelines (None: none written).
         timeout_s: deadline of a real-clock run.
         rank: the rank whose breakdown the report shows (None: the slowest rank of the median iteration).
+        mesh: the what-if mesh, ``"dp=512,tp=2"`` (None: the world-size rule); virtual clock only
+            (:mod:`emulator_core.mesh`).
+        placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
+        recorded_mesh: names of the recorded mesh's dimensions, outermost first, where inference guesses.
     """
 
     bundle: str
@@ -85,6 +92,9 @@ class ReplayConfig:
     out: Path | None = None
     timeout_s: float = 600.0
     rank: int | None = None
+    mesh: str | None = None
+    placement: str | None = None
+    recorded_mesh: str | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
@@ -103,6 +113,20 @@ class ReplayConfig:
                                     + (f" {list(self.ranks)}" if self.ranks is not None else " (>= 0)"))
         if self.timeout_s <= 0:
             raise ReplayConfigError(f"--timeout must be > 0, got {self.timeout_s}")
+        try:
+            if self.mesh is not None:
+                parse_mesh(self.mesh)
+            if self.placement is not None:
+                parse_placement(self.placement)
+            if self.recorded_mesh is not None:
+                parse_names(self.recorded_mesh)
+        except UsageError as e:
+            raise ReplayConfigError(str(e)) from None
+        if self.mesh is None and self.placement is not None:
+            raise ReplayConfigError("--placement: places a what-if mesh; give --mesh too")
+        if self.mesh is not None and self.clock != "virtual":
+            raise ReplayConfigError(f"--mesh {self.mesh}: a what-if mesh is replayed in virtual time only; add "
+                                    f"--clock virtual (a live replay scales the world with --world-size)")
         check_outputs([Output("--out", self.out, "dir")], inputs=[Path(self.bundle)])
 
 
@@ -166,10 +190,16 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     device = _device(config, source)
     base, base_name = baseline_scenario(source, config.baseline)
     what_if_path = config.what_if or config.baseline or SCENARIOS_DIR / f"{base_name}.toml"
-    what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
-                                  requested=config.world_size, default=what_if_path)
-    what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
     replayed = sorted(config.ranks or source.ranks)
+    recorded_mesh = source.mesh(parse_names(config.recorded_mesh) if config.recorded_mesh else None)
+    plan = None if config.mesh is None else plan_for(
+        recorded_mesh, config.mesh, groups=source.groups, replayed=replayed, world_size=config.world_size,
+        placement=parse_placement(config.placement) if config.placement else None)
+    what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
+                                  requested=plan.world if plan else config.world_size, default=what_if_path,
+                                  requested_by=plan.text if plan else "--world-size")
+    what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
+    _mesh_notice(recorded_mesh, plan, what_if.world_size, notices)
     if clock == "real":  # before any rank starts
         from nbox_replay.live import live_refusal
 
@@ -195,20 +225,25 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     say("virtual replay: baseline")
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
     say("virtual replay: what-if")
-    wi_sim = simulate(graphs, what_if, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
+    wi_sim = simulate(graphs, what_if, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps,
+                      mesh=plan)
     notices += _extrapolations(graphs, what_if)
     baseline = summarize_sim(base_sim, label="baseline", scenario=base_name, rank=config.rank)
-    whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name, rank=config.rank)
+    wi_rank = config.rank if plan is None or config.rank is None else plan.rank_map.get(config.rank, config.rank)
+    whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name, rank=wi_rank)
+    spans = topology_spans(plan, what_if) if plan is not None else None
     report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
                           source.observed, baseline, whatif, coverage=coverage, fallbacks=fallbacks,
-                          unpriced=wi_sim.unpriced, notices=notices, world=world)
+                          unpriced=wi_sim.unpriced, notices=notices, world=world,
+                          mesh_lines=mesh_lines(recorded_mesh, plan, spans), mesh=mesh_dict(recorded_mesh, plan, spans))
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, device, report, say)
     if config.out is not None:
         from nbox_replay.timeline import write_timelines
 
         written = write_timelines(base_sim, graphs, config.out, label="baseline")
-        written += write_timelines(wi_sim, graphs, config.out, label="what_if")
+        written += write_timelines(wi_sim, graphs if plan is None else relabel(graphs, plan), config.out,
+                                   label="what_if")
         report.timelines = [str(p) for p in written]
     return report
 
@@ -221,6 +256,15 @@ def _extrapolations(graphs: dict[int, RankGraph], scenario: Scenario) -> list[st
     shape = group_shape(scenario)
     names = sorted({c.collective for g in graphs.values() for c in g.comm.values()})
     return [note for name in names if (note := extrapolation_note(scenario, name, shape)) is not None]
+
+
+def _mesh_notice(recorded: RecordedMesh, plan: MeshPlan | None, world: int, notices: list[str]) -> None:
+    """Say when the world-size rule plays a recording of several mesh dimensions at another size: only the world
+    group grows, every other group keeps its members (``--mesh`` scales the dimensions)."""
+    if plan is None and recorded.ok and len(recorded.dims) > 1 and world != recorded.world:
+        notices.append(f"the recorded mesh is {recorded.describe()}: at world size {world} only the world group "
+                       f"grows and every other group keeps its members; --mesh (with --clock virtual) scales "
+                       f"the mesh's dimensions instead")
 
 
 def _no_durations(graphs: dict[int, RankGraph]) -> bool:

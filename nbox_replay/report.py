@@ -50,6 +50,8 @@ class ReplayReport:
     timelines: list[str] = field(default_factory=list)
     world: WhatIfWorld | None = None  # the what-if's world size and where it came from
     paired_speedups: list[float] | None = None  # real clock: per interleaved pair, baseline / what-if time
+    mesh_lines: list[str] = field(default_factory=list)  # the recorded mesh, and the what-if's (nbox_replay.meshing)
+    mesh: dict[str, Any] | None = None  # the same as JSON
 
     def paired_spread(self) -> dict[str, float] | None:
         """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
@@ -73,6 +75,7 @@ class ReplayReport:
                 "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
                 "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None,
+                "mesh": self.mesh,
                 "paired_speedup": None if self.paired_speedups is None else
                 {**(self.paired_spread() or {}), "values": self.paired_speedups}}
 
@@ -84,6 +87,7 @@ class ReplayReport:
                  f"ranks {','.join(map(str, self.ranks))} replayed, compute {self.compute}, clock {self.clock}"]
         if self.world is not None:
             lines.append(f"what-if world size: {self.world.describe()}")
+        lines += self.mesh_lines
         lines += [f"notice: {n}" for n in self.notices]
         b = self.baseline
         lines.append(f"iterations: {b.iterations_note or 'one pass over the capture each'}; "

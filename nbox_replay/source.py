@@ -20,6 +20,7 @@ from nbox_trace.chakra.attrs import find_attr
 from nbox_trace.chakra.codec import EtReader
 from nbox_trace.chakra.tracefiles import TraceSet
 from nbox_trace.check import inspect_trace
+from nbox_trace.mesh import MeshFacts, RecordedMesh, infer_mesh, mesh_facts
 
 __all__ = ["ReplaySource", "open_source"]
 
@@ -42,6 +43,7 @@ class ReplaySource:
             manifest's ``hardware.device``, else read off its traces (:func:`_bundle_device`).
         observed: the manifest's observed iteration time (median, p10, p90, n; microseconds), if any.
         warnings: non-fatal problems found in the traces (count).
+        mesh_facts: what the recorded mesh is inferred from (:mod:`nbox_trace.mesh`).
     """
 
     path: str
@@ -52,10 +54,17 @@ class ReplaySource:
     device: str
     observed: dict[str, Any] | None
     warnings: int
+    mesh_facts: MeshFacts | None = None
 
     @property
     def ranks(self) -> list[int]:
         return self.trace_set.ranks
+
+    def mesh(self, names: tuple[str, ...] | None = None) -> RecordedMesh:
+        """The recorded mesh, its dimensions named by ``names`` (outermost first) when given
+        (:func:`nbox_trace.mesh.infer_mesh`)."""
+        facts = self.mesh_facts or MeshFacts.build(self.recorded_world, self.groups)
+        return infer_mesh(facts, names)
 
 
 def _recorded_world(manifest: Manifest | None, trace_set: TraceSet, groups: dict[str, list[int] | None],
@@ -113,4 +122,5 @@ def open_source(path: str | os.PathLike[str], *, name: str | None = None) -> Rep
         device = _bundle_device(manifest, trace_set)
         observed = manifest.observed.get("iteration_time_us") or None
     warnings = sum(p.count for p in report.all_problems()) - len(fatal)
-    return ReplaySource(str(path), trace_set, manifest, groups, world, device, observed, warnings)
+    return ReplaySource(str(path), trace_set, manifest, groups, world, device, observed, warnings,
+                        mesh_facts(world, groups, report.ranks))

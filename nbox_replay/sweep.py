@@ -7,6 +7,10 @@ A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
   ``nbox replay`` would play (:func:`emulator_core.world.load_what_if`): ``--set world_size``, else the
   what-if file's (``--what-if``), else the recorded one. Each row says where its world size came from
   (``world_size_source``);
+* ``mesh.<dim>`` (e.g. ``mesh.dp=8,64,512``): the degree of one dimension of the recorded mesh
+  (:mod:`nbox_trace.mesh`), the others keeping theirs; the world size is the mesh's, and each point replays
+  at that mesh as ``nbox replay --mesh`` does (:mod:`emulator_core.mesh`: groups follow their dimensions,
+  sizes their dimension's rule). Not together with a ``world_size`` axis;
 * any other key: a scenario override (``--set`` syntax, e.g. ``topology.dims.0.bandwidth_gbps=10,100``
   or ``algorithms.all_reduce=ring,double_binary_tree``), applied on top of the base overrides.
 
@@ -39,14 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emulator_core.mesh import MeshError, MeshPlan
 from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_overrides import parse_override
 from emulator_core.world import WhatIfWorld, load_what_if
 from nbox_replay.graph import RankGraph, load_rank
+from nbox_replay.meshing import MESH_AXIS, mesh_axis_name, plan_for
 from nbox_replay.summary import RunSummary, format_speedup, speedup, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
 from nbox_trace.files import write_atomic
+from nbox_trace.mesh import RecordedMesh
 
 __all__ = ["Axis", "PlotUnavailableError", "SweepConfig", "SweepError", "SweepRow", "SweepUsageError",
            "SweepWriteError", "format_table", "parse_axis", "run_sweep", "write_csv", "write_outputs", "write_plot"]
@@ -111,7 +118,12 @@ def parse_axis(text: str) -> Axis:
         except ScenarioError as e:
             raise SweepUsageError(f"--vary {key}: value {p!r}: {e}") from None
         values.append(value)
-    if key == WORLD_SIZE:
+    if key.startswith(MESH_AXIS):
+        try:
+            mesh_axis_name(key)
+        except UsageError as e:
+            raise SweepUsageError(str(e)) from None
+    if key == WORLD_SIZE or key.startswith(MESH_AXIS):
         bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1]
         if bad:
             raise SweepUsageError(f"--vary {key}: values must be positive integers, got {bad[0]!r}")
@@ -146,6 +158,8 @@ class SweepConfig:
         overrides: base ``--set`` overrides (``key=value``), applied before each point's own.
         repetitions: times each rank's graph runs back to back per point (the median is reported).
         jobs: worker processes (1: evaluate in this process; capped at the CPU count and the grid size).
+        mesh: the recorded mesh, for ``mesh.<dim>`` axes (None: such an axis is refused).
+        placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
     """
 
     traces: Traces
@@ -157,12 +171,15 @@ class SweepConfig:
     repetitions: int = 3
     jobs: int = 1
     baseline: Path | None = None
+    mesh: RecordedMesh | None = None
+    placement: tuple[str, ...] | None = None
 
     @classmethod
     def build(cls, traces: Mapping[int, str | os.PathLike[str]], groups: Mapping[str, Sequence[int]],
               recorded_world: int, vary: Sequence[str | Axis], *, scenario: str | os.PathLike[str] | None = None,
               overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1,
-              baseline: str | os.PathLike[str] | None = None) -> SweepConfig:
+              baseline: str | os.PathLike[str] | None = None, mesh: RecordedMesh | None = None,
+              placement: Sequence[str] | None = None) -> SweepConfig:
         """A config from mappings and axis texts (``"world_size=8,64"``).
 
         Raises:
@@ -173,7 +190,8 @@ class SweepConfig:
                    tuple((str(n), tuple(int(m) for m in ms)) for n, ms in groups.items()), recorded_world,
                    tuple(a if isinstance(a, Axis) else parse_axis(a) for a in vary),
                    Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs,
-                   Path(baseline) if baseline is not None else None)
+                   Path(baseline) if baseline is not None else None, mesh,
+                   tuple(placement) if placement is not None else None)
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((int(r), str(p)) for r, p in self.traces))
@@ -192,6 +210,8 @@ class SweepConfig:
         dup = [k for i, k in enumerate(keys) if k in keys[:i]]
         if dup:
             raise SweepUsageError(f"--vary {dup[0]}: the axis is given twice (list all its values in one --vary)")
+        if WORLD_SIZE in keys and any(k.startswith(MESH_AXIS) for k in keys):
+            raise SweepUsageError("--vary world_size and --vary mesh.*: the mesh makes the world size; vary one")
         for a in axes:
             if not a.values:
                 raise SweepError(f"--vary {a.key}: no values")
@@ -212,16 +232,39 @@ class SweepConfig:
         """The grid points in order (first axis slowest): one value per axis."""
         return list(itertools.product(*(a.values for a in self.vary)))
 
+    def point_mesh(self, point: Sequence[Value]) -> MeshPlan | None:
+        """The what-if mesh of one grid point (None: it has no ``mesh.<dim>`` axis).
+
+        Raises:
+            MeshError: the point's mesh cannot be played on the recording (names the dimension).
+        """
+        degrees = [(mesh_axis_name(a.key), int(v)) for a, v in zip(self.vary, point, strict=True)
+                   if a.key.startswith(MESH_AXIS)]
+        if not degrees:
+            return None
+        text = "--vary " + ",".join(f"{MESH_AXIS}{n}={d}" for n, d in degrees)
+        if self.mesh is None:
+            raise MeshError(f"{text}: no recorded mesh was given to the sweep")
+        return plan_for(self.mesh, degrees, groups=dict(self.groups), replayed=[r for r, _ in self.traces],
+                        placement=self.placement, text=text)
+
     def _build(self, point: Sequence[Value]) -> tuple[Scenario, WhatIfWorld]:
         overrides = list(self.overrides)
         world: int | None = None
+        by = "--vary world_size"
         for axis, value in zip(self.vary, point, strict=True):
             if axis.key == WORLD_SIZE:
                 world = int(value)
-            else:
+            elif not axis.key.startswith(MESH_AXIS):
                 overrides.append(_override_text(axis.key, value))
+        try:
+            plan = self.point_mesh(point)
+        except MeshError as e:
+            raise ScenarioError("mesh", str(e)) from None
+        if plan is not None:
+            world, by = plan.world, plan.text
         scenario, settled = load_what_if(self.scenario, overrides, recorded_world=self.recorded_world,
-                                         requested=world, requested_by="--vary world_size", default=self.baseline)
+                                         requested=world, requested_by=by, default=self.baseline)
         bad = [r for r, _ in self.traces if not 0 <= r < scenario.world_size]
         if bad:
             raise ScenarioError(WORLD_SIZE, f"replayed rank {bad[0]} is outside a world of "
@@ -300,14 +343,15 @@ def _init_worker(traces: Sequence[tuple[int, str]]) -> None:
 
 
 def _evaluate(graphs: Mapping[int, RankGraph], scenario: Scenario, groups: Sequence[tuple[str, tuple[int, ...]]],
-              recorded_world: int, reps: int) -> RunSummary:
-    result = simulate(graphs, scenario, groups=dict(groups), recorded_world=recorded_world, repetitions=reps)
+              recorded_world: int, reps: int, mesh: MeshPlan | None = None) -> RunSummary:
+    result = simulate(graphs, scenario, groups=dict(groups), recorded_world=recorded_world, repetitions=reps,
+                      mesh=mesh)
     return summarize_sim(result, label="sweep point", scenario="", top=0)
 
 
 def _worker_task(scenario: Scenario, groups: Sequence[tuple[str, tuple[int, ...]]], recorded_world: int,
-                 reps: int) -> RunSummary:
-    return _evaluate(_WORKER_GRAPHS, scenario, groups, recorded_world, reps)
+                 reps: int, mesh: MeshPlan | None) -> RunSummary:
+    return _evaluate(_WORKER_GRAPHS, scenario, groups, recorded_world, reps, mesh)
 
 
 def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None = None) -> list[SweepRow]:
@@ -322,6 +366,7 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
     """
     grid = config.grid()
     settled = [config.point_world(p) for p in grid]
+    plans = [config.point_mesh(p) for p in grid]
     scenarios = [s for s, _ in settled]
     total = len(grid)
     figures: list[RunSummary | None] = [None] * total
@@ -329,7 +374,7 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
     if config.jobs == 1 or total == 1:
         graphs = _load_graphs(config.traces)
         for i, scenario in enumerate(scenarios):
-            figures[i] = _evaluate(graphs, scenario, groups, config.recorded_world, reps)
+            figures[i] = _evaluate(graphs, scenario, groups, config.recorded_world, reps, plans[i])
             if progress is not None:
                 progress(i + 1, total)
     else:
@@ -338,7 +383,8 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config.traces,))
         try:
             futures: dict[Future[RunSummary], int] = {
-                pool.submit(_worker_task, s, groups, config.recorded_world, reps): i for i, s in enumerate(scenarios)}
+                pool.submit(_worker_task, s, groups, config.recorded_world, reps, plans[i]): i
+                for i, s in enumerate(scenarios)}
             for done, fut in enumerate(as_completed(futures), 1):
                 figures[futures[fut]] = fut.result()
                 if progress is not None:

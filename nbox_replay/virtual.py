@@ -23,8 +23,10 @@ Node times are virtual time, carried by the nodes; the round order fixes the ord
 summed (compute per rank, exposed time per collective) and collectives are listed.
 
 World-size retargeting (design.md): the world group grows to the target world size, sizes follow the
-collective's semantics (:func:`retarget`), other groups keep their members. Everything is deterministic:
-the same graphs and scenario give the same times, bit for bit.
+collective's semantics (:func:`retarget`), other groups keep their members. With a what-if mesh
+(:class:`emulator_core.mesh.MeshPlan`) each group follows its mesh dimensions instead, each replayed rank
+plays the target rank of its coordinates, and each size follows its group's rule (:meth:`MeshPlan.size`).
+Everything is deterministic: the same graphs and scenario give the same times, bit for bit.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from emulator_core.answer import Fabric, FabricGroup
+from emulator_core.mesh import MeshPlan
 from emulator_core.pricing import Pricer, make_pricer
 from emulator_core.scenario import Scenario
 from nbox_replay.breakdown import CommSpan, RankIntervals, job_windows
 from nbox_replay.events import EventQueue
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations
+from nbox_replay.meshing import relabel
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["RankResult", "ReplayDeadlock", "SimResult", "retarget", "simulate"]
@@ -141,7 +145,8 @@ class _Pending:
 
 class _Sim:
     def __init__(self, graphs: Mapping[int, RankGraph], scenario: Scenario, groups: Mapping[str, Sequence[int]],
-                 recorded_world: int, repetitions: int) -> None:
+                 recorded_world: int, repetitions: int, mesh: MeshPlan | None = None) -> None:
+        self.mesh = mesh
         self.graphs = dict(sorted(graphs.items()))
         self.scenario = scenario
         self.fabric = Fabric(scenario)
@@ -153,7 +158,8 @@ class _Sim:
         for name, members in groups.items():
             ms = sorted(members)
             grows = ms == list(range(recorded_world)) and self.world != recorded_world
-            self.groups[name] = (list(range(self.world)) if grows else ms, grows)
+            self.groups[name] = (list(range(self.world)) if grows else ms, grows) if mesh is None \
+                else mesh.members(name)
         self.fabric_groups: dict[str, FabricGroup] = {}
         self.pending: dict[tuple[str, int], _Pending] = {}
         self.collectives: list[CollectiveAnswer] = []
@@ -172,7 +178,8 @@ class _Sim:
     def members(self, pg: str) -> tuple[list[int], bool]:
         found = self.groups.get(pg)
         if found is None:  # not declared anywhere: the world, like torch's default group
-            found = self.groups[pg] = (list(range(self.world)), self.world != self.recorded_world)
+            found = self.groups[pg] = (list(range(self.world)), self.world != self.recorded_world) \
+                if self.mesh is None else self.mesh.members(pg)
         return found
 
     def replayed_members(self, pg: str) -> list[int]:
@@ -239,13 +246,15 @@ def _iterations(graphs: Mapping[int, RankGraph]) -> tuple[dict[int, list[int]], 
 
 
 def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Mapping[str, Sequence[int]],
-             recorded_world: int, repetitions: int = 1) -> SimResult:
+             recorded_world: int, repetitions: int = 1, mesh: MeshPlan | None = None) -> SimResult:
     """Replay ``graphs`` (replayed rank -> graph) on ``scenario`` in virtual time (module docstring).
 
     Args:
         groups: process group name -> its members' global ranks at the recorded world size.
         recorded_world: the world size the trace was recorded at.
         repetitions: how many times each rank's graph runs back to back (collectives keep their order).
+        mesh: a what-if mesh (its world size is the scenario's); the result's ranks are then the target ranks
+            the replayed ones play (``mesh.rank_map``).
 
     Raises:
         ReplayDeadlock: the ranks cannot all finish (names each stuck rank, node and collective).
@@ -253,10 +262,15 @@ def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Map
     """
     if repetitions < 1:
         raise InvalidInputError(f"repetitions must be >= 1, got {repetitions}")
+    if mesh is not None:
+        if mesh.world != scenario.world_size:
+            raise InvalidInputError(f"the mesh {mesh.describe()} has {mesh.world} ranks, the scenario "
+                                    f"{scenario.world_size}")
+        graphs = relabel(graphs, mesh)
     bad = [r for r in graphs if not 0 <= r < scenario.world_size]
     if bad:
         raise InvalidInputError(f"replayed rank {bad[0]} is outside the what-if world of {scenario.world_size} ranks")
-    sim = _Sim(graphs, scenario, groups, recorded_world, repetitions)
+    sim = _Sim(graphs, scenario, groups, recorded_world, repetitions, mesh)
     ranks = {r: _Rank(sim, g) for r, g in sim.graphs.items()}
     for rank in ranks.values():
         if not rank.done:
@@ -471,8 +485,11 @@ class _Rank:
         self.keys[i] = key
         p = sim.pending.get(key)
         if p is None:
-            _, grows = sim.members(comm.pg) if comm.collective != "send_recv" else ([], False)
-            nbytes, rule = retarget(comm, sim.recorded_world, sim.world, grows)
+            if sim.mesh is not None:
+                nbytes, rule = sim.mesh.size(comm.collective, comm.pg, comm.nbytes)
+            else:
+                _, grows = sim.members(comm.pg) if comm.collective != "send_recv" else ([], False)
+                nbytes, rule = retarget(comm, sim.recorded_world, sim.world, grows)
             p = sim.pending[key] = _Pending(comm, nbytes, rule)
         p.arrivals[self.g.rank] = t
         p.member_comms[self.g.rank] = comm

@@ -16,6 +16,7 @@ from typing import Any
 
 from nbox_trace.bundle import COMM_GROUP_NAME, MANIFEST_NAME, Manifest, read_manifest, trace_prefix
 from nbox_trace.check import RankReport, TraceReport, inspect_trace
+from nbox_trace.mesh import RecordedMesh, infer_mesh, mesh_facts
 from nbox_trace.units import format_bytes, format_in, time_unit
 
 #: Version of the JSON document :meth:`BundleSummary.to_dict` produces.
@@ -94,6 +95,8 @@ class BundleSummary:
     manifest_bytes: int
     #: sum of every listed file on disk plus ``manifest.json``.
     size_on_disk_bytes: int
+    #: the parallelism the process groups form (:mod:`nbox_trace.mesh`); None without a world size.
+    mesh: RecordedMesh | None = None
 
     @property
     def missing_files(self) -> tuple[str, ...]:
@@ -109,6 +112,7 @@ class BundleSummary:
         out["args"] = list(self.args)
         out["ranks"] = [r.to_dict() for r in self.ranks]
         out["files"] = [asdict(f) for f in self.files]
+        out["mesh"] = self.mesh.to_dict() if self.mesh is not None else None
         return out
 
     def lines(self) -> list[str]:
@@ -123,6 +127,8 @@ class BundleSummary:
         out.append(f"job: world size {self.world_size}, ranks recorded {list(self.ranks_recorded)}, command: {cmd}")
         for pg, members in sorted(self.process_groups.items()):
             out.append(f"  process group {pg!r}: ranks {members if members is not None else 'unknown'}")
+        if self.mesh is not None:
+            out += self.mesh.lines()
         it = self.iteration_time_us
         if it is None:
             out.append("observed iteration time: not measured")
@@ -209,6 +215,8 @@ def summarize(root: Path, manifest: Manifest, report: TraceReport) -> BundleSumm
     recorded = job.get("ranks_recorded")
     args = job.get("args")
     script = job.get("script")
+    groups = _process_groups(manifest, report)
+    mesh = infer_mesh(mesh_facts(ws, groups, report.ranks)) if type(ws) is int and ws > 0 else None
     return BundleSummary(
         path=str(root), schema_version=manifest.version, migrated_from=manifest.extra.get("migrated_from"),
         kind=manifest.kind, anonymized=manifest.anonymized, complete=manifest.complete,
@@ -216,13 +224,13 @@ def summarize(root: Path, manifest: Manifest, report: TraceReport) -> BundleSumm
         world_size=ws if type(ws) is int else None,
         ranks_recorded=tuple(r for r in recorded if type(r) is int) if isinstance(recorded, list)
         else tuple(report_rank.rank for report_rank in report.ranks),
-        process_groups=_process_groups(manifest, report),
+        process_groups=groups,
         script=script if isinstance(script, str) else None,
         args=tuple(str(a) for a in args) if isinstance(args, list) else (),
         job=dict(job), iteration_time_us=_iteration_time(manifest.observed), capture=dict(manifest.capture),
         ranks=tuple(_rank_summary(r, root) for r in report.ranks), problem_count=report.problem_count(),
         files=tuple(files), manifest_bytes=manifest_bytes,
-        size_on_disk_bytes=manifest_bytes + sum(f.disk_bytes or 0 for f in files))
+        size_on_disk_bytes=manifest_bytes + sum(f.disk_bytes or 0 for f in files), mesh=mesh)
 
 
 def inspect_bundle(bundle: str | os.PathLike[str]) -> BundleSummary:

@@ -36,6 +36,15 @@ def replay_cmd(
     timeout: Annotated[float, typer.Option(help="Deadline of a real-clock run (s).")] = 600.0,
     rank: Annotated[Optional[int], typer.Option("--rank", help="The rank whose breakdown is shown "  # noqa: UP045
                                                 "(default: the slowest).")] = None,
+    mesh: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="What-if mesh, e.g. dp=512,tp=2: groups along a scaled dimension grow, the others keep their size, "
+             "each collective follows its dimension's rule (--clock virtual).")] = None,
+    placement: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Mesh dimensions outermost first as laid on ranks (default: pp,dp,fsdp,ep,cp,tp: TP innermost, "
+             "on the innermost topology dimension).")] = None,
+    recorded_mesh: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Name the recorded mesh's dimensions, outermost first (e.g. dp,tp), where inference guesses.")]
+    = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle under the baseline and a what-if, and compare them with the recorded run.
@@ -54,6 +63,8 @@ def replay_cmd(
 
       nbox replay traces/fsdp2_transformer --clock virtual --what-if emulator_core/scenarios/dgx_h100_400g.toml
       --world-size 1024 --out timelines/
+
+      nbox replay BUNDLE --clock virtual --mesh dp=512,tp=2 --what-if emulator_core/scenarios/dgx_h100_400g.toml
     """
     from nbox_replay.replay import ReplayConfig, run_replay
     from nbox_trace.errors import UsageError
@@ -64,7 +75,8 @@ def replay_cmd(
         raise UsageError(f"--ranks {ranks!r}: 'all' or a comma list of ranks") from None
     cfg = ReplayConfig(bundle=bundle, what_if=what_if, overrides=tuple(set_ or ()), world_size=world_size,
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
-                       warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank)
+                       warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank, mesh=mesh,
+                       placement=placement, recorded_mesh=recorded_mesh)
     def say(message: str) -> None:
         sys.stderr.write(f"nbox replay: {message}\n")
 
@@ -85,6 +97,12 @@ def sweep_cmd(
     iterations: Annotated[int, typer.Option(help="Repetitions of the captured iteration per point.", min=1)] = 3,
     out: Annotated[Path, typer.Option(help="Directory for sweep.csv and sweep.png (the PNG needs matplotlib).")]
     = Path("sweep"),
+    placement: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="With mesh.<dim> axes: mesh dimensions outermost first as laid on ranks (default: TP innermost).")]
+    = None,
+    recorded_mesh: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Name the recorded mesh's dimensions, outermost first (e.g. dp,tp), where inference guesses.")]
+    = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle in virtual time over a grid of what-ifs; write a CSV (and a PNG plot when matplotlib is
@@ -93,19 +111,25 @@ def sweep_cmd(
     Examples:
 
       nbox sweep traces/ddp_mlp --vary world_size=2,8,64,512 --vary topology.dims.0.bandwidth_gbps=10,100,400
+
+      nbox sweep BUNDLE --vary mesh.dp=2,8,64,512 --what-if emulator_core/scenarios/dgx_h100_400g.toml
     """
+    from emulator_core.mesh import parse_placement
     from nbox_replay.replay import baseline_path
     from nbox_replay.source import open_source
     from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_outputs
     from nbox_trace.archive import traces_directory
     from nbox_trace.files import Output, check_outputs
+    from nbox_trace.mesh import parse_names
 
     check_outputs([Output("--out", out, "dir")], inputs=[Path(bundle)])  # before anything runs
     root = ctx.with_resource(traces_directory(bundle))  # an archive stays unpacked until the command ends
+    names = parse_names(recorded_mesh) if recorded_mesh is not None else None
+    places = parse_placement(placement) if placement is not None else None
     source = open_source(root, name=bundle)
     cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, list(vary),
                             scenario=what_if, baseline=baseline_path(source), overrides=tuple(set_ or ()),
-                            repetitions=iterations, jobs=jobs)
+                            repetitions=iterations, jobs=jobs, mesh=source.mesh(names), placement=places)
 
     def progress(done: int, total: int) -> None:
         if json_out:

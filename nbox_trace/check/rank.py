@@ -46,6 +46,7 @@ def inspect_rank(path: str | os.PathLike[str], rank: int, *,
     coll_seq: dict[str, list[CollOp]] = defaultdict(list)
     p2p: list[tuple[str, P2POp]] = []
     pg_init: dict[str, list[int]] = {}
+    pg_desc: dict[str, str] = {}
     comp_us = 0
     p2p_sent = 0
 
@@ -106,6 +107,9 @@ def inspect_rank(path: str | os.PathLike[str], rank: int, *,
                         if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
                             raise ValueError(f"process group {name!r}: 'ranks' is not a list of integers")
                         pg_init[name] = ranks
+                        desc = group.get("pg_desc")
+                        if isinstance(desc, str) and desc:
+                            pg_desc[name] = desc[:200]
                 except ValueError as exc:
                     log.add("bad-pg-init", "warning", f"node id {nid}: cannot read the process groups: {exc}", nid)
         for z in reader.zero_length_messages:
@@ -126,6 +130,7 @@ def inspect_rank(path: str | os.PathLike[str], rank: int, *,
         collectives=collectives, p2p_sends=sends, p2p_recvs=len(p2p) - sends, p2p_bytes_sent=p2p_sent,
         comp_duration_us=comp_us, roots=roots, depth=depth, critical_path_us=critical,
         problems=log.finish(), coll_seq=dict(coll_seq), p2p=p2p, pg_init=pg_init,
+        pg_desc=pg_desc,
     )
 
 

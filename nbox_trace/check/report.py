@@ -122,6 +122,8 @@ class RankReport:
     coll_seq: dict[str, list[CollOp]] = field(default_factory=dict, repr=False)
     p2p: list[tuple[str, P2POp]] = field(default_factory=list, repr=False)
     pg_init: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    #: process group name -> its description (``pg_desc``, e.g. DeviceMesh's ``mesh_tp``), where written.
+    pg_desc: dict[str, str] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
