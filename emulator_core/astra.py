@@ -128,7 +128,8 @@ def algorithms_from_astra(collective: str, names: Sequence[object], dims: int) -
     if isinstance(first, str) and first.startswith("one"):
         return _algorithm_from_astra(collective, first, FLAT_FROM_ASTRA)  # ASTRA-sim ignores the rest
     if len(names) != dims:
-        raise ValueError(f"{len(names)} entries for {dims} topology dimension(s); ASTRA-sim needs one per dimension")
+        raise ValueError(f"{len(names)} entr{'y' if len(names) == 1 else 'ies'} for the network's {dims} "
+                         f"dimension(s); ASTRA-sim needs one per dimension")
     per_dim = tuple(_algorithm_from_astra(collective, n, ALGORITHM_FROM_ASTRA) for n in names)
     return per_dim[0] if dims == 1 else per_dim
 

@@ -92,6 +92,12 @@ class Exported(NamedTuple):
     notes: list[str]
 
 
+def _listed(keys: list[str], most: int = 10) -> str:
+    """Up to ``most`` keys, each cut to 64 characters, and how many more."""
+    shown = ", ".join(json.dumps(k)[1:-1][:64] for k in keys[:most])
+    return shown + (f" (and {len(keys) - most} more)" if len(keys) > most else "")
+
+
 def _number(key: str, value: Any, file: str, *, gt: float | None = None, ge: float | None = None) -> float:
     try:
         return check_float(key, value, gt=gt, ge=ge)
@@ -101,8 +107,9 @@ def _number(key: str, value: Any, file: str, *, gt: float | None = None, ge: flo
 
 def _dimensions(path: Path, forwarding: str) -> tuple[tuple[Dimension, ...], list[str]]:
     doc = read_flat_yaml(path)
-    notes = [f"{path}: {k}: not an analytical network key; ignored (as ASTRA-sim does)"
-             for k in doc if k not in NETWORK_KEYS]
+    unknown = [k for k in doc if k not in NETWORK_KEYS]
+    notes = [f"{path}: not an analytical network key; ignored (as ASTRA-sim does): {_listed(unknown)}"] \
+        if unknown else []
     lists: dict[str, list[Any]] = {}
     for key in NETWORK_KEYS:
         if key not in doc:
@@ -176,9 +183,9 @@ def _system(path: Path, dims: int) -> tuple[dict[str, str | tuple[str, ...]], in
         notes.append(f"{file}: not mapped (compute, memory, tracing: not the network): {', '.join(skipped)}")
     known = {*astra.IMPLEMENTATION_KEYS.values(), "preferred-dataset-splits", *_UNMAPPED, *_UNMAPPED_LOGGP,
              *_NOT_NETWORK}
-    unknown = [str(k)[:64] for k in doc if k not in known]
+    unknown = [k for k in doc if k not in known]
     if unknown:
-        notes.append(f"{file}: not an ASTRA-sim system key; ignored: {', '.join(unknown)}")
+        notes.append(f"{file}: not an ASTRA-sim system key; ignored: {_listed(unknown)}")
     return algorithms, chunks, notes
 
 
