@@ -377,6 +377,23 @@ def test_cli_errors_exit_codes_and_no_output_left(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "is an existing file" in proc.stderr
 
 
+def test_cli_garbage_inputs_exit_3_or_4_without_a_traceback(tmp_path: Path) -> None:
+    garbage = {"empty.yml": b"", "random.yml": bytes(range(256)) * 4, "zip.yml": b"PK\x03\x04" + b"\x00" * 64,
+               "gzip.yml": b"\x1f\x8b\x08\x00garbage", "deep.json": b"[" * 100_000}
+    for name, data in garbage.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "folder.yml").mkdir()
+    cases = [[tmp_path / n] for n in garbage if n.endswith(".yml")] + [[tmp_path / "folder.yml"]] + \
+        [[ANA / "input" / "Switch.yml", tmp_path / "deep.json"], [ANA / "input" / "Switch.yml", tmp_path]]
+    for args in cases:
+        proc = nbox("scenario", "import", *args, "-o", tmp_path / "out.toml")
+        assert proc.returncode in (3, 4) and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.startswith("nbox: error: ") and str(args[-1]) in proc.stderr, proc.stderr
+    assert not (tmp_path / "out.toml").exists()
+    proc = nbox("scenario", "import", "--help")
+    assert proc.returncode == 0 and "Example: nbox scenario import" in proc.stdout
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where nothing can be created")
 def test_cli_export_unwritable_folder_exit_5() -> None:
     out = Path("/proc/nbox-astra-test/out")  # even root cannot create a folder here
