@@ -35,20 +35,20 @@ SC = ROOT / "emulator_core" / "scenarios" / "loopback_cpu.toml"
 #: "1" for bundle verify: the report (stdout) names the failed check, like any failed verification.
 COMMANDS = ("trace inspect", "bundle inspect", "bundle verify", "bundle diff", "bundle unpack", "bundle pack",
             "bundle anonymize", "replay", "sweep", "scenario show", "scenario validate", "scenario cost",
-            "record convert", "replay --what-if", "replay --baseline")
+            "record convert", "replay --what-if", "replay --baseline", "scenario import", "scenario export")
 EXPECTED = {
-    "nope": "444444444444444",
-    "empty.et": "331334333333333",
-    "trunc.et": "331334333333333",
-    "foreign.json": "331334333333333",
-    "adir": "444444444333433",
-    "emptybundle": "444444444333433",
-    "wrongschema": "331343333333433",
-    "badjson": "331343333333433",
-    "trunctrace": "331343333333433",
-    "garbage.nbox": "331334333333333",
-    "empty.nbox": "331334333333333",
-    "trunc.nbox": "331334333333333",
+    "nope": "44444444444444444",
+    "empty.et": "33133433333333333",
+    "trunc.et": "33133433333333333",
+    "foreign.json": "33133433333333333",
+    "adir": "44444444433343333",
+    "emptybundle": "44444444433343333",
+    "wrongschema": "33134333333343333",
+    "badjson": "33134333333343333",
+    "trunctrace": "33134333333343333",
+    "garbage.nbox": "33133433333333333",
+    "empty.nbox": "33133433333333333",
+    "trunc.nbox": "33133433333333333",
 }
 
 
@@ -66,6 +66,8 @@ def _args(command: str, p: str, t: str) -> list[str]:
         "record convert": ["record", "convert", p, p, "-o", f"{t}/out/converted"],
         "replay --what-if": ["replay", str(DDP), "--clock", "virtual", "--what-if", p],
         "replay --baseline": ["replay", str(DDP), "--clock", "virtual", "--baseline", p],
+        "scenario import": ["scenario", "import", p, "-o", f"{t}/out/imported.toml"],
+        "scenario export": ["scenario", "export", p, "-o", f"{t}/out/exported"],
     }[command]
 
 

@@ -1,4 +1,5 @@
-"""``nbox scenario show|validate|cost`` and ``nbox calibrate``: thin commands over :mod:`emulator_core`."""
+"""``nbox scenario show|validate|cost|import|export`` and ``nbox calibrate``: thin commands over
+:mod:`emulator_core`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import typer
 
 from nbox.cli.app import app
 
-scenario_app = typer.Typer(help="What-if scenarios: show, validate, and price a collective.", no_args_is_help=True)
+scenario_app = typer.Typer(help="What-if scenarios: show, validate, price a collective, ASTRA-sim configs.",
+                           no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 _SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a key: a.b=c (repeatable).")]  # noqa: UP045
 
@@ -89,6 +91,64 @@ def scenario_cost(
     sys.stdout.write("\n".join(lines) + "\n")
     if note:
         sys.stderr.write(f"nbox: note: {note}\n")
+
+
+_BACKENDS = {"aware": "analytical_congestion_aware", "unaware": "analytical_congestion_unaware"}
+
+
+def _notes(command: str, notes: list[str]) -> None:
+    for note in notes:
+        sys.stderr.write(f"nbox scenario {command}: note: {note}\n")
+
+
+@scenario_app.command("import")
+def scenario_import(
+    network: Annotated[Path, typer.Argument(help="ASTRA-sim analytical network config (YAML).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Scenario TOML to write.")],
+    system: Annotated[Optional[Path], typer.Argument(help="ASTRA-sim system config (JSON).")] = None,  # noqa: UP045
+    backend: Annotated[str, typer.Option(help="The ASTRA-sim analytical backend: aware | unaware.")] = "aware",
+) -> None:
+    """Read ASTRA-sim's network (and system) config into a scenario TOML; what is not mapped goes to stderr.
+
+    Example: nbox scenario import network.yml system.json -o astra.toml --backend aware
+    """
+    from emulator_core.astra_config import import_astra
+    from emulator_core.scenario_toml import dump_toml
+    from nbox_trace.errors import UsageError
+    from nbox_trace.files import Output, check_outputs, write_atomic
+
+    if backend not in _BACKENDS:
+        raise UsageError(f"--backend {backend!r}: must be aware or unaware")
+    check_outputs([Output("-o/--out", out, "file")], inputs=[network, system])
+    imported = import_astra(network, system, backend=_BACKENDS[backend])
+    write_atomic(out, dump_toml(imported.scenario))
+    _notes("import", imported.notes)
+    dims = " x ".join(f"{d.size} {d.kind}" for d in imported.scenario.topology.dims)
+    sys.stdout.write(f"wrote {out}: world size {imported.scenario.world_size} ({dims}), {backend} backend\n")
+
+
+@scenario_app.command("export")
+def scenario_export(
+    file: Annotated[Path, typer.Argument(help="Scenario TOML.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for network.yml and system.json.")],
+    set_: _SetOpt = None,
+) -> None:
+    """Write a scenario as ASTRA-sim's network.yml and system.json; what is left out goes to stderr.
+
+    Refuses what ASTRA-sim cannot express (in-network reduction, calibration, a per-message overhead, an
+    algorithm it does not implement). Example: nbox scenario export astra.toml -o astra_configs/
+    """
+    from emulator_core.astra_config import NETWORK_FILE, SYSTEM_FILE, export_astra
+    from emulator_core.scenario_files import load_scenario
+    from nbox_trace.files import Output, check_outputs
+
+    scenario = load_scenario(file, tuple(set_ or ()))
+    check_outputs([Output("-o/--out", out, "dir"), Output("-o/--out", out / NETWORK_FILE, "file"),
+                   Output("-o/--out", out / SYSTEM_FILE, "file")], inputs=[file])
+    exported = export_astra(scenario, out, source=str(file))
+    _notes("export", exported.notes)
+    sys.stdout.write("".join(f"wrote {p}\n" for p in exported.paths) + f"run with ASTRA-sim's {exported.backend} "
+                     f"backend\n")
 
 
 @app.command("calibrate")
