@@ -12,8 +12,10 @@ The model's inputs are the figures of ``emulator_core/scenarios/dgx_h100_400g.to
 scenario): per GPU, NVLink 18 x 200 Gb/s = 450 GB/s and one 400 Gb/s NIC = 50 GB/s, read from the scenario
 file. The measured systems are HGX H100 boards whose NVSwitches reduce (NVLink SHARP: the 480 GB/s
 all-reduce busbw on one node is only reachable that way) and NCCL uses NVLS by default there, so the model
-runs with ``nvls=True`` (= the scenario's NVLink dimension with ``in_network_reduction = true``);
-``--no-nvls`` shows the scenario as shipped. No CollNet (no InfiniBand SHARP is mentioned by either source).
+runs with ``nvls=True``, as the scenario says (its NVLink dimension has ``in_network_reduction = true``);
+``--no-nvls`` shows it without. No CollNet (no InfiniBand SHARP is mentioned by either source). The scenario's
+``library = "nccl"`` makes ``pricing.make_pricer`` call the same model (``tests/test_netmodel.py`` checks they
+agree); this bench calls it directly to pass each system's CPU vendor, which a scenario does not carry.
 
 busbw follows nccl-tests ``doc/PERFORMANCE.md`` (emulator_core.bandwidth): all_reduce ``algbw * 2(p-1)/p``,
 all_gather / reduce_scatter ``algbw * (p-1)/p`` where all_gather's size is the gathered total, broadcast
@@ -77,7 +79,7 @@ def geo_mean(values: list[float]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--no-nvls", action="store_true", help="the scenario as shipped (no NVLink SHARP)")
+    parser.add_argument("--no-nvls", action="store_true", help="without NVLink SHARP")
     parser.add_argument("--csv", type=Path, default=CSV, help="measurements (default: %(default)s)")
     args = parser.parse_args()
     intra, inter = scenario_bandwidths_gbps()

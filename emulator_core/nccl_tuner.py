@@ -265,17 +265,38 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def nccl_tune(collective: str, nbytes: float, nranks: int, nnodes: int, *, intra_bw_gbps: float,
-              inter_bw_gbps: float, intra_latency_us: float | None = None, inter_latency_us: float | None = None,
-              nvls: bool = False, collnet: bool = False, arch: str = "hopper", cpu: str = "intel") -> NcclChoice:
-    """NCCL's (algorithm, protocol) for ``collective`` on ``nbytes`` (per-rank input) over ``nranks`` ranks on
-    ``nnodes`` nodes, and its modeled time in microseconds. Conventions: see the module docstring.
+@dataclass(frozen=True)
+class NcclPlan:
+    """Everything of NCCL's model that does not depend on the size, for one (collective, ranks, nodes, system):
+    the channel search and each applicable (algorithm, protocol)'s bus bandwidth and latency. Call it with a
+    size (:meth:`choose`) to get :class:`NcclChoice`; :func:`nccl_tune` is plan-then-choose in one call."""
 
-    Raises ``ValueError`` naming the bad argument and value.
-    """
+    collective: str
+    ctx: _Ctx
+    options: tuple[tuple[str, str, float, float], ...]  # (algorithm, protocol, bus GB/s, latency us)
+
+    def choose(self, nbytes: float) -> NcclChoice:
+        """NCCL's choice and modeled time (us) for ``nbytes`` (per-rank input); ``ValueError`` on a bad size."""
+        size = _check_number("nbytes", nbytes, positive=False)
+        if self.ctx.nranks == 1:  # updateCollCostTable (enqueue.cc 1903-1906)
+            return NcclChoice("ring", "Simple", 0.0, (("ring", "Simple", 0.0),))
+        nccl_bytes = size * self.ctx.nranks if self.collective == "all_gather" else size
+        candidates = tuple((a, p, _algo_time_us(self.ctx, a, p, bw, lat, nccl_bytes))
+                           for a, p, bw, lat in self.options)
+        best = candidates[0]
+        for cand in candidates[1:]:
+            if cand[2] < best[2]:  # topoGetAlgoInfo: strict <, so the first in NCCL's order wins ties
+                best = cand
+        return NcclChoice(best[0], best[1], best[2], candidates)
+
+
+def nccl_plan(collective: str, nranks: int, nnodes: int, *, intra_bw_gbps: float, inter_bw_gbps: float,
+              intra_latency_us: float | None = None, inter_latency_us: float | None = None, nvls: bool = False,
+              collnet: bool = False, arch: str = "hopper", cpu: str = "intel") -> NcclPlan:
+    """The size-independent part of :func:`nccl_tune` (same arguments but the size); ``ValueError`` naming the bad
+    argument and value."""
     if not nccl_supports(collective):
         raise ValueError(f"collective = {collective!r}: NCCL's tuner models only {', '.join(COLLECTIVES)}")
-    size = _check_number("nbytes", nbytes, positive=False)
     nranks = _check_int("nranks", nranks)
     nnodes = _check_int("nnodes", nnodes)
     if nranks % nnodes:
@@ -292,8 +313,6 @@ def nccl_tune(collective: str, nbytes: float, nranks: int, nnodes: int, *, intra
             raise ValueError(f"{flag} = {value!r}: must be true or false")
     arch = _check_choice("arch", arch, ARCHS)
     cpu = _check_choice("cpu", cpu, CPUS)
-    if nranks == 1:  # updateCollCostTable (enqueue.cc 1903-1906)
-        return NcclChoice("ring", "Simple", 0.0, (("ring", "Simple", 0.0),))
     k = nccl_constants()
     ppn = nranks // nnodes
     nvlink_gbps = intra_bw * float(k["nvlink_link_gbps"][arch]) / float(k["assumed"]["nvlink_nominal_link_gbps"][arch])
@@ -301,18 +320,28 @@ def nccl_tune(collective: str, nbytes: float, nranks: int, nnodes: int, *, intra
     graphs = search_graphs(k, arch=arch, ppn=ppn, nnodes=nnodes, nvlink_gbps=nvlink_gbps, nic_gbps=nic_gbps,
                            nvls=nvls, collnet=collnet)
     ctx = _Ctx(collective, nranks, nnodes, ppn, arch, cpu, nvls, collnet, graphs, intra_extra, lat_inter)
-    nccl_bytes = size * nranks if collective == "all_gather" else size
-    candidates: list[tuple[str, str, float]] = []
-    for a in ALGORITHMS:
-        if not _algorithm_applies(ctx, a):
-            continue
-        g = graphs.for_algorithm(a)
-        for p in PROTOCOLS:
-            bw = _bus_bandwidth(ctx, a, p, g)
-            if bw > 0:
-                candidates.append((a, p, _algo_time_us(ctx, a, p, bw, _latency_us(ctx, a, p, g), nccl_bytes)))
-    best = candidates[0]
-    for cand in candidates[1:]:
-        if cand[2] < best[2]:  # topoGetAlgoInfo: strict <, so the first in NCCL's order wins ties
-            best = cand
-    return NcclChoice(best[0], best[1], best[2], tuple(candidates))
+    options: list[tuple[str, str, float, float]] = []
+    if nranks > 1:
+        for a in ALGORITHMS:
+            if not _algorithm_applies(ctx, a):
+                continue
+            g = graphs.for_algorithm(a)
+            for p in PROTOCOLS:
+                bw = _bus_bandwidth(ctx, a, p, g)
+                if bw > 0:
+                    options.append((a, p, bw, _latency_us(ctx, a, p, g)))
+    return NcclPlan(collective, ctx, tuple(options))
+
+
+def nccl_tune(collective: str, nbytes: float, nranks: int, nnodes: int, *, intra_bw_gbps: float,
+              inter_bw_gbps: float, intra_latency_us: float | None = None, inter_latency_us: float | None = None,
+              nvls: bool = False, collnet: bool = False, arch: str = "hopper", cpu: str = "intel") -> NcclChoice:
+    """NCCL's (algorithm, protocol) for ``collective`` on ``nbytes`` (per-rank input) over ``nranks`` ranks on
+    ``nnodes`` nodes, and its modeled time in microseconds. Conventions: see the module docstring.
+
+    Raises ``ValueError`` naming the bad argument and value.
+    """
+    _check_number("nbytes", nbytes, positive=False)
+    return nccl_plan(collective, nranks, nnodes, intra_bw_gbps=intra_bw_gbps, inter_bw_gbps=inter_bw_gbps,
+                     intra_latency_us=intra_latency_us, inter_latency_us=inter_latency_us, nvls=nvls,
+                     collnet=collnet, arch=arch, cpu=cpu).choose(nbytes)

@@ -486,10 +486,35 @@ def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorith
 def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
                  spanned: list[tuple[int, Dimension]]) -> Pricer | None:
     """NCCL's own choice (``nccl_tuner``) when the scenario says ``library = "nccl"`` and NCCL tunes
-    ``collective``; ``None`` otherwise."""
-    if scenario.network.library != "nccl":
+    ``collective`` (all-reduce, all-gather, reduce-scatter, broadcast, reduce); ``None`` otherwise. NCCL's view
+    of the topology: the innermost dimension is the node (NVLink; with one dimension every rank is a node of its
+    own), the others the network; a group's ranks on one node and its node count come from its shape; NVLS when
+    the node's switch reduces, CollNet when a network dimension's does. NCCL's own latency tables replace the
+    dimensions' ``latency_us`` for these collectives; the name is NCCL's ``algorithm/protocol``."""
+    from emulator_core.nccl_tuner import nccl_plan, nccl_supports
+
+    if scenario.network.library != "nccl" or not nccl_supports(collective):
         return None
-    return None
+    dims = scenario.topology.dims
+    node = dims[0] if len(dims) > 1 else None  # NCCL's view: the innermost dimension is the node (NVLink)
+    on_node = next((p for p, d in spanned if node is not None and d.name == node.name), 1)
+    outer = [d for p, d in spanned if node is None or d.name != node.name] or [d for d in dims if d is not node]
+    if shape.size % on_node:
+        raise PricingError(f"{collective} over {shape.size} ranks with {on_node} on a node: NCCL's model needs the "
+                           f"same number of ranks on every node")
+    try:
+        plan = nccl_plan(collective, shape.size, shape.size // on_node,
+                         intra_bw_gbps=(node or outer[0]).bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
+                         inter_bw_gbps=min(d.bandwidth_bytes_per_us for d in outer) / cm.BYTES_PER_US_PER_GBPS,
+                         nvls=node is not None and node.in_network_reduction,
+                         collnet=any(d.in_network_reduction for d in outer))
+    except ValueError as exc:
+        raise PricingError(f"NCCL's tuner: {exc}") from None
+
+    def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
+        choice = plan.choose(nbytes)
+        return f"{choice.algorithm}/{choice.protocol}", choice.time_us
+    return pricer
 
 
 def _algorithms_for(collective: str) -> tuple[str, ...]:
