@@ -14,8 +14,9 @@ Prints one table per figure (medians, p99, spread) and the targets from the emul
    target p50 <= 5 us, p99 <= 50 us;
 4. the cost of answering at W = 8 ... 1,048,576 (should be flat);
    and a group shape never seen on 1,024 ranks with link contention (a torus of rings, one ring, the DGX
-   example): ``make_pricer`` plus its first call, target <= 50 us (the membership scan ``group_shape``, once
-   per process group, apart);
+   example, whose ``library = "nccl"`` replays NCCL's channel search once per system shape: shown cached and
+   not): ``make_pricer`` plus its first call, target <= 50 us (the membership scan ``group_shape``, once per
+   process group, apart);
 5. the calibrated model against measured gloo collectives on 2 ranks, 1 KiB - 64 MiB (bench/calibration.py),
    target: median |error| <= 10% on held-out sizes.
 
@@ -121,6 +122,17 @@ def bench_new_shape(reps: int) -> list[dict[str, Any]]:
                 times.append((time.perf_counter_ns() - t0) / 1000)
             rows.append({"topology": name, "collective": collective, "group_shape_us": statistics.median(scans),
                          **summary(times)})
+    from emulator_core import nccl_tuner
+
+    shape = group_shape(dgx, range(1024))
+    first = []
+    for i in range(max(1, reps // 4)):
+        nccl_tuner._graphs.cache_clear()  # a system shape never seen: NCCL's channel search replayed
+        t0 = time.perf_counter_ns()
+        make_pricer(dgx, "all_reduce", shape)((1 << 20) + i)
+        first.append((time.perf_counter_ns() - t0) / 1000)
+    rows.append({"topology": "dgx 8x128, NCCL search not cached", "collective": "all_reduce",
+                 "group_shape_us": statistics.median(scans), **summary(first)})
     return rows
 
 

@@ -265,6 +265,15 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=256)
+def _graphs(arch: str, ppn: int, nnodes: int, nvlink_gbps: float, nic_gbps: float, nvls: bool,
+            collnet: bool) -> Graphs:
+    """NCCL's channel search for one system shape, once per process (every collective and group of that shape on
+    that system gets the same graphs, as in NCCL, which searches once per communicator)."""
+    return search_graphs(nccl_constants(), arch=arch, ppn=ppn, nnodes=nnodes, nvlink_gbps=nvlink_gbps,
+                         nic_gbps=nic_gbps, nvls=nvls, collnet=collnet)
+
+
 @dataclass(frozen=True)
 class NcclPlan:
     """Everything of NCCL's model that does not depend on the size, for one (collective, ranks, nodes, system):
@@ -317,8 +326,7 @@ def nccl_plan(collective: str, nranks: int, nnodes: int, *, intra_bw_gbps: float
     ppn = nranks // nnodes
     nvlink_gbps = intra_bw * float(k["nvlink_link_gbps"][arch]) / float(k["assumed"]["nvlink_nominal_link_gbps"][arch])
     nic_gbps = min(inter_bw, float(k["assumed"]["gpu_nic_pcie_gbps"][arch]))
-    graphs = search_graphs(k, arch=arch, ppn=ppn, nnodes=nnodes, nvlink_gbps=nvlink_gbps, nic_gbps=nic_gbps,
-                           nvls=nvls, collnet=collnet)
+    graphs = _graphs(arch, ppn, nnodes, nvlink_gbps, nic_gbps, nvls, collnet)
     ctx = _Ctx(collective, nranks, nnodes, ppn, arch, cpu, nvls, collnet, graphs, intra_extra, lat_inter)
     options: list[tuple[str, str, float, float]] = []
     if nranks > 1:
