@@ -100,3 +100,19 @@ def test_the_recording_replays_at_a_larger_mesh_in_virtual_time(bundle: Path) ->
     text = json.dumps(doc)
     assert "dp group 2 -> 8 ranks: data-parallel gradient all-reduce keeps its bytes" in text
     assert "tp group not resized (2 ranks): unchanged" in text
+
+
+@pytest.mark.parametrize("real", ["0,1", "0,2"])
+def test_emulate_runs_the_2d_script_at_sixteen_ranks(real: str) -> None:
+    """nbox emulate of dp=8 x tp=2 on 2 real ranks: a whole tp group real (0,1), or one member of each of two tp
+    groups, their tp partners emulated (0,2). The script builds its mesh from the world of 16 it sees."""
+    from nbox_record.examples import tp_dp_mlp as ex
+
+    proc = nbox("emulate", "--world-size", 16, "--real-ranks", real, "--example", "tp_dp_mlp", "--warmup", 1,
+                "--iterations", 2, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["world_size_seen"] == 16
+    act, bucket = expected_bytes()
+    rows = {(r["collective"], r["bytes"]): r["count"] for r in doc["collectives"]}
+    assert rows == {("all_reduce", act): 2 * ex.BLOCKS * 2, ("all_reduce", bucket): 2}
