@@ -210,14 +210,15 @@ class MeshPlan:
 
 
 def plan_mesh(recorded: RecordedMesh, degrees: Iterable[tuple[str, int]], *, groups: Mapping[str, Sequence[int]],
-              replayed: Sequence[int], placement: Sequence[str] | None = None, text: str = "--mesh") -> MeshPlan:
+              replayed: Sequence[int], placement: Sequence[str] | None = None, text: str = "--mesh",
+              placement_by: str = "--placement") -> MeshPlan:
     """Play ``recorded`` at ``degrees`` (the dimensions named; the rest keep their recorded degree).
 
     Args:
         groups: the recorded process groups (name -> global ranks at the recorded world size).
         replayed: the recorded ranks being replayed (each must have a place in the target mesh).
         placement: dimension names outermost first (every dimension of the mesh); None: canonical order.
-        text: the flag as typed, for messages and the report.
+        text: the flag as typed, for messages and the report; placement_by: where the placement came from.
 
     Raises:
         MeshError: see the module docstring; the message names the dimension.
@@ -239,7 +240,7 @@ def plan_mesh(recorded: RecordedMesh, degrees: Iterable[tuple[str, int]], *, gro
                         f"which with --recorded-mesh {names} (outermost first)")
     order = tuple(n for n in DIM_NAMES if n in have) if placement is None else tuple(placement)
     if sorted(order) != sorted(have):
-        raise MeshError(f"--placement {','.join(order)}: must list each dimension of the mesh once "
+        raise MeshError(f"{placement_by} {','.join(order)}: must list each dimension of the mesh once "
                         f"({', '.join(sorted(have))})")
     world = math.prod(target.values())
     if world > MAX_WORLD:
