@@ -277,7 +277,6 @@ def test_uneven_ep_splits_are_priced_as_recorded_at_the_recorded_degree_and_unif
     ({"mesh": "dp=0"}, r"dp=0.*positive integer"),
     ({"mesh": "dp"}, r"expected NAME=DEGREE"),
     ({"mesh": "dp=8", "clock": "real"}, r"virtual time only"),
-    ({"placement": "tp,dp"}, r"--placement: places a what-if mesh"),
     ({"mesh": "dp=8", "placement": "dp,dp"}, r"'dp' is listed twice"),
 ])
 def test_bad_mesh_options_are_usage_errors_naming_the_flag(kw: dict[str, Any], match: str) -> None:
@@ -290,6 +289,7 @@ def test_bad_mesh_options_are_usage_errors_naming_the_flag(kw: dict[str, Any], m
     ({"mesh": "dp=8,cp=2"}, r"the recording has no cp dimension \(recorded mesh: dp=2 x tp=2\)"),
     ({"mesh": "dp=1"}, r"dp=1: replayed rank 2 has dp coordinate 1"),
     ({"mesh": "dp=8", "placement": "dp"}, r"--placement dp: must list each dimension of the mesh once"),
+    ({"placement": "tp,dp"}, r"--placement: places a what-if mesh; give --mesh \(or a \[mesh\] in the what-if\)"),
 ])
 def test_meshes_that_cannot_be_played_are_refused_naming_the_dimension(tmp_path: Path, kw: dict[str, Any],
                                                                         match: str) -> None:

@@ -38,7 +38,8 @@ def replay_cmd(
                                                 "(default: the slowest).")] = None,
     mesh: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="What-if mesh, e.g. dp=512,tp=2: groups along a scaled dimension grow, the others keep their size, "
-             "each collective follows its dimension's rule (--clock virtual).")] = None,
+             "each collective follows its dimension's rule (--clock virtual). Default: the what-if's [mesh] "
+             "(--set mesh.dp=512).")] = None,
     placement: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Mesh dimensions outermost first as laid on ranks (default: pp,dp,fsdp,ep,cp,tp: TP innermost, "
              "on the innermost topology dimension).")] = None,
