@@ -59,10 +59,12 @@ def relabel(graphs: Mapping[int, RankGraph], plan: MeshPlan) -> dict[int, RankGr
 
 def plan_for(recorded: RecordedMesh, mesh: str | Sequence[tuple[str, int]], *, groups: Mapping[str, Sequence[int]],
              replayed: Sequence[int], placement: Sequence[str] | None, world_size: int | None = None,
-             text: str | None = None, set_world: int | None = None, placement_by: str = "--placement") -> MeshPlan:
+             text: str | None = None, set_world: int | None = None, placement_by: str = "--placement",
+             batch_size: int | None = None) -> MeshPlan:
     """The plan of ``mesh`` (``"dp=512,tp=2"`` or parsed pairs) on ``recorded``; ``world_size`` and ``set_world``: a
     world size asked for as well (``--world-size``, ``--set world_size``), which the mesh must make;
-    ``placement_by``: where the placement came from, for its errors.
+    ``placement_by``: where the placement came from, for its errors; ``batch_size``: the recorded per-rank batch
+    of a fixed global batch (None: weak scaling).
 
     Raises:
         MeshError: a bad mesh or placement (named), or a world size the mesh does not make.
@@ -70,7 +72,7 @@ def plan_for(recorded: RecordedMesh, mesh: str | Sequence[tuple[str, int]], *, g
     pairs = parse_mesh(mesh) if isinstance(mesh, str) else tuple(mesh)
     label = text or f"--mesh {mesh if isinstance(mesh, str) else ','.join(f'{n}={d}' for n, d in pairs)}"
     plan = plan_mesh(recorded, pairs, groups=groups, replayed=replayed, placement=placement, text=label,
-                     placement_by=placement_by)
+                     placement_by=placement_by, batch_size=batch_size)
     if world_size is not None and world_size != plan.world:
         raise MeshError(f"{label}: the mesh {plan.describe()} has {plan.world} ranks, but --world-size is "
                         f"{world_size}")
@@ -116,6 +118,8 @@ def mesh_lines(recorded: RecordedMesh, plan: MeshPlan | None, spans: Mapping[str
         rec = recorded.degrees()[name]
         where = f", on topology {spans[name]}" if spans and name in spans else ""
         out.append(f"  {name}: {rec} -> {plan.degrees[name]} ranks{where}")
+    if plan.batch is not None:
+        out.append(f"  {plan.batch.describe()}")
     return out
 
 

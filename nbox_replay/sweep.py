@@ -164,6 +164,8 @@ class SweepConfig:
         jobs: worker processes (1: evaluate in this process; capped at the CPU count and the grid size).
         mesh: the recorded mesh, for ``mesh.<dim>`` axes (None: such an axis is refused).
         placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
+        batch_size: the recorded per-rank batch of a fixed global batch (strong scaling at each point's mesh,
+            :mod:`emulator_core.mesh`); None: weak scaling.
     """
 
     traces: Traces
@@ -177,6 +179,7 @@ class SweepConfig:
     baseline: Path | None = None
     mesh: RecordedMesh | None = None
     placement: tuple[str, ...] | None = None
+    batch_size: int | None = None
     #: The what-if scenario's own mesh (set when built).
     asked: AskedMesh | None = field(default=None, init=False, compare=False)
 
@@ -185,7 +188,7 @@ class SweepConfig:
               recorded_world: int, vary: Sequence[str | Axis], *, scenario: str | os.PathLike[str] | None = None,
               overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1,
               baseline: str | os.PathLike[str] | None = None, mesh: RecordedMesh | None = None,
-              placement: Sequence[str] | None = None) -> SweepConfig:
+              placement: Sequence[str] | None = None, batch_size: int | None = None) -> SweepConfig:
         """A config from mappings and axis texts (``"world_size=8,64"``).
 
         Raises:
@@ -197,7 +200,7 @@ class SweepConfig:
                    tuple(a if isinstance(a, Axis) else parse_axis(a) for a in vary),
                    Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs,
                    Path(baseline) if baseline is not None else None, mesh,
-                   tuple(placement) if placement is not None else None)
+                   tuple(placement) if placement is not None else None, batch_size)
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((int(r), str(p)) for r, p in self.traces))
@@ -231,6 +234,9 @@ class SweepConfig:
         if clash:
             dim = mesh_axis_name(clash[0])
             raise SweepUsageError(f"--vary {clash[0]} and --set mesh.{dim}: both give the {dim} degree; drop one")
+        if self.batch_size is not None and asked is None and not any(k.startswith(MESH_AXIS) for k in keys):
+            raise SweepUsageError("--global-batch fixed: strong scaling changes the data-parallel degree of a mesh; "
+                                  "vary mesh.<dim> (or give a [mesh] in the what-if)")
         for a in axes:
             if not a.values:
                 raise SweepError(f"--vary {a.key}: no values")
@@ -271,7 +277,8 @@ class SweepConfig:
         placement = self.placement or (asked.placement if asked is not None and asked.placement else None)
         return plan_for(self.mesh, degrees, groups=dict(self.groups), replayed=[r for r, _ in self.traces],
                         placement=placement, text=text, set_world=set_world_size(self.overrides),
-                        placement_by="--placement" if self.placement else "mesh_placement")
+                        placement_by="--placement" if self.placement else "mesh_placement",
+                        batch_size=self.batch_size)
 
     def _build(self, point: Sequence[Value]) -> tuple[Scenario, WhatIfWorld]:
         overrides = list(self.overrides)
