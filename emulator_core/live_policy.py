@@ -17,8 +17,14 @@ def live_unsupported(scenario: Scenario) -> str | None:
     The backend answers collectives while the script's real compute runs at its real speed, so the
     scenario keys that change compute (``compute_scale``) or the overlap of compute with communication
     (``overlap = "serialize"``) have nothing to act on; refused rather than silently ignored. ``nbox replay``
-    applies both.
+    applies both. A what-if mesh (``[mesh]``) is refused too: the script builds its own mesh from the world size
+    it sees, and a live replay plays the recorded groups (``nbox replay --clock virtual`` plays a mesh).
     """
+    if scenario.mesh:
+        mesh = ",".join(f"{n}={d}" for n, d in scenario.mesh)
+        return (f"mesh {mesh}: a what-if mesh is played by nbox replay --clock virtual only; the live emulation "
+                f"runs at a world size (give --world-size; a script builds its mesh from it): remove the mesh from "
+                f"the scenario")
     bad = []
     if scenario.compute_scale != 1.0:
         bad.append(f"compute_scale = {scenario.compute_scale:g}")

@@ -25,7 +25,14 @@ Refused, with the dimension named (:class:`MeshError`): an unknown name, a dimen
 have, a changed ``tp`` or ``cp`` degree (each rank's compute would change, and a recorded trace cannot scale its
 compute), a changed ``pp`` degree (a deeper pipeline needs new stages and the schedule's bubble), a mesh whose
 names were guessed (name them with ``--recorded-mesh``), a replayed rank that has no place in a smaller mesh.
-Weak scaling only: each rank keeps its recorded batch.
+**Global batch** (:class:`GlobalBatch`): by default the scaling is weak (each rank keeps its recorded batch, so
+the global batch grows with the data-parallel degree). ``--global-batch fixed`` is strong scaling: the global
+batch stays, so each rank's batch is the recorded per-rank batch ``B`` (which the user names: nbox does not infer
+it from the trace) times ``D_rec / D_target``, where ``D`` is the data-parallel degree (the product of the ``dp``
+and ``fsdp`` degrees); it must be a whole number of samples. The stated rule, for recorded compute: every compute
+node's duration is scaled by ``B_target / B`` (linear in the per-rank batch: no small-batch inefficiency is
+modeled), and so are the collectives of activations (groups along tp, cp, ep or pp only, and send/recv), whose
+bytes are per-sample; the collectives along dp or fsdp move parameters or gradients and keep their bytes.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ from typing import Any
 from nbox_trace.errors import UsageError
 from nbox_trace.mesh import DIM_NAMES, MeshNameError, RecordedMesh, canonical_name
 
-__all__ = ["FIXED_DIMS", "MeshError", "MeshPlan", "parse_mesh", "parse_placement", "plan_mesh"]
+__all__ = ["BATCH_DIMS", "FIXED_DIMS", "GlobalBatch", "MeshError", "MeshPlan", "parse_mesh", "parse_placement",
+           "plan_mesh"]
 
 #: Dimensions whose degree cannot change (why, for the message).
 FIXED_DIMS = {
@@ -52,6 +60,8 @@ FIXED_DIMS = {
 SHARDED = ("fsdp", "tp", "cp")
 #: Most ranks a what-if mesh may have (a guard against a typo).
 MAX_WORLD = 1 << 20
+#: Dimensions that split the global batch (the data-parallel degree is the product of their degrees).
+BATCH_DIMS = ("dp", "fsdp")
 
 
 class MeshError(UsageError):
@@ -112,6 +122,38 @@ def parse_placement(value: str | Sequence[str], *, where: str = "--placement") -
 
 
 @dataclass(frozen=True)
+class GlobalBatch:
+    """Strong scaling (module docstring): the recorded per-rank batch and what each target rank gets.
+
+    Attributes:
+        per_rank: the recorded per-rank batch ``B`` (samples), as the user named it.
+        dp_recorded, dp_target: the data-parallel degree (product of :data:`BATCH_DIMS` degrees) recorded / target.
+    """
+
+    per_rank: int
+    dp_recorded: int
+    dp_target: int
+
+    @property
+    def target_per_rank(self) -> int:
+        return self.per_rank * self.dp_recorded // self.dp_target
+
+    @property
+    def ratio(self) -> float:
+        """Target per-rank batch over the recorded one: what compute and activation collectives are scaled by."""
+        return self.target_per_rank / self.per_rank
+
+    def describe(self) -> str:
+        return (f"global batch fixed at {self.per_rank * self.dp_recorded} = {self.per_rank} x {self.dp_recorded}: "
+                f"per-rank batch {self.per_rank} -> {self.target_per_rank} over {self.dp_target} data-parallel "
+                f"ranks; compute and activation collectives x {self.ratio:g}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"per_rank_recorded": self.per_rank, "per_rank": self.target_per_rank, "dp_recorded": self.dp_recorded,
+                "dp": self.dp_target, "global": self.per_rank * self.dp_recorded, "ratio": self.ratio}
+
+
+@dataclass(frozen=True)
 class MeshPlan:
     """A recorded mesh played at a target mesh (module docstring). Picklable (sweep workers).
 
@@ -123,6 +165,7 @@ class MeshPlan:
         groups: process group -> (its target members, its dimensions, recorded size); irregular groups have
             dimensions None.
         rank_map: replayed recorded rank -> the target rank it plays.
+        batch: strong scaling (``--global-batch fixed``); None: weak scaling (each rank keeps its batch).
     """
 
     recorded: RecordedMesh
@@ -131,6 +174,12 @@ class MeshPlan:
     text: str
     groups: Mapping[str, tuple[tuple[int, ...], tuple[str, ...] | None, int]] = field(default_factory=dict)
     rank_map: Mapping[int, int] = field(default_factory=dict)
+    batch: GlobalBatch | None = None
+
+    @property
+    def compute_factor(self) -> float:
+        """What each compute node's recorded duration is multiplied by (1.0: weak scaling)."""
+        return 1.0 if self.batch is None else self.batch.ratio
 
     @property
     def world(self) -> int:
@@ -165,7 +214,19 @@ class MeshPlan:
 
     def size(self, collective: str, group: str, nbytes: int) -> tuple[float, str]:
         """The collective's size at the target mesh (bytes, costmodels' convention) and the rule, naming the
-        group's dimensions (module docstring)."""
+        group's dimensions (module docstring); with a fixed global batch, activation collectives follow the
+        per-rank batch."""
+        size, rule = self._size(collective, group, nbytes)
+        if self.batch is None or self.batch.ratio == 1.0:
+            return size, rule
+        found = self.groups.get(group)
+        dims = found[1] if found is not None else tuple(d.name for d in self.recorded.dims)
+        if collective == "send_recv" or (dims and not set(dims) & set(BATCH_DIMS)):
+            return size * self.batch.ratio, rule + (f"; activations x {self.batch.ratio:g} (per-rank batch "
+                                                    f"{self.batch.per_rank} -> {self.batch.target_per_rank})")
+        return size, rule
+
+    def _size(self, collective: str, group: str, nbytes: int) -> tuple[float, str]:
         if collective == "send_recv":
             return float(nbytes), "send/recv keeps its size (pipeline activations)"
         found = self.groups.get(group)
@@ -205,19 +266,23 @@ class MeshPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"mesh": self.describe(), "asked": self.text, "placement": list(self.order),
                 "world_size": self.world, "rank_map": {str(k): v for k, v in sorted(self.rank_map.items())},
+                "global_batch": None if self.batch is None else self.batch.to_dict(),
                 "groups": {g: {"dims": None if d is None else list(d), "recorded_size": n, "size": len(m)}
                            for g, (m, d, n) in sorted(self.groups.items())}}
 
 
 def plan_mesh(recorded: RecordedMesh, degrees: Iterable[tuple[str, int]], *, groups: Mapping[str, Sequence[int]],
-              replayed: Sequence[int], placement: Sequence[str] | None = None, text: str = "--mesh") -> MeshPlan:
+              replayed: Sequence[int], placement: Sequence[str] | None = None, text: str = "--mesh",
+              placement_by: str = "--placement", batch_size: int | None = None) -> MeshPlan:
     """Play ``recorded`` at ``degrees`` (the dimensions named; the rest keep their recorded degree).
 
     Args:
         groups: the recorded process groups (name -> global ranks at the recorded world size).
         replayed: the recorded ranks being replayed (each must have a place in the target mesh).
         placement: dimension names outermost first (every dimension of the mesh); None: canonical order.
-        text: the flag as typed, for messages and the report.
+        text: the flag as typed, for messages and the report; placement_by: where the placement came from.
+        batch_size: the recorded per-rank batch, for a fixed global batch (``--global-batch fixed``); None: weak
+            scaling.
 
     Raises:
         MeshError: see the module docstring; the message names the dimension.
@@ -239,7 +304,7 @@ def plan_mesh(recorded: RecordedMesh, degrees: Iterable[tuple[str, int]], *, gro
                         f"which with --recorded-mesh {names} (outermost first)")
     order = tuple(n for n in DIM_NAMES if n in have) if placement is None else tuple(placement)
     if sorted(order) != sorted(have):
-        raise MeshError(f"--placement {','.join(order)}: must list each dimension of the mesh once "
+        raise MeshError(f"{placement_by} {','.join(order)}: must list each dimension of the mesh once "
                         f"({', '.join(sorted(have))})")
     world = math.prod(target.values())
     if world > MAX_WORLD:
@@ -255,7 +320,31 @@ def plan_mesh(recorded: RecordedMesh, degrees: Iterable[tuple[str, int]], *, gro
                             f"outside the target mesh (replay fewer ranks with --ranks)")
         rank_map[r] = t
     planned = {name: g for name, members in groups.items() if (g := _target_group(plan, members)) is not None}
-    return MeshPlan(recorded, order, target, text, planned, rank_map)
+    batch = None if batch_size is None else _global_batch(recorded, target, batch_size, text)
+    return MeshPlan(recorded, order, target, text, planned, rank_map, batch)
+
+
+def _global_batch(recorded: RecordedMesh, target: Mapping[str, int], per_rank: int, text: str) -> GlobalBatch:
+    """The fixed global batch of ``per_rank`` recorded samples per rank at ``target`` (module docstring).
+
+    Raises:
+        MeshError: no data-parallel dimension, a batch that is not a positive integer, or a global batch that does
+            not split into whole per-rank batches over the target data-parallel degree.
+    """
+    dims = [n for n in BATCH_DIMS if n in target]
+    if not dims:
+        raise MeshError(f"--global-batch fixed: the recorded mesh ({recorded.describe()}) has no data-parallel "
+                        f"dimension ({' or '.join(BATCH_DIMS)}) to split the global batch over")
+    if isinstance(per_rank, bool) or not isinstance(per_rank, int) or per_rank < 1:
+        raise MeshError(f"--batch-size {per_rank!r}: the recorded per-rank batch must be a positive integer")
+    have = recorded.degrees()
+    rec, tgt = math.prod(have[n] for n in dims), math.prod(target[n] for n in dims)
+    whole = per_rank * rec
+    if whole % tgt:
+        raise MeshError(f"{text} --global-batch fixed: the global batch {whole} ({per_rank} per rank x {rec} "
+                        f"data-parallel ranks) does not split into whole per-rank batches over {tgt} data-parallel "
+                        f"ranks ({' x '.join(f'{n}={target[n]}' for n in dims)})")
+    return GlobalBatch(per_rank, rec, tgt)
 
 
 def _target_group(plan: MeshPlan, members: Sequence[int]) -> tuple[tuple[int, ...], tuple[str, ...] | None,

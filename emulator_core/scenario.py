@@ -39,6 +39,12 @@ TOML layout (see the shipped examples in ``emulator_core/scenarios/``)::
     chunks = 1                 # pipeline chunks of a multi-dimensional collective (Themis)
     library = "generic"        # or "nccl": auto follows NCCL's tuner
 
+    mesh_placement = ["pp", "dp", "tp"]   # optional: mesh dimensions outermost first as laid on ranks
+
+    [mesh]                     # optional: a what-if mesh for `nbox replay` (virtual clock), as --mesh dp=512,tp=2
+    dp = 512                   # dimensions not named keep their recorded degree; the world size is the product
+    tp = 2
+
     [[stragglers]]             # optional: rank 3 computes 1.5x slower
     rank = 3
     slowdown = 1.5
@@ -66,6 +72,7 @@ from typing import Any
 
 from emulator_core import costmodels as cm
 from emulator_core import netmodel as nm
+from emulator_core.mesh import MeshError, parse_mesh, parse_placement
 from emulator_core.scenario_topology import (
     CONGESTION,
     DIM_KEYS,
@@ -95,7 +102,7 @@ from emulator_core.scenario_values import (
 __all__ = ["AUTO", "CALIBRATION_KEYS", "COLLECTIVES", "CONGESTION", "DIMENSION_KINDS", "DIM_KEYS", "FORWARDING",
            "JITTER_POLICIES", "LIBRARIES", "MAX_WORLD_SIZE", "NETWORK_KEYS", "OVERLAP_POLICIES", "STRAGGLER_KEYS",
            "TOPOLOGY_KEYS", "TOP_KEYS", "Calibration", "Dimension", "Network", "Scenario", "ScenarioError",
-           "Straggler", "Topology", "quote_toml_string"]
+           "Straggler", "Topology", "check_mesh", "quote_toml_string"]
 
 #: Overlap policies: "overlap" lets communication run concurrently with compute (as recorded);
 #: "serialize" makes every collective wait for compute and compute wait for every collective.
@@ -111,11 +118,48 @@ AUTO = "auto"
 #: The keys of each table (the top level, ``[[stragglers]]``, ``[[calibration]]``), in the order the TOML
 #: writer puts them.
 TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration",
-            "jitter", "jitter_seed", "network")
+            "jitter", "jitter_seed", "network", "mesh", "mesh_placement")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
                     "efficiency", "jitter_us", "library", "sizes_bytes")
 
+
+def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
+    """The ``[mesh]`` table (a mapping, or (name, degree) pairs; empty or None: no mesh) and ``mesh_placement`` (names
+    outermost first, a list or a ``"pp,dp,tp"`` string; empty or None: the default) as canonical (name, degree)
+    pairs and names (:func:`emulator_core.mesh.parse_mesh`, :func:`~emulator_core.mesh.parse_placement`).
+
+    Raises:
+        ScenarioError: not a table of positive integer degrees, an unknown or repeated name, a placement that is
+            not a list of names, a placement without a mesh; the key is named.
+    """
+    pairs: tuple[tuple[str, int], ...] = ()
+    if mesh is not None and not (isinstance(mesh, (list, tuple)) and not mesh):
+        if isinstance(mesh, Mapping):
+            table: Any = mesh
+        elif isinstance(mesh, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in mesh):
+            table = dict(mesh)
+            if len(table) != len(mesh):
+                raise bad("mesh", [list(p) for p in mesh], "a dimension is given twice")
+        else:
+            raise bad("mesh", mesh, "must be a table of dimension = degree, e.g. [mesh] dp = 512, tp = 2")
+        try:
+            pairs = parse_mesh(table, where="mesh")
+        except MeshError as e:
+            raise ScenarioError("mesh", str(e).removeprefix("mesh: ").removeprefix("mesh")) from None
+    names: tuple[str, ...] = ()
+    if placement is not None and placement != [] and placement != ():
+        if not (isinstance(placement, str) or (isinstance(placement, (list, tuple))
+                                               and all(isinstance(n, str) for n in placement))):
+            raise bad("mesh_placement", placement, "must be an array of mesh dimension names, outermost first")
+        try:
+            names = parse_placement(placement, where="mesh_placement")
+        except MeshError as e:
+            raise ScenarioError("mesh_placement", str(e).removeprefix("mesh_placement: ")) from None
+        if not pairs:
+            raise ScenarioError("mesh_placement", "places a what-if mesh: give the [mesh] table (or --set mesh.dp=N) "
+                                "too")
+    return pairs, names
 
 
 @dataclass(frozen=True)
@@ -269,6 +313,10 @@ class Scenario:
         calibration: measured departures from the dimensions' nominal figures, per (collective, dimension)
             (see :class:`Calibration`; at most one per pair, each naming an existing dimension). Read them
             with :meth:`calibrated`.
+        mesh: a what-if mesh, (dimension, degree) pairs with canonical names (``[mesh]``; empty: none): what
+            ``nbox replay`` plays when ``--mesh`` is not given. Not checked against ``world_size`` here: the
+            dimensions not named keep the recording's degree, so the mesh's world size is known at replay.
+        mesh_placement: the mesh dimensions outermost first as laid on ranks (empty: tensor parallel innermost).
     """
 
     world_size: int
@@ -281,6 +329,8 @@ class Scenario:
     jitter: str = "off"
     jitter_seed: int = 0
     network: Network = field(default_factory=Network)
+    mesh: tuple[tuple[str, int], ...] = ()
+    mesh_placement: tuple[str, ...] = ()
     _calibrated: Mapping[tuple[str, str], Calibration] = field(default_factory=dict, init=False, repr=False,
                                                                compare=False, hash=False)
     _slowdowns: Mapping[int, float] = field(default_factory=dict, init=False, repr=False, compare=False,
@@ -337,6 +387,9 @@ class Scenario:
         object.__setattr__(self, "_slowdowns", slow)
         if not isinstance(self.network, Network):
             raise bad("network", self.network, "must be a Network")
+        mesh, placement = check_mesh(self.mesh, self.mesh_placement)
+        object.__setattr__(self, "mesh", mesh)
+        object.__setattr__(self, "mesh_placement", placement)
         self._check_calibration()
 
     def _check_calibration(self) -> None:
@@ -392,14 +445,18 @@ class Scenario:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self). ``jitter``,
-        ``jitter_seed`` and ``network`` only when not the defaults, so scenarios written before they existed stay
-        the same."""
+        ``jitter_seed``, ``network``, ``mesh`` and ``mesh_placement`` only when not the defaults, so scenarios
+        written before they existed stay the same."""
         out: dict[str, Any] = {"world_size": self.world_size, "compute_scale": self.compute_scale,
                                "overlap": self.overlap}
         if self.jitter != "off" or self.jitter_seed != 0:
             out.update(jitter=self.jitter, jitter_seed=self.jitter_seed)
         if not self.network.is_default():
             out["network"] = self.network.to_dict()
+        if self.mesh:
+            out["mesh"] = dict(self.mesh)
+        if self.mesh_placement:
+            out["mesh_placement"] = list(self.mesh_placement)
         algorithms = {c: a if isinstance(a, str) else list(a) for c, a in self.algorithms}
         return {**out, "algorithms": algorithms, "topology": self.topology.to_dict(),
                 "stragglers": [s.to_dict() for s in self.stragglers],
@@ -425,7 +482,8 @@ class Scenario:
         stragglers = parse_tables("stragglers", raw_strag, Straggler.from_dict)
         if not isinstance(raw_cal := d.get("calibration", []), list):
             raise bad("calibration", raw_cal, "must be an array of tables [[calibration]]")
-        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "jitter", "jitter_seed") if k in d}
+        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "jitter", "jitter_seed", "mesh",
+                                                    "mesh_placement") if k in d}
         if "network" in d:
             try:
                 kwargs["network"] = Network.from_dict(d["network"])

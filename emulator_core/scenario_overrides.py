@@ -21,6 +21,7 @@ from emulator_core.scenario import (
     ScenarioError,
 )
 from emulator_core.scenario_toml import toml_decode_error, toml_loads
+from nbox_trace.mesh import ALIASES, DIM_NAMES
 
 __all__ = ["apply_overrides", "parse_override"]
 
@@ -60,6 +61,8 @@ _SCHEMA: dict[str, Any] = {
     "network": {k: None for k in NETWORK_KEYS},
     "stragglers": [{k: None for k in STRAGGLER_KEYS}],
     "calibration": [{k: None for k in CALIBRATION_KEYS}],
+    "mesh": {k: None for k in (*DIM_NAMES, *ALIASES)},  # --set mesh.dp=512
+    "mesh_placement": None,  # --set mesh_placement=pp,dp,tp (a bare string, read by parse_placement)
 }
 
 

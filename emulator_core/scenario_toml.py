@@ -64,12 +64,14 @@ def _toml_value(v: Any) -> str:
 def dump_toml(scenario: Scenario) -> str:
     """The scenario as TOML text, in the layout of the module docstring; ``loads_scenario`` reads it back equal."""
     d = scenario.to_dict()
-    lines = [f"{k} = {_toml_value(d[k])}" for k in ("world_size", "compute_scale", "overlap", "jitter", "jitter_seed")
-             if k in d]
+    lines = [f"{k} = {_toml_value(d[k])}" for k in ("world_size", "compute_scale", "overlap", "jitter", "jitter_seed",
+                                                     "mesh_placement") if k in d]
     if d["algorithms"]:
         lines += ["", "[algorithms]"] + [f"{k} = {_toml_value(v)}" for k, v in d["algorithms"].items()]
     for dim in d["topology"]["dims"]:
         lines += ["", "[[topology.dims]]"] + [f"{k} = {_toml_value(v)}" for k, v in dim.items()]
+    if "mesh" in d:
+        lines += ["", "[mesh]"] + [f"{k} = {_toml_value(v)}" for k, v in d["mesh"].items()]
     if "network" in d:
         lines += ["", "[network]"] + [f"{k} = {_toml_value(v)}" for k, v in d["network"].items()]
     for s in d["stragglers"]:

@@ -28,11 +28,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from emulator_core.scenario import Scenario, ScenarioError
+from emulator_core.scenario import Scenario, ScenarioError, check_mesh
 from emulator_core.scenario_files import read_scenario_doc
 from emulator_core.scenario_overrides import apply_overrides, parse_override
+from nbox_trace.mesh import canonical_name
 
-__all__ = ["WORLD_SOURCES", "WhatIfWorld", "load_what_if", "resize", "sets_world_size", "what_if_world"]
+__all__ = ["WORLD_SOURCES", "AskedMesh", "WhatIfWorld", "load_what_if", "resize", "scenario_mesh", "sets_world_size",
+           "what_if_world"]
 
 #: Where a world size came from, in the order of precedence (module docstring).
 WORLD_SOURCES = ("--world-size", "--set world_size", "what-if file", "recorded")
@@ -72,6 +74,56 @@ def sets_world_size(overrides: Sequence[str]) -> bool:
         ScenarioError: an override that is not ``KEY=VALUE``.
     """
     return any(parse_override(o)[0] == ["world_size"] for o in overrides)
+
+
+@dataclass(frozen=True)
+class AskedMesh:
+    """A what-if mesh a scenario asks for (:func:`scenario_mesh`).
+
+    Attributes:
+        degrees: (dimension, degree) pairs, canonical names; placement: names outermost first (empty: default).
+        text: where it came from, for messages and reports: ``--set mesh.dp=512``, ``[mesh] of x.toml``, or
+            ``[mesh] of x.toml with --set mesh.dp=512``.
+        set_dims: the dimensions a ``--set mesh.<dim>`` names (a sweep refuses to vary them too).
+    """
+
+    degrees: tuple[tuple[str, int], ...]
+    placement: tuple[str, ...]
+    text: str
+    set_dims: frozenset[str] = frozenset()
+
+
+def scenario_mesh(path: Path | None, overrides: Sequence[str] = ()) -> AskedMesh | None:
+    """The what-if mesh of the scenario: the ``[mesh]`` table and ``mesh_placement`` of the file the user named
+    (``path``; None: none named, as the world size of a default file does not count either), with the ``--set
+    mesh.<dim>=N`` / ``--set mesh_placement=...`` overrides applied. None: the scenario asks for no mesh.
+
+    Raises:
+        InputNotFoundError: the file does not exist.
+        ScenarioError: a bad ``[mesh]`` or ``mesh_placement`` (named, with the file).
+    """
+    doc: dict[str, Any] = {}
+    where = ""
+    if path is not None:
+        doc, file = read_scenario_doc(path)
+        where = str(file)
+        doc = {k: doc[k] for k in ("mesh", "mesh_placement") if k in doc}
+    try:
+        mine = [o for o in overrides if parse_override(o)[0][0] in ("mesh", "mesh_placement")]
+        from_file = bool(doc.get("mesh"))
+        doc = apply_overrides(doc, mine)
+        degrees, placement = check_mesh(doc.get("mesh"), doc.get("mesh_placement"))
+    except ScenarioError as e:
+        raise e.in_file(where) if where else e from None
+    if not degrees:
+        return None
+    set_text = " ".join(f"--set {o.strip()}" for o in mine)
+    text = set_text
+    if from_file:
+        text = f"[mesh] of {Path(where).name}" + (f" with {set_text}" if set_text else "")
+    set_dims = frozenset(canonical_name(key[1], where="--set mesh") for key, _ in map(parse_override, mine)
+                         if key[0] == "mesh" and len(key) == 2)
+    return AskedMesh(degrees, placement, text, set_dims)
 
 
 @dataclass(frozen=True)

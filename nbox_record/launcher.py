@@ -34,7 +34,7 @@ from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
 from nbox_trace.files import Output, check_outputs
 from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
-EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
+EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer", "tp_dp_mlp")
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 
 

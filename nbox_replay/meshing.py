@@ -14,10 +14,12 @@ from typing import Any
 from emulator_core.mesh import MeshError, MeshPlan, parse_mesh, plan_mesh
 from emulator_core.pricing import group_shape
 from emulator_core.scenario import Scenario
+from emulator_core.scenario_overrides import parse_override
 from nbox_replay.graph import RankGraph
 from nbox_trace.mesh import RecordedMesh, canonical_name
 
-__all__ = ["MESH_AXIS", "mesh_axis_name", "mesh_dict", "mesh_lines", "plan_for", "relabel", "topology_spans"]
+__all__ = ["MESH_AXIS", "mesh_axis_name", "mesh_dict", "mesh_lines", "plan_for", "relabel", "set_world_size",
+           "topology_spans"]
 
 #: A sweep axis ``mesh.<dim>`` varies one dimension's degree.
 MESH_AXIS = "mesh."
@@ -57,20 +59,38 @@ def relabel(graphs: Mapping[int, RankGraph], plan: MeshPlan) -> dict[int, RankGr
 
 def plan_for(recorded: RecordedMesh, mesh: str | Sequence[tuple[str, int]], *, groups: Mapping[str, Sequence[int]],
              replayed: Sequence[int], placement: Sequence[str] | None, world_size: int | None = None,
-             text: str | None = None) -> MeshPlan:
-    """The plan of ``mesh`` (``"dp=512,tp=2"`` or parsed pairs) on ``recorded``; ``world_size``: a world size
-    asked for as well (``--world-size``), which the mesh must make.
+             text: str | None = None, set_world: int | None = None, placement_by: str = "--placement",
+             batch_size: int | None = None) -> MeshPlan:
+    """The plan of ``mesh`` (``"dp=512,tp=2"`` or parsed pairs) on ``recorded``; ``world_size`` and ``set_world``: a
+    world size asked for as well (``--world-size``, ``--set world_size``), which the mesh must make;
+    ``placement_by``: where the placement came from, for its errors; ``batch_size``: the recorded per-rank batch
+    of a fixed global batch (None: weak scaling).
 
     Raises:
         MeshError: a bad mesh or placement (named), or a world size the mesh does not make.
     """
     pairs = parse_mesh(mesh) if isinstance(mesh, str) else tuple(mesh)
     label = text or f"--mesh {mesh if isinstance(mesh, str) else ','.join(f'{n}={d}' for n, d in pairs)}"
-    plan = plan_mesh(recorded, pairs, groups=groups, replayed=replayed, placement=placement, text=label)
+    plan = plan_mesh(recorded, pairs, groups=groups, replayed=replayed, placement=placement, text=label,
+                     placement_by=placement_by, batch_size=batch_size)
     if world_size is not None and world_size != plan.world:
         raise MeshError(f"{label}: the mesh {plan.describe()} has {plan.world} ranks, but --world-size is "
                         f"{world_size}")
+    if set_world is not None and set_world != plan.world:
+        raise MeshError(f"{label}: the mesh {plan.describe()} has {plan.world} ranks, but --set world_size is "
+                        f"{set_world}")
     return plan
+
+
+def set_world_size(overrides: Sequence[str]) -> int | None:
+    """The world size a ``--set world_size=N`` asks for (the last one; None: none, or not an integer, which loading
+    the scenario then refuses)."""
+    found = None
+    for o in overrides:
+        key, value = parse_override(o)
+        if key == ["world_size"] and isinstance(value, int) and not isinstance(value, bool):
+            found = value
+    return found
 
 
 def topology_spans(plan: MeshPlan, scenario: Scenario) -> dict[str, str]:
@@ -98,6 +118,8 @@ def mesh_lines(recorded: RecordedMesh, plan: MeshPlan | None, spans: Mapping[str
         rec = recorded.degrees()[name]
         where = f", on topology {spans[name]}" if spans and name in spans else ""
         out.append(f"  {name}: {rec} -> {plan.degrees[name]} ranks{where}")
+    if plan.batch is not None:
+        out.append(f"  {plan.batch.describe()}")
     return out
 
 

@@ -17,7 +17,7 @@ device) is refused before any rank starts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import SCENARIOS_DIR
-from emulator_core.world import load_what_if
+from emulator_core.world import load_what_if, scenario_mesh
 from nbox_replay.breakdown import median_index, slowest_rank
 from nbox_replay.graph import COMPUTE, RankGraph, load_rank
-from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, topology_spans
+from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_world_size, topology_spans
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
@@ -41,11 +41,12 @@ from nbox_trace.mesh import RecordedMesh, parse_names
 if TYPE_CHECKING:
     from nbox_replay.live import LiveResult
 
-__all__ = ["ReplayConfig", "baseline_path", "baseline_scenario", "run_replay"]
+__all__ = ["ReplayConfig", "baseline_path", "baseline_scenario", "global_batch_size", "run_replay"]
 
 CLOCKS = ("real", "virtual")
 COMPUTES = ("auto", "live", "recorded")
 DEVICES = ("auto", "cpu", "cuda")
+GLOBAL_BATCH = ("weak", "fixed")
 
 
 class ReplayConfigError(UsageError):
@@ -76,6 +77,9 @@ class ReplayConfig:
             (:mod:`emulator_core.mesh`).
         placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
         recorded_mesh: names of the recorded mesh's dimensions, outermost first, where inference guesses.
+        global_batch: ``weak`` (each rank keeps its batch) or ``fixed`` (strong scaling at a what-if mesh:
+            :mod:`emulator_core.mesh`; recorded compute only); batch_size: the recorded per-rank batch, which
+            ``fixed`` needs (nbox does not infer it from the trace).
     """
 
     bundle: str
@@ -95,6 +99,8 @@ class ReplayConfig:
     mesh: str | None = None
     placement: str | None = None
     recorded_mesh: str | None = None
+    global_batch: str = "weak"
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
@@ -122,12 +128,34 @@ class ReplayConfig:
                 parse_names(self.recorded_mesh)
         except UsageError as e:
             raise ReplayConfigError(str(e)) from None
-        if self.mesh is None and self.placement is not None:
-            raise ReplayConfigError("--placement: places a what-if mesh; give --mesh too")
+        global_batch_size(self.global_batch, self.batch_size)
+        if self.global_batch == "fixed" and self.compute == "live":
+            raise ReplayConfigError("--global-batch fixed with --compute live: re-executing the operators at a "
+                                    "smaller batch is not built; use --compute recorded (each compute node's "
+                                    "duration is scaled by the per-rank batch's ratio)")
         if self.mesh is not None and self.clock != "virtual":
             raise ReplayConfigError(f"--mesh {self.mesh}: a what-if mesh is replayed in virtual time only; add "
                                     f"--clock virtual (a live replay scales the world with --world-size)")
         check_outputs([Output("--out", self.out, "dir")], inputs=[Path(self.bundle)])
+
+
+def global_batch_size(global_batch: str, batch_size: int | None) -> int | None:
+    """The recorded per-rank batch of ``--global-batch fixed`` (None: weak scaling), the flags checked together.
+
+    Raises:
+        ReplayConfigError: an unknown mode, ``fixed`` without ``--batch-size`` or ``--batch-size`` without it, a
+            batch below 1.
+    """
+    if global_batch not in GLOBAL_BATCH:
+        raise ReplayConfigError(f"--global-batch {global_batch!r}: must be one of {', '.join(GLOBAL_BATCH)}")
+    if global_batch == "fixed" and batch_size is None:
+        raise ReplayConfigError("--global-batch fixed: name the recorded per-rank batch with --batch-size B "
+                                "(nbox does not infer it from the trace)")
+    if global_batch != "fixed" and batch_size is not None:
+        raise ReplayConfigError("--batch-size: only with --global-batch fixed (weak scaling keeps each rank's batch)")
+    if batch_size is not None and batch_size < 1:
+        raise ReplayConfigError(f"--batch-size must be >= 1, got {batch_size}")
+    return batch_size
 
 
 def baseline_path(source: ReplaySource, path: Path | None = None) -> Path:
@@ -192,9 +220,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     what_if_path = config.what_if or config.baseline or SCENARIOS_DIR / f"{base_name}.toml"
     replayed = sorted(config.ranks or source.ranks)
     recorded_mesh = source.mesh(parse_names(config.recorded_mesh) if config.recorded_mesh else None)
-    plan = None if config.mesh is None else plan_for(
-        recorded_mesh, config.mesh, groups=source.groups, replayed=replayed, world_size=config.world_size,
-        placement=parse_placement(config.placement) if config.placement else None)
+    plan = _plan(config, clock, recorded_mesh, source.groups, replayed, notices)
     what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
                                   requested=plan.world if plan else config.world_size, default=what_if_path,
                                   requested_by=plan.text if plan else "--world-size")
@@ -256,6 +282,36 @@ def _extrapolations(graphs: dict[int, RankGraph], scenario: Scenario) -> list[st
     shape = group_shape(scenario)
     names = sorted({c.collective for g in graphs.values() for c in g.comm.values()})
     return [note for name in names if (note := extrapolation_note(scenario, name, shape)) is not None]
+
+
+def _plan(config: ReplayConfig, clock: str, recorded: RecordedMesh, groups: Mapping[str, Sequence[int]],
+          replayed: Sequence[int], notices: list[str]) -> MeshPlan | None:
+    """The what-if mesh: ``--mesh``, else the what-if scenario's (``[mesh]`` of the ``--what-if`` file, ``--set
+    mesh.<dim>=N``); placed by ``--placement``, else the scenario's ``mesh_placement``. None: no mesh (the
+    world-size rule)."""
+    asked = scenario_mesh(config.what_if, config.overrides)
+    placement = parse_placement(config.placement) if config.placement else (asked.placement if asked else None)
+    placement_by = "--placement" if config.placement else "mesh_placement"
+    mesh: str | tuple[tuple[str, int], ...]
+    if config.mesh is not None:
+        mesh, text = config.mesh, f"--mesh {config.mesh}"
+        if asked is not None:
+            notices.append(f"--mesh {config.mesh} replaces the what-if scenario's mesh ({asked.text})")
+    elif asked is not None:
+        mesh, text = asked.degrees, asked.text
+        if clock != "virtual":
+            raise ReplayConfigError(f"{text}: a what-if mesh is replayed in virtual time only; add --clock virtual "
+                                    f"(a live replay scales the world with --world-size)")
+    elif config.placement is not None:
+        raise ReplayConfigError("--placement: places a what-if mesh; give --mesh (or a [mesh] in the what-if) too")
+    elif config.global_batch == "fixed":
+        raise ReplayConfigError("--global-batch fixed: strong scaling changes the data-parallel degree of a mesh; "
+                                "give --mesh (or a [mesh] in the what-if)")
+    else:
+        return None
+    return plan_for(recorded, mesh, groups=groups, replayed=replayed, world_size=config.world_size,
+                    placement=placement or None, text=text, set_world=set_world_size(config.overrides),
+                    placement_by=placement_by, batch_size=config.batch_size)
 
 
 def _mesh_notice(recorded: RecordedMesh, plan: MeshPlan | None, world: int, notices: list[str]) -> None:

@@ -10,7 +10,11 @@ A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 * ``mesh.<dim>`` (e.g. ``mesh.dp=8,64,512``): the degree of one dimension of the recorded mesh
   (:mod:`nbox_trace.mesh`), the others keeping theirs; the world size is the mesh's, and each point replays
   at that mesh as ``nbox replay --mesh`` does (:mod:`emulator_core.mesh`: groups follow their dimensions,
-  sizes their dimension's rule). Not together with a ``world_size`` axis;
+  sizes their dimension's rule). Not together with a ``world_size`` axis. A mesh in the what-if scenario
+  (``[mesh]`` of the ``--what-if`` file, ``--set mesh.<dim>=N``, :func:`emulator_core.world.scenario_mesh`)
+  is played at every point, an axis replacing the file's degree of its dimension; an axis on a dimension that a
+  ``--set mesh.<dim>`` also names, or a ``world_size`` axis with a scenario mesh, is refused (one would be
+  silently dropped);
 * any other key: a scenario override (``--set`` syntax, e.g. ``topology.dims.0.bandwidth_gbps=10,100``
   or ``algorithms.all_reduce=ring,double_binary_tree``), applied on top of the base overrides.
 
@@ -39,16 +43,16 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from emulator_core.mesh import MeshError, MeshPlan
 from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_overrides import parse_override
-from emulator_core.world import WhatIfWorld, load_what_if
+from emulator_core.world import AskedMesh, WhatIfWorld, load_what_if, scenario_mesh
 from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.meshing import MESH_AXIS, mesh_axis_name, plan_for
+from nbox_replay.meshing import MESH_AXIS, mesh_axis_name, plan_for, set_world_size
 from nbox_replay.summary import RunSummary, format_speedup, speedup, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
@@ -160,6 +164,8 @@ class SweepConfig:
         jobs: worker processes (1: evaluate in this process; capped at the CPU count and the grid size).
         mesh: the recorded mesh, for ``mesh.<dim>`` axes (None: such an axis is refused).
         placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
+        batch_size: the recorded per-rank batch of a fixed global batch (strong scaling at each point's mesh,
+            :mod:`emulator_core.mesh`); None: weak scaling.
     """
 
     traces: Traces
@@ -173,13 +179,16 @@ class SweepConfig:
     baseline: Path | None = None
     mesh: RecordedMesh | None = None
     placement: tuple[str, ...] | None = None
+    batch_size: int | None = None
+    #: The what-if scenario's own mesh (set when built).
+    asked: AskedMesh | None = field(default=None, init=False, compare=False)
 
     @classmethod
     def build(cls, traces: Mapping[int, str | os.PathLike[str]], groups: Mapping[str, Sequence[int]],
               recorded_world: int, vary: Sequence[str | Axis], *, scenario: str | os.PathLike[str] | None = None,
               overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1,
               baseline: str | os.PathLike[str] | None = None, mesh: RecordedMesh | None = None,
-              placement: Sequence[str] | None = None) -> SweepConfig:
+              placement: Sequence[str] | None = None, batch_size: int | None = None) -> SweepConfig:
         """A config from mappings and axis texts (``"world_size=8,64"``).
 
         Raises:
@@ -191,7 +200,7 @@ class SweepConfig:
                    tuple(a if isinstance(a, Axis) else parse_axis(a) for a in vary),
                    Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs,
                    Path(baseline) if baseline is not None else None, mesh,
-                   tuple(placement) if placement is not None else None)
+                   tuple(placement) if placement is not None else None, batch_size)
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((int(r), str(p)) for r, p in self.traces))
@@ -212,6 +221,22 @@ class SweepConfig:
             raise SweepUsageError(f"--vary {dup[0]}: the axis is given twice (list all its values in one --vary)")
         if WORLD_SIZE in keys and any(k.startswith(MESH_AXIS) for k in keys):
             raise SweepUsageError("--vary world_size and --vary mesh.*: the mesh makes the world size; vary one")
+        try:
+            asked = scenario_mesh(self.scenario, self.overrides)
+        except ScenarioError as e:
+            raise SweepError(str(e)) from None
+        object.__setattr__(self, "asked", asked)
+        if asked is not None and WORLD_SIZE in keys:
+            raise SweepUsageError(f"--vary world_size and the what-if's mesh ({asked.text}): the mesh makes the "
+                                  f"world size; vary mesh.<dim> instead")
+        clash = [k for k in keys if k.startswith(MESH_AXIS) and asked is not None
+                 and mesh_axis_name(k) in asked.set_dims]
+        if clash:
+            dim = mesh_axis_name(clash[0])
+            raise SweepUsageError(f"--vary {clash[0]} and --set mesh.{dim}: both give the {dim} degree; drop one")
+        if self.batch_size is not None and asked is None and not any(k.startswith(MESH_AXIS) for k in keys):
+            raise SweepUsageError("--global-batch fixed: strong scaling changes the data-parallel degree of a mesh; "
+                                  "vary mesh.<dim> (or give a [mesh] in the what-if)")
         for a in axes:
             if not a.values:
                 raise SweepError(f"--vary {a.key}: no values")
@@ -240,13 +265,20 @@ class SweepConfig:
         """
         degrees = [(mesh_axis_name(a.key), int(v)) for a, v in zip(self.vary, point, strict=True)
                    if a.key.startswith(MESH_AXIS)]
-        if not degrees:
+        asked = self.asked
+        if not degrees and asked is None:
             return None
-        text = "--vary " + ",".join(f"{MESH_AXIS}{n}={d}" for n, d in degrees)
+        text = "--vary " + ",".join(f"{MESH_AXIS}{n}={d}" for n, d in degrees) if degrees else ""
+        if asked is not None:
+            text = f"{text} on {asked.text}" if text else asked.text
+            degrees = [*((n, d) for n, d in asked.degrees if n not in dict(degrees)), *degrees]
         if self.mesh is None:
             raise MeshError(f"{text}: no recorded mesh was given to the sweep")
+        placement = self.placement or (asked.placement if asked is not None and asked.placement else None)
         return plan_for(self.mesh, degrees, groups=dict(self.groups), replayed=[r for r, _ in self.traces],
-                        placement=self.placement, text=text)
+                        placement=placement, text=text, set_world=set_world_size(self.overrides),
+                        placement_by="--placement" if self.placement else "mesh_placement",
+                        batch_size=self.batch_size)
 
     def _build(self, point: Sequence[Value]) -> tuple[Scenario, WhatIfWorld]:
         overrides = list(self.overrides)

@@ -4,7 +4,8 @@ Every replayed rank walks its graph in node order (the recorded order: a thread 
 in that order). A node starts when its resource (thread or stream) is free and its dependencies are met:
 
 * a **compute** node needs its dependencies' ends; it runs for ``duration / compute_scale`` (times the
-  rank's straggler slowdown);
+  rank's straggler slowdown, and with a what-if mesh at a fixed global batch the per-rank batch's ratio,
+  :attr:`emulator_core.mesh.MeshPlan.compute_factor`);
 * a **collective** or **send/recv** is *issued* on its thread once its dependencies are met, where a
   dependency on another comm node counts from that node's issue (collectives of one group are ordered
   on the group's stream by the fabric, not by the thread). Issuing costs the thread ``issue_us``; a
@@ -302,6 +303,8 @@ class _Rank:
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
         self.comm_positions = [i for i, k in enumerate(g.kind) if COLLECTIVE <= k <= RECV]
         self.factor = sim.scenario.slowdown(g.rank) / sim.scenario.compute_scale
+        if sim.mesh is not None:  # a fixed global batch: the per-rank batch's ratio (emulator_core.mesh)
+            self.factor *= sim.mesh.compute_factor
         self.done = len(g) == 0
         self.at = 0  # the node the walk stopped at (for :meth:`stuck_message`)
         self._new_rep()

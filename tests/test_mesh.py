@@ -277,7 +277,6 @@ def test_uneven_ep_splits_are_priced_as_recorded_at_the_recorded_degree_and_unif
     ({"mesh": "dp=0"}, r"dp=0.*positive integer"),
     ({"mesh": "dp"}, r"expected NAME=DEGREE"),
     ({"mesh": "dp=8", "clock": "real"}, r"virtual time only"),
-    ({"placement": "tp,dp"}, r"--placement: places a what-if mesh"),
     ({"mesh": "dp=8", "placement": "dp,dp"}, r"'dp' is listed twice"),
 ])
 def test_bad_mesh_options_are_usage_errors_naming_the_flag(kw: dict[str, Any], match: str) -> None:
@@ -290,6 +289,7 @@ def test_bad_mesh_options_are_usage_errors_naming_the_flag(kw: dict[str, Any], m
     ({"mesh": "dp=8,cp=2"}, r"the recording has no cp dimension \(recorded mesh: dp=2 x tp=2\)"),
     ({"mesh": "dp=1"}, r"dp=1: replayed rank 2 has dp coordinate 1"),
     ({"mesh": "dp=8", "placement": "dp"}, r"--placement dp: must list each dimension of the mesh once"),
+    ({"placement": "tp,dp"}, r"--placement: places a what-if mesh; give --mesh \(or a \[mesh\] in the what-if\)"),
 ])
 def test_meshes_that_cannot_be_played_are_refused_naming_the_dimension(tmp_path: Path, kw: dict[str, Any],
                                                                         match: str) -> None:
@@ -325,3 +325,26 @@ def test_a_one_dimension_mesh_is_the_world_size_rule_bit_for_bit(name: str, dim:
     old = run_replay(ReplayConfig(str(TRACES / name), clock="virtual", world_size=64)).to_dict()["what_if"]
     new = run_replay(ReplayConfig(str(TRACES / name), clock="virtual", mesh=f"{dim}=64")).to_dict()["what_if"]
     assert old["iteration_us"] == new["iteration_us"] and old["breakdown_us"] == new["breakdown_us"]
+
+
+def test_the_shipped_2d_recording_is_dp_by_tp_and_scales_dp_only() -> None:
+    """traces/tp_dp_mlp (tp_dp_mlp recorded at W=4): dp=2 x tp=2 named by DeviceMesh's descriptions; at dp=8 x tp=2
+    each dp group is 8 ranks at stride 2, each tp group keeps its 2 neighbours, and the bytes keep their size."""
+    src = open_source(str(TRACES / "tp_dp_mlp"))
+    rep = run_replay(ReplayConfig(str(TRACES / "tp_dp_mlp"), clock="virtual", mesh="dp=8,tp=2"))
+    doc = rep.to_dict()["mesh"]
+    assert doc["recorded"]["mesh"] == "dp=2 x tp=2" and not doc["recorded"]["guessed"]
+    assert [d["named_by"] for d in doc["recorded"]["dims"]] == ["description 'mesh_dp'", "description 'mesh_tp'"]
+    groups = doc["what_if"]["groups"]
+    for name, ranks in src.groups.items():
+        if len(ranks) == 2 and ranks[1] - ranks[0] == 2:
+            assert groups[name] == {"dims": ["dp"], "recorded_size": 2, "size": 8}
+        elif len(ranks) == 2:
+            assert groups[name] == {"dims": ["tp"], "recorded_size": 2, "size": 2}
+    assert doc["what_if"]["rank_map"] == {"0": 0, "1": 1, "2": 2, "3": 3}
+    plan = plan_for(src.mesh(), "dp=8,tp=2", groups=src.groups, replayed=[0, 1, 2, 3], placement=None)
+    members = {tuple(plan.members(g)[0]) for g in src.groups}
+    assert {(0, 1), (2, 3), tuple(range(0, 16, 2)), tuple(range(1, 16, 2)), tuple(range(16))} == members
+    text = rep.format_text()
+    assert "size rule: all_reduce: dp group 2 -> 8 ranks: data-parallel gradient all-reduce keeps its bytes" in text
+    assert "size rule: all_reduce: tp group not resized (2 ranks): unchanged" in text

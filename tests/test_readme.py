@@ -54,14 +54,15 @@ def test_shipped_synthetic_trace_is_strict_clean() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("name", ["ddp_mlp", "ddp_transformer", "fsdp2_transformer"])
+@pytest.mark.parametrize("name", ["ddp_mlp", "ddp_transformer", "fsdp2_transformer", "tp_dp_mlp"])
 def test_shipped_recorded_bundles_verify_and_are_strict_clean(name: str) -> None:
     from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
     from nbox_trace.check import inspect_trace
 
     bundle = ROOT / "traces" / name
     manifest = read_manifest(bundle)
-    assert manifest.complete and manifest.job["ranks_recorded"] == [0, 1]
+    world = manifest.job["world_size"]
+    assert manifest.complete and manifest.job["ranks_recorded"] == list(range(world)) and world in (2, 4)
     assert verify_files(bundle, manifest) == []
     assert sum(f.bytes for f in manifest.files) < 2 * 1024 * 1024  # shipped bundles stay small
     assert inspect_trace(trace_prefix(bundle)).problem_count() == 0

@@ -43,8 +43,8 @@ def record_cmd(
     capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1)] = 1,
     backend: Annotated[str, typer.Option(help="auto | gloo | nccl (auto: nccl with CUDA, else gloo).")] = "auto",
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
-    example: Annotated[str, typer.Option(help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer.")]
-    = "ddp_mlp",
+    example: Annotated[str, typer.Option(
+        help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp.")] = "ddp_mlp",
     run_to_end: Annotated[bool, typer.Option("--run-to-end", help="Let the script finish after the capture.")] = False,
     keep_partial: Annotated[bool, typer.Option("--keep-partial", help="On failure, write a bundle marked incomplete.")]
     = False,
@@ -115,8 +115,8 @@ def emulate_cmd(
     what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
     = None,
-    example: Annotated[str, typer.Option(help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer.")]
-    = "ddp_mlp",
+    example: Annotated[str, typer.Option(
+        help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp.")] = "ddp_mlp",
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Iterations timed (the run stops after them).", min=1)] = 10,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]

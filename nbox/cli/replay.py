@@ -38,13 +38,19 @@ def replay_cmd(
                                                 "(default: the slowest).")] = None,
     mesh: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="What-if mesh, e.g. dp=512,tp=2: groups along a scaled dimension grow, the others keep their size, "
-             "each collective follows its dimension's rule (--clock virtual).")] = None,
+             "each collective follows its dimension's rule (--clock virtual). Default: the what-if's [mesh] "
+             "(--set mesh.dp=512).")] = None,
     placement: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Mesh dimensions outermost first as laid on ranks (default: pp,dp,fsdp,ep,cp,tp: TP innermost, "
              "on the innermost topology dimension).")] = None,
     recorded_mesh: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name the recorded mesh's dimensions, outermost first (e.g. dp,tp), where inference guesses.")]
     = None,
+    global_batch: Annotated[str, typer.Option(
+        help="weak (each rank keeps its batch) | fixed (strong scaling at --mesh: recorded compute and activation "
+             "collectives scaled by the per-rank batch's ratio; needs --batch-size).")] = "weak",
+    batch_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="The recorded per-rank batch (samples), for --global-batch fixed.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle under the baseline and a what-if, and compare them with the recorded run.
@@ -65,6 +71,8 @@ def replay_cmd(
       --world-size 1024 --out timelines/
 
       nbox replay BUNDLE --clock virtual --mesh dp=512,tp=2 --what-if emulator_core/scenarios/dgx_h100_400g.toml
+
+      nbox replay traces/tp_dp_mlp --clock virtual --mesh dp=8 --global-batch fixed --batch-size 32
     """
     from nbox_replay.replay import ReplayConfig, run_replay
     from nbox_trace.errors import UsageError
@@ -76,7 +84,8 @@ def replay_cmd(
     cfg = ReplayConfig(bundle=bundle, what_if=what_if, overrides=tuple(set_ or ()), world_size=world_size,
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
                        warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank, mesh=mesh,
-                       placement=placement, recorded_mesh=recorded_mesh)
+                       placement=placement, recorded_mesh=recorded_mesh, global_batch=global_batch,
+                       batch_size=batch_size)
     def say(message: str) -> None:
         sys.stderr.write(f"nbox replay: {message}\n")
 
@@ -103,6 +112,11 @@ def sweep_cmd(
     recorded_mesh: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name the recorded mesh's dimensions, outermost first (e.g. dp,tp), where inference guesses.")]
     = None,
+    global_batch: Annotated[str, typer.Option(
+        help="weak (each rank keeps its batch) | fixed (strong scaling at each point's mesh; needs --batch-size).")]
+    = "weak",
+    batch_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="The recorded per-rank batch (samples), for --global-batch fixed.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle in virtual time over a grid of what-ifs; write a CSV (and a PNG plot when matplotlib is
@@ -115,7 +129,7 @@ def sweep_cmd(
       nbox sweep BUNDLE --vary mesh.dp=2,8,64,512 --what-if emulator_core/scenarios/dgx_h100_400g.toml
     """
     from emulator_core.mesh import parse_placement
-    from nbox_replay.replay import baseline_path
+    from nbox_replay.replay import baseline_path, global_batch_size
     from nbox_replay.source import open_source
     from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_outputs
     from nbox_trace.archive import traces_directory
@@ -129,7 +143,8 @@ def sweep_cmd(
     source = open_source(root, name=bundle)
     cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, list(vary),
                             scenario=what_if, baseline=baseline_path(source), overrides=tuple(set_ or ()),
-                            repetitions=iterations, jobs=jobs, mesh=source.mesh(names), placement=places)
+                            repetitions=iterations, jobs=jobs, mesh=source.mesh(names), placement=places,
+                            batch_size=global_batch_size(global_batch, batch_size))
 
     def progress(done: int, total: int) -> None:
         if json_out:

@@ -8,7 +8,10 @@ without nbox::
 * :mod:`~nbox_record.examples.ddp_mlp`: DDP over a 3-layer MLP (SGD, MSE, random data);
 * :mod:`~nbox_record.examples.ddp_transformer`: DDP over one transformer block;
 * :mod:`~nbox_record.examples.fsdp2_transformer`: FSDP2 (``fully_shard``) over two transformer blocks,
-  so all-gathers and reduce-scatters appear.
+  so all-gathers and reduce-scatters appear;
+* :mod:`~nbox_record.examples.tp_dp_mlp`: tensor parallel x data parallel on a 2-D device mesh
+  (``dp`` x ``tp``, tp = 2 by default, dp = world / tp): DTensor column/row-wise MLP blocks on tp, a
+  gradient all-reduce on dp. Run it on 4 ranks for dp=2 x tp=2.
 
 All of them: backend from ``NBOX_BACKEND`` (default ``gloo``, or ``cpu:gloo,cuda:nccl`` when CUDA is
 available), model seeded identically on every rank and data seeded per rank, no output per step,
@@ -26,6 +29,7 @@ EXAMPLES: dict[str, Path] = {
     "ddp_mlp": EXAMPLES_DIR / "ddp_mlp.py",
     "ddp_transformer": EXAMPLES_DIR / "ddp_transformer.py",
     "fsdp2_transformer": EXAMPLES_DIR / "fsdp2_transformer.py",
+    "tp_dp_mlp": EXAMPLES_DIR / "tp_dp_mlp.py",
 }
 #: The example ``nbox record`` runs when no script is given.
 DEFAULT_EXAMPLE = "ddp_mlp"
