@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 import time
@@ -30,9 +31,9 @@ from typing import Any
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 from nbox_trace import __version__
-from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
+from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError, UsageError
 from nbox_trace.files import Output, check_outputs
-from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
+from nbox_trace.launch import Launch, LaunchResult, parse_endpoint, run, seconds_text, then_failed
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -56,6 +57,8 @@ class RecordConfig:
     nnodes: str = "1"
     node_rank: int = 0
     rdzv_endpoint: str | None = None
+    local_addr: str | None = None       # None: this node's address on the route to the endpoint
+    rdzv_host: bool | None = None       # None: when the endpoint's address is this node's own and node_rank is 0
     warmup: int = 3
     iterations: int = 10
     capture: int = 1
@@ -71,6 +74,7 @@ class RecordConfig:
         """Raises UsageError (exit 2) naming the ``nbox record`` flag as typed."""
         if self.nproc_per_node < 1:
             raise UsageError(f"-n/--nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        check_nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.local_addr)
         for flag, value, lo in (("--warmup", self.warmup, 0), ("--iterations", self.iterations, 1),
                                 ("--capture", self.capture, 1)):
             if value < lo:
@@ -81,6 +85,24 @@ class RecordConfig:
             raise UsageError(f"--example {self.example!r}: unknown example; choose from {', '.join(EXAMPLES)}")
         if not self.timeout_s > 0:
             raise UsageError(f"--timeout must be > 0 (seconds), got {self.timeout_s}")
+
+
+def check_nodes(nnodes: str, node_rank: int, rdzv_endpoint: str | None, local_addr: str | None) -> None:
+    """The multi-node flags of ``nbox record``, ``nbox calibrate`` (as typed): a UsageError (exit 2) before anything
+    starts, never a run that waits for nodes that cannot meet."""
+    if not re.fullmatch(r"[1-9]\d{0,4}(:[1-9]\d{0,4})?", nnodes or ""):
+        raise UsageError(f"--nnodes {nnodes!r}: expected a node count (2) or a range MIN:MAX (1:4)")
+    if node_rank < 0:
+        raise UsageError(f"--node-rank must be >= 0, got {node_rank}")
+    if nnodes != "1" and not rdzv_endpoint:
+        raise UsageError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the rendezvous every node joins)")
+    if rdzv_endpoint:
+        try:
+            parse_endpoint(rdzv_endpoint)
+        except InvalidInputError:
+            raise UsageError(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT (e.g. 10.0.0.1:29400)") from None
+    if local_addr is not None and not rdzv_endpoint:
+        raise UsageError("--local-addr applies to a multi-node run: give --rdzv-endpoint too")
 
 
 @dataclass(frozen=True)
@@ -122,8 +144,8 @@ def launch_spec(cfg: RecordConfig, work: Path, backend: str, log_dir: Path) -> L
                         run_to_end=cfg.run_to_end, pythonpath=inherited),
            "NBOX_BACKEND": backend}  # read by the built-in examples
     return Launch(str(script_path(cfg)), log_dir, args=tuple(args), nproc_per_node=cfg.nproc_per_node,
-                  nnodes=cfg.nnodes, node_rank=cfg.node_rank, rdzv_endpoint=cfg.rdzv_endpoint, env=env,
-                  timeout_s=cfg.timeout_s)
+                  nnodes=cfg.nnodes, node_rank=cfg.node_rank, rdzv_endpoint=cfg.rdzv_endpoint,
+                  local_addr=cfg.local_addr, rdzv_host=cfg.rdzv_host, env=env, timeout_s=cfg.timeout_s)
 
 
 def _read_json(path: Path) -> Any:
@@ -164,7 +186,10 @@ def _failure(cfg: RecordConfig, work: Path, result: LaunchResult) -> RecordError
     if f.root_error is not None:
         err = f.root_error
         return RecordError(f"rank {err.rank} failed: {err.type}: {err.message}{then_failed(f.others)}")
-    unfinished = [r for r in range(_expected_ranks(cfg)) if not (work / f"rank{r}" / raw.TIMINGS).is_file()]
+    if cfg.rdzv_endpoint:  # this node's ranks have global ranks torchrun's rendezvous chose: those that started
+        unfinished = [r for r, d in _rank_dirs(work).items() if not (d / raw.TIMINGS).is_file()]
+    else:
+        unfinished = [r for r in range(_expected_ranks(cfg)) if not (work / f"rank{r}" / raw.TIMINGS).is_file()]
     if f.timed_out:
         states = "; ".join(f"rank {r}: {_rank_status(work / f'rank{r}')}" for r in unfinished)
         return RecordError(f"the run did not finish within {seconds_text(cfg.timeout_s)} s (--timeout) and was "
@@ -193,7 +218,8 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
         if not complete and not cfg.keep_partial:
             raise _failure(cfg, work, result)
         say("converting the capture to Chakra ET")
-        bundle, ranks, median_us, nodes_per_rank = _write_bundle(cfg, work, script, backend, complete)
+        bundle, ranks, median_us, nodes_per_rank = _write_bundle(cfg, work, script, backend, complete,
+                                                                 local_addr=result.launch.local_addr)
         return RecordResult(bundle, ranks, median_us, complete, time.monotonic() - started, nodes_per_rank)
     finally:
         if cfg.keep_raw:
@@ -202,8 +228,23 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _node_facts(cfg: RecordConfig, timings: dict[int, dict[str, Any]], local_addr: str | None) -> dict[str, Any]:
+    """The manifest's ``job`` keys of a multi-node recording: the rendezvous, the run's identity (the same on every
+    node, :func:`nbox_record.recordfacts.job_identity`) and this node (``nbox bundle merge`` reads them)."""
+    if not cfg.rdzv_endpoint:
+        return {}
+    first = timings[min(timings)]
+    job = first.get("job")
+    ident: dict[str, Any] = job if isinstance(job, dict) else {}
+    node = {"node_rank": cfg.node_rank, "group_rank": ident.get("group_rank"), "ranks": sorted(timings),
+            "hostname": first.get("hostname"), "local_addr": local_addr}
+    return {"rdzv_endpoint": cfg.rdzv_endpoint, "job_id": ident.get("job_id"), "run_id": ident.get("run_id"),
+            "nodes": [node]}
+
+
 def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, complete: bool,
-                  emulation: dict[str, Any] | None = None) -> tuple[Path, list[int], float, dict[int, int]]:
+                  emulation: dict[str, Any] | None = None,
+                  local_addr: str | None = None) -> tuple[Path, list[int], float, dict[int, int]]:
     """Convert the ranks' captures in ``work`` and write the bundle ``cfg.out``.
 
     ``emulation`` (from ``nbox emulate -o``): {"world_size": W, "real_ranks": [global rank of each real
@@ -245,7 +286,7 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
              "nproc_per_node": cfg.nproc_per_node, "nnodes": cfg.nnodes, "node_rank": cfg.node_rank,
              "process_groups": groups,
              "script": str(script) if cfg.script is not None else f"nbox example {cfg.example}",
-             "args": list(cfg.script_args)},
+             "args": list(cfg.script_args), **_node_facts(cfg, timings, local_addr)},
         observed=observed,
         capture={"warmup": cfg.warmup, "iterations_timed": cfg.iterations, "iterations_captured": cfg.capture,
                  "boundary": first.get("boundary"), "raw_format": raw.RAW_FORMAT_VERSION},

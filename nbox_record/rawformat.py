@@ -104,3 +104,5 @@ class RankTimings(_RankTimingsRequired, total=False):
     # per clean iteration, the training thread's time on a CPU and runnable waiting for one (threadtime.py)
     iteration_cpu_us: list[float]
     iteration_run_queue_us: list[float]
+    # the job this rank belonged to: the same on every rank of one run, on every node (recordfacts.job_identity)
+    job: dict[str, str | int | None]

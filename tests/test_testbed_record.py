@@ -1,0 +1,83 @@
+"""Multi-node for real on the namespace testbed (issue 15): two nodes, one rank each, a 1 Gb/s tbf link.
+``nbox record`` on each node through torchrun's rendezvous, then ``nbox bundle merge``, ``verify`` and a replay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nbox_trace import bundle as B
+from nbox_trace.testbed import Testbed
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.testbed
+PORT = 29471
+
+
+def nbox_cmd(*args: object) -> list[str]:
+    return [sys.executable, "-m", "nbox", *map(str, args)]
+
+
+def on_both(tb: Testbed, tmp_path: Path, make: Callable[[int], list[str]],
+            timeout_s: float = 300) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``make(k)`` (a command) on nodes 0 and 1 at once; their exit codes, stdout and stderr."""
+    procs, logs = [], []
+    for k in range(2):
+        out, err = tmp_path / f"node{k}.out", tmp_path / f"node{k}.err"
+        logs.append((out, err))
+        with open(out, "w") as o, open(err, "w") as e:
+            procs.append(tb.run_on(k, make(k), {"PYTHONPATH": str(ROOT)}, cwd=ROOT, stdout=o, stderr=e))
+    codes = tb.wait_all(procs, timeout_s)
+    return [subprocess.CompletedProcess(p.args, c, o.read_text(), e.read_text())
+            for p, c, (o, e) in zip(procs, codes, logs, strict=True)]
+
+
+def run_nbox(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(nbox_cmd(*args), capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_two_node_record_merges_into_one_bundle_that_verifies_and_replays(tmp_path: Path) -> None:
+    with Testbed(2, rate="1gbit") as tb:
+        endpoint = f"{tb.node(0).addr}:{PORT}"
+        done = on_both(tb, tmp_path, lambda k: nbox_cmd(
+            "record", "-n", 1, "--nnodes", 2, "--node-rank", k, "--rdzv-endpoint", endpoint, "--warmup", 2,
+            "--iterations", 5, "--timeout", 240, "-o", tmp_path / f"node{k}.bundle", "--json"))
+    for k, res in enumerate(done):
+        assert res.returncode == 0, f"node {k}: {res.stderr[-3000:]}"
+    docs = [json.loads(res.stdout) for res in done]
+    assert sorted(docs[0]["ranks"] + docs[1]["ranks"]) == [0, 1]
+    manifests = [B.read_manifest(tmp_path / f"node{k}.bundle") for k in range(2)]
+    assert manifests[0].job["job_id"] == manifests[1].job["job_id"] and manifests[0].job["job_id"]
+    assert [m.job["nodes"][0]["local_addr"] for m in manifests] == [tb.node(0).addr, tb.node(1).addr]
+    assert all(m.job["world_size"] == 2 and m.job["nnodes"] == "2" for m in manifests)
+
+    merged = tmp_path / "run.bundle"
+    res = run_nbox("bundle", "merge", tmp_path / "node1.bundle", tmp_path / "node0.bundle", "-o", merged, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["ranks"] == [0, 1]
+    verify = run_nbox("bundle", "verify", merged, "--json")
+    assert verify.returncode == 0, verify.stdout
+    assert json.loads(verify.stdout)["ok"] is True
+    replay = run_nbox("replay", merged, "--clock", "virtual", "--json")
+    assert replay.returncode == 0, replay.stderr
+    doc = json.loads(replay.stdout)
+    assert doc["ranks_replayed"] == [0, 1] and doc["baseline"]["iteration_us"]["median"] > 0
+
+    # bundles of another run do not merge with these, and the message names the file
+    again = tmp_path / "again"
+    again.mkdir()
+    with Testbed(2, rate="1gbit") as tb:
+        endpoint = f"{tb.node(0).addr}:{PORT}"
+        redo = on_both(tb, again, lambda k: nbox_cmd(
+            "record", "-n", 1, "--nnodes", 2, "--node-rank", k, "--rdzv-endpoint", endpoint, "--warmup", 1,
+            "--iterations", 2, "--timeout", 240, "-o", again / f"node{k}.bundle"))
+    assert [r.returncode for r in redo] == [0, 0], redo[1].stderr[-2000:]
+    mixed = run_nbox("bundle", "merge", tmp_path / "node0.bundle", again / "node1.bundle", "-o", tmp_path / "mixed")
+    assert mixed.returncode == 3 and "node1.bundle: job.job_id is" in mixed.stderr, mixed.stderr
+    assert not (tmp_path / "mixed").exists()
