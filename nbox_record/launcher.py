@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import shutil
 import tempfile
 import time
@@ -31,9 +30,9 @@ from typing import Any
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 from nbox_trace import __version__
-from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError, UsageError
+from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
 from nbox_trace.files import Output, check_outputs
-from nbox_trace.launch import Launch, LaunchResult, parse_endpoint, run, seconds_text, then_failed
+from nbox_trace.launch import Launch, LaunchResult, check_nodes, run, seconds_text, then_failed
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -85,24 +84,6 @@ class RecordConfig:
             raise UsageError(f"--example {self.example!r}: unknown example; choose from {', '.join(EXAMPLES)}")
         if not self.timeout_s > 0:
             raise UsageError(f"--timeout must be > 0 (seconds), got {self.timeout_s}")
-
-
-def check_nodes(nnodes: str, node_rank: int, rdzv_endpoint: str | None, local_addr: str | None) -> None:
-    """The multi-node flags of ``nbox record``, ``nbox calibrate`` (as typed): a UsageError (exit 2) before anything
-    starts, never a run that waits for nodes that cannot meet."""
-    if not re.fullmatch(r"[1-9]\d{0,4}(:[1-9]\d{0,4})?", nnodes or ""):
-        raise UsageError(f"--nnodes {nnodes!r}: expected a node count (2) or a range MIN:MAX (1:4)")
-    if node_rank < 0:
-        raise UsageError(f"--node-rank must be >= 0, got {node_rank}")
-    if nnodes != "1" and not rdzv_endpoint:
-        raise UsageError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the rendezvous every node joins)")
-    if rdzv_endpoint:
-        try:
-            parse_endpoint(rdzv_endpoint)
-        except InvalidInputError:
-            raise UsageError(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT (e.g. 10.0.0.1:29400)") from None
-    if local_addr is not None and not rdzv_endpoint:
-        raise UsageError("--local-addr applies to a multi-node run: give --rdzv-endpoint too")
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from nbox_trace.errors import InvalidInputError
+from nbox_trace.errors import InvalidInputError, UsageError
 
 __all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchResult",
-           "RankError", "command", "environment", "interface_of", "is_consequence", "is_local_address",
+           "RankError", "check_nodes", "command", "environment", "interface_of", "is_consequence", "is_local_address",
            "parse_endpoint", "python_path", "rank_tails", "read_rank_error", "root_cause", "root_error", "route_source",
            "run", "seconds_text", "settle", "terminate_group", "then_failed"]
 
@@ -219,6 +219,24 @@ def interface_of(addr: str) -> str | None:
                 if socket.inet_ntoa(raw[20:24]) == addr:
                     return name
     return None
+
+
+def check_nodes(nnodes: str, node_rank: int, rdzv_endpoint: str | None, local_addr: str | None) -> None:
+    """Check the multi-node flags of ``nbox record`` and ``nbox calibrate``: a UsageError (exit 2) naming the flag
+    as typed, before anything starts, never a run that waits for nodes that cannot meet."""
+    if not re.fullmatch(r"[1-9]\d{0,4}(:[1-9]\d{0,4})?", nnodes or ""):
+        raise UsageError(f"--nnodes {nnodes!r}: expected a node count (2) or a range MIN:MAX (1:4)")
+    if node_rank < 0:
+        raise UsageError(f"--node-rank must be >= 0, got {node_rank}")
+    if nnodes != "1" and not rdzv_endpoint:
+        raise UsageError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the rendezvous every node joins)")
+    if rdzv_endpoint:
+        try:
+            parse_endpoint(rdzv_endpoint)
+        except InvalidInputError:
+            raise UsageError(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT (e.g. 10.0.0.1:29400)") from None
+    if local_addr is not None and not rdzv_endpoint:
+        raise UsageError("--local-addr applies to a multi-node run: give --rdzv-endpoint too")
 
 
 def settle(launch: Launch, base_env: Mapping[str, str] | None = None) -> Launch:

@@ -1,5 +1,6 @@
-"""Multi-node for real on the namespace testbed (issue 15): two nodes, one rank each, a 1 Gb/s tbf link.
-``nbox record`` on each node through torchrun's rendezvous, then ``nbox bundle merge``, ``verify`` and a replay."""
+"""Multi-node for real on the namespace testbed (issue 15): two nodes, one rank each, a tbf-shaped link.
+``nbox record`` on each node through torchrun's rendezvous, then ``nbox bundle merge``, ``verify`` and a replay;
+``nbox calibrate`` across the two nodes measures the shaped link."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator_core.scenario_files import load_scenario
 from nbox_trace import bundle as B
 from nbox_trace.testbed import Testbed
 
@@ -81,3 +83,24 @@ def test_two_node_record_merges_into_one_bundle_that_verifies_and_replays(tmp_pa
     mixed = run_nbox("bundle", "merge", tmp_path / "node0.bundle", again / "node1.bundle", "-o", tmp_path / "mixed")
     assert mixed.returncode == 3 and "node1.bundle: job.job_id is" in mixed.stderr, mixed.stderr
     assert not (tmp_path / "mixed").exists()
+
+
+def test_two_node_calibrate_measures_the_shaped_link(tmp_path: Path) -> None:
+    """The scenario written describes the fabric: its bandwidth is the tbf rate's (sanity bounds only: timing is
+    not a unit test's business; bench figures are in the README)."""
+    with Testbed(2, rate="200mbit") as tb:
+        endpoint = f"{tb.node(0).addr}:{PORT}"
+        done = on_both(tb, tmp_path, lambda k: nbox_cmd(
+            "calibrate", "-n", 1, "--nnodes", 2, "--node-rank", k, "--rdzv-endpoint", endpoint, "--sizes",
+            "256KiB..4MiB", "--collectives", "all_reduce,send_recv", "--budget", 0.1, "--timeout", 240, "-o",
+            tmp_path / f"node{k}.toml", "--json"))
+    for k, res in enumerate(done):
+        assert res.returncode == 0, f"node {k}: {res.stderr[-3000:]}"
+    docs = [json.loads(res.stdout) for res in done]
+    assert [d["world_size"] for d in docs] == [2, 2] and docs[0]["fits"] == docs[1]["fits"]  # one measurement
+    scenario = load_scenario(tmp_path / "node0.toml")
+    dim = scenario.topology.dims[0]
+    assert scenario.world_size == 2 and dim.name == "network"
+    assert 0.1 < dim.bandwidth_gbps < 0.22, dim.bandwidth_gbps  # the 200 Mb/s link (0.19 here), not loopback's
+    assert scenario.calibrated("send_recv", "network") is not None
+    assert "2 ranks on 2 nodes (1 per node)" in (tmp_path / "node1.toml").read_text()
