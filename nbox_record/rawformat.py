@@ -36,6 +36,7 @@ COLLECTIVES = "collectives.json"
 TIMINGS = "timings.json"
 ERROR = "error.json"
 PROGRESS = "progress.json"
+PEERS = "peers.json"  # multi-node runs: every rank's node (nbox_record.recordpeers)
 
 #: The zero-length ``record_function`` the capture opens at its start and after each captured iteration, in
 #: both the host ET and Kineto (written by :mod:`nbox_record.recordsession`, read by :mod:`nbox_record.toplevel`).

@@ -62,8 +62,8 @@ __all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "Launc
 
 #: Inherited variables that belong to an enclosing nbox run and must not reach a new run's ranks: a rank that
 #: inherits ``NBOX_RECORD_DIR`` would capture into that run's folder, ``NBOX_SCENARIO_SET`` would override
-#: this run's scenario.
-DROPPED = ("NBOX_RECORD_DIR", "NBOX_SCENARIO_SET")
+#: this run's scenario, ``NBOX_NODE_ADDR`` would name another run's node.
+DROPPED = ("NBOX_RECORD_DIR", "NBOX_SCENARIO_SET", "NBOX_NODE_ADDR")
 #: How many of a log's last lines a failure report keeps.
 TAIL_LINES = 8
 #: How many characters of a rank's error message a failure report keeps.
@@ -256,6 +256,8 @@ def settle(launch: Launch, base_env: Mapping[str, str] | None = None) -> Launch:
         iface = interface_of(local)
         if iface:
             env["GLOO_SOCKET_IFNAME"] = iface
+    if local:
+        env.setdefault("NBOX_NODE_ADDR", local)  # the ranks say which node they run on (nbox_record.recordpeers)
     return replace(launch, local_addr=local, rdzv_host=is_host, env=env)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -104,3 +105,30 @@ def test_two_node_calibrate_measures_the_shaped_link(tmp_path: Path) -> None:
     assert 0.1 < dim.bandwidth_gbps < 0.22, dim.bandwidth_gbps  # the 200 Mb/s link (0.19 here), not loopback's
     assert scenario.calibrated("send_recv", "network") is not None
     assert "2 ranks on 2 nodes (1 per node)" in (tmp_path / "node1.toml").read_text()
+
+
+def test_a_node_killed_mid_run_ends_the_job_with_an_error_naming_it_and_its_rank(tmp_path: Path) -> None:
+    """Every process of node 1 is killed (the node dies) once both ranks train: node 0's nbox record ends at once
+    (not at its deadline), exit 1, naming node 1 and its rank, and leaves no bundle."""
+    from nbox_trace.testbed import _kill_inside
+
+    with Testbed(2, rate="1gbit") as tb:
+        endpoint = f"{tb.node(0).addr}:{PORT}"
+        procs = []
+        for k in range(2):
+            cmd = nbox_cmd("record", "-n", 1, "--nnodes", 2, "--node-rank", k, "--rdzv-endpoint", endpoint,
+                           "--iterations", 5000, "--timeout", 240, "-o", tmp_path / f"node{k}.bundle")
+            with open(tmp_path / f"node{k}.err", "w") as e:
+                procs.append(tb.run_on(k, cmd, {"PYTHONPATH": str(ROOT)}, cwd=ROOT, stderr=e))
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".node0.bundle.raw-*/rank*/peers.json")):  # both ranks are in the warm-up
+            assert time.monotonic() < deadline and procs[0].poll() is None, (tmp_path / "node0.err").read_text()
+            time.sleep(0.2)
+        killed = time.monotonic()
+        _kill_inside(tb.node(1).netns)
+        assert tb.wait_all(procs[:1], 120) == [1]
+        took = time.monotonic() - killed
+    err = (tmp_path / "node0.err").read_text().strip().splitlines()[-1]
+    assert err.startswith(f"nbox: error: rank 0 on node 0 ({tb.node(0).addr}) failed because node 1 "
+                          f"({tb.node(1).addr}, rank(s) [1]) went away first"), err
+    assert took < 60 and not (tmp_path / "node0.bundle").exists()
