@@ -15,11 +15,12 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
 3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
    min, max and the count over all rounds, and the per-round samples.
 
-Rank 0 writes ``DIR/result.json`` (schema ``nbox.calibrate-result/1``) and keeps ``DIR/progress.json`` on the
-point being measured; a rank that fails writes ``DIR/error-rank<R>.json`` with its rank, the collective and
-size, the exception type and message, and exits 1. Tensors are float32 (CPU for gloo, ``cuda:LOCAL_RANK``
-for nccl); a size is rounded up to whole float32 elements and, where the collective splits the buffer
-(reduce_scatter, all_to_all), to a multiple of ``4 * world_size`` bytes: the bytes actually moved are reported.
+The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
+``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
+``DIR/progress.json`` on the point being measured; a rank that fails writes ``DIR/error-rank<R>.json`` with its
+rank, the collective and size, the exception type and message, and exits 1. Tensors are float32 (CPU for gloo,
+``cuda:LOCAL_RANK`` for nccl); a size is rounded up to whole float32 elements and, where the collective splits the
+buffer (reduce_scatter, all_to_all), to a multiple of ``4 * world_size`` bytes: the bytes actually moved are reported.
 send_recv pairs ranks (0, 1), (2, 3), ...: the even rank sends, the odd rank receives (an odd last rank idles).
 """
 
@@ -49,6 +50,16 @@ SUPPORTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_
 def error_file(out: Path, rank: int) -> Path:
     """Where ``rank`` writes its error report."""
     return out / f"error-rank{rank}.json"
+
+
+def error_files(out: Path) -> dict[int, Path]:
+    """The error reports the ranks left in ``out``, by rank."""
+    found = {}
+    for path in out.glob("error-rank*.json"):
+        digits = path.name[len("error-rank"):-len(".json")]
+        if digits.isdigit():
+            found[int(digits)] = path
+    return dict(sorted(found.items()))
 
 
 def _write_json(path: Path, doc: Any) -> None:
@@ -164,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout_s))
         world = dist.get_world_size()
         local = int(os.environ.get("LOCAL_RANK", "0"))
+        writer = local == 0  # one per node: each node's nbox calibrate reads its own folder
         device = torch.device("cuda", local) if args.backend == "nccl" else torch.device("cpu")
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -175,8 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in range(-1, rounds):  # round -1: warm-up and iteration counts
             for coll, nbytes in points:
                 where = {"collective": coll, "nbytes": nbytes, "phase": "warm-up" if r < 0 else f"round {r}"}
-                if rank == 0:
-                    _write_json(args.out / PROGRESS, {**where, "time": time.time()})
+                if writer:
+                    _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
                 op = _make_op(coll, element_count(coll, nbytes, world), dist.get_rank(), world, device)
                 if r < 0:
                     counts[(coll, nbytes)] = _iterations(op, args, device)
@@ -195,9 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "rounds_us": samples[(coll, nbytes)]})
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()
-        if rank == 0:
+        if writer:
             _write_json(args.out / RESULT, {
                 "schema": SCHEMA, "backend": args.backend, "world_size": world, "torch": torch.__version__,
+                "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1),
                 "hostname": socket.gethostname(), "machine": platform.machine(), "processor": platform.processor(),
                 "cpu_count": os.cpu_count(), "python": platform.python_version(),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

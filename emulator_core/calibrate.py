@@ -94,7 +94,9 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
                       f"--sizes {','.join(map(str, config.sizes))} --collectives {','.join(config.collectives)}")
     machine = (f"{info.get('hostname', platform.node())} ({info.get('machine', platform.machine())}, "
                f"{info.get('cpu_count', os.cpu_count())} CPUs, device {info.get('device', '?')})")
-    head = [f"# The fabric this was measured on: {config.nproc} ranks, {config.backend}.",
+    world = info.get("world_size") if type(info.get("world_size")) is int else config.nproc
+    nodes = f" on {config.nnodes} nodes ({config.nproc} per node)" if config.nnodes != "1" else ""
+    head = [f"# The fabric this was measured on: {world} ranks{nodes}, {config.backend}.",
             f"# source: measured by `{cmd}`",
             f"# machine: {machine}; date: {when}; torch {info.get('torch', '?')}, python "
             f"{info.get('python', platform.python_version())}",
@@ -124,7 +126,9 @@ class CalibrateResult:
 def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None) -> CalibrateResult:
     """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring."""
     run = measure_run(config)
-    fits = fit(run.measurements, config.nproc, config.backend)
-    scenario = scenario_fragment(fits, nproc=config.nproc, dimension=config.dimension, library=config.backend)
+    world = run.info.get("world_size")
+    ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
+    fits = fit(run.measurements, ranks, config.backend)
+    scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend)
     write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command), error=CalibrationWriteError)
     return CalibrateResult(out, scenario, fits, run.info, run.wall_s)

@@ -16,6 +16,7 @@ from typing import Any
 
 from emulator_core import _calibrate_worker as worker
 from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError, UsageError
+from nbox_trace.launch import check_nodes
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED
@@ -102,7 +103,7 @@ class CalibrateConfig:
     """What to measure. Validated at construction (:class:`CalibrateInputError` names the setting).
 
     Attributes:
-        nproc: ranks to launch on this machine (2 .. 1024).
+        nproc: ranks to launch on this machine (1 .. 1024; at least 2 on one node: collectives need peers).
         backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (one GPU per rank).
         sizes: message sizes in bytes (1 .. 4 GiB; costmodels' convention, e.g. all_gather: the shard); sorted.
         collectives: a subset of :data:`SUPPORTED`.
@@ -112,6 +113,9 @@ class CalibrateConfig:
         budget_s: about this many seconds of timed iterations per point (> 0).
         timeout_s: deadline for the whole run in seconds; then every rank is stopped (> 0).
         dimension: the name of the topology dimension the fragment describes.
+        nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: a measurement across nodes, as ``nbox record``
+            takes them (:class:`nbox_trace.launch.Launch`): each node runs ``nbox calibrate`` with its node rank,
+            and each writes the same scenario (the timings are the slowest rank's, on every node).
     """
 
     nproc: int = 2
@@ -125,13 +129,24 @@ class CalibrateConfig:
     budget_s: float = 0.3
     timeout_s: float = 600.0
     dimension: str = "loopback"
+    nnodes: str = "1"
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    local_addr: str | None = None
+    rdzv_host: bool | None = None
 
     def __post_init__(self) -> None:
         def bad(key: str, value: Any, why: str) -> CalibrateInputError:
             return CalibrateUsageError(f"{FLAGS.get(key, key)} {value!r}: {why}")
 
-        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or not 2 <= self.nproc <= 1024:
-            raise bad("nproc", self.nproc, "must be an integer from 2 to 1024 (collectives need peers)")
+        try:
+            check_nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.local_addr)
+        except UsageError as exc:
+            raise CalibrateUsageError(str(exc)) from None
+        lowest = 2 if self.nnodes == "1" else 1
+        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or not lowest <= self.nproc <= 1024:
+            raise bad("nproc", self.nproc, f"must be an integer from {lowest} to 1024"
+                      + (" on one node (collectives need peers)" if lowest == 2 else ""))
         if self.backend not in BACKENDS:
             raise bad("backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
         sizes = tuple(sorted(set(self.sizes)))

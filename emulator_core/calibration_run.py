@@ -28,14 +28,17 @@ class MeasureRun:
 
 
 def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
-    """The launch of ``config``'s measurement, standalone on this machine; results go to ``work``."""
+    """The launch of ``config``'s measurement (standalone on this machine, or this node of several); results go to
+    ``work``."""
     pg_timeout = max(5.0, min(config.timeout_s * 0.5, 300.0))  # a collective fails before the run deadline
     args = ("--out", str(work), "--backend", config.backend, "--collectives", ",".join(config.collectives),
             "--sizes", ",".join(map(str, config.sizes)), "--warmup", str(config.warmup), "--rounds",
             str(config.rounds), "--min-iters", str(config.min_iters), "--max-iters", str(config.max_iters),
             "--budget-s", repr(float(config.budget_s)), "--timeout-s", repr(pg_timeout))
     return Launch("emulator_core._calibrate_worker", work / "logs", module=True, args=args,
-                  nproc_per_node=config.nproc, timeout_s=config.timeout_s)
+                  nproc_per_node=config.nproc, nnodes=config.nnodes, node_rank=config.node_rank,
+                  rdzv_endpoint=config.rdzv_endpoint, local_addr=config.local_addr, rdzv_host=config.rdzv_host,
+                  timeout_s=config.timeout_s)
 
 
 def _read_json(path: Path) -> Any:
@@ -47,10 +50,10 @@ def _read_json(path: Path) -> Any:
 
 def _failure(config: CalibrateConfig, work: Path, result: LaunchResult) -> CalibrationError:
     """The error of a failed measurement, from what the ranks left in ``work``."""
-    f = result.failure({r: worker.error_file(work, r) for r in range(config.nproc)})
+    f = result.failure(worker.error_files(work))
     progress = _read_json(work / worker.PROGRESS)
-    at = (f"; rank 0 was measuring {progress.get('collective')} of {progress.get('nbytes')} bytes"
-          if isinstance(progress, dict) else "; no rank had started measuring")
+    at = (f"; rank {progress.get('rank', 0)} was measuring {progress.get('collective')} of "
+          f"{progress.get('nbytes')} bytes" if isinstance(progress, dict) else "; no rank had started measuring")
     if f.root_rank is not None and f.exit_text is not None:
         return CalibrationError(f"rank {f.root_rank} {f.exit_text}{then_failed(f.others)}{at}")
     if f.root_error is not None:

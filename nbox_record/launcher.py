@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 import time
@@ -29,10 +30,11 @@ from typing import Any
 
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
+from nbox_record.recordpeers import read_peers
 from nbox_trace import __version__
 from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
 from nbox_trace.files import Output, check_outputs
-from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
+from nbox_trace.launch import Launch, LaunchResult, check_nodes, is_consequence, run, seconds_text, then_failed
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer", "tp_dp_mlp")
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -56,6 +58,8 @@ class RecordConfig:
     nnodes: str = "1"
     node_rank: int = 0
     rdzv_endpoint: str | None = None
+    local_addr: str | None = None       # None: this node's address on the route to the endpoint
+    rdzv_host: bool | None = None       # None: when the endpoint's address is this node's own and node_rank is 0
     warmup: int = 3
     iterations: int = 10
     capture: int = 1
@@ -71,6 +75,7 @@ class RecordConfig:
         """Raises UsageError (exit 2) naming the ``nbox record`` flag as typed."""
         if self.nproc_per_node < 1:
             raise UsageError(f"-n/--nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        check_nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.local_addr)
         for flag, value, lo in (("--warmup", self.warmup, 0), ("--iterations", self.iterations, 1),
                                 ("--capture", self.capture, 1)):
             if value < lo:
@@ -122,8 +127,8 @@ def launch_spec(cfg: RecordConfig, work: Path, backend: str, log_dir: Path) -> L
                         run_to_end=cfg.run_to_end, pythonpath=inherited),
            "NBOX_BACKEND": backend}  # read by the built-in examples
     return Launch(str(script_path(cfg)), log_dir, args=tuple(args), nproc_per_node=cfg.nproc_per_node,
-                  nnodes=cfg.nnodes, node_rank=cfg.node_rank, rdzv_endpoint=cfg.rdzv_endpoint, env=env,
-                  timeout_s=cfg.timeout_s)
+                  nnodes=cfg.nnodes, node_rank=cfg.node_rank, rdzv_endpoint=cfg.rdzv_endpoint,
+                  local_addr=cfg.local_addr, rdzv_host=cfg.rdzv_host, env=env, timeout_s=cfg.timeout_s)
 
 
 def _read_json(path: Path) -> Any:
@@ -156,19 +161,65 @@ def _rank_status(d: Path) -> str:
     return "no progress reported"
 
 
+class _NodeNames:
+    """How a multi-node run's failure names nodes: ``node <group rank> (<address>)``, from this node's settings and
+    ``peers.json`` (every rank's node, :mod:`nbox_record.recordpeers`); nothing on one node."""
+
+    def __init__(self, cfg: RecordConfig, result: LaunchResult, peers: dict[int, dict[str, Any]]) -> None:
+        self.multi = bool(cfg.rdzv_endpoint)
+        self.cfg, self.addr, self.peers = cfg, result.launch.local_addr, peers
+
+    def _node(self, addr: Any, group: Any) -> str:
+        return f"node {group if group is not None else '?'}" + (f" ({addr})" if addr else "")
+
+    def of(self, rank: int) -> str:
+        """`` on node 1 (10.0.0.2)`` for a rank of this node (a multi-node run), else empty."""
+        if not self.multi:
+            return ""
+        me = self.peers.get(rank, {})
+        return " on " + self._node(self.addr or me.get("addr"), me.get("group_rank", self.cfg.node_rank))
+
+    def lost_peer(self, message: str) -> str:
+        """`` because node 1 (10.0.0.2, rank(s) [1]) went away first`` when ``message`` names a peer's address."""
+        if not self.multi:
+            return ""
+        found = _PEER_ADDR.search(message)
+        if found is None:
+            return " because a peer on another node went away first (its node's own report names the rank)"
+        addr = found.group(1)
+        ranks = sorted(r for r, p in self.peers.items() if p.get("addr") == addr)
+        group = next((self.peers[r].get("group_rank") for r in ranks), None)
+        what = (f"node {group if group is not None else '?'} ({addr}, rank(s) {ranks})" if ranks
+                else f"the node at {addr}")
+        return f" because {what} went away first (that node, or its rank, failed)"
+
+
+#: A peer's address in gloo's socket errors: ``Read error [10.77.0.2]:19637: Connection reset by peer``.
+_PEER_ADDR = re.compile(r"\[([0-9A-Fa-f:.]+)\]:\d+")
+
+
 def _failure(cfg: RecordConfig, work: Path, result: LaunchResult) -> RecordError:
     """The error of a failed run, from what its ranks left in ``work`` (see :meth:`LaunchResult.failure`)."""
-    f = result.failure({rank: d / raw.ERROR for rank, d in _rank_dirs(work).items()})
+    dirs = _rank_dirs(work)
+    f = result.failure({rank: d / raw.ERROR for rank, d in dirs.items()})
+    node = _NodeNames(cfg, result, read_peers(list(dirs.values())))
     if f.root_rank is not None and f.exit_text is not None:
-        return RecordError(f"rank {f.root_rank} {f.exit_text}{then_failed(f.others)}")
+        return RecordError(f"rank {f.root_rank}{node.of(f.root_rank)} {f.exit_text}{then_failed(f.others)}")
     if f.root_error is not None:
         err = f.root_error
-        return RecordError(f"rank {err.rank} failed: {err.type}: {err.message}{then_failed(f.others)}")
-    unfinished = [r for r in range(_expected_ranks(cfg)) if not (work / f"rank{r}" / raw.TIMINGS).is_file()]
+        lost = node.lost_peer(err.message) if is_consequence(err.message) else ""
+        return RecordError(f"rank {err.rank}{node.of(err.rank)} failed{lost}: {err.type}: {err.message}"
+                           f"{then_failed(f.others)}")
+    if cfg.rdzv_endpoint:  # this node's ranks have global ranks torchrun's rendezvous chose: those that started
+        unfinished = [r for r, d in _rank_dirs(work).items() if not (d / raw.TIMINGS).is_file()]
+    else:
+        unfinished = [r for r in range(_expected_ranks(cfg)) if not (work / f"rank{r}" / raw.TIMINGS).is_file()]
     if f.timed_out:
-        states = "; ".join(f"rank {r}: {_rank_status(work / f'rank{r}')}" for r in unfinished)
+        states = "; ".join(f"rank {r}{node.of(r)}: {_rank_status(work / f'rank{r}')}" for r in unfinished)
+        silent = (" (a multi-node run: a node that went silent, or never joined the rendezvous, looks like this; "
+                  "check the other nodes)" if node.multi else "")
         return RecordError(f"the run did not finish within {seconds_text(cfg.timeout_s)} s (--timeout) and was "
-                           f"stopped; unfinished ranks: {states or 'none'}")
+                           f"stopped; unfinished ranks: {states or 'none'}{silent}")
     return RecordError(f"the run exited with code {f.returncode}; ranks without a capture: {unfinished or 'none'}"
                        f"{f.tail_text()}")
 
@@ -193,7 +244,8 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
         if not complete and not cfg.keep_partial:
             raise _failure(cfg, work, result)
         say("converting the capture to Chakra ET")
-        bundle, ranks, median_us, nodes_per_rank = _write_bundle(cfg, work, script, backend, complete)
+        bundle, ranks, median_us, nodes_per_rank = _write_bundle(cfg, work, script, backend, complete,
+                                                                 local_addr=result.launch.local_addr)
         return RecordResult(bundle, ranks, median_us, complete, time.monotonic() - started, nodes_per_rank)
     finally:
         if cfg.keep_raw:
@@ -202,8 +254,23 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _node_facts(cfg: RecordConfig, timings: dict[int, dict[str, Any]], local_addr: str | None) -> dict[str, Any]:
+    """The manifest's ``job`` keys of a multi-node recording: the rendezvous, the run's identity (the same on every
+    node, :func:`nbox_record.recordfacts.job_identity`) and this node (``nbox bundle merge`` reads them)."""
+    if not cfg.rdzv_endpoint:
+        return {}
+    first = timings[min(timings)]
+    job = first.get("job")
+    ident: dict[str, Any] = job if isinstance(job, dict) else {}
+    node = {"node_rank": cfg.node_rank, "group_rank": ident.get("group_rank"), "ranks": sorted(timings),
+            "hostname": first.get("hostname"), "local_addr": local_addr}
+    return {"rdzv_endpoint": cfg.rdzv_endpoint, "job_id": ident.get("job_id"), "run_id": ident.get("run_id"),
+            "nodes": [node]}
+
+
 def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, complete: bool,
-                  emulation: dict[str, Any] | None = None) -> tuple[Path, list[int], float, dict[int, int]]:
+                  emulation: dict[str, Any] | None = None,
+                  local_addr: str | None = None) -> tuple[Path, list[int], float, dict[int, int]]:
     """Convert the ranks' captures in ``work`` and write the bundle ``cfg.out``.
 
     ``emulation`` (from ``nbox emulate -o``): {"world_size": W, "real_ranks": [global rank of each real
@@ -245,7 +312,7 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
              "nproc_per_node": cfg.nproc_per_node, "nnodes": cfg.nnodes, "node_rank": cfg.node_rank,
              "process_groups": groups,
              "script": str(script) if cfg.script is not None else f"nbox example {cfg.example}",
-             "args": list(cfg.script_args)},
+             "args": list(cfg.script_args), **_node_facts(cfg, timings, local_addr)},
         observed=observed,
         capture={"warmup": cfg.warmup, "iterations_timed": cfg.iterations, "iterations_captured": cfg.capture,
                  "boundary": first.get("boundary"), "raw_format": raw.RAW_FORMAT_VERSION},

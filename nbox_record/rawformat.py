@@ -36,6 +36,7 @@ COLLECTIVES = "collectives.json"
 TIMINGS = "timings.json"
 ERROR = "error.json"
 PROGRESS = "progress.json"
+PEERS = "peers.json"  # multi-node runs: every rank's node (nbox_record.recordpeers)
 
 #: The zero-length ``record_function`` the capture opens at its start and after each captured iteration, in
 #: both the host ET and Kineto (written by :mod:`nbox_record.recordsession`, read by :mod:`nbox_record.toplevel`).
@@ -104,3 +105,5 @@ class RankTimings(_RankTimingsRequired, total=False):
     # per clean iteration, the training thread's time on a CPU and runnable waiting for one (threadtime.py)
     iteration_cpu_us: list[float]
     iteration_run_queue_us: list[float]
+    # the job this rank belonged to: the same on every rank of one run, on every node (recordfacts.job_identity)
+    job: dict[str, str | int | None]

@@ -26,6 +26,7 @@ from nbox_record.recordclock import IterationClock, now_s, step_at
 from nbox_record.recordenv import ENV_BOUNDARY_TIMEOUT, Config
 from nbox_record.recordexit import EXIT_FAILURE, ErrorFile, flush_everything, stop_process
 from nbox_record.recordfacts import optimizer_device, rank_timings
+from nbox_record.recordpeers import announce, collect
 from nbox_record.recordsession import CaptureSession, mark_boundary, profiler_in_use
 from nbox_record.recordwatch import report_progress, start_daemon, watch_first_boundary
 from nbox_record.threadtime import thread_times_ns
@@ -57,6 +58,7 @@ class Recorder:
         self._device: str | None = None
         self._lock = threading.RLock()
         self._first_boundary = threading.Event()
+        self._peers_known = False
         self._prev_excepthook: Callable[..., Any] = sys.excepthook
 
     # -- setup --------------------------------------------------------------------------------------
@@ -134,6 +136,10 @@ class Recorder:
             self._first_boundary.set()
             n = self.clock.count
         self.clock.take(n, now, tt)
+        if n == 1:
+            announce(self.rank)  # multi-node runs only; in the warm-up, like the read below
+        elif n <= self.config.effective_warmup:
+            self._collect_peers()
         if n == self.config.effective_warmup:
             self.phase = "timing"
         steps: dict[str, Callable[[], None]] = {
@@ -155,7 +161,12 @@ class Recorder:
 
     # -- capture steps ---------------------------------------------------------------------------------
 
+    def _collect_peers(self) -> None:
+        if not self._peers_known:
+            self._peers_known = collect(self.out_dir, self.world_size)
+
     def _start_capture(self) -> None:
+        self._collect_peers()
         self._write_emulate_report()  # the timed iterations are over (nbox emulate -o captures after them)
         if profiler_in_use():
             self.fail("ProfilerInUse",
@@ -171,6 +182,7 @@ class Recorder:
 
     def _finish_timing(self) -> None:
         """``NBOX_NO_CAPTURE``: the timed iterations are over; write the files and stop (no capture)."""
+        self._collect_peers()
         self._write_emulate_report()
         self._done()
 

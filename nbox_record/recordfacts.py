@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
+import uuid
 from typing import Any
 
 from nbox_record import rawformat
@@ -50,6 +52,31 @@ def _nccl_version() -> str | None:
     return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
 
 
+#: Key of the run's identity in the job's rendezvous store (see :func:`job_identity`).
+JOB_ID_KEY = "nbox/job_id"
+
+
+def job_identity() -> dict[str, str | int | None]:
+    """Which run this rank belonged to, the same on every rank of the run on every node, so that bundles written by
+    the nodes of one multi-node recording can be told from those of another: ``job_id``, a random id the first rank
+    to ask puts in the job's store (``compare_set``: no rank waits for another), torchrun's ``run_id``, this
+    node's ``group_rank`` (the node rank torchrun's rendezvous gave it) and ``master_addr`` (the node hosting the
+    job's store). ``job_id`` is None when the default process group is not initialized or its store refuses."""
+    import torch.distributed as dist
+
+    job_id = None
+    if dist.is_available() and dist.is_initialized():
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            job_id = store.compare_set(JOB_ID_KEY, "", uuid.uuid4().hex).decode()
+        except Exception:  # a store without compare_set (a custom one): the run stays unidentified
+            job_id = None
+    group_rank = os.environ.get("GROUP_RANK", "")
+    return {"job_id": job_id, "run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
+            "group_rank": int(group_rank) if group_rank.isdigit() else None,
+            "master_addr": os.environ.get("MASTER_ADDR")}
+
+
 def rank_timings(clock: IterationClock, config: Config, rank: int, local_rank: int, world_size: int,
                  device: str | None) -> rawformat.RankTimings:
     """The ``timings.json`` record (``device``: the optimizer's, else the current CUDA device or CPU)."""
@@ -74,4 +101,5 @@ def rank_timings(clock: IterationClock, config: Config, rank: int, local_rank: i
         "nccl": _nccl_version(),
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
+        "job": job_identity(),
     }

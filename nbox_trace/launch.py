@@ -16,6 +16,14 @@ The rules, the same for every caller:
   ``<log_dir>/torchrun.stderr.log``), its stdout is discarded (a command's stdout is its ``--json`` document).
 * Rendezvous: with an ``rdzv_endpoint``, torchrun's c10d rendezvous there (multi-node); without one,
   ``--standalone`` (a c10d store on a port torchrun binds itself: no race for a port chosen in advance).
+* A node of a multi-node run (:func:`settle`, called by :func:`run`): torchrun guesses whether it hosts the
+  rendezvous store, and the address its workers advertise, from the machine's hostname; where the hostname does not
+  resolve to the address the other nodes reach (a network namespace, a second NIC), no node hosts the store or the
+  workers advertise an unreachable address, and the run hangs. So nbox says both: ``--local-addr`` is this node's
+  address on the route to the endpoint (unless the launch names one); ``--rdzv-conf is_host=1`` when the endpoint's
+  address is this node's own and this is node rank 0 (``is_host=0`` for another node rank on the same address;
+  unless the launch says ``rdzv_host``); ``GLOO_SOCKET_IFNAME`` is the interface holding the local address, unless
+  the caller's environment or the launch sets it.
 * Environment: the caller's, without the run-scoped variables of an enclosing nbox run (:data:`DROPPED`), plus
   the launch's additions; ``PYTHONPATH`` = the launch's prefix, the folder holding the nbox packages (unless
   installed), the inherited one; ``OMP_NUM_THREADS=1`` unless set (two ranks x two threads on two cores run ~50x
@@ -28,28 +36,34 @@ This module does not import torch: torchrun runs as a child process.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import ipaddress
 import json
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from nbox_trace.errors import InvalidInputError
+from nbox_trace.errors import InvalidInputError, UsageError
 
 __all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchResult",
-           "RankError", "command", "environment", "is_consequence", "python_path", "rank_tails", "read_rank_error",
-           "root_cause", "root_error", "run", "seconds_text", "terminate_group", "then_failed"]
+           "RankError", "check_nodes", "command", "environment", "interface_of", "is_consequence", "is_local_address",
+           "parse_endpoint", "python_path", "rank_tails", "read_rank_error", "root_cause", "root_error", "route_source",
+           "run", "seconds_text", "settle", "terminate_group", "then_failed"]
 
 #: Inherited variables that belong to an enclosing nbox run and must not reach a new run's ranks: a rank that
 #: inherits ``NBOX_RECORD_DIR`` would capture into that run's folder, ``NBOX_SCENARIO_SET`` would override
-#: this run's scenario.
-DROPPED = ("NBOX_RECORD_DIR", "NBOX_SCENARIO_SET")
+#: this run's scenario, ``NBOX_NODE_ADDR`` would name another run's node.
+DROPPED = ("NBOX_RECORD_DIR", "NBOX_SCENARIO_SET", "NBOX_NODE_ADDR")
 #: How many of a log's last lines a failure report keeps.
 TAIL_LINES = 8
 #: How many characters of a rank's error message a failure report keeps.
@@ -70,6 +84,10 @@ class Launch:
         args: the program's arguments.
         nproc_per_node: ranks started on this node (>= 1).
         nnodes, node_rank, rdzv_endpoint: torchrun's; a run over more than one node needs an endpoint.
+        local_addr: this node's address, advertised to the other nodes (torchrun's ``--local-addr``); None: found
+            by :func:`settle`.
+        rdzv_host: whether this node hosts the rendezvous store (``--rdzv-conf is_host``); None: decided by
+            :func:`settle`.
         env: variables added to the ranks' environment (they win over inherited ones).
         pythonpath: folders put first on ``PYTHONPATH``, before the nbox packages' folder.
         timeout_s: deadline for the whole run, seconds (> 0).
@@ -84,6 +102,8 @@ class Launch:
     nnodes: str = "1"
     node_rank: int = 0
     rdzv_endpoint: str | None = None
+    local_addr: str | None = None
+    rdzv_host: bool | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     pythonpath: tuple[str, ...] = ()
     timeout_s: float = 600.0
@@ -94,6 +114,8 @@ class Launch:
             raise LaunchConfigError(f"nproc_per_node: must be an integer >= 1, got {self.nproc_per_node!r}")
         if self.nnodes != "1" and not self.rdzv_endpoint:
             raise LaunchConfigError(f"nnodes = {self.nnodes!r}: a run over several nodes needs an rdzv_endpoint")
+        if self.rdzv_endpoint:
+            parse_endpoint(self.rdzv_endpoint)
         if not self.timeout_s > 0:
             raise LaunchConfigError(f"timeout_s: must be a number of seconds > 0, got {self.timeout_s!r}")
         object.__setattr__(self, "args", tuple(self.args))
@@ -106,6 +128,10 @@ def command(launch: Launch) -> list[str]:
     if launch.rdzv_endpoint:
         cmd += ["--nnodes", launch.nnodes, "--node-rank", str(launch.node_rank),
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", launch.rdzv_endpoint]
+        if launch.rdzv_host is not None:
+            cmd += ["--rdzv-conf", f"is_host={int(launch.rdzv_host)}"]
+        if launch.local_addr:
+            cmd += ["--local-addr", launch.local_addr]
     else:
         cmd += ["--standalone"]
     cmd += ["--nproc-per-node", str(launch.nproc_per_node), "--max-restarts", "0", "--log-dir", str(launch.log_dir),
@@ -132,6 +158,107 @@ def environment(launch: Launch, base: Mapping[str, str] | None = None) -> dict[s
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+# ------------------------------------------------------------------------------------------- one node of several
+
+#: torchrun's default rendezvous port.
+DEFAULT_RDZV_PORT = 29400
+_SIOCGIFADDR = 0x8915
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """(host, port) of ``HOST[:PORT]`` or ``[IPv6]:PORT`` (port default :data:`DEFAULT_RDZV_PORT`)."""
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d{1,5}))?|([^:\[\]\s]+)(?::(\d{1,5}))?", endpoint.strip())
+    port = (m.group(2) or m.group(4)) if m else None
+    if m is None or (port is not None and not 0 < int(port) < 65536):
+        raise LaunchConfigError(f"rdzv_endpoint {endpoint!r}: expected HOST:PORT (e.g. 10.0.0.1:29400)")
+    return (m.group(1) or m.group(3)), int(port) if port else DEFAULT_RDZV_PORT
+
+
+def _resolve(host: str) -> str | None:
+    try:
+        return str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    except (OSError, IndexError, UnicodeError):
+        with contextlib.suppress(OSError, IndexError, UnicodeError):
+            return str(socket.getaddrinfo(host, None, socket.AF_INET6, socket.SOCK_STREAM)[0][4][0])
+    return None
+
+
+def is_local_address(addr: str) -> bool:
+    """Whether ``addr`` is an address of this machine (this network namespace): one it can bind to."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.bind((addr, 0))
+        return True
+    except OSError:
+        return False
+
+
+def route_source(addr: str, port: int = DEFAULT_RDZV_PORT) -> str | None:
+    """This machine's address on the route to ``addr`` (what a connection to it would come from), or None when
+    there is no route. Sends nothing: a UDP socket's connect only picks the route."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((addr, port))
+            return str(sock.getsockname()[0])
+    except OSError:
+        return None
+
+
+def interface_of(addr: str) -> str | None:
+    """The name of the network interface holding the IPv4 address ``addr`` (None: none does, or IPv6)."""
+    if ":" in addr:
+        return None
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            with contextlib.suppress(OSError):
+                raw = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+                if socket.inet_ntoa(raw[20:24]) == addr:
+                    return name
+    return None
+
+
+def check_nodes(nnodes: str, node_rank: int, rdzv_endpoint: str | None, local_addr: str | None) -> None:
+    """Check the multi-node flags of ``nbox record`` and ``nbox calibrate``: a UsageError (exit 2) naming the flag
+    as typed, before anything starts, never a run that waits for nodes that cannot meet."""
+    if not re.fullmatch(r"[1-9]\d{0,4}(:[1-9]\d{0,4})?", nnodes or ""):
+        raise UsageError(f"--nnodes {nnodes!r}: expected a node count (2) or a range MIN:MAX (1:4)")
+    if node_rank < 0:
+        raise UsageError(f"--node-rank must be >= 0, got {node_rank}")
+    if nnodes != "1" and not rdzv_endpoint:
+        raise UsageError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the rendezvous every node joins)")
+    if rdzv_endpoint:
+        try:
+            parse_endpoint(rdzv_endpoint)
+        except InvalidInputError:
+            raise UsageError(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT (e.g. 10.0.0.1:29400)") from None
+    if local_addr is not None and not rdzv_endpoint:
+        raise UsageError("--local-addr applies to a multi-node run: give --rdzv-endpoint too")
+
+
+def settle(launch: Launch, base_env: Mapping[str, str] | None = None) -> Launch:
+    """``launch`` with what a node of a multi-node run must tell torchrun (module docstring): its local address,
+    whether it hosts the rendezvous store, and gloo's interface. A single-node launch comes back as it is."""
+    if not launch.rdzv_endpoint:
+        return launch
+    host, port = parse_endpoint(launch.rdzv_endpoint)
+    ip = _resolve(host)
+    local = launch.local_addr or (route_source(ip, port) if ip else None)
+    is_host = launch.rdzv_host
+    if is_host is None and ip is not None and (ipaddress.ip_address(ip).is_loopback or is_local_address(ip)):
+        is_host = launch.node_rank == 0
+    env = dict(launch.env)
+    inherited = os.environ if base_env is None else base_env
+    if local and "GLOO_SOCKET_IFNAME" not in env and "GLOO_SOCKET_IFNAME" not in inherited:
+        iface = interface_of(local)
+        if iface:
+            env["GLOO_SOCKET_IFNAME"] = iface
+    if local:
+        env.setdefault("NBOX_NODE_ADDR", local)  # the ranks say which node they run on (nbox_record.recordpeers)
+    return replace(launch, local_addr=local, rdzv_host=is_host, env=env)
 
 
 # ------------------------------------------------------------------------------------------- running
@@ -203,6 +330,7 @@ class LaunchResult:
 def run(launch: Launch) -> LaunchResult:
     """Run ``launch`` with its deadline (module docstring); torchrun's stderr is kept in
     ``<log_dir>/torchrun.stderr.log``."""
+    launch = settle(launch)
     rc, timed_out, err = _run_with_deadline(command(launch), environment(launch), launch.timeout_s)
     launch.log_dir.mkdir(parents=True, exist_ok=True)
     (launch.log_dir / "torchrun.stderr.log").write_text(err, encoding="utf-8", errors="replace")

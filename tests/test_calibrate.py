@@ -163,6 +163,24 @@ def test_config_sorts_sizes_and_builds_the_launch_command(tmp_path: Path) -> Non
     assert float(cmd[cmd.index("--timeout-s") + 1]) < 60  # a collective fails before the run deadline
 
 
+def test_a_node_of_several_measures_with_one_rank_and_the_record_flags(tmp_path: Path) -> None:
+    """Issue 15: nbox calibrate takes nbox record's multi-node flags; one rank per node is enough across nodes."""
+    cfg = cc.CalibrateConfig(nproc=1, nnodes="2", node_rank=1, rdzv_endpoint="10.0.0.1:29400", local_addr="10.0.0.2")
+    cmd = command(cr.launch_spec(cfg, tmp_path))
+    assert "--standalone" not in cmd and cmd[cmd.index("--nnodes") + 1] == "2"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400" and cmd[cmd.index("--node-rank") + 1] == "1"
+    assert cmd[cmd.index("--local-addr") + 1] == "10.0.0.2" and cmd[cmd.index("--nproc-per-node") + 1] == "1"
+    for kw, match in (({"nnodes": "2"}, "--nnodes 2 needs --rdzv-endpoint"), ({"nproc": 1}, "on one node")):
+        with pytest.raises(cc.CalibrateUsageError, match=match) as err:
+            cc.CalibrateConfig(**kw)  # type: ignore[arg-type]
+        assert err.value.exit_code == 2
+    # a rank of another node fails: its error file is named by its global rank
+    (tmp_path / "error-rank3.json").write_text(json.dumps({"rank": 3, "collective": "all_reduce", "nbytes": 4,
+                                                           "type": "RuntimeError", "message": "boom"}))
+    err = cr._failure(cfg, tmp_path, LaunchResult(cr.launch_spec(cfg, tmp_path), 1, False, ""))
+    assert str(err).startswith("rank 3 failed in all_reduce of 4 bytes")
+
+
 def test_worker_element_counts_and_percentiles() -> None:
     assert worker.element_count("all_reduce", 1000, 2) == 250
     assert worker.element_count("all_to_all", 1028, 2) == 258  # a multiple of the ranks
@@ -344,6 +362,7 @@ def _nbox(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     (["--sizes", "1KiB,12XB"], "--sizes '12XB': not a size"),
     (["--collectives", "all_reduce,gatherx"], "--collectives 'gatherx': unknown"),
     (["-n", "1"], "--nproc"),
+    (["--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint"),
 ])
 def test_calibrate_command_refuses_bad_input_and_writes_nothing(tmp_path: Path, args: list[str],
                                                                 message: str) -> None:

@@ -163,3 +163,41 @@ def test_a_deadline_reads_the_same_for_every_caller(tmp_path: Path) -> None:
     result = L.LaunchResult(record_launcher.launch_spec(cfg, tmp_path, "gloo", tmp_path / "logs"), None, True, "")
     assert "did not finish within 0.5 s (--timeout)" in str(record_launcher._failure(cfg, tmp_path, result))
     assert L.seconds_text(900.0) == "900"
+
+
+def test_a_node_of_several_tells_torchrun_its_address_and_whether_it_hosts_the_store(tmp_path: Path) -> None:
+    """Issue 15: in a network namespace torchrun's hostname-based guesses fail (no node hosts the rendezvous store,
+    workers advertise an address the other node cannot reach: a hang), so nbox says both."""
+    here = L.settle(spec(tmp_path, nnodes="2", node_rank=0, rdzv_endpoint="127.0.0.1:29400"), base_env={})
+    assert (here.local_addr, here.rdzv_host, here.env.get("GLOO_SOCKET_IFNAME")) == ("127.0.0.1", True, "lo")
+    cmd = L.command(here)
+    assert cmd[cmd.index("--rdzv-conf") + 1] == "is_host=1" and cmd[cmd.index("--local-addr") + 1] == "127.0.0.1"
+    other = L.settle(spec(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="localhost:29400"), base_env={})
+    assert other.rdzv_host is False and L.command(other)[L.command(other).index("--rdzv-conf") + 1] == "is_host=0"
+    # what the caller says wins: its own address, host or not, and a GLOO_SOCKET_IFNAME it set
+    told = L.settle(spec(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="127.0.0.1:1", local_addr="127.0.0.2",
+                         rdzv_host=True), base_env={"GLOO_SOCKET_IFNAME": "eth9"})
+    assert (told.local_addr, told.rdzv_host, "GLOO_SOCKET_IFNAME" in told.env) == ("127.0.0.2", True, False)
+    # an endpoint that is not this machine's: torchrun decides (a client), and single-node runs are left alone
+    away = L.settle(spec(tmp_path, nnodes="2", rdzv_endpoint="192.0.2.1:29400"), base_env={})
+    assert away.rdzv_host is None and "--rdzv-conf" not in L.command(away)
+    single = spec(tmp_path)
+    assert L.settle(single) is single and "--local-addr" not in L.command(single)
+
+
+@pytest.mark.parametrize(("endpoint", "parsed"), [("h:1", ("h", 1)), ("10.0.0.1", ("10.0.0.1", 29400)),
+                                                  ("[::1]:5", ("::1", 5))])
+def test_endpoints_parse(endpoint: str, parsed: tuple[str, int]) -> None:
+    assert L.parse_endpoint(endpoint) == parsed
+
+
+@pytest.mark.parametrize("endpoint", ["h:0", "h:99999", "a:b:c", ""])
+def test_a_bad_endpoint_is_refused(tmp_path: Path, endpoint: str) -> None:
+    with pytest.raises(L.LaunchConfigError, match="rdzv_endpoint"):
+        L.parse_endpoint(endpoint)
+
+
+def test_addresses_of_this_machine() -> None:
+    assert L.is_local_address("127.0.0.1") and not L.is_local_address("192.0.2.1")
+    assert L.route_source("127.0.0.1") == "127.0.0.1" and L.interface_of("127.0.0.1") == "lo"
+    assert L.interface_of("192.0.2.1") is None

@@ -178,3 +178,93 @@ def test_a_rank_killed_by_a_signal_is_named_from_torchruns_root_cause(tmp_path: 
     _rank(work, 0, **{raw.ERROR: {"rank": 0, "type": "RuntimeError", "message": "Connection closed by peer"}})
     err = failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False, torchrun_stderr=TORCHRUN_FAILURE)
     assert str(err) == "rank 1 exited with code -9 (SIGKILL) (then rank(s) [0] failed too)"
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"nnodes": "2"}, r"--nnodes 2 needs --rdzv-endpoint HOST:PORT"),
+    ({"nnodes": "two", "rdzv_endpoint": "h:1"}, r"--nnodes 'two': expected a node count"),
+    ({"nnodes": "2", "rdzv_endpoint": "h:0"}, r"--rdzv-endpoint 'h:0': expected HOST:PORT"),
+    ({"local_addr": "10.0.0.1"}, r"--local-addr applies to a multi-node run"),
+])
+def test_multi_node_flags_are_usage_errors_before_anything_starts(tmp_path: Path, kw: dict[str, object],
+                                                                  match: str) -> None:
+    """Issue 15: `--nnodes 2` without an endpoint reached torchrun's launcher (exit 3 after "launching"); now a
+    usage error (exit 2) naming the flags."""
+    with pytest.raises(UsageError, match=match) as err:
+        cfg(tmp_path, **kw)
+    assert err.value.exit_code == 2
+
+
+def test_the_cli_refuses_nnodes_without_an_endpoint_at_once(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nbox", "record", "--nnodes", "2", "-o", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 2 and "--nnodes 2 needs --rdzv-endpoint" in proc.stderr
+    assert time.monotonic() - started < 30 and not (tmp_path / "o").exists()
+
+
+def test_a_node_bundle_says_which_run_and_node_it_is(tmp_path: Path) -> None:
+    c = cfg(tmp_path, nproc_per_node=1, nnodes="2", node_rank=1, rdzv_endpoint="10.0.0.1:29400")
+    timings = {1: {"hostname": "n1", "job": {"job_id": "j", "run_id": "none", "group_rank": 1}}}
+    facts = L._node_facts(c, timings, "10.0.0.2")
+    assert facts == {"rdzv_endpoint": "10.0.0.1:29400", "job_id": "j", "run_id": "none",
+                     "nodes": [{"node_rank": 1, "group_rank": 1, "ranks": [1], "hostname": "n1",
+                                "local_addr": "10.0.0.2"}]}
+    assert L._node_facts(cfg(tmp_path), timings, None) == {}
+    cmd = launch_command(cfg(tmp_path, nnodes="2", rdzv_endpoint="h:1", local_addr="10.0.0.2", rdzv_host=False),
+                         tmp_path)
+    assert cmd[cmd.index("--local-addr") + 1] == "10.0.0.2" and cmd[cmd.index("--rdzv-conf") + 1] == "is_host=0"
+
+
+GLOO_RESET = ("[pair.cc:537] Read error [10.77.0.2]:19637: Connection reset by peer. This is typically caused by "
+              "a remote worker hanging")
+PEERS = {"0": {"addr": "10.77.0.1", "group_rank": 0, "hostname": "vm"},
+         "1": {"addr": "10.77.0.2", "group_rank": 1, "hostname": "vm"}}
+
+
+def test_a_node_that_went_away_is_named_with_its_ranks(tmp_path: Path) -> None:
+    """Issue 15: a node killed mid-run ends the job with an error naming the node and rank. The surviving node's
+    rank only sees its socket reset; peers.json (every rank's node) turns the peer's address into node and ranks."""
+    work = tmp_path / "work"
+    multi = cfg(tmp_path, nproc_per_node=1, nnodes="2", rdzv_endpoint="10.77.0.1:29400", local_addr="10.77.0.1")
+    _rank(work, 0, **{raw.ERROR: {"rank": 0, "type": "RuntimeError", "message": GLOO_RESET, "time_us": 1e15},
+                      raw.PEERS: PEERS})
+    err = str(failure(multi, work, tmp_path / "logs", 1, timed_out=False))
+    assert err.startswith("rank 0 on node 0 (10.77.0.1) failed because node 1 (10.77.0.2, rank(s) [1]) went away "
+                          "first (that node, or its rank, failed): RuntimeError: [pair.cc:537]"), err
+    (work / "rank0" / raw.PEERS).unlink()  # killed before the ranks told each other their nodes
+    err = str(failure(multi, work, tmp_path / "logs", 1, timed_out=False))
+    assert "failed because the node at 10.77.0.2 went away first" in err
+    # the node whose rank died says so; a silent node ends at the deadline, and the message says what it may be
+    dead = tmp_path / "dead"
+    node1 = cfg(tmp_path, nproc_per_node=1, nnodes="2", node_rank=1, rdzv_endpoint="10.77.0.1:29400",
+                local_addr="10.77.0.2")
+    _rank(dead, 1, **{raw.PEERS: PEERS})
+    err = str(failure(node1, dead, tmp_path / "logs", 1, timed_out=False, torchrun_stderr=TORCHRUN_FAILURE))
+    assert err == "rank 1 on node 1 (10.77.0.2) exited with code -9 (SIGKILL)"
+    err = str(failure(node1, dead, tmp_path / "logs", None, timed_out=True))
+    assert "unfinished ranks: rank 1 on node 1 (10.77.0.2): no progress reported (a multi-node run: a node that " \
+           "went silent" in err
+    # one node: the messages stay as they were
+    assert "rank 0 failed: RuntimeError" in str(failure(cfg(tmp_path), work, tmp_path / "logs", 1, timed_out=False))
+
+
+def test_peers_are_read_from_any_rank_folder_and_never_fail_a_run(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbox_record import recordpeers
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / raw.PEERS).write_text("not json")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / raw.PEERS).write_text(json.dumps(PEERS))
+    assert recordpeers.read_peers([tmp_path / "a", tmp_path / "b"])[1]["addr"] == "10.77.0.2"
+    assert recordpeers.read_peers([tmp_path / "none"]) == {}
+    monkeypatch.delenv(recordpeers.ENV_NODE_ADDR, raising=False)
+    recordpeers.announce(0)  # one node: nothing to do, nothing imported
+    assert recordpeers.collect(tmp_path, 2) is False
+    monkeypatch.setenv(recordpeers.ENV_NODE_ADDR, "10.0.0.1")
+    assert recordpeers.collect(tmp_path, 2) is False  # no process group: nothing written, nothing raised

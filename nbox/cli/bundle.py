@@ -1,7 +1,8 @@
-"""``nbox bundle inspect|verify|pack|unpack|diff|anonymize``: thin commands over the bundle library.
+"""``nbox bundle inspect|verify|pack|unpack|merge|diff|anonymize``: thin commands over the bundle library.
 
 Each parses its arguments, calls one library function (:mod:`nbox_trace.bundle_inspect`,
-:mod:`nbox_trace.bundle_verify`, :mod:`nbox_trace.archive`, :mod:`nbox_trace.bundle_diff`,
+:mod:`nbox_trace.bundle_verify`, :mod:`nbox_trace.archive`, :mod:`nbox_trace.bundle_merge`,
+:mod:`nbox_trace.bundle_diff`,
 :mod:`nbox_trace.anonymize`) and
 prints the result on stdout: human text, or exactly one JSON document with ``--json``.
 Commands that read a bundle accept a directory or a ``.nbox`` archive (unpacked, checked, into a
@@ -21,7 +22,7 @@ import typer
 
 from nbox.cli.app import EXIT_PROBLEMS, app
 
-bundle_app = typer.Typer(help="Share trace bundles: inspect, verify, pack, unpack, diff, anonymize.",
+bundle_app = typer.Typer(help="Share trace bundles: inspect, verify, pack, unpack, merge, diff, anonymize.",
                          no_args_is_help=True)
 app.add_typer(bundle_app, name="bundle")
 
@@ -122,6 +123,32 @@ def unpack_cmd(archive: Annotated[Path, typer.Argument(help="The .nbox archive."
     path = unpack_bundle(archive, out, overwrite=overwrite)
     _emit({"bundle": str(path)}, [f"unpacked {archive} into {path} (every file checked against the manifest)"],
           json_out)
+
+
+@bundle_app.command("merge")
+def merge_cmd(bundles: Annotated[list[Path], typer.Argument(help="Each node's bundle (directory or .nbox).")],
+              out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")],
+              overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing bundle.")] = False,
+              json_out: _JSON = False) -> None:
+    """Join the per-node bundles of one multi-node recording into one bundle of every rank.
+
+    Each node's `nbox record --nnodes N --node-rank R --rdzv-endpoint HOST:PORT` writes its own ranks; the
+    bundles must be of one run (same job id, world size, versions, capture settings) and hold every rank once.
+
+    Example:
+
+      nbox bundle merge node0.bundle node1.bundle -o run.bundle && nbox bundle verify run.bundle
+    """
+    from nbox_trace.bundle_merge import merge_bundles
+    from nbox_trace.files import Output, check_outputs
+    from nbox_trace.units import format_us
+
+    check_outputs([Output("-o/--out", out, "dir", overwrite)], inputs=list(bundles))
+    result = merge_bundles(bundles, out, overwrite=overwrite)
+    lines = [f"merged {len(bundles)} bundles into {result.out}: ranks {result.ranks}, observed iteration median "
+             f"{format_us(result.observed_median_us)} (slowest rank of every node)"]
+    lines += [f"  node {n['node_rank']}: ranks {n['ranks']} ({n['hostname']}, {n['local_addr']})" for n in result.nodes]
+    _emit(result.to_dict(), lines, json_out)
 
 
 @bundle_app.command("diff")

@@ -19,6 +19,9 @@ _RECORD_EPILOG = """Examples:
 
   nbox record -n 2 --iterations 20 -o run.bundle -- train.py --lr 0.1
 
+  nbox record -n 1 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400 -o node0.bundle  (on each node; then
+  nbox bundle merge node0.bundle node1.bundle -o run.bundle)
+
   nbox record convert et_0.json.gz kineto_0.json.gz et_1.json.gz kineto_1.json.gz -o imported.bundle
 """
 
@@ -38,6 +41,13 @@ def record_cmd(
     nnodes: Annotated[str, typer.Option(help="torchrun --nnodes (e.g. 2 or 1:4).")] = "1",
     node_rank: Annotated[int, typer.Option(help="torchrun --node-rank.", min=0)] = 0,
     rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun c10d rendezvous host:port.")] = None,  # noqa: UP045
+    local_addr: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="This node's address, as the other nodes reach it (default: its address on the route to the "
+             "rendezvous endpoint).")] = None,
+    rdzv_host: Annotated[Optional[bool], typer.Option(  # noqa: UP045
+        "--rdzv-host/--no-rdzv-host",
+        help="Whether this node hosts the rendezvous store (default: yes when the endpoint's address is this "
+             "node's own and --node-rank is 0).")] = None,
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Clean (un-instrumented) iterations timed.", min=1)] = 10,
     capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1)] = 1,
@@ -67,7 +77,8 @@ def record_cmd(
     name = script.stem if script is not None else example
     cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=tuple(ctx.args),
                        example=example, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                       rdzv_endpoint=rdzv_endpoint, warmup=warmup, iterations=iterations, capture=capture,
+                       rdzv_endpoint=rdzv_endpoint, local_addr=local_addr, rdzv_host=rdzv_host, warmup=warmup,
+                       iterations=iterations, capture=capture,
                        backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
                        overwrite=overwrite, timeout_s=timeout)  # a bad option: UsageError naming the flag (exit 2)
     result = record(cfg, progress=_say_record)

@@ -154,7 +154,7 @@ def scenario_export(
 @app.command("calibrate")
 def calibrate_cmd(
     out: Annotated[Path, typer.Option("-o", "--out", help="Scenario fragment (TOML) to write.")],
-    nproc: Annotated[int, typer.Option("-n", "--nproc", help="Ranks to launch on this machine.", min=2)] = 2,
+    nproc: Annotated[int, typer.Option("-n", "--nproc", help="Ranks to launch on this machine (node).")] = 2,
     backend: Annotated[Optional[str], typer.Option(help="gloo | nccl (default: nccl with CUDA, else gloo).")]  # noqa: UP045
     = None,
     sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
@@ -164,10 +164,25 @@ def calibrate_cmd(
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
     = 600.0,
-    dimension: Annotated[str, typer.Option(help="Name of the topology dimension written.")] = "loopback",
+    dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
+    = None,
+    nnodes: Annotated[str, typer.Option(help="torchrun --nnodes: measure across nodes (run this on each).")] = "1",
+    node_rank: Annotated[int, typer.Option(help="torchrun --node-rank.")] = 0,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun c10d rendezvous host:port.")] = None,  # noqa: UP045
+    local_addr: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="This node's address, as the other nodes reach it (default: its address on the route to the "
+             "rendezvous endpoint).")] = None,
+    rdzv_host: Annotated[Optional[bool], typer.Option(  # noqa: UP045
+        "--rdzv-host/--no-rdzv-host",
+        help="Whether this node hosts the rendezvous store (default: yes when the endpoint's address is this "
+             "node's own and --node-rank is 0).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
+
+    Across nodes, run it on each node with the same --nnodes and --rdzv-endpoint (as `nbox record`): the
+    collectives then cross the network between them, and every node writes the same scenario.
 
     Prints the fit error per size (stdout, or --json); the TOML holds one dimension with the all_reduce
     latency/bandwidth and a [[calibration]] entry per collective (factors and efficiency curve).
@@ -177,6 +192,8 @@ def calibrate_cmd(
       nbox calibrate -n 2 -o loopback.toml
 
       nbox calibrate --sizes 1KiB,64KiB --collectives all_reduce,all_gather -o small.toml --json
+
+      nbox calibrate -n 1 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400 -o net.toml  (and rank 1)
     """
     from dataclasses import replace
 
@@ -186,7 +203,9 @@ def calibrate_cmd(
 
     cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
                           collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
-                          timeout_s=timeout, dimension=dimension)  # bad input is refused before torch loads
+                          timeout_s=timeout, dimension=dimension or ("loopback" if nnodes == "1" else "network"),
+                          nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, local_addr=local_addr,
+                          rdzv_host=rdzv_host)  # bad input is refused before torch loads
     check_outputs([Output("-o/--out", out, "file")])  # and a bad output before any rank starts
     if backend is None:
         import torch  # only here: --help must not load torch
@@ -194,11 +213,14 @@ def calibrate_cmd(
         cfg = replace(cfg, backend="nccl" if torch.cuda.is_available() else "gloo")
     if not json_out:
         sys.stderr.write(f"nbox calibrate: measuring {len(cfg.collectives)} collective(s) x {len(cfg.sizes)} "
-                         f"size(s) on {cfg.nproc} {cfg.backend} rank(s)\n")
+                         f"size(s) on {cfg.nproc} {cfg.backend} rank(s)"
+                         + (f" of this node (node rank {cfg.node_rank} of {cfg.nnodes})" if cfg.nnodes != "1" else "")
+                         + "\n")
     cmd = "nbox calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else None
     result = calibrate(cfg, out, command=cmd)
     if json_out:
-        doc = {"profile": str(result.path), "backend": cfg.backend, "nproc": cfg.nproc,
+        doc = {"profile": str(result.path), "backend": cfg.backend, "nproc": cfg.nproc, "nnodes": cfg.nnodes,
+               "world_size": result.info.get("world_size"),
                "wall_s": round(result.wall_s, 3), "torch": result.info.get("torch"),
                "scenario": result.scenario.to_dict(),
                "fits": [{"collective": f.collective, "algorithm": f.algorithm, "ranks": f.ranks,
