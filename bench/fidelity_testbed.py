@@ -131,6 +131,26 @@ def plain_run(tb: Any, tmp: Path, example: str, steps: int, warmup: int, rnd: in
     return [max(p[i] for p in per_rank) for i in range(warmup, n)], [s[warmup:] for s in splits]
 
 
+def captured(bundle: Path) -> dict[str, float]:
+    """What the profiler did to the captured iterations: per (rank, captured iteration), the sum of the recorded
+    compute durations and the span from the first operator's start to the last one's end; medians (us)."""
+    from collections import defaultdict
+
+    from nbox_trace.chakra.codec import read_et
+
+    comps, spans = [], []
+    for et in sorted((bundle / "trace").glob("*.et")):
+        per: dict[int, list[Any]] = defaultdict(list)
+        for n in read_et(et)[1]:
+            if n.type == 4:  # COMP_NODE
+                per[next((a.int64_val for a in n.attr if a.name == "nbox_iteration"), -1)].append(n)
+        for ns in per.values():
+            comps.append(sum(n.duration_micros for n in ns))
+            first = min(n.start_time_micros for n in ns)
+            spans.append(max(n.start_time_micros + n.duration_micros for n in ns) - first)
+    return {"captured_compute_us": statistics.median(comps), "captured_span_us": statistics.median(spans)}
+
+
 def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
     from nbox_replay.replay import ReplayConfig, run_replay
 
@@ -159,7 +179,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
             print(f"calibration: measured -> {scenario}", file=sys.stderr)
         for ex in examples:
             bundle, recorder_obs = record(tb, tmp, ex, warmup, steps - warmup, capture)
-            pred = predict(bundle, scenario)
+            pred = predict(bundle, scenario) | captured(bundle)
             p = pred["predicted_us"]
             real: list[float] = []
             per_round = []
@@ -195,4 +215,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{r['example']:<18} {f'{o:.2f} ({lo:.2f}-{hi:.2f})':>24} "
                      f"{r['recorder_observed_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
                      f"{r['error_pct']:+6.1f}% {exp:>12} {cpu:>11}  {rounds:<13}  {met}")
+    lines.append("captured iterations (profiler on) against the recorder's un-instrumented median:")
+    for r in rows:
+        if "captured_span_us" in r:
+            obs = r["recorder_observed_us"]
+            lines.append(f"  {r['example']:<18} span {r['captured_span_us'] / 1e3:.2f} ms "
+                         f"({(r['captured_span_us'] / obs - 1) * 100:+.0f}%), recorded compute "
+                         f"{r['captured_compute_us'] / 1e3:.2f} ms ({r['captured_compute_us'] / obs * 100:.0f}% of it)")
     return "\n".join(lines)
