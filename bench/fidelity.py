@@ -127,6 +127,7 @@ def main() -> int:
     ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
+    ap.add_argument("--live", action="store_true", help="--testbed: also replay live each round (on one node)")
     ap.add_argument("--capture", type=int, default=5, help="--testbed: nbox record --capture (iterations captured)")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="--testbed: keep the bundles and logs here (default: a temporary directory)")
@@ -150,7 +151,7 @@ def _testbed(args: argparse.Namespace) -> int:
         work.mkdir(parents=True, exist_ok=True)
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
-                                args.capture)
+                                args.capture, args.live)
     print(f"\ntestbed: 2 nodes x 1 rank, pinned, {args.rate}; scenario {scenario}; prediction = virtual clock, "
           "recorded compute (live replay across nodes is not built)\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:

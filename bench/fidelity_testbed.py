@@ -9,8 +9,10 @@ Then for each built-in example:
 
 2. ``nbox record -n 1 --nnodes 2`` on both nodes through torchrun's c10d rendezvous, ``nbox bundle merge``;
 3. the prediction: ``nbox replay`` of the merged bundle under the calibrated scenario, virtual clock, recorded
-   compute. It is deterministic (same bundle, same scenario, same answer), so it is computed once. Live
-   replay across nodes is not built (a real-clock replay runs every rank on this one node), so it is not used;
+   compute. It is deterministic (same bundle, same scenario, same answer), so it is computed once. With
+   ``live`` (``--live``), each round also replays it live (real clock, operators re-executed, collectives
+   answered by the calibrated scenario). Live replay across nodes is not built: those ranks run on this
+   machine outside the namespaces (the testbed's two CPUs, unpinned), so only the compute is live;
 4. R rounds of a fresh plain run across the two nodes (``torch.distributed.run --nnodes 2``, no nbox,
    ``--report-times``): per iteration the slowest rank's wall time after warm-up. Each round's median is
    printed against the prediction, and the pooled median and p10-p90.
@@ -163,7 +165,8 @@ def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
 
 
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
-        sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5) -> tuple[list[dict[str, Any]], Path]:
+        sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
+        live: bool = False) -> tuple[list[dict[str, Any]], Path]:
     from nbox_trace.testbed import Testbed
 
     rows = []
@@ -184,17 +187,27 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
             real: list[float] = []
             per_round = []
             cpu_us: list[float] = []
+            live_us: list[float] = []
             for rnd in range(rounds):
                 job, splits = plain_run(tb, tmp, ex, steps, warmup, rnd)
                 real += job
                 per_round.append(statistics.median(job))
                 cpu_us += [s[0] for rank in splits for s in rank]
+                if live:
+                    from nbox_replay.replay import ReplayConfig, run_replay
+
+                    rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", baseline=scenario,
+                                                  iterations=steps - warmup, warmup=2))
+                    live_us += list(rep.baseline.iteration_us)
             obs = statistics.median(real)
             row = {"example": ex, "observed_median_us": obs, "observed_p10_us": pct(real, 10),
                    "observed_p90_us": pct(real, 90), "n_observed": len(real), "round_medians_us": per_round,
                    "recorder_observed_us": recorder_obs, "predicted_us": p, "error_pct": (p - obs) / obs * 100,
                    "round_errors_pct": [(p - m) / m * 100 for m in per_round],
                    "rank_cpu_median_us": statistics.median(cpu_us) if cpu_us else None, **pred}
+            if live_us:
+                row["live_us"] = statistics.median(live_us)
+                row["live_error_pct"] = (row["live_us"] - obs) / obs * 100
             row["in_spread"] = row["observed_p10_us"] <= p <= row["observed_p90_us"]
             rows.append(row)
             print(format_rows([row]), file=sys.stderr)
@@ -215,6 +228,10 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{r['example']:<18} {f'{o:.2f} ({lo:.2f}-{hi:.2f})':>24} "
                      f"{r['recorder_observed_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
                      f"{r['error_pct']:+6.1f}% {exp:>12} {cpu:>11}  {rounds:<13}  {met}")
+    for r in rows:
+        if "live_us" in r:
+            lines.append(f"  {r['example']:<18} live replay (one node, compute re-executed): "
+                         f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
     lines.append("captured iterations (profiler on) against the recorder's un-instrumented median:")
     for r in rows:
         if "captured_span_us" in r:
