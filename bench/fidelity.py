@@ -1,6 +1,7 @@
 """Replay fidelity: a recorded 2-rank gloo run replayed under the calibrated baseline vs fresh real runs.
 
     python bench/fidelity.py [--rounds R] [--examples ddp_mlp,...] [--json]
+    python bench/fidelity.py --testbed [--rate 1gbit] [--calibration CACHE.toml] ...   # bench/fidelity_testbed.py
 
 For each built-in example:
 
@@ -117,9 +118,42 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--examples", default=",".join(EXAMPLES))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--testbed", action="store_true",
+                    help="2 nodes x 1 rank on the namespace testbed (root): bench/fidelity_testbed.py")
+    ap.add_argument("--rate", default="1gbit", help="--testbed: the link's tbf rate")
+    ap.add_argument("--calibration", type=Path, default=None,
+                    help="--testbed: the calibrated scenario; measured once and written here when missing")
+    ap.add_argument("--sizes", default="4KiB..16MiB", help="--testbed: nbox calibrate --sizes")
+    ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
+                    help="--testbed: nbox calibrate --collectives")
+    ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
+    ap.add_argument("--live", action="store_true", help="--testbed: also replay live each round (on one node)")
+    ap.add_argument("--capture", type=int, default=5, help="--testbed: nbox record --capture (iterations captured)")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="--testbed: keep the bundles and logs here (default: a temporary directory)")
     args = ap.parse_args()
+    if args.testbed:
+        return _testbed(args)
     rows = run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup)
     print("\n" + format_rows(rows), file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+def _testbed(args: argparse.Namespace) -> int:
+    spec = importlib.util.spec_from_file_location("nbox_bench_fidelity_testbed", ROOT / "bench" / "fidelity_testbed.py")
+    assert spec is not None and spec.loader is not None
+    tb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tb)
+    with tempfile.TemporaryDirectory(prefix="nbox-fidelity-tb-") as tmp:
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
+                                args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
+                                args.capture, args.live)
+    print(f"\ntestbed: 2 nodes x 1 rank, pinned, {args.rate}; scenario {scenario}; prediction = virtual clock, "
+          "recorded compute (live replay across nodes is not built)\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:
         print(json.dumps(rows))
     return 0

@@ -1,0 +1,72 @@
+"""Where replay loses time on the namespace testbed (issue 15, item 5): measured sizes of candidate causes.
+
+    flock /tmp/nbox-ranks.lock python bench/testbed_causes.py --scenario CAL.toml [--sizes 1181952,526336]
+
+Two nodes x one rank, pinned, 1 Gb/s. Prints, per all-reduce size (default: ddp_mlp's two DDP buckets), gloo's
+median time alone and the scenario's price (``nbox scenario cost``); the buckets issued together (as DDP does:
+gloo runs them on its worker threads at once) against the model's serialized sum; and a matmul loop's time
+alone and while a 16 MiB all-reduce is in flight (gloo's CPU cost on the rank's one core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def price(scenario: Path, size: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "nbox", "scenario", "cost", "all_reduce", "--bytes", str(size),
+                          "--what-if", str(scenario), "--json"], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    doc = json.loads(out.stdout)
+    return float(next(a["time_us"] for a in doc["algorithms"] if a["algorithm"] == doc["auto"]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scenario", type=Path, required=True)
+    ap.add_argument("--sizes", default="1181952,526336")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rate", default="1gbit")
+    args = ap.parse_args()
+    from nbox_trace.testbed import Testbed
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="nbox-causes-") as tmp, Testbed(2, rate=args.rate) as tb:
+        out = Path(tmp) / "causes.json"
+        ep = f"{tb.node(0).addr}:29491"
+        procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+                               "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
+                               "--rdzv-conf", f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr,
+                               str(ROOT / "bench" / "testbed_causes_worker.py"), str(out), args.sizes,
+                               str(args.reps)], {"OMP_NUM_THREADS": "1", **tb.node(k).env()},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(2)]
+        if any(tb.wait_all(procs, 500)):
+            raise SystemExit("a rank failed")
+        docs = [json.loads((Path(tmp) / f"causes.json.rank{r}").read_text()) for r in range(2)]
+    med = {k: max(d[k] for d in docs) for k in docs[0] if k != "raw"}
+    print(f"{'all_reduce bytes':>16} {'gloo alone ms':>13} {'model ms':>9} {'model err':>9}")
+    model_sum = 0.0
+    for s in sizes:
+        m = price(args.scenario, s)
+        model_sum += m
+        alone = med[f"alone_{s}"]
+        print(f"{s:>16} {alone / 1e3:13.2f} {m / 1e3:9.2f} {(m - alone) / alone * 100:+8.1f}%")
+    wire = sum(sizes) * 8 / 0.95e9 * 1e6
+    print(f"together (async, as DDP): gloo {med['together'] / 1e3:.2f} ms; model (serialized sum) "
+          f"{model_sum / 1e3:.2f} ms ({(model_sum - med['together']) / med['together'] * 100:+.1f}%); "
+          f"wire at 0.95 Gb/s {wire / 1e3:.2f} ms")
+    print(f"200 x mm(32x512, 512x512): alone {med['mm_alone'] / 1e3:.2f} ms, during a 16 MiB all_reduce "
+          f"{med['mm_during_comm'] / 1e3:.2f} ms ({(med['mm_during_comm'] / med['mm_alone'] - 1) * 100:+.0f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

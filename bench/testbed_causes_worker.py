@@ -1,0 +1,52 @@
+"""One rank of bench/testbed_causes.py (run through torchrun on each testbed node): times gloo all_reduces at
+the given sizes alone, the same sizes issued together (as DDP's buckets are), and a fixed matmul loop alone and
+while a large all_reduce is in flight (gloo's CPU cost on the rank's one core). Writes JSON to argv[1].rank<R>."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    out, sizes, reps = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
+    dist.init_process_group("gloo")
+    bufs = [torch.ones(s // 4) for s in sizes]
+    big = torch.ones(4 * 1024 * 1024)  # 16 MiB: ~140 ms on the 1 Gb/s link
+    a, b = torch.randn(32, 512), torch.randn(512, 512)
+    res: dict[str, list[float]] = {f"alone_{s}": [] for s in sizes}
+    res.update({"together": [], "mm_alone": [], "mm_during_comm": []})
+
+    def timed(fn: object) -> float:
+        dist.barrier()
+        t = time.perf_counter()
+        fn()  # type: ignore[operator]
+        return (time.perf_counter() - t) * 1e6
+
+    def mm_loop() -> None:
+        for _ in range(200):
+            torch.mm(a, b)
+
+    for _ in range(reps):
+        for s, buf in zip(sizes, bufs, strict=True):
+            res[f"alone_{s}"].append(timed(lambda buf=buf: dist.all_reduce(buf)))
+        res["together"].append(timed(lambda: [w.wait() for w in [dist.all_reduce(x, async_op=True) for x in bufs]]))
+        res["mm_alone"].append(timed(mm_loop))
+        dist.barrier()
+        work = dist.all_reduce(big, async_op=True)
+        t = time.perf_counter()
+        mm_loop()
+        res["mm_during_comm"].append((time.perf_counter() - t) * 1e6)
+        work.wait()
+    with open(f"{out}.rank{dist.get_rank()}", "w") as f:
+        json.dump({k: statistics.median(v) for k, v in res.items()} | {"raw": res}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
