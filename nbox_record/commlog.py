@@ -29,8 +29,13 @@ Known blind spots (the record is then missing, the ET still has the ``c10d::`` n
   and ``_reduce_scatter_base_``), from the return of a Python ``wait()``; otherwise ``None``;
 * ``recv_any_source_``: the peer is unknown at issue time (``peer = None``).
 
-Joining records to the ET: record ``seq`` order is issue order, the same order as the ET's ``c10d::<op>``
-nodes (by ``rf_id``); ``issue_us`` is wall clock, and a Kineto event's wall clock is
+Joining records to the ET: by identity, never by position. The kernel takes the record's ``seq`` (issue
+order on this rank) before the collective starts and opens a record function named
+``nbox::collective/<pg_name>/<seq>/<op>`` around the redispatch; the ET observer writes it as a child of the
+``c10d::<op>`` node (same thread, opened right after it), so each ET collective names its record even when
+the observer nests the ``c10d::`` node itself under an unrelated operator (gloo's ``gloo:<op>`` record
+function opens on the issuing thread and closes on the worker thread, so later ops nest under it).
+``issue_us`` is wall clock, and a Kineto event's wall clock is
 ``baseTimeNanoseconds / 1000 + ts``.
 
 ``comm_bytes`` (the Chakra ``comm_size``) is this rank's input bytes (``in_numel * elem_bytes``, summed
@@ -51,7 +56,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Work
 
-from nbox_record.rawformat import CollectiveRecord, ProcessGroupInfo
+from nbox_record.rawformat import CollectiveRecord, ProcessGroupInfo, identity_marker
 
 
 @dataclass(frozen=True)
@@ -191,12 +196,17 @@ class CollectiveLogger:
             except Exception as exc:  # never let bookkeeping break the collective
                 record = None
                 self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
-            out = op.redispatch(keyset & after_autograd, *args, **kwargs)
-            if record is not None:
-                try:
-                    self._track(out, record)
-                except Exception as exc:
-                    self.errors.append(f"{name} (work): {type(exc).__name__}: {exc}")
+            if record is None:
+                return op.redispatch(keyset & after_autograd, *args, **kwargs)
+            self._append(record)  # seq = issue order, taken before the collective starts
+            # The identity marker: a child of this c10d node in the host ET, so the ET node names its record
+            # whatever the ET observer's nesting (see :func:`identity_marker`).
+            with torch._C._profiler._RecordFunctionFast(identity_marker(record)):
+                out = op.redispatch(keyset & after_autograd, *args, **kwargs)
+            try:
+                self._track(out, record)
+            except Exception as exc:
+                self.errors.append(f"{name} (work): {type(exc).__name__}: {exc}")
             return out
 
         return kernel
@@ -326,7 +336,6 @@ class CollectiveLogger:
             self.records.append(record)
 
     def _track(self, out: object, record: CollectiveRecord) -> None:
-        self._append(record)
         items = out if isinstance(out, tuple) else (out,)
         script_work = next((o for o in items if isinstance(o, torch.ScriptObject)), None)
         if script_work is None:

@@ -49,7 +49,11 @@ class CommNodes:
         The log sees every collective the process group is asked for (``nbox emulate``'s observer), or every one
         issued above autograd (``nbox record``'s Autograd-key kernel): it cannot see functional collectives, nor,
         when recording, c10d ops issued from inside another operator's kernel (see :mod:`nbox_record.commlog`).
-        The join is by identity in order (:func:`align`): each record pairs with an ET collective of the same op;
+        A capture by this nbox names each record inside its ET node (``nbox::collective/<pg>/<seq>/<op>``,
+        :mod:`nbox_record.commlog`): the join is then by that identity (:func:`by_identity`), whatever the
+        order or nesting the ET observer gave the nodes (issue 16: DDP's buffer broadcasts, its reducer's
+        all-reduce and a user broadcast diverged when joined by position).
+        Older captures: the join is in order (:func:`align`): each record pairs with an ET collective of the same op;
         a top-level ET collective must pair; one nested in another operator pairs when the log saw it and is left
         out (keeping the facts of its own inputs) when it did not. The ET observer sometimes nests a top-level
         collective under an operator left open by another thread's record function, so nesting alone cannot
@@ -60,6 +64,8 @@ class CommNodes:
             return {}
         ops = [a for a in self.inputs.w.anchors if a.node.name.startswith("c10d::")]
         records = log.records
+        if any(a.identity is not None for a in ops):
+            return by_identity(ops, records, str(log.path), str(et.path))
         pairs = align([short_op(a.node.name) for a in ops], [a.in_op for a in ops],
                       [short_op(r["op"]) for r in records])
         if pairs is not None:
@@ -214,6 +220,38 @@ def _extras(node: pb.Node, f: CommFacts, et_name: str) -> None:
         set_attr(node, "nbox_seq", f.seq)
     if f.pg_desc:
         set_attr(node, "nbox_pg_desc", f.pg_desc)
+
+
+def by_identity(ops: list[Collective], records: list[dict[str, Any]], log_path: str,
+                et_path: str) -> dict[int, dict[str, Any]]:
+    """Pair each ET collective carrying an identity ``(pg_name, seq, op)`` with the log record of that seq,
+    checking its group and op; ET id -> record. Every record must be named by exactly one ET collective; an
+    ET collective without an identity (the log did not see it: see :mod:`nbox_record.commlog`) pairs with
+    nothing and keeps the facts of its own inputs."""
+    by_seq = {int(r["seq"]): r for r in records}
+    out: dict[int, dict[str, Any]] = {}
+    seen: dict[int, int] = {}
+    for a in ops:
+        if a.identity is None:
+            continue
+        pg, seq, op = a.identity
+        rec = by_seq.get(seq)
+        where = f"{et_path}: node id {a.node.id} ({a.node.name}) names collective {pg}/{seq}/{op}"
+        if rec is None:
+            raise InvalidInputError(f"{where}, absent from {log_path}")
+        if rec["pg_name"] != pg or rec["op"] != op or short_op(a.node.name) != short_op(op):
+            raise InvalidInputError(f"{where} but {log_path} has seq {seq} as {rec['op']!r} on group "
+                                    f"{rec['pg_name']!r}: the captures diverge")
+        if seq in seen:
+            raise InvalidInputError(f"{where}, as does node id {seen[seq]}")
+        seen[seq] = a.node.id
+        out[a.node.id] = rec
+    missing = [r for r in records if int(r["seq"]) not in seen]
+    if missing:
+        r = missing[0]
+        raise InvalidInputError(f"{log_path}: {len(missing)} collective(s) absent from the host ET {et_path}, "
+                                f"the first {r['op']!r} (seq {r['seq']}, group {r['pg_name']!r})")
+    return out
 
 
 def align(op_names: list[str], nested: list[bool], record_names: list[str]) -> list[tuple[int, int]] | None:

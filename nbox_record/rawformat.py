@@ -107,3 +107,22 @@ class RankTimings(_RankTimingsRequired, total=False):
     iteration_run_queue_us: list[float]
     # the job this rank belonged to: the same on every rank of one run, on every node (recordfacts.job_identity)
     job: dict[str, str | int | None]
+
+
+#: Name prefix of the record function opened around each logged collective's redispatch.
+IDENTITY_PREFIX = "nbox::collective/"
+
+
+def identity_marker(record: CollectiveRecord) -> str:
+    """``nbox::collective/<pg_name>/<seq>/<op>``: the record's identity, written into the host ET."""
+    return f"{IDENTITY_PREFIX}{record['pg_name']}/{record['seq']}/{record['op']}"
+
+
+def parse_identity_marker(name: str) -> tuple[str, int, str] | None:
+    """``(pg_name, seq, op)`` of an identity marker's name, else None."""
+    if not name.startswith(IDENTITY_PREFIX):
+        return None
+    parts = name[len(IDENTITY_PREFIX):].rsplit("/", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]

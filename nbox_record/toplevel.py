@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from nbox_record.comms import RPC_NAME, kind_of_collective_name, marker_kind, op_kind, rpc_collective_name
 from nbox_record.hostet import USER_SCOPE, EtNode, HostEt
-from nbox_record.rawformat import BOUNDARY_MARKER
+from nbox_record.rawformat import BOUNDARY_MARKER, parse_identity_marker
 from nbox_trace.contract import PG_INIT_NODE
 
 BOOKKEEPING = "[pytorch|profiler|execution_trace|"
@@ -53,6 +53,7 @@ class Collective:
     in_op: bool = False  # issued from inside another dispatcher operator (an ancestor has an op schema)
     rpc: EtNode | None = None
     markers: list[EtNode] = field(default_factory=list)
+    identity: tuple[str, int, str] | None = None  # (pg_name, log seq, op) of nbox's identity marker inside it
 
 
 @dataclass
@@ -91,11 +92,18 @@ def walk(et: HostEt) -> Walk:
         elif name == PG_INIT_NODE:
             w.pg_nodes.append(n)
             continue
+        elif anchor is None and parse_identity_marker(name) is not None:
+            continue  # an identity marker outside its collective (misnested): bookkeeping, never an operator
         elif name == BOUNDARY_MARKER:
             w.boundaries.append(n.order)
             continue
-        elif anchor is not None:
+        elif anchor is not None and not (name.startswith("c10d::") and w.anchors[anchor].node.name.startswith(
+                "c10d::") and op_kind(name) is not None):
+            # (a c10d op inside a c10d op is the ET observer's misnesting, never one collective: its own anchor)
             a = w.anchors[anchor]
+            if a.identity is None and (ident := parse_identity_marker(name)) is not None:
+                a.identity = ident
+                continue
             w.owner[nid] = a.node.id
             if name == RPC_NAME:
                 if not in_rpc and a.rpc is None and kind_of_collective_name(rpc_collective_name(n) or "") not in (
