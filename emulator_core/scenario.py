@@ -178,10 +178,7 @@ class Straggler:
 
     @classmethod
     def from_dict(cls, d: Any) -> Straggler:
-        check_table("", d, STRAGGLER_KEYS)
-        for k in STRAGGLER_KEYS:
-            if k not in d:
-                raise ScenarioError(k, f"missing (required keys: {', '.join(STRAGGLER_KEYS)})")
+        check_table("", d, STRAGGLER_KEYS, STRAGGLER_KEYS)
         return cls(**d)
 
 
@@ -280,10 +277,7 @@ class Calibration:
     @classmethod
     def from_dict(cls, d: Any) -> Calibration:
         """Build from a TOML table; ``latency_factor``/``bandwidth_factor`` default to 1, ``efficiency`` to []."""
-        check_table("", d, CALIBRATION_KEYS)
-        missing = [k for k in CALIBRATION_KEYS[:4] if k not in d]
-        if missing:
-            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(CALIBRATION_KEYS[:4])})")
+        check_table("", d, CALIBRATION_KEYS, CALIBRATION_KEYS[:4])
         return cls(**d)
 
 

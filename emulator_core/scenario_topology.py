@@ -124,10 +124,7 @@ class Dimension:
     @classmethod
     def from_dict(cls, d: Any) -> Dimension:
         """Build from a TOML table; errors name the key relative to the table (prefix them)."""
-        check_table("", d, DIM_KEYS)
-        missing = [k for k in DIM_KEYS[:5] if k not in d]
-        if missing:
-            raise ScenarioError(missing[0], f"missing (required keys: {', '.join(DIM_KEYS[:5])})")
+        check_table("", d, DIM_KEYS, DIM_KEYS[:5])
         return cls(**d)
 
 

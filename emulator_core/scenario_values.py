@@ -121,13 +121,17 @@ def choice(key: str, value: Any, allowed: Sequence[str]) -> str:
     return value
 
 
-def check_table(key: str, d: Any, allowed: Sequence[str]) -> None:
+def check_table(key: str, d: Any, allowed: Sequence[str], required: Sequence[str] = ()) -> None:
+    """``d`` is a table holding only ``allowed`` keys and every ``required`` one (errors name the first wrong key)."""
     if not isinstance(d, dict):
         raise bad(key, d, "must be a table") if key else ScenarioError("", f"must be a table, not {fmt(d)}")
     for k in d:
         if k not in allowed:
             path = f"{key}.{k}" if key else str(k)
             raise ScenarioError(path, f"unknown key (allowed: {', '.join(allowed)})")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise ScenarioError(missing[0], f"missing (required keys: {', '.join(required)})")
 
 
 def quote_toml_string(s: str) -> str:

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from nbox.cli.app import EXIT_PROBLEMS, app
+from nbox.cli.options import LocalAddrOpt, NnodesOpt, NodeRankOpt, RdzvEndpointOpt, RdzvHostOpt
 
 _RECORD_EPILOG = """Examples:
 
@@ -38,16 +39,11 @@ def record_cmd(
     script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
         help="Training script, launched like torchrun (put `--` before it); none: --example.")] = None,
     nproc_per_node: Annotated[int, typer.Option("-n", "--nproc-per-node", min=1, help="Ranks on this node.")] = 2,
-    nnodes: Annotated[str, typer.Option(help="torchrun --nnodes (e.g. 2 or 1:4).")] = "1",
-    node_rank: Annotated[int, typer.Option(help="torchrun --node-rank.", min=0)] = 0,
-    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun c10d rendezvous host:port.")] = None,  # noqa: UP045
-    local_addr: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="This node's address, as the other nodes reach it (default: its address on the route to the "
-             "rendezvous endpoint).")] = None,
-    rdzv_host: Annotated[Optional[bool], typer.Option(  # noqa: UP045
-        "--rdzv-host/--no-rdzv-host",
-        help="Whether this node hosts the rendezvous store (default: yes when the endpoint's address is this "
-             "node's own and --node-rank is 0).")] = None,
+    nnodes: NnodesOpt = "1",
+    node_rank: NodeRankOpt = 0,
+    rdzv_endpoint: RdzvEndpointOpt = None,
+    local_addr: LocalAddrOpt = None,
+    rdzv_host: RdzvHostOpt = None,
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Clean (un-instrumented) iterations timed.", min=1)] = 10,
     capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1)] = 1,

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from nbox.cli.app import app
+from nbox.cli.options import LocalAddrOpt, NnodesOpt, NodeRankOpt, RdzvEndpointOpt, RdzvHostOpt
 
 scenario_app = typer.Typer(help="What-if scenarios: show, validate, price a collective, ASTRA-sim configs.",
                            no_args_is_help=True)
@@ -167,16 +168,11 @@ def calibrate_cmd(
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
     = None,
-    nnodes: Annotated[str, typer.Option(help="torchrun --nnodes: measure across nodes (run this on each).")] = "1",
-    node_rank: Annotated[int, typer.Option(help="torchrun --node-rank.")] = 0,
-    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun c10d rendezvous host:port.")] = None,  # noqa: UP045
-    local_addr: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="This node's address, as the other nodes reach it (default: its address on the route to the "
-             "rendezvous endpoint).")] = None,
-    rdzv_host: Annotated[Optional[bool], typer.Option(  # noqa: UP045
-        "--rdzv-host/--no-rdzv-host",
-        help="Whether this node hosts the rendezvous store (default: yes when the endpoint's address is this "
-             "node's own and --node-rank is 0).")] = None,
+    nnodes: NnodesOpt = "1",
+    node_rank: NodeRankOpt = 0,
+    rdzv_endpoint: RdzvEndpointOpt = None,
+    local_addr: LocalAddrOpt = None,
+    rdzv_host: RdzvHostOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
