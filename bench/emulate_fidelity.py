@@ -2,6 +2,8 @@
 
     python bench/emulate_fidelity.py [--rounds R] [--example ddp_mlp] [--what-if S.toml] [--set k=v ...]
                                      [--variant NAME:k=v,k=v ...] [--json]
+    flock /tmp/nbox-ranks.lock python bench/emulate_fidelity.py --testbed [--world 2|4] [--calibration CAL.toml]
+        [--examples ddp_mlp,ddp_transformer,fsdp2_transformer]      # root: bench/emulate_fidelity_testbed.py
 
 Pairs (the emulate issue): real W = 2 against ``nbox emulate --world-size 2 -n 1``, and real W = 4 against
 ``--world-size 4 -n 2``. The emulated side uses the calibrated scenario of this machine (the shipped
@@ -156,7 +158,22 @@ def main() -> int:
                     help="an emulated side with its own overrides (repeatable; default: one side, no overrides)")
     ap.add_argument("--pairs", default="2:1,4:2", help="W:N pairs (default 2:1,4:2)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--testbed", action="store_true",
+                    help="real W across W namespace nodes x 1 rank against nbox emulate (root): "
+                         "bench/emulate_fidelity_testbed.py")
+    ap.add_argument("--world", type=int, default=2, choices=(2, 4), help="--testbed: W (nodes of the real side)")
+    ap.add_argument("--examples", default="ddp_mlp,ddp_transformer,fsdp2_transformer", help="--testbed: examples")
+    ap.add_argument("--steps", type=int, default=13, help="--testbed: iterations per run (incl. warm-up)")
+    ap.add_argument("--rate", default="1gbit", help="--testbed: every link's tbf rate")
+    ap.add_argument("--calibration", type=Path, default=None,
+                    help="--testbed: the calibrated scenario; measured on two nodes and written here when missing")
+    ap.add_argument("--sizes", default="4KiB..16MiB", help="--testbed: nbox calibrate --sizes")
+    ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
+                    help="--testbed: nbox calibrate --collectives")
+    ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
     args = ap.parse_args()
+    if args.testbed:
+        return _testbed(args)
     variants = []
     for v in args.variant:
         name, _, sets = v.partition(":")
@@ -165,6 +182,20 @@ def main() -> int:
     rows = run(args.example, args.rounds, args.warmup, args.iterations, args.what_if, tuple(args.set),
                tuple(variants) or (("emulated", ()),), pairs)
     print("\n" + format_rows(rows), file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+def _testbed(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import emulate_fidelity_testbed as tb
+
+    with tempfile.TemporaryDirectory(prefix="nbox-emulate-tb-") as tmp:
+        rows = tb.run([e for e in args.examples.split(",") if e], args.world, args.rounds, args.steps, args.warmup,
+                      args.rate, args.calibration, args.sizes, args.collectives, args.budget, Path(tmp))
+    print(f"\ntestbed: real W = {args.world} ({args.world} nodes x 1 rank, pinned, {args.rate} per link) against "
+          f"nbox emulate under the testbed's calibrated scenario\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:
         print(json.dumps(rows))
     return 0

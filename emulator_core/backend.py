@@ -28,14 +28,12 @@ communication stream; no GPU was available to build and check the stream path.
 from __future__ import annotations
 
 import math
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -44,103 +42,15 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from emulator_core import mirror
 from emulator_core.answer import Fabric, FabricGroup
-from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, not_completed, run_finish
-from emulator_core.live_policy import live_unsupported
-from emulator_core.scenario import Scenario
-from emulator_core.scenario_files import load_scenario
-from emulator_core.world import resize
-from nbox_trace.errors import InvalidInputError
+from emulator_core.clocksync import Clock, deliberate_skew_ns, host_key
+from emulator_core.delay import NboxWork, not_completed, run_finish
+from emulator_core.emulation_config import EmulationConfig, EmulationConfigError
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
-           "create_process_group", "remove_observer"]
+           "clock_report", "create_process_group", "remove_observer"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
-
-
-class EmulationConfigError(InvalidInputError):
-    """The emulation settings (environment variables) are invalid; the message names the variable."""
-
-
-@dataclass(frozen=True)
-class EmulationConfig:
-    """The emulated world, validated at construction.
-
-    Attributes:
-        world_size: W, the ranks the script sees.
-        real_ranks: global rank of each real process, indexed by its real rank (0..N-1); distinct, < W.
-        scenario: the what-if scenario, resized to W (its outermost dimension grows or shrinks).
-        spin_ns: spin this long before a deadline (nanoseconds, >= 0).
-        call_timeout_s: longest wait for one call's real part (seconds, > 0), when shorter than the
-            process group's own timeout (``NBOX_CALL_TIMEOUT_S``; ``nbox emulate`` sets it, so a deadlock
-            among real ranks ends with an error naming the call instead of torch's 30-minute default).
-    """
-
-    world_size: int
-    real_ranks: tuple[int, ...]
-    scenario: Scenario
-    spin_ns: int = DEFAULT_SPIN_NS
-    call_timeout_s: float = math.inf
-
-    def __post_init__(self) -> None:
-        w = self.world_size
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-            raise EmulationConfigError(f"NBOX_WORLD_SIZE: must be an integer >= 1, got {w!r}")
-        ranks = tuple(self.real_ranks)
-        if not ranks:
-            raise EmulationConfigError("NBOX_REAL_RANKS: needs at least one real rank")
-        if len(set(ranks)) != len(ranks) or any(not 0 <= r < w for r in ranks):
-            raise EmulationConfigError(f"NBOX_REAL_RANKS: {list(ranks)} must be distinct global ranks in 0..{w - 1}")
-        object.__setattr__(self, "real_ranks", ranks)
-        if self.scenario.world_size != w:
-            raise EmulationConfigError(f"NBOX_SCENARIO: world size {self.scenario.world_size} != NBOX_WORLD_SIZE {w}")
-        why = live_unsupported(self.scenario)
-        if why:
-            raise EmulationConfigError(f"NBOX_SCENARIO: {why}")
-        if self.spin_ns < 0:
-            raise EmulationConfigError(f"NBOX_SPIN_US: must be >= 0, got {self.spin_ns / 1000}")
-        if not self.call_timeout_s > 0:
-            raise EmulationConfigError(f"NBOX_CALL_TIMEOUT_S: must be > 0, got {self.call_timeout_s}")
-
-    @classmethod
-    def from_env(cls, nproc: int, env: Mapping[str, str] | None = None) -> EmulationConfig:
-        """Read the ``NBOX_*`` variables (module docstring) for a job of ``nproc`` real processes."""
-        e = os.environ if env is None else env
-
-        def integer(name: str, default: int) -> int:
-            raw = e.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                return int(raw)
-            except ValueError:
-                raise EmulationConfigError(f"{name}: not an integer: {raw!r}") from None
-
-        w = integer("NBOX_WORLD_SIZE", nproc)
-        if w < 1:
-            raise EmulationConfigError(f"NBOX_WORLD_SIZE: must be an integer >= 1, got {w}")
-        raw_ranks = e.get("NBOX_REAL_RANKS", "").strip()
-        try:
-            ranks = tuple(int(x) for x in raw_ranks.split(",")) if raw_ranks else tuple(range(nproc))
-        except ValueError:
-            raise EmulationConfigError(f"NBOX_REAL_RANKS: not a comma-separated list of ranks: {raw_ranks!r}") from None
-        if len(ranks) != nproc:
-            raise EmulationConfigError(f"NBOX_REAL_RANKS: lists {len(ranks)} ranks but the job has {nproc} real "
-                                       f"processes (WORLD_SIZE)")
-        path = e.get("NBOX_SCENARIO", "").strip()
-        overrides = [line for line in e.get("NBOX_SCENARIO_SET", "").splitlines() if line.strip()]
-        scenario = load_scenario(Path(path) if path else None, overrides)
-        try:
-            scenario = resize(scenario, w)
-        except InvalidInputError as err:
-            raise EmulationConfigError(f"NBOX_WORLD_SIZE: {err}") from None
-        spin_us = integer("NBOX_SPIN_US", DEFAULT_SPIN_NS // 1000)
-        raw_timeout = e.get("NBOX_CALL_TIMEOUT_S", "").strip()
-        try:
-            call_timeout_s = float(raw_timeout) if raw_timeout else math.inf
-        except ValueError:
-            raise EmulationConfigError(f"NBOX_CALL_TIMEOUT_S: not a number: {raw_timeout!r}") from None
-        return cls(w, ranks, scenario, spin_us * 1000, call_timeout_s)
 
 
 class OpRecord(NamedTuple):
@@ -233,12 +143,13 @@ class NboxProcessGroup(dist.ProcessGroup):
     """A process group whose size is the emulated group's; see the module docstring."""
 
     def __init__(self, config: EmulationConfig, fabric: Fabric, members: Sequence[int] | None, global_rank: int,
-                 store: Any, timeout: timedelta) -> None:
+                 store: Any, timeout: timedelta, clock: Clock | None = None) -> None:
         size = config.world_size if members is None else len(members)
         me = global_rank if members is None else list(members).index(global_rank)
         super().__init__(me, size)  # type: ignore[call-arg]  # the (rank, size) overload exists at run time
         self.config = config
         self.fabric = fabric
+        self.clock = clock if clock is not None else Clock()
         self.members = None if members is None else tuple(members)
         self.global_rank = global_rank
         self.timeout_s = min(timeout.total_seconds(), config.call_timeout_s)
@@ -282,6 +193,19 @@ class NboxProcessGroup(dist.ProcessGroup):
         prefixed = PrefixStore(f"nbox_inner/{tag}/", store)
         return ProcessGroupGloo(prefixed, lay.inner_index, lay.n, timedelta(seconds=self.timeout_s))
 
+    def _local_us(self, reference_us: float) -> float:
+        """A reference-timeline time as this process's ``perf_counter`` microseconds (records are local)."""
+        return reference_us - self.clock.correction_ns / 1000.0
+
+    def synchronize_clock(self) -> None:
+        """Estimate this process's clock correction with the other real ranks (:mod:`emulator_core.clocksync`);
+        the default group calls it once, collectively, when created."""
+        inner = self._group.inner
+        if inner is None:
+            return
+        send, recv = _gloo_transport(inner, self.timeout_s)
+        self.clock.synchronize(self.layout.inner_index, self.layout.n, send, recv, host_key(self.clock.skew_ns))
+
     def _record(self, rec: OpRecord) -> None:
         if len(self.records) >= MAX_RECORDS:
             del self.records[: MAX_RECORDS // 2]
@@ -293,8 +217,10 @@ class NboxProcessGroup(dist.ProcessGroup):
               pricing: Mapping[str, Any] | None = None) -> NboxWork:
         """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in)."""
         g = group or self._group
+        clock = self.clock
         t_issue_ns = time.perf_counter_ns()
         issue_us = t_issue_ns / 1000.0
+        ref_issue_ns = clock.to_reference_ns(t_issue_ns)  # arrivals and answers live on the reference timeline
 
         def what() -> str:
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
@@ -302,19 +228,20 @@ class NboxProcessGroup(dist.ProcessGroup):
         if g.inner is None:
             works, finish = real(None)
             run_finish(finish)
-            arrivals_us = [issue_us] * n_real
+            arrivals_us = [ref_issue_ns / 1000.0] * n_real
             with g.lock:
                 ans = (self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us) if pricing is None else
                        self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, **pricing))
             done_us = time.perf_counter_ns() / 1000.0
-            self._record(OpRecord(call, collective, nbytes, issue_us, ans.start_us, ans.end_us, ans.algorithm, done_us))
-            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, int(ans.end_us * 1000.0))
+            start_us, end_us = self._local_us(ans.start_us), self._local_us(ans.end_us)
+            self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
+            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, clock.to_perf_ns(ans.end_us * 1000.0))
         else:
             if g.exchange:
                 arrivals = torch.empty(g.layout.n, dtype=torch.int64)
-                ts_work = g.inner._allgather_base(arrivals, torch.tensor([t_issue_ns], dtype=torch.int64))
+                ts_work = g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
             else:
-                arrivals, ts_work = torch.full((n_real,), t_issue_ns, dtype=torch.int64), None
+                arrivals, ts_work = torch.full((n_real,), ref_issue_ns, dtype=torch.int64), None
             works, finish = real(g.inner)
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
             if g.resolver is None:
@@ -346,9 +273,10 @@ class NboxProcessGroup(dist.ProcessGroup):
                     w.wait(limit)
                 run_finish(item.finish)
                 done_us = time.perf_counter_ns() / 1000.0
-                self._record(OpRecord(item.call, item.collective, item.nbytes, item.issue_us, ans.start_us,
-                                      ans.end_us, ans.algorithm, done_us))
-                item.work.resolve(int(ans.end_us * 1000.0))
+                self._record(OpRecord(item.call, item.collective, item.nbytes, item.issue_us,
+                                      self._local_us(ans.start_us), self._local_us(ans.end_us), ans.algorithm,
+                                      done_us))
+                item.work.resolve(self.clock.to_perf_ns(ans.end_us * 1000.0))
             except BaseException as err:  # handed to the script's wait(), never swallowed
                 if "timed out" in str(err).lower():  # the real communication's own timeout fired first
                     err = RuntimeError(f"{not_completed(self.timeout_s)} ({err})")
@@ -561,8 +489,30 @@ class _CoalescedWork(NboxWork):
             self.fail(err)
 
 
+def _gloo_transport(pg: Any, timeout_s: float) -> tuple[Callable[[int, int], None], Callable[[int], int]]:
+    """``send`` / ``recv`` of one int64 over a real process group, for :meth:`Clock.synchronize`."""
+    limit = timedelta(seconds=min(timeout_s, 300.0))
+    tag = 0x6E62  # "nb"
+
+    def send(peer: int, value: int) -> None:
+        pg.send([torch.tensor([value], dtype=torch.int64)], peer, tag).wait(limit)
+
+    def recv(peer: int) -> int:
+        buf = torch.empty(1, dtype=torch.int64)
+        pg.recv([buf], peer, tag).wait(limit)
+        return int(buf.item())
+
+    return send, recv
+
+
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None
+_CLOCK: Clock | None = None
+
+
+def clock_report() -> dict[str, float] | None:
+    """This process's clock correction (:meth:`Clock.describe`), None before the default group exists."""
+    return None if _CLOCK is None else _CLOCK.describe()
 
 
 def create_process_group(opts: Any, backend_options: Any = None) -> NboxProcessGroup:
@@ -571,14 +521,17 @@ def create_process_group(opts: Any, backend_options: Any = None) -> NboxProcessG
     The default group is created with the real rank and real world size from the launcher; every other
     group with the global ranks of its members (torch passes those).
     """
-    global _CONFIG, _FABRIC
+    global _CONFIG, _FABRIC, _CLOCK
     members = list(opts.global_ranks_in_group)
     if not members:  # the default group: group_rank / group_size are the real rank and real world size
         _CONFIG = EmulationConfig.from_env(opts.group_size)
         _FABRIC = Fabric(_CONFIG.scenario)
+        _CLOCK = Clock(deliberate_skew_ns(opts.group_rank))
         global_rank = _CONFIG.real_ranks[opts.group_rank]
-        return NboxProcessGroup(_CONFIG, _FABRIC, None, global_rank, opts.store, opts.timeout)
-    if _CONFIG is None or _FABRIC is None:
+        pg = NboxProcessGroup(_CONFIG, _FABRIC, None, global_rank, opts.store, opts.timeout, _CLOCK)
+        pg.synchronize_clock()  # real ranks may sit on hosts whose clocks differ (emulator_core.clocksync)
+        return pg
+    if _CONFIG is None or _FABRIC is None or _CLOCK is None:
         raise RuntimeError("nbox: a sub-group was created before the default process group")
     global_rank = members[opts.group_rank]
-    return NboxProcessGroup(_CONFIG, _FABRIC, members, global_rank, opts.store, opts.timeout)
+    return NboxProcessGroup(_CONFIG, _FABRIC, members, global_rank, opts.store, opts.timeout, _CLOCK)

@@ -28,10 +28,11 @@ import torch
 from torch._C._distributed_c10d import Work
 from torch.futures import Future
 
+from emulator_core.emulation_config import DEFAULT_SPIN_NS
+
 __all__ = ["DEFAULT_SPIN_NS", "FutureTimer", "NboxWork", "sleep_until"]
 
 #: Spin the last 200 us before a deadline (above Linux's default 50 us timer slack plus wake-up latency).
-DEFAULT_SPIN_NS = 200_000
 #: The future timer spins only the last 100 us (it holds the GIL while it spins; whoever waits on the
 #: future has released it, but other Python threads of the script have not).
 TIMER_SPIN_NS = 100_000

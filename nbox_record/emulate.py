@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nbox_record import rawformat as raw
-from nbox_record.emulaterank import EMULATE_REPORT
+from nbox_record.emulaterank import EMULATE_ALL, EMULATE_REPORT
 from nbox_record.launcher import (
     EXAMPLES,
     RecordConfig,
@@ -42,7 +42,7 @@ from nbox_record.launcher import (
 )
 from nbox_trace.errors import UsageError
 from nbox_trace.files import Output, check_outputs
-from nbox_trace.launch import run
+from nbox_trace.launch import Nodes, run
 from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
 
 __all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
@@ -62,8 +62,14 @@ class EmulateConfig:
         world_size: W, the world size the script sees; None: ``--set world_size``, else the scenario file's
             (the one world-size rule, :mod:`emulator_core.world`; settled here, with the scenario loaded).
         world_from: where the world size came from (set here, for reports: ``"8, from --world-size"``).
-        nproc: N real ranks (torchrun processes on this machine), 1 <= N <= W.
-        real_ranks: the global rank each real process plays (N distinct ranks < W); empty: 0..N-1.
+        nproc: real ranks per node (torchrun processes on this machine); nnodes x nproc <= W.
+        real_ranks: the global rank each real process plays (nnodes x nproc distinct ranks < W, indexed by the real
+            rank torchrun gives); empty: 0..nnodes x nproc - 1.
+        nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: several nodes, as ``nbox record`` takes them
+            (:mod:`nbox_trace.launch`); run ``nbox emulate`` with the same settings on each node. A fixed node
+            count only (no ``1:4``). Each node reports the whole job (every real rank's times reach every node
+            through the rendezvous store, :func:`nbox_record.emulaterank.share_results`); the ranks' clocks
+            need not agree (:mod:`emulator_core.clocksync`).
         scenario: what-if scenario TOML (None: the shipped default); ``overrides`` as ``--set key=value``.
         warmup, iterations: optimizer steps skipped, then timed (the ranks stop after them).
         timeout_s: deadline for the whole run, then every rank is stopped.
@@ -75,6 +81,11 @@ class EmulateConfig:
     world_size: int | None = None  # settled to an int in __post_init__
     nproc: int = 1
     real_ranks: tuple[int, ...] = ()
+    nnodes: str = "1"
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    local_addr: str | None = None
+    rdzv_host: bool | None = None
     script: Path | None = None          # None: the built-in example
     script_args: tuple[str, ...] = ()
     example: str = "ddp_mlp"
@@ -101,16 +112,20 @@ class EmulateConfig:
         w = settled.size
         object.__setattr__(self, "world_size", w)
         object.__setattr__(self, "world_from", settled.describe())
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= w:
-            raise UsageError(f"-n/--nproc-per-node (real ranks) must be an integer in 1..world_size {w}, got {n!r}")
-        ranks = tuple(self.real_ranks) or tuple(range(n))
-        if len(ranks) != n:
-            raise UsageError(f"--real-ranks lists {len(ranks)} rank(s) {list(ranks)} but nproc is {n}")
+        nodes = Nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.local_addr, self.rdzv_host).count
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n * nodes <= w:
+            raise UsageError(f"-n/--nproc-per-node (real ranks per node) x --nnodes {nodes} must be in 1..world_size "
+                             f"{w}, got {n!r}")
+        total = n * nodes
+        ranks = tuple(self.real_ranks) or tuple(range(total))
+        if len(ranks) != total:
+            across = f" x --nnodes {nodes} = {total}" if nodes > 1 else ""
+            raise UsageError(f"--real-ranks lists {len(ranks)} rank(s) {list(ranks)} but nproc is {n}{across}")
         for r in ranks:
             if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < w:
                 raise UsageError(f"--real-ranks: real rank {r!r} is not a global rank of the emulated world "
                                  f"(0..{w - 1})")
-        if len(set(ranks)) != n:
+        if len(set(ranks)) != total:
             raise UsageError(f"--real-ranks {list(ranks)}: not distinct")
         object.__setattr__(self, "real_ranks", ranks)
         for flag, value, lo in (("--warmup", self.warmup, 0), ("--iterations", self.iterations, 1)):
@@ -140,6 +155,7 @@ class EmulateResult:
     breakdown: dict[str, float] | None = None   # see :func:`iteration_breakdown`; None where not measured
     bundle: str | None = None            # ``-o``: the bundle written
     world_from: str = ""                 # where the world size came from (EmulateConfig.world_from)
+    clocks: dict[int, dict[str, float]] = field(default_factory=dict)  # by global rank: Clock.describe()
 
     def quantile_us(self, q: float) -> float:
         return _quantile(self.iteration_us, q)
@@ -160,6 +176,7 @@ class EmulateResult:
             "breakdown_us": self.breakdown,
             "collectives": self.collectives,
             "bundle": self.bundle,
+            "clock_sync": {str(r): c for r, c in self.clocks.items()},
             "wall_s": round(self.wall_s, 3),
         }
 
@@ -265,11 +282,13 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
                     "NBOX_CALL_TIMEOUT_S": str(cfg.call_timeout_s or max(5.0, cfg.timeout_s / 3))})
         if cfg.out is None:
             env["NBOX_NO_CAPTURE"] = "1"
-        say(f"launching {cfg.nproc} real rank(s) of {script.name} as global rank(s) {list(cfg.real_ranks)} of a "
-            f"world of {cfg.world_size}: warm-up {cfg.warmup}, timed {cfg.iterations}; scenario {scenario_desc}")
+        node = f" on node {cfg.node_rank} of {cfg.nnodes}" if cfg.rdzv_endpoint else ""
+        say(f"launching {cfg.nproc} real rank(s) of {script.name}{node}; global rank(s) {list(cfg.real_ranks)} "
+            f"real in a world of {cfg.world_size}: warm-up {cfg.warmup}, timed {cfg.iterations}; scenario "
+            f"{scenario_desc}")
         result = run(replace(spec, env=env))
         dirs = _rank_dirs(work)
-        needed = (raw.TIMINGS, EMULATE_REPORT) + ((raw.HOST_ET,) if cfg.out is not None else ())
+        needed = (raw.TIMINGS, EMULATE_REPORT, EMULATE_ALL) + ((raw.HOST_ET,) if cfg.out is not None else ())
         complete = result.ok and len(dirs) == cfg.nproc and all(
             (d / name).is_file() for d in dirs.values() for name in needed)
         if not complete:
@@ -279,16 +298,18 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
         per_rank: dict[int, list[float]] = {}
         reports = []
         all_timings = {}
-        for real, d in dirs.items():
-            timings = _read_json(d / raw.TIMINGS)
+        for real, doc in _job_results(dirs[min(dirs)] / EMULATE_ALL, len(cfg.real_ranks)).items():
+            timings = doc["timings"]
             all_timings[real] = timings
             per_rank[cfg.real_ranks[real]] = [float(x) for x in timings.get("iteration_us", [])]
-            reports.append(_read_json(d / EMULATE_REPORT))
+            reports.append(doc["emulate"])
         n_iter = min((len(v) for v in per_rank.values()), default=0)
         job = [max(v[i] for v in per_rank.values()) for i in range(n_iter)]
         seen = {rep.get("world_size_seen") for rep in reports}
         world_seen = seen.pop() if len(seen) == 1 else None
         breakdown = iteration_breakdown(all_timings)
+        clocks = {cfg.real_ranks[real]: rep["clock"] for real, rep in enumerate(reports)
+                  if isinstance(rep.get("clock"), dict)}
         bundle = None
         if cfg.out is not None:
             say("converting the capture of the emulated run to Chakra ET")
@@ -299,7 +320,7 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
         world = int(cfg.world_size or 0)  # always settled by EmulateConfig
         return EmulateResult(world, cfg.real_ranks, world_seen if isinstance(world_seen, int) else None, job,
                              dict(sorted(per_rank.items())), _merge_collectives(reports), scenario_desc,
-                             time.monotonic() - started, breakdown, bundle, cfg.world_from)
+                             time.monotonic() - started, breakdown, bundle, cfg.world_from, clocks)
     finally:
         if cfg.keep_work:
             say(f"work folder kept in {work}")
@@ -307,11 +328,29 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _job_results(path: Path, real_ranks: int) -> dict[int, dict[str, Any]]:
+    """Every real rank's ``{"timings", "emulate"}`` from ``emulate_all.json`` (all nodes' ranks), by real rank."""
+    doc = _read_json(path)
+    ranks = doc.get("ranks") if isinstance(doc, dict) else None
+    if not isinstance(ranks, dict) or sorted(ranks) != sorted(str(r) for r in range(real_ranks)):
+        raise EmulateError(f"{path}: expected the results of real ranks 0..{real_ranks - 1}, got "
+                           f"{sorted(ranks) if isinstance(ranks, dict) else type(ranks).__name__}")
+    out = {}
+    for key, entry in ranks.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("timings"), dict)
+                and isinstance(entry.get("emulate"), dict)):
+            raise EmulateError(f"{path}: real rank {key}: no timings or emulate report")
+        out[int(key)] = entry
+    return dict(sorted(out.items()))
+
+
 def _record_config(cfg: EmulateConfig, work: Path) -> RecordConfig:
     """The :class:`RecordConfig` the shared launcher functions take (capture=1 is unused: no capture)."""
     return RecordConfig(out=cfg.out or work, overwrite=cfg.overwrite, script=cfg.script, script_args=cfg.script_args,
                         example=cfg.example,
-                        nproc_per_node=cfg.nproc, warmup=cfg.warmup, iterations=cfg.iterations, capture=1,
+                        nproc_per_node=cfg.nproc, nnodes=cfg.nnodes, node_rank=cfg.node_rank,
+                        rdzv_endpoint=cfg.rdzv_endpoint, local_addr=cfg.local_addr, rdzv_host=cfg.rdzv_host,
+                        warmup=cfg.warmup, iterations=cfg.iterations, capture=1,
                         backend="gloo", timeout_s=cfg.timeout_s, extra_env=dict(cfg.extra_env))
 
 
@@ -332,6 +371,11 @@ def format_text(result: EmulateResult, top: int = 10) -> str:
         c, e, k, t = (format_in(v, bu) for v in parts)
         lines.append(f"breakdown (mean per iteration, slowest real rank's training thread, {bu[0]}): compute {c}, "
                      f"exposed communication {e}, CPU contention {k} = {t}")
+    if len(result.clocks) > 1:
+        ref = min(result.clocks)
+        lines.append(f"clocks onto global rank {ref}'s timeline (estimated at start-up): " + ", ".join(
+            f"rank {r} {c.get('offset_us', 0.0):+.1f} us (+-{c.get('bound_us', 0.0):.1f})"
+            for r, c in result.clocks.items() if r != ref))
     if result.bundle is not None:
         lines.append(f"bundle of the emulated run: {result.bundle}")
     if result.collectives:

@@ -15,8 +15,8 @@ from typing import Any
 
 from nbox_trace.files import write_json_atomic
 
-__all__ = ["EMULATE_REPORT", "emulated_collectives", "present_emulated_world", "redirect_backend",
-           "write_emulate_report"]
+__all__ = ["EMULATE_ALL", "EMULATE_REPORT", "emulated_collectives", "present_emulated_world", "redirect_backend",
+           "share_results", "write_emulate_report"]
 
 #: Where the launcher's real rank and world size are kept once ``RANK``/``WORLD_SIZE`` show the emulated world.
 REAL_RANK_ENV, REAL_WORLD_ENV = "NBOX_REAL_RANK", "NBOX_REAL_WORLD_SIZE"
@@ -128,7 +128,10 @@ def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
             row["count"] += 1
             row["modeled_us"] += max(0.0, rec.end_us - rec.start_us)
             row["overrun_us"] += rec.overrun_us
+    from emulator_core.backend import clock_report
+
     return {"world_size_seen": seen, "nbox_groups": len(groups), "window_us": [t0_us, t1_us],
+            "clock": clock_report(),
             "collectives": sorted(rows.values(), key=lambda r: -r["modeled_us"])}
 
 
@@ -136,3 +139,28 @@ def write_emulate_report(out_dir: Path, window_s: tuple[float, float]) -> None:
     """Write ``emulate.json``: :func:`emulated_collectives` of the timed iterations (``perf_counter`` seconds)."""
     t0, t1 = window_s
     write_json_atomic(out_dir / EMULATE_REPORT, emulated_collectives(t0 * 1e6, t1 * 1e6), durable=True)
+
+
+#: Written by every emulated rank once all real ranks' results are in: ``{"ranks": {rank: {"timings": ...,
+#: "emulate": ...}}}`` (see :func:`share_results`).
+EMULATE_ALL = "emulate_all.json"
+
+
+def share_results(out_dir: Path, rank: int, real_world_size: int, timeout_s: float) -> None:
+    """Share this rank's ``timings.json`` and ``emulate.json`` with every real rank through the rendezvous store
+    (:func:`nbox_trace.share.share_results`) and write them all to ``emulate_all.json``: the launcher of each
+    node then reports the whole job (its slowest real rank per iteration), not only the ranks it started.
+
+    Raises:
+        nbox_trace.share.ResultsMissing: a rank's results did not arrive within ``timeout_s``.
+    """
+    import torch.distributed as dist
+
+    from nbox_record.rawformat import TIMINGS
+    from nbox_trace import share
+    from nbox_trace.jsonio import read_json_object
+
+    mine = {"timings": read_json_object(out_dir / TIMINGS), "emulate": read_json_object(out_dir / EMULATE_REPORT)}
+    ranks = share.share_results(dist.distributed_c10d._get_default_store(), "nbox_emulate/result", rank,
+                                real_world_size, mine, timeout_s)
+    write_json_atomic(out_dir / EMULATE_ALL, {"ranks": {str(r): d for r, d in ranks.items()}}, durable=True)

@@ -20,7 +20,7 @@ from types import ModuleType, TracebackType
 from typing import Any, NoReturn
 
 from nbox_record import rawformat
-from nbox_record.emulaterank import redirect_backend, write_emulate_report
+from nbox_record.emulaterank import redirect_backend, share_results, write_emulate_report
 from nbox_record.hooks import PostImportHook, after_frame_returns, optimizer_step_frame
 from nbox_record.recordclock import IterationClock, now_s, step_at
 from nbox_record.recordenv import ENV_BOUNDARY_TIMEOUT, Config
@@ -194,6 +194,11 @@ class Recorder:
     def _done(self) -> None:
         timings = rank_timings(self.clock, self.config, self.rank, self.local_rank, self.world_size, self._device)
         write_json_atomic(self.out_dir / rawformat.TIMINGS, timings, durable=True)
+        if self.config.emulate:
+            try:
+                share_results(self.out_dir, self.rank, self.world_size, self.config.exit_barrier_timeout_s)
+            except Exception as exc:  # the launcher names the rank that never reported
+                print(f"nbox: rank {self.rank}: {exc}", file=sys.stderr)
         self.phase = "done"
         if self._hook_handle is not None:
             self._hook_handle.remove()

@@ -52,6 +52,7 @@ from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGra
 from nbox_replay.ops import LiveOps, prepare
 from nbox_replay.virtual import retarget
 from nbox_trace.chakra.attrs import attr_map
+from nbox_trace.share import share_results
 
 Issue = Callable[[], Any]
 
@@ -65,7 +66,7 @@ class NodeError(RuntimeError):
 
 
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # the ranks of a node all write every rank's result
     tmp.write_text(json.dumps(doc))
     tmp.replace(path)
 
@@ -350,14 +351,19 @@ def main(argv: list[str]) -> int:
                 wait_us.append(waited)
                 spans.append({"compute": replayer.compute_spans, "comms": replayer.comm_spans})
         ops = replayer.ops
-        _write_json(out / f"rank{rank}.json", {
+        mine = {
             "rank": rank, "iteration_us": iteration_us, "compute_us": compute_us, "wait_us": wait_us,
             "spans": spans, "recorded_compute_us": g.compute_us(),
             "live_compute_us": ops.live_us() if ops is not None else 0.0,
             "coverage": ops.coverage() if ops is not None else 0.0,
             "fallbacks": dict(ops.fallbacks) if ops is not None else {},
             "fallback_reasons": ops.reasons_by_op() if ops is not None else {},
-            "nodes": len(g)})
+            "nodes": len(g)}
+        where["phase"] = "sharing the results"  # every node's launcher reports the whole job (nbox_trace.share)
+        every = share_results(dist.distributed_c10d._get_default_store(), "nbox_live/result", local,
+                              len(cfg["ranks"]), mine, min(120.0, float(cfg["timeout_s"])))
+        for real, doc in every.items():
+            _write_json(out / f"rank{int(cfg['ranks'][real])}.json", doc)
     except BaseException as err:  # every failure becomes an error file naming the rank and node
         node_id, node_name = None, None
         if isinstance(err, NodeError):

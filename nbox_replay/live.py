@@ -47,7 +47,7 @@ from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, partition
 from nbox_replay.summary import speedup
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.jsonio import read_json_object
-from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
+from nbox_trace.launch import Launch, LaunchResult, Nodes, run, seconds_text, then_failed
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "PairedResult", "compute_factors",
            "live_refusal", "network_scenario", "replay_live", "replay_paired"]
@@ -108,6 +108,9 @@ class LiveConfig:
         warmup: repetitions of the graph run first and not timed (>= 0).
         iterations: timed repetitions (>= 1).
         timeout_s: deadline for the whole run, seconds (> 0); each wait for a collective gives up after 3/4 of it.
+        nodes: several nodes (:class:`nbox_trace.launch.Nodes`): run the same replay on each; this node starts
+            its share of the replayed ranks (torchrun's global rank i replays ``sorted(files)[i]``), each node
+            reports the whole job, and the ranks' clocks need not agree (:mod:`emulator_core.clocksync`).
     """
 
     files: Mapping[int, Path]
@@ -119,6 +122,7 @@ class LiveConfig:
     warmup: int = 1
     iterations: int = 5
     timeout_s: float = 300.0
+    nodes: Nodes = field(default_factory=Nodes)
 
     def __post_init__(self) -> None:
         if not self.files:
@@ -157,6 +161,9 @@ class LiveConfig:
         why = live_refusal(self.scenario, sorted(traces), self.compute)
         if why:
             raise LiveConfigError(why)
+        if len(traces) % self.nodes.count:
+            raise LiveConfigError(f"--nnodes {self.nodes.count}: the {len(traces)} replayed rank(s) do not split "
+                                  f"evenly over the nodes (choose --ranks)")
 
 
 @dataclass(frozen=True)
@@ -220,7 +227,8 @@ def launch_spec(config: LiveConfig, work: Path, config_path: Path, scenario_path
            "NBOX_REAL_RANKS": ",".join(str(r) for r in sorted(config.files)),
            "NBOX_SCENARIO": str(scenario_path)}
     return Launch("nbox_replay._live_worker", work / "logs", module=True, args=(str(config_path),),
-                  nproc_per_node=len(config.files), env=env, timeout_s=config.timeout_s)
+                  nproc_per_node=len(config.files) // config.nodes.count, env=env, timeout_s=config.timeout_s,
+                  **config.nodes.launch_fields())
 
 
 def replay_live(config: LiveConfig) -> LiveResult:
@@ -347,10 +355,13 @@ def replay_paired(baseline: LiveConfig, what_if: LiveConfig, pairs: int,
     one = {"A": dataclasses.replace(baseline, iterations=1), "B": dataclasses.replace(what_if, iterations=1)}
     got: dict[str, list[LiveResult]] = {"A": [], "B": []}
     order = []
+    launches = 0
     for k in range(pairs):
         sides = "AB" if k % 2 == 0 else "BA"
         order.append(sides)
         for side in sides:
             say(f"pair {k + 1}/{pairs}: {'baseline' if side == 'A' else 'what-if'}")
-            got[side].append(replay_live(one[side]))
+            cfg = one[side]  # across nodes, launch k rendezvouses at the endpoint's port + k (Nodes.shifted)
+            got[side].append(replay_live(dataclasses.replace(cfg, nodes=cfg.nodes.shifted(launches))))
+            launches += 1
     return PairedResult(_join(got["A"]), _join(got["B"]), order)

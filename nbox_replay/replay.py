@@ -18,7 +18,7 @@ device) is refused before any rank starts.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ from nbox_replay.virtual import simulate
 from nbox_trace.archive import traces_directory
 from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, check_outputs
+from nbox_trace.launch import Nodes
 from nbox_trace.mesh import RecordedMesh, parse_names
 
 if TYPE_CHECKING:
@@ -80,6 +81,9 @@ class ReplayConfig:
         global_batch: ``weak`` (each rank keeps its batch) or ``fixed`` (strong scaling at a what-if mesh:
             :mod:`emulator_core.mesh`; recorded compute only); batch_size: the recorded per-rank batch, which
             ``fixed`` needs (nbox does not infer it from the trace).
+        nodes: ``--clock real`` across several nodes (:class:`nbox_trace.launch.Nodes`): run the same command on
+            each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
+            rendezvouses at the endpoint's port + k; every node reports the whole job.
     """
 
     bundle: str
@@ -101,6 +105,7 @@ class ReplayConfig:
     recorded_mesh: str | None = None
     global_batch: str = "weak"
     batch_size: int | None = None
+    nodes: Nodes = field(default_factory=Nodes)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
@@ -133,6 +138,9 @@ class ReplayConfig:
             raise ReplayConfigError("--global-batch fixed with --compute live: re-executing the operators at a "
                                     "smaller batch is not built; use --compute recorded (each compute node's "
                                     "duration is scaled by the per-rank batch's ratio)")
+        if self.nodes.count > 1 and self.clock != "real":
+            raise ReplayConfigError(f"--nnodes {self.nodes.nnodes}: a virtual-clock replay runs on one machine; "
+                                    f"several nodes apply to --clock real")
         if self.mesh is not None and self.clock != "virtual":
             raise ReplayConfigError(f"--mesh {self.mesh}: a what-if mesh is replayed in virtual time only; add "
                                     f"--clock virtual (a live replay scales the world with --world-size)")
@@ -364,7 +372,8 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     files = {r: source.trace_set.files[r] for r in graphs}
     configs = [LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
                           scenario=scenario, compute=compute, device=device, warmup=config.warmup,
-                          iterations=1, timeout_s=config.timeout_s) for scenario in (base, what_if)]
+                          iterations=1, timeout_s=config.timeout_s, nodes=config.nodes)
+               for scenario in (base, what_if)]
     say(f"live replay ({compute} compute, {device}): baseline at world size {base.world_size} and what-if at "
         f"world size {what_if.world_size}, {config.iterations} interleaved pairs")
     paired = replay_paired(configs[0], configs[1], config.iterations, say)

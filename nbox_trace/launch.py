@@ -37,6 +37,7 @@ This module does not import torch: torchrun runs as a child process.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import ipaddress
 import json
@@ -55,10 +56,10 @@ from typing import Any
 
 from nbox_trace.errors import InvalidInputError, UsageError
 
-__all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchResult",
+__all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchResult", "Nodes",
            "RankError", "check_nodes", "command", "environment", "interface_of", "is_consequence", "is_local_address",
-           "parse_endpoint", "python_path", "rank_tails", "read_rank_error", "root_cause", "root_error", "route_source",
-           "run", "seconds_text", "settle", "terminate_group", "then_failed"]
+           "parse_endpoint", "python_path", "rank_tails", "read_rank_error", "root_cause", "root_error",
+           "route_source", "run", "seconds_text", "settle", "terminate_group", "then_failed"]
 
 #: Inherited variables that belong to an enclosing nbox run and must not reach a new run's ranks: a rank that
 #: inherits ``NBOX_RECORD_DIR`` would capture into that run's folder, ``NBOX_SCENARIO_SET`` would override
@@ -237,6 +238,47 @@ def check_nodes(nnodes: str, node_rank: int, rdzv_endpoint: str | None, local_ad
             raise UsageError(f"--rdzv-endpoint {rdzv_endpoint!r}: expected HOST:PORT (e.g. 10.0.0.1:29400)") from None
     if local_addr is not None and not rdzv_endpoint:
         raise UsageError("--local-addr applies to a multi-node run: give --rdzv-endpoint too")
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The multi-node flags as one value (``--nnodes --node-rank --rdzv-endpoint --local-addr --rdzv-host``),
+    checked by :func:`check_nodes` at construction; a fixed node count only (commands that split their ranks
+    over the nodes cannot follow an elastic range)."""
+
+    nnodes: str = "1"
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    local_addr: str | None = None
+    rdzv_host: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.local_addr)
+        if not self.nnodes.isdigit():
+            raise UsageError(f"--nnodes {self.nnodes!r}: this command needs a fixed number of nodes, not a range")
+        if self.node_rank >= int(self.nnodes):
+            raise UsageError(f"--node-rank {self.node_rank} is not a node of --nnodes {self.nnodes} "
+                             f"(0..{int(self.nnodes) - 1})")
+
+    @property
+    def count(self) -> int:
+        return int(self.nnodes)
+
+    def shifted(self, k: int) -> Nodes:
+        """The same nodes rendezvousing at the endpoint's port + ``k``: the ``k``-th of several launches in a row
+        (a node that starts launch k + 1 early must not join launch k's store while it is still up)."""
+        if not self.rdzv_endpoint or k == 0:
+            return self
+        host, port = parse_endpoint(self.rdzv_endpoint)
+        if port + k > 65535:
+            raise UsageError(f"--rdzv-endpoint {self.rdzv_endpoint}: launch {k} would need port {port + k} > 65535")
+        shown = f"[{host}]" if ":" in host else host
+        return dataclasses.replace(self, rdzv_endpoint=f"{shown}:{port + k}")
+
+    def launch_fields(self) -> dict[str, Any]:
+        """The matching :class:`Launch` keyword arguments."""
+        return {"nnodes": self.nnodes, "node_rank": self.node_rank, "rdzv_endpoint": self.rdzv_endpoint,
+                "local_addr": self.local_addr, "rdzv_host": self.rdzv_host}
 
 
 def settle(launch: Launch, base_env: Mapping[str, str] | None = None) -> Launch:

@@ -27,14 +27,17 @@ def nbox_cmd(*args: object) -> list[str]:
 
 
 def on_both(tb: Testbed, tmp_path: Path, make: Callable[[int], list[str]],
-            timeout_s: float = 300) -> list[subprocess.CompletedProcess[str]]:
-    """Run ``make(k)`` (a command) on nodes 0 and 1 at once; their exit codes, stdout and stderr."""
+            timeout_s: float = 300, env: Callable[[int], dict[str, str]] | None = None,
+            ) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``make(k)`` (a command) on nodes 0 and 1 at once (``env(k)`` added to node k's environment); their exit
+    codes, stdout and stderr."""
     procs, logs = [], []
     for k in range(2):
         out, err = tmp_path / f"node{k}.out", tmp_path / f"node{k}.err"
         logs.append((out, err))
         with open(out, "w") as o, open(err, "w") as e:
-            procs.append(tb.run_on(k, make(k), {"PYTHONPATH": str(ROOT)}, cwd=ROOT, stdout=o, stderr=e))
+            procs.append(tb.run_on(k, make(k), {"PYTHONPATH": str(ROOT), **(env(k) if env else {})}, cwd=ROOT,
+                                   stdout=o, stderr=e))
     codes = tb.wait_all(procs, timeout_s)
     return [subprocess.CompletedProcess(p.args, c, o.read_text(), e.read_text())
             for p, c, (o, e) in zip(procs, codes, logs, strict=True)]
@@ -132,3 +135,57 @@ def test_a_node_killed_mid_run_ends_the_job_with_an_error_naming_it_and_its_rank
     assert err.startswith(f"nbox: error: rank 0 on node 0 ({tb.node(0).addr}) failed because node 1 "
                           f"({tb.node(1).addr}, rank(s) [1]) went away first"), err
     assert took < 60 and not (tmp_path / "node0.bundle").exists()
+
+
+def test_two_node_emulate_with_clocks_seconds_apart_gets_the_same_answers(tmp_path: Path) -> None:
+    """``nbox emulate`` across two nodes (one real rank each, W = 8) whose clocks read 3.7 s and -1.2 s off (the
+    test-only NBOX_TEST_CLOCK_OFFSET_S): each node reports the whole job, the same numbers on both, the offset
+    between the nodes is estimated (within its bound), and the answers match a run with true clocks: the same
+    modeled collectives, and an iteration time of the same order (an unsynchronized 4.9 s would stall every
+    collective into the call timeout)."""
+    def emulate_both(where: Path, skews: tuple[str, str] | None) -> list[dict[str, object]]:
+        where.mkdir()
+        with Testbed(2, rate="1gbit") as tb:
+            endpoint = f"{tb.node(0).addr}:{PORT}"
+            done = on_both(tb, where, lambda k: nbox_cmd(
+                "emulate", "--world-size", 8, "-n", 1, "--nnodes", 2, "--node-rank", k, "--rdzv-endpoint", endpoint,
+                "--warmup", 2, "--iterations", 5, "--timeout", 200, "--call-timeout", 30, "--json"),
+                env=(lambda k: {"NBOX_TEST_CLOCK_OFFSET_S": skews[k]}) if skews else None)
+        for k, res in enumerate(done):
+            assert res.returncode == 0, f"node {k}: {res.stderr[-3000:]}"
+        return [json.loads(res.stdout) for res in done]
+
+    skewed = emulate_both(tmp_path / "skewed", ("-1.2", "3.7"))
+    true = emulate_both(tmp_path / "true", None)
+    for docs in (skewed, true):
+        assert docs[0]["iteration_time_us"] == docs[1]["iteration_time_us"]  # each node reports the whole job
+        assert sorted(docs[0]["per_rank_iteration_us"]) == ["0", "1"] and docs[0]["world_size_seen"] == 8
+    sync = skewed[0]["clock_sync"]
+    assert sync == skewed[1]["clock_sync"]
+    assert abs(sync["1"]["offset_us"] + 4.9e6) <= sync["1"]["bound_us"] + 1000, sync  # node 1 reads 4.9 s ahead
+    assert abs(true[0]["clock_sync"]["1"]["offset_us"]) <= true[0]["clock_sync"]["1"]["bound_us"] + 1000
+
+    def rows(doc: dict[str, object]) -> list[tuple[object, ...]]:
+        return sorted((r["collective"], r["bytes"], r["count"]) for r in doc["collectives"])  # type: ignore[attr-defined]
+    assert rows(skewed[0]) == rows(true[0])
+    medians = [d[0]["iteration_time_us"]["median"] for d in (skewed, true)]  # type: ignore[index]
+    assert medians[0] < 3 * medians[1] and medians[1] < 3 * medians[0], medians
+
+
+def test_two_node_live_replay_with_offset_clocks_reports_the_whole_job_on_each_node(tmp_path: Path) -> None:
+    """``nbox replay --clock real`` across two nodes: each node starts one of the two replayed ranks, node 1's
+    clock reads 2.5 s ahead, launch k of the interleaved pairs rendezvouses at the endpoint's port + k; both nodes
+    report the same measured iterations of the whole job (both ranks)."""
+    with Testbed(2, rate="1gbit") as tb:
+        endpoint = f"{tb.node(0).addr}:{PORT}"
+        done = on_both(tb, tmp_path, lambda k: nbox_cmd(
+            "replay", ROOT / "traces" / "ddp_mlp", "--clock", "real", "--compute", "recorded", "--iterations", 1,
+            "--warmup", 1, "--nnodes", 2, "--node-rank", k, "--rdzv-endpoint", endpoint, "--timeout", 200, "--json"),
+            env=lambda k: {"NBOX_TEST_CLOCK_OFFSET_S": "2.5" if k else "0"})
+    for k, res in enumerate(done):
+        assert res.returncode == 0, f"node {k}: {res.stderr[-3000:]}"
+    docs = [json.loads(res.stdout) for res in done]
+    for side in ("baseline", "what_if"):
+        assert docs[0][side]["iteration_us"] == docs[1][side]["iteration_us"], side
+        assert 0 < docs[0][side]["iteration_us"]["median"] < 1e6  # not stalled by the 2.5 s offset
+    assert docs[0]["ranks_replayed"] == [0, 1]

@@ -1,5 +1,6 @@
-"""Options more than one command takes, defined once: the multi-node flags of ``nbox record`` and ``nbox calibrate``
-(both launch through ``nbox_trace.launch``, so they must read the same flags the same way)."""
+"""Options more than one command takes, defined once: the multi-node flags of ``nbox record``, ``nbox calibrate``,
+``nbox emulate`` and ``nbox replay --clock real`` (all launch through ``nbox_trace.launch``, so they must read the same
+flags the same way)."""
 
 from __future__ import annotations
 

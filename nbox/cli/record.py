@@ -119,6 +119,11 @@ def emulate_cmd(
     = None,
     real_ranks: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Global ranks the real processes play, comma list (default 0..N-1).")] = None,
+    nnodes: NnodesOpt = "1",
+    node_rank: NodeRankOpt = 0,
+    rdzv_endpoint: RdzvEndpointOpt = None,
+    local_addr: LocalAddrOpt = None,
+    rdzv_host: RdzvHostOpt = None,
     what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
     = None,
@@ -152,8 +157,11 @@ def emulate_cmd(
         ranks = tuple(int(r) for r in real_ranks.split(",")) if real_ranks else ()
     except ValueError:
         raise UsageError(f"--real-ranks {real_ranks!r}: expected a comma list of global ranks, e.g. 0,32") from None
-    cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) or 1,
-                        real_ranks=ranks, script=script, script_args=tuple(ctx.args), example=example,
+    nodes = int(nnodes) if nnodes.isdigit() and int(nnodes) > 0 else 1
+    cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) // nodes or 1,
+                        real_ranks=ranks, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                        local_addr=local_addr, rdzv_host=rdzv_host, script=script, script_args=tuple(ctx.args),
+                        example=example,
                         scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
                         timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)
 

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from nbox.cli.app import app
+from nbox.cli.options import LocalAddrOpt, NnodesOpt, NodeRankOpt, RdzvEndpointOpt, RdzvHostOpt
 
 
 @app.command("replay")
@@ -51,6 +52,11 @@ def replay_cmd(
              "collectives scaled by the per-rank batch's ratio; needs --batch-size).")] = "weak",
     batch_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="The recorded per-rank batch (samples), for --global-batch fixed.")] = None,
+    nnodes: NnodesOpt = "1",
+    node_rank: NodeRankOpt = 0,
+    rdzv_endpoint: RdzvEndpointOpt = None,
+    local_addr: LocalAddrOpt = None,
+    rdzv_host: RdzvHostOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle under the baseline and a what-if, and compare them with the recorded run.
@@ -73,9 +79,13 @@ def replay_cmd(
       nbox replay BUNDLE --clock virtual --mesh dp=512,tp=2 --what-if emulator_core/scenarios/dgx_h100_400g.toml
 
       nbox replay traces/tp_dp_mlp --clock virtual --mesh dp=8 --global-batch fixed --batch-size 32
+
+      nbox replay run.bundle --nnodes 2 --node-rank K --rdzv-endpoint 10.0.0.1:29400  (on each node K; launch k
+      of the interleaved pairs rendezvouses at port 29400 + k)
     """
     from nbox_replay.replay import ReplayConfig, run_replay
     from nbox_trace.errors import UsageError
+    from nbox_trace.launch import Nodes
 
     try:
         chosen = None if ranks == "all" else tuple(int(r) for r in ranks.split(","))
@@ -85,7 +95,8 @@ def replay_cmd(
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
                        warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank, mesh=mesh,
                        placement=placement, recorded_mesh=recorded_mesh, global_batch=global_batch,
-                       batch_size=batch_size)
+                       batch_size=batch_size,
+                       nodes=Nodes(nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host))
     def say(message: str) -> None:
         sys.stderr.write(f"nbox replay: {message}\n")
 

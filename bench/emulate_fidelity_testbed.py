@@ -1,0 +1,124 @@
+"""Emulation fidelity on the namespace testbed (``bench/emulate_fidelity.py --testbed``; issue 15).
+
+A real job across nodes against ``nbox emulate`` of the same example on fewer real ranks, under the scenario
+calibrated on the testbed's own link (``nbox calibrate -n 1 --nnodes 2``, or ``--calibration FILE`` reused):
+
+* W = 2: real, 2 nodes x 1 rank (plain ``torch.distributed.run --nnodes 2``, no nbox, ``--report-times``), against
+  ``nbox emulate --world-size 2 -n 1`` on node 0 (its CPU, its namespace).
+* W = 4 (``--world 4``): real, 4 nodes x 1 rank behind one switch, every node's link shaped; 4 nodes on this
+  machine's 2 CPUs, so two nodes share each CPU (the oversubscription is the real side's, named in the table);
+  against ``nbox emulate --world-size 4 -n 1`` on node 0 and ``nbox emulate --world-size 4 -n 1 --nnodes 2``
+  across nodes 0 and 1 (multi-node emulate: 2 real ranks on 2 nodes, 2 emulated).
+
+Rounds are interleaved (real, each emulated side, real, ...). Per side: median and p10-p90 of the job's
+per-iteration time (slowest real rank), the error of the emulated median against the real one, and whether it
+lies inside the real spread. Target: |error| <= 5% and inside the spread. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from fidelity_testbed import PORT, calibrate, on_nodes, pct, plain_run  # noqa: E402
+
+
+def _nbox(*args: object) -> list[str]:
+    return [sys.executable, "-m", "nbox", *map(str, args)]
+
+
+def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: int, scenario: Path, warmup: int,
+               iterations: int) -> list[float]:
+    """``nbox emulate`` of ``example`` as a world of ``world``, one real rank on each of the first ``nodes`` nodes;
+    the job's per-iteration times (us) as node 0 reports them (every node reports the whole job)."""
+    ep = f"{tb.node(0).addr}:{PORT + 7}"
+
+    def cmd(k: int) -> list[str]:
+        multi = ["--nnodes", nodes, "--node-rank", k, "--rdzv-endpoint", ep] if nodes > 1 else []
+        return _nbox("emulate", "--example", example, "--world-size", world, "-n", 1, *multi, "--what-if", scenario,
+                     "--warmup", warmup, "--iterations", iterations, "--timeout", 400, "--json")
+
+    class Some:  # on_nodes runs on every node of the testbed; emulate runs on the first `nodes` only
+        def __init__(self) -> None:
+            self.nodes = tb.nodes[:nodes]
+
+        def __getattr__(self, name: str) -> Callable[..., Any]:
+            return getattr(tb, name)  # type: ignore[no-any-return]
+
+    outs = on_nodes(Some(), tmp, tag, cmd, timeout_s=500)
+    docs = [json.loads(o) for o in outs]
+    if any(d["iteration_time_us"]["values"] != docs[0]["iteration_time_us"]["values"] for d in docs):
+        raise RuntimeError(f"{tag}: the nodes report different iteration times")
+    return [float(x) for x in docs[0]["iteration_time_us"]["values"]]
+
+
+def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
+        sizes: str, collectives: str, budget: float, tmp: Path) -> list[dict[str, Any]]:
+    from nbox_trace.testbed import Testbed
+
+    rows = []
+    with Testbed(world, rate=rate) as tb:
+        if calibration is not None and calibration.exists():
+            scenario = calibration
+            print(f"calibration: reusing {scenario}", file=sys.stderr)
+        else:
+            scenario = calibrate(tb, tmp, sizes, collectives, budget) if world == 2 else None
+            if scenario is None:
+                raise SystemExit("--world 4 needs --calibration FILE (measured on two nodes: run --world 2 first)")
+            if calibration is not None:
+                calibration.write_text(scenario.read_text())
+                scenario = calibration
+            print(f"calibration: measured -> {scenario}", file=sys.stderr)
+        sides = [("emulate -n 1", 1)] + ([("emulate -n 1 --nnodes 2", 2)] if world > 2 else [])
+        cpus = sorted({c for n in tb.nodes for c in n.cpus})
+        shared = f"{world} nodes on {len(cpus)} CPU(s)" + (" (oversubscribed)" if world > len(cpus) else "")
+        for ex in examples:
+            real: list[float] = []
+            emu: dict[str, list[float]] = {name: [] for name, _ in sides}
+            per_round: dict[str, list[float]] = {name: [] for name in ["real", *emu]}
+            for rnd in range(rounds):
+                job, _ = plain_run(tb, tmp, ex, steps, warmup, rnd)
+                real += job
+                per_round["real"].append(statistics.median(job))
+                for name, nodes in sides:
+                    got = emulate_on(tb, tmp, f"emu-{ex}-{nodes}-{rnd}", ex, world, nodes, scenario, warmup,
+                                     steps - warmup)
+                    emu[name] += got
+                    per_round[name].append(statistics.median(got))
+            obs = statistics.median(real)
+            row: dict[str, Any] = {"example": ex, "world": world, "nodes": shared, "observed_median_us": obs,
+                                   "observed_p10_us": pct(real, 10), "observed_p90_us": pct(real, 90),
+                                   "n_observed": len(real), "round_medians_us": per_round, "sides": {}}
+            for name, xs in emu.items():
+                m = statistics.median(xs)
+                row["sides"][name] = {"median_us": m, "p10_us": pct(xs, 10), "p90_us": pct(xs, 90), "n": len(xs),
+                                      "error_pct": (m - obs) / obs * 100,
+                                      "round_errors_pct": [(e - r) / r * 100 for e, r in
+                                                           zip(per_round[name], per_round["real"], strict=True)],
+                                      "in_spread": row["observed_p10_us"] <= m <= row["observed_p90_us"]}
+            rows.append(row)
+            print(format_rows([row]), file=sys.stderr)
+    return rows
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'example':<18} {'W':>2} {'real ms (p10-p90)':>22} {'side':<24} {'emulated ms (p10-p90)':>22} "
+             f"{'err':>7}  per-round err       target |err| <= 5%, inside the spread"]
+    for r in rows:
+        o, lo, hi = (r[k] / 1e3 for k in ("observed_median_us", "observed_p10_us", "observed_p90_us"))
+        for name, s in r["sides"].items():
+            met = "met" if abs(s["error_pct"]) <= 5 and s["in_spread"] else "NOT met"
+            rounds = " ".join(f"{e:+.0f}%" for e in s["round_errors_pct"])
+            real = f"{o:.2f} ({lo:.2f}-{hi:.2f})"
+            emu = f"{s['median_us'] / 1e3:.2f} ({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f})"
+            lines.append(f"{r['example']:<18} {r['world']:>2} {real:>22} {name:<24} {emu:>22} "
+                         f"{s['error_pct']:+6.1f}%  {rounds:<18}  {met}")
+        lines.append(f"  real side: {r['nodes']}, 1 rank per node")
+    return "\n".join(lines)

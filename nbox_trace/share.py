@@ -1,0 +1,56 @@
+"""Every rank's result on every node: small JSON documents exchanged through the run's rendezvous store.
+
+A run over several nodes leaves each rank's files on its own node, but each node's nbox command must report the
+whole job (the slowest rank per iteration is on whichever node). So, at its end, every rank puts its result in the
+store that torch.distributed already shares (``set``), waits until every rank has (``wait``) and reads them all
+(``get``): no collective is added to the job, and the store is the one the ranks rendezvoused through. Used by
+``nbox emulate`` (:mod:`nbox_record.emulaterank`) and live replay (:mod:`nbox_replay._live_worker`); this module
+takes the store as an argument and imports no torch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any, Protocol
+
+from nbox_trace.errors import NboxError
+
+__all__ = ["ResultsMissing", "Store", "share_results"]
+
+
+class ResultsMissing(NboxError):
+    """Some ranks' results did not reach the store in time (their rank failed or their node went away)."""
+
+
+class Store(Protocol):
+    """The part of ``torch.distributed.Store`` used here."""
+
+    def set(self, key: str, value: str) -> None: ...
+    def get(self, key: str) -> bytes: ...
+    def check(self, keys: list[str]) -> bool: ...
+    def wait(self, keys: list[str], timeout: datetime.timedelta) -> None: ...
+
+
+def share_results(store: Store, prefix: str, rank: int, nranks: int, doc: Any, timeout_s: float) -> dict[int, Any]:
+    """Put ``doc`` (JSON-able) under ``<prefix>/<rank>``, wait for ranks ``0..nranks-1``, return all by rank.
+
+    Raises:
+        ResultsMissing: naming the ranks whose results did not arrive within ``timeout_s``.
+    """
+    store.set(f"{prefix}/{rank}", json.dumps(doc))
+    keys = [f"{prefix}/{r}" for r in range(nranks)]
+    try:
+        store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    except Exception as exc:  # torch raises its own DistStoreError / RuntimeError on a timeout
+        missing = [r for r, k in enumerate(keys) if not store.check([k])]
+        raise ResultsMissing(f"the results of rank(s) {missing} did not arrive within {timeout_s:g} s "
+                             f"({type(exc).__name__})") from None
+    out = {}
+    for r, k in enumerate(keys):
+        raw = store.get(k)
+        try:
+            out[r] = json.loads(raw)
+        except ValueError:
+            raise ResultsMissing(f"the result of rank {r} in the store is not JSON") from None
+    return out
