@@ -1,0 +1,227 @@
+"""Every CUDA/NCCL path of nbox in one go, for the first machine with a GPU (issue 16).
+
+    python bench/gpu_check.py [--workdir DIR] [--json] [--budget-s 480]
+
+Steps, each a row of one table (what ran, pass / FAIL / skipped with the reason, seconds, figures):
+
+1. ``environment``: torch, CUDA, the GPU, NCCL; nbox importable (from this checkout: the script puts it on
+   ``PYTHONPATH`` for every command it starts, nothing is installed or fetched) and its dependencies present.
+2. per workload (``ddp_mlp``, ``ddp_transformer``): ``nbox record -n G --backend nccl`` (G = the GPUs, at most 2),
+   ``nbox bundle verify``, ``nbox replay --clock virtual`` (recorded compute) and ``nbox replay --clock real
+   --compute live --device cuda``, each with its error against the recording's observed iteration time.
+3. ``nbox emulate --world-size 8 -n 1`` on the GPU: the iteration time.
+4. ``nbox calibrate --backend nccl -n G``: the fitted bandwidth (needs two GPUs: NCCL does not put two ranks on one
+   device, so one GPU skips it, saying so).
+5. the GPU tests: ``pytest -m gpu``.
+
+Without CUDA (this development VM), the CUDA steps are skipped with the reason, and the same pipeline runs on CPU
+and gloo as a stand-in (``--no-cpu-standin`` turns that off), so the script itself is exercised here. Every step
+has its own deadline, the whole run a budget (default 480 s); a step past the budget is skipped, saying so.
+Exit status 0 when no step failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ("ddp_mlp", "ddp_transformer")
+NEEDED = ("torch", "numpy", "typer", "rich", "google.protobuf")
+
+
+@dataclass
+class Row:
+    step: str
+    status: str  # "pass", "FAIL", "skipped"
+    seconds: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+class Check:
+    """Runs the steps, keeps the rows, watches the budget."""
+
+    def __init__(self, work: Path, budget_s: float) -> None:
+        self.work, self.budget_s, self.started = work, budget_s, time.monotonic()
+        self.rows: list[Row] = []
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+    def left_s(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def nbox(self, step: str, *args: object, timeout_s: float = 240) -> dict[str, Any] | None:
+        """Run ``nbox ARGS --json``; a row for it; its JSON document, or None when it failed or was skipped."""
+        if self.left_s() < 20:
+            self.rows.append(Row(step, "skipped", note=f"over the {self.budget_s:g} s budget"))
+            return None
+        t0 = time.monotonic()
+        cmd = [sys.executable, "-m", "nbox", *map(str, args), "--json"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=self.env, cwd=ROOT,
+                                  timeout=min(timeout_s, self.left_s()))
+        except subprocess.TimeoutExpired:
+            self.rows.append(Row(step, "FAIL", time.monotonic() - t0, note="timed out"))
+            return None
+        took = time.monotonic() - t0
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            self.rows.append(Row(step, "FAIL", took, note=f"exit {proc.returncode}: {last[:300]}"))
+            return None
+        try:
+            doc: dict[str, Any] = json.loads(proc.stdout)
+        except ValueError:
+            self.rows.append(Row(step, "FAIL", took, note="stdout is not one JSON document"))
+            return None
+        self.rows.append(Row(step, "pass", took))
+        return doc
+
+    def figure(self, **values: Any) -> None:
+        self.rows[-1].figures.update(values)
+
+
+def environment() -> tuple[Row, dict[str, Any]]:
+    facts: dict[str, Any] = {"python": sys.version.split()[0]}
+    missing = []
+    for name in NEEDED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if "torch" in missing:
+        return Row("environment", "FAIL", note="torch is not installed"), facts
+    import torch
+
+    facts["torch"] = torch.__version__
+    facts["cuda"] = bool(torch.cuda.is_available())
+    if facts["cuda"]:
+        facts["gpus"] = torch.cuda.device_count()
+        facts["gpu"] = torch.cuda.get_device_name(0)
+        try:
+            facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
+        except Exception as exc:  # reported, not fatal: the NCCL steps then fail and say why
+            facts["nccl"] = f"unknown ({type(exc).__name__})"
+    if missing:
+        return Row("environment", "FAIL", figures=facts, note=f"missing Python packages: {', '.join(missing)}"), facts
+    return Row("environment", "pass", figures=facts), facts
+
+
+def err_pct(predicted: float | None, observed: float | None) -> float | None:
+    if not predicted or not observed:
+        return None
+    return round((predicted - observed) / observed * 100, 1)
+
+
+def pipeline(chk: Check, device: str, gpus: int, label: str) -> None:
+    """Record, verify, replay (virtual and live), emulate and calibrate on ``device`` ("cuda" or "cpu")."""
+    backend = "nccl" if device == "cuda" else "gloo"
+    nproc = max(1, min(gpus, 2)) if device == "cuda" else 2
+    for wl in WORKLOADS:
+        bundle = chk.work / f"{wl}.{device}.bundle"
+        rec = chk.nbox(f"{label}record {wl} ({nproc} x {device}, {backend})", "record", "--example", wl, "-n", nproc,
+                       "--backend", backend, "--warmup", 3, "--iterations", 10, "-o", bundle, "--overwrite",
+                       "--timeout", 200)
+        if rec is None:
+            continue
+        observed = rec.get("observed_iteration_median_us")
+        chk.figure(observed_ms=round(observed / 1e3, 3) if observed else None)
+        chk.nbox(f"{label}verify {wl}", "bundle", "verify", bundle, timeout_s=120)
+        virt = chk.nbox(f"{label}replay {wl} virtual", "replay", bundle, "--clock", "virtual", "--compute",
+                        "recorded", "--iterations", 1)
+        if virt is not None:
+            pred = virt["baseline"]["iteration_us"]["median"]
+            chk.figure(predicted_ms=round(pred / 1e3, 3), error_pct=err_pct(pred, observed))
+        live = chk.nbox(f"{label}replay {wl} live ({device})", "replay", bundle, "--clock", "real", "--compute", "live",
+                        "--device", device, "--iterations", 3, "--warmup", 1, "--timeout", 200)
+        if live is not None:
+            meas = live["baseline"]["iteration_us"]["median"]
+            chk.figure(replayed_ms=round(meas / 1e3, 3), error_pct=err_pct(meas, observed))
+    emu = chk.nbox(f"{label}emulate ddp_mlp --world-size 8 -n 1 ({device})", "emulate", "--world-size", 8, "-n", 1,
+                   "--warmup", 3, "--iterations", 10, "--timeout", 200)
+    if emu is not None:
+        chk.figure(iteration_ms=round(emu["iteration_time_us"]["median"] / 1e3, 3),
+                   world_size_seen=emu["world_size_seen"])
+    if device == "cuda" and gpus < 2:
+        chk.rows.append(Row(f"{label}calibrate --backend nccl", "skipped",
+                            note="one GPU: NCCL does not put two ranks on one device (needs >= 2 GPUs)"))
+        return
+    out = chk.work / f"calibrated.{device}.toml"
+    out.unlink(missing_ok=True)
+    cal = chk.nbox(f"{label}calibrate --backend {backend} -n {max(nproc, 2)}", "calibrate", "--backend", backend,
+                   "-n", max(nproc, 2), "--sizes", "64KiB..64MiB", "--collectives", "all_reduce", "--budget", 0.2,
+                   "-o", out, timeout_s=200)
+    if cal is not None:
+        fits = cal.get("fits") or []
+        bw = next((f.get("bandwidth_gbps") for f in fits if f.get("collective") == "all_reduce"), None)
+        chk.figure(bandwidth_gbps=bw)
+
+
+def gpu_tests(chk: Check, cuda: bool) -> None:
+    if not cuda:
+        chk.rows.append(Row("pytest -m gpu", "skipped", note="no CUDA device (torch.cuda.is_available() is False)"))
+        return
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu",
+                           str(ROOT / "tests")], capture_output=True, text=True, env=chk.env, cwd=ROOT,
+                          timeout=max(30.0, chk.left_s()))
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    chk.rows.append(Row("pytest -m gpu", "pass" if proc.returncode == 0 else "FAIL", time.monotonic() - t0,
+                        note=last[:200]))
+
+
+def format_table(rows: list[Row]) -> str:
+    lines = [f"{'step':<52} {'status':<8} {'s':>6}  figures / note"]
+    for r in rows:
+        figs = ", ".join(f"{k} {v}" for k, v in r.figures.items() if v is not None)
+        lines.append(f"{r.step[:52]:<52} {r.status:<8} {r.seconds:6.1f}  {'; '.join(x for x in (figs, r.note) if x)}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workdir", type=Path, default=None, help="keep bundles here (default: a temporary folder)")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="the whole run's budget (default 480 s)")
+    ap.add_argument("--no-cpu-standin", action="store_true", help="without CUDA, skip the CPU stand-in pipeline")
+    ap.add_argument("--json", action="store_true", help="also print the rows as one JSON document on stdout")
+    args = ap.parse_args()
+    tmp = None
+    if args.workdir is None:
+        tmp = tempfile.mkdtemp(prefix="nbox-gpu-check-")
+    work = args.workdir or Path(tmp or ".")
+    work.mkdir(parents=True, exist_ok=True)
+    chk = Check(work, args.budget_s)
+    try:
+        row, facts = environment()
+        chk.rows.append(row)
+        if row.status == "pass":
+            if facts.get("cuda"):
+                pipeline(chk, "cuda", int(facts.get("gpus", 1)), "")
+            else:
+                chk.rows.append(Row("CUDA steps (record/replay/emulate/calibrate on the GPU)", "skipped",
+                                    note="no CUDA device (torch.cuda.is_available() is False)"))
+                if not args.no_cpu_standin:
+                    pipeline(chk, "cpu", 0, "cpu stand-in: ")
+            gpu_tests(chk, bool(facts.get("cuda")))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    took = time.monotonic() - chk.started
+    print(format_table(chk.rows) + f"\n(total {took:.0f} s)", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"rows": [asdict(r) for r in chk.rows], "total_s": round(took, 1)}))
+    return 1 if any(r.status == "FAIL" for r in chk.rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
