@@ -108,6 +108,8 @@ class LiveConfig:
         warmup: repetitions of the graph run first and not timed (>= 0).
         iterations: timed repetitions (>= 1).
         timeout_s: deadline for the whole run, seconds (> 0); each wait for a collective gives up after 3/4 of it.
+        profiler: the correction of recorded durations for the profiler's overhead
+            (:meth:`nbox_replay.profiler.Correction.worker_doc`; None: none), applied by each worker to its graph.
     """
 
     files: Mapping[int, Path]
@@ -119,6 +121,7 @@ class LiveConfig:
     warmup: int = 1
     iterations: int = 5
     timeout_s: float = 300.0
+    profiler: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.files:
@@ -242,7 +245,7 @@ def replay_live(config: LiveConfig) -> LiveResult:
                "recorded_world": config.recorded_world, "world": config.scenario.world_size,
                "scenario_path": str(scenario_path), "compute": config.compute, "device": config.device,
                "warmup": config.warmup, "iterations": config.iterations, "timeout_s": config.timeout_s,
-               "result_dir": str(work)}
+               "result_dir": str(work), "profiler": config.profiler}
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
         result = run(launch_spec(config, work, config_path, scenario_path))
