@@ -32,18 +32,24 @@ against the same fresh real runs (error of the predicted median against the obse
 =================  ==============  ===========  ============  ======
 example            observed ms     uncorrected  proportional  per_op
 =================  ==============  ===========  ============  ======
+run 1
 ddp_mlp            19.85           +20.3%       -2.4%         +6.6%
 ddp_transformer    20.75           +74.0%       +31.1%        +48.3%
 fsdp2_transformer  71.52           +62.3%       +9.7%         +44.1%
+run 2
+ddp_mlp            17.91           +18.0%       +1.8%         +3.8%
+ddp_transformer    20.19           +43.3%       +4.4%         +22.5%
+fsdp2_transformer  66.71           +70.9%       +18.0%        +51.2%
 =================  ==============  ===========  ============  ======
 
-``proportional`` is closest on every example. ``per_op`` removes far less than the gap it is given: most
+``proportional`` is closest on every example in both runs. ``per_op`` removes far less than the gap it is given: most
 top-level operators are shorter than their share of it and stop at the floor (per iteration of rank 0:
 ddp_mlp 17 of 26 operators, ddp_transformer 46 of 70, fsdp2_transformer 207 of 264), so it took 1.7 / 4.8 /
 14.1 ms off gaps of 3.1 / 8.4 / 36.0 ms. The profiler's cost is not the same per operator: it follows the
 operator's own time (its children, recorded too). ``proportional`` took 2.1 / 7.4 / 40.0 ms off: about the
-gap. The ddp_transformer residue is mostly not the profiler: the recorder's own un-instrumented iterations
-(27.15 ms) were already slower than the plain runs (20.75 ms), and the prediction (27.21 ms) matches them.
+gap (run 1). Run 1's ddp_transformer residue was not the profiler: that recording's own un-instrumented
+iterations (27.15 ms) were already slower than the plain runs (20.75 ms), and the prediction (27.21 ms)
+matched them; in run 2 they agreed (20.61 ms vs 20.19 ms) and so did the prediction (+4.4%).
 
 A correction never lengthens compute: a rank whose captured CPU time is not above its clean one keeps its
 recorded durations (factor 1).
