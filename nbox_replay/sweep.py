@@ -417,7 +417,7 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
             if progress is not None:
                 progress(i + 1, total)
     else:
-        _load_graphs(config.traces)  # fail early, here, on an unreadable trace (with the codec's own error)
+        _load_graphs(config.traces, config.profiler)  # fail early on an unreadable trace; fills profiler.factors
         workers = min(config.jobs, total, os.cpu_count() or 1)
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
                                    initargs=(config.traces, config.profiler))

@@ -206,10 +206,21 @@ def test_sweep_uses_the_same_correction(tmp_path: Path) -> None:
 
 def test_sweep_cli_says_which_correction(tmp_path: Path) -> None:
     bundle = with_figures(tmp_path, FIGURES)
-    proc = subprocess.run([sys.executable, "-m", "nbox", "sweep", str(bundle), "--vary", "world_size=2,4",
-                           "--out", str(tmp_path / "sweep")], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "recorded compute corrected for the profiler" in proc.stderr
+
+    def sweep(*extra: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "nbox", "sweep", str(bundle), "--vary", "world_size=2,4",
+                               "--out", str(tmp_path / "sweep"), *extra], capture_output=True, text=True, cwd=ROOT,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    # in worker processes too (--jobs 2), the line names each rank's factor
+    assert "(proportional rule): x0.80 (rank 0), x0.60 (rank 1)" in sweep("--jobs", "2").stderr
+    doc = json.loads(sweep("--json", "--profiler-correction", "off").stdout)
+    assert doc["profiler_correction"]["rule"] is None
+    on = json.loads(sweep("--json").stdout)
+    assert on["profiler_correction"]["factors"] == pytest.approx({"0": 0.8, "1": 0.6})
+    assert on["rows"][0]["compute_us"] < doc["rows"][0]["compute_us"]
 
 
 def test_live_compute_is_not_corrected_and_says_why(tmp_path: Path) -> None:

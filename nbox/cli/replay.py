@@ -173,7 +173,9 @@ def sweep_cmd(
     written = write_outputs(rows, out, notice)
     if json_out:
         sys.stdout.write(json.dumps({"schema": "nbox.sweep/1", "bundle": bundle, "files": [str(w) for w in written],
-                                     "rows": [r.to_dict() for r in rows]}, indent=1) + "\n")
+                                     "rows": [r.to_dict() for r in rows],
+                                     "profiler_correction": cfg.profiler.to_dict() if cfg.profiler else None},
+                                    indent=1) + "\n")
         return
     sys.stdout.write(format_table(rows))
     sys.stderr.write("".join(f"nbox sweep: wrote {w}\n" for w in written))
