@@ -9,7 +9,9 @@ Then for each built-in example:
 
 2. ``nbox record -n 1 --nnodes 2`` on both nodes through torchrun's c10d rendezvous, ``nbox bundle merge``;
 3. the prediction: ``nbox replay`` of the merged bundle under the calibrated scenario, virtual clock, recorded
-   compute. It is deterministic (same bundle, same scenario, same answer), so it is computed once. With
+   compute. It is deterministic (same bundle, same scenario, same answer), so it is computed once, with the
+   default profiler correction (``nbox_replay.profiler``) and also with each rule and with none, so that the
+   rules are compared against the same real runs (the last lines of the table). With
    ``live`` (``--live``), each round also replays it live (real clock, operators re-executed, collectives
    answered by the calibrated scenario). Live replay across nodes is not built: those ranks run on this
    machine outside the namespaces (the testbed's two CPUs, unpinned), so only the compute is live;
@@ -154,14 +156,20 @@ def captured(bundle: Path) -> dict[str, float]:
 
 
 def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
+    from nbox_replay.profiler import RULES
     from nbox_replay.replay import ReplayConfig, run_replay
 
-    rep = run_replay(ReplayConfig(str(bundle), clock="virtual", compute="recorded", baseline=scenario,
-                                  iterations=1))
+    def one(mode: str) -> Any:
+        return run_replay(ReplayConfig(str(bundle), clock="virtual", compute="recorded", baseline=scenario,
+                                       iterations=1, profiler_correction=mode))
+
+    rep = one("on")
     b = rep.baseline
     bd = b.breakdowns[b.median_index] if len(b.breakdowns) == len(b.iteration_us) else None
+    by_rule = {mode: one(mode).baseline.median_us for mode in ("off", *RULES)}
     return {"predicted_us": b.median_us, "breakdown": asdict(bd) if bd is not None else None,
-            "top_collectives": b.top_collectives[:4]}
+            "top_collectives": b.top_collectives[:4], "predicted_by_rule_us": by_rule,
+            "profiler_correction": rep.profiler.describe() if rep.profiler is not None else None}
 
 
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
@@ -232,6 +240,14 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         if "live_us" in r:
             lines.append(f"  {r['example']:<18} live replay (one node, compute re-executed): "
                          f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
+    lines.append("prediction by profiler correction (error against the observed median):")
+    for r in rows:
+        by = r.get("predicted_by_rule_us") or {}
+        obs = r["observed_median_us"]
+        lines.append(f"  {r['example']:<18} " + "  ".join(f"{mode} {us / 1e3:.2f} ms ({(us - obs) / obs * 100:+.1f}%)"
+                                                          for mode, us in by.items()))
+        if r.get("profiler_correction"):
+            lines.append(f"  {'':<18} {r['profiler_correction']}")
     lines.append("captured iterations (profiler on) against the recorder's un-instrumented median:")
     for r in rows:
         if "captured_span_us" in r:

@@ -279,7 +279,7 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
     ``emulation`` key.
     """
     from nbox_record.importer import RankInput, convert_ranks
-    from nbox_trace.bundle import Manifest, observed_summary, write_bundle
+    from nbox_trace.bundle import THREAD_CPU_KEY, Manifest, observed_summary, thread_cpu_figures, write_bundle
 
     staging = work / "staging"
     staging.mkdir()
@@ -302,6 +302,9 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
     groups, nodes_per_rank = conv.process_groups, conv.nodes_per_rank
     first = timings[min(timings)]
     observed = observed_summary({r: t["iteration_us"] for r, t in timings.items()})
+    cpu = thread_cpu_figures(timings)  # the profiler's overhead, for the replay (nbox_replay.profiler)
+    if cpu:
+        observed[THREAD_CPU_KEY] = cpu
     manifest = Manifest(
         producer={"nbox": __version__, "torch": first.get("torch"), "backend": backend,
                   "cuda": first.get("cuda"), "nccl": first.get("nccl"), "python": first.get("python")},

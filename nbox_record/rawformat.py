@@ -105,6 +105,11 @@ class RankTimings(_RankTimingsRequired, total=False):
     # per clean iteration, the training thread's time on a CPU and runnable waiting for one (threadtime.py)
     iteration_cpu_us: list[float]
     iteration_run_queue_us: list[float]
+    # per captured iteration (profiler on): wall, and the same thread times; the first one is timed from the end
+    # of the profiler's start (recordclock.py). The replay compares them with the clean ones (nbox_replay.profiler)
+    capture_iteration_us: list[float]
+    capture_cpu_us: list[float]
+    capture_run_queue_us: list[float]
     # the job this rank belonged to: the same on every rank of one run, on every node (recordfacts.job_identity)
     job: dict[str, str | int | None]
 

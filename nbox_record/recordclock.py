@@ -2,6 +2,12 @@
 
 Boundary n (1-based): n < W warm-up; n = W starts the clock; each boundary up to W+K closes one timed
 iteration; then the capture runs from W+K to W+K+C (:func:`step_at`).
+
+The captured iterations are timed the same way (wall, and the training thread's time on a CPU and in a run
+queue, :mod:`nbox_record.threadtime`), so that the replay can tell how much the profiler inflated the
+recorded compute (``nbox_replay.profiler``). The first captured iteration is timed from the end of the
+profiler's start (:meth:`IterationClock.capture_started`), not from boundary W+K: starting Kineto and the ET
+observer is a one-off cost that no recorded operator carries.
 """
 
 from __future__ import annotations
@@ -44,8 +50,8 @@ def now_s() -> float:
 class IterationClock:
     """The boundaries counted so far, of which kind, and the timed iterations' durations (microseconds)."""
 
-    def __init__(self, warmup: int, timed: int) -> None:
-        self.warmup, self.timed = warmup, timed
+    def __init__(self, warmup: int, timed: int, captured: int = 0) -> None:
+        self.warmup, self.timed, self.captured = warmup, timed, captured
         self.kind: str | None = None  # "optimizer_step" | "marker"
         self.count = 0
         self.iteration_us: list[float] = []
@@ -53,13 +59,17 @@ class IterationClock:
         self.window: list[float] = []  # perf_counter seconds: start and end of the timed iterations
         self._t_prev: float | None = None
         self._tt_prev: ThreadTimes | None = None  # the training thread's CPU accounting at the last boundary
+        self.capture_us: list[float] = []  # per captured iteration: wall
+        self.capture_split_us: list[tuple[float, float]] = []  # per captured iteration: (on CPU, run queue)
+        self._cap_prev: tuple[float, ThreadTimes | None] | None = None
 
     def restart(self, kind: str) -> None:
         """Count again from zero with boundaries of ``kind`` (the first marker call)."""
         self.kind = kind
         self.count = 0
-        self.iteration_us = []
-        self._t_prev = None
+        self.iteration_us, self.split_us = [], []
+        self.capture_us, self.capture_split_us = [], []
+        self._t_prev, self._tt_prev, self._cap_prev = None, None, None
 
     def take(self, n: int, now: float, tt: ThreadTimes | None) -> None:
         """Boundary ``n`` happened at ``now`` (:func:`now_s`) with the thread's times ``tt``."""
@@ -75,6 +85,17 @@ class IterationClock:
             self._t_prev, self._tt_prev = now, tt
             if n == warmup + timed:
                 self.window.append(now)
+        elif warmup + timed < n <= warmup + timed + self.captured and self._cap_prev is not None:
+            t_prev, tt_prev = self._cap_prev
+            self.capture_us.append((now - t_prev) * 1e6)
+            if tt is not None and tt_prev is not None:
+                self.capture_split_us.append(((tt.on_cpu_ns - tt_prev.on_cpu_ns) / 1e3,
+                                              (tt.run_queue_ns - tt_prev.run_queue_ns) / 1e3))
+            self._cap_prev = (now, tt)
+
+    def capture_started(self, now: float, tt: ThreadTimes | None) -> None:
+        """The profiler has started (after boundary W+K): the first captured iteration is timed from here."""
+        self._cap_prev = (now, tt)
 
     def window_s(self) -> tuple[float, float]:
         """Start and end of the timed iterations (perf_counter seconds; 0.0 where not reached)."""

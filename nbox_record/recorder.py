@@ -50,7 +50,8 @@ class Recorder:
         self.out_dir = config.record_dir / f"rank{rank}"
         self.pid = os.getpid()
         self.phase = "warmup"                     # warmup | timing | capture | done | failed
-        self.clock = IterationClock(config.effective_warmup, config.iterations)
+        self.clock = IterationClock(config.effective_warmup, config.iterations,
+                                    0 if config.no_capture else config.capture)
         self.session = CaptureSession(self.out_dir, config.emulate)
         self.errors = ErrorFile(self.out_dir, rank, self.pid)
         self._optimizer: weakref.ReferenceType[Any] | None = None
@@ -175,6 +176,7 @@ class Recorder:
         self.session.open()
         self.phase = "capture"
         self.session.start()
+        self.clock.capture_started(now_s(), thread_times_ns())
 
     def _finish_capture(self) -> None:
         self.session.finish(self.rank, self.world_size)

@@ -50,6 +50,7 @@ import torch.distributed as dist
 from emulator_core.delay import sleep_until
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, load_rank
 from nbox_replay.ops import LiveOps, prepare
+from nbox_replay.profiler import correct_graphs, from_worker_doc
 from nbox_replay.virtual import retarget
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.share import share_results
@@ -328,6 +329,7 @@ def main(argv: list[str]) -> int:
             torch.set_num_threads(1)
         where["phase"] = "loading the trace"
         g = load_rank(cfg["traces"][str(rank)], rank, keep_nodes=True)
+        g = correct_graphs({rank: g}, from_worker_doc(cfg.get("profiler")))[rank]  # the parent's rule and figures
         factor = float(cfg["factors"][str(rank)])
         where["phase"] = "init_process_group"
         dist.init_process_group("nbox", timeout=timedelta(seconds=float(cfg["timeout_s"])))

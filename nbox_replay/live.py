@@ -111,6 +111,8 @@ class LiveConfig:
         nodes: several nodes (:class:`nbox_trace.launch.Nodes`): run the same replay on each; this node starts
             its share of the replayed ranks (torchrun's global rank i replays ``sorted(files)[i]``), each node
             reports the whole job, and the ranks' clocks need not agree (:mod:`emulator_core.clocksync`).
+        profiler: the correction of recorded durations for the profiler's overhead
+            (:meth:`nbox_replay.profiler.Correction.worker_doc`; None: none), applied by each worker to its graph.
     """
 
     files: Mapping[int, Path]
@@ -123,6 +125,7 @@ class LiveConfig:
     iterations: int = 5
     timeout_s: float = 300.0
     nodes: Nodes = field(default_factory=Nodes)
+    profiler: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.files:
@@ -250,7 +253,7 @@ def replay_live(config: LiveConfig) -> LiveResult:
                "recorded_world": config.recorded_world, "world": config.scenario.world_size,
                "scenario_path": str(scenario_path), "compute": config.compute, "device": config.device,
                "warmup": config.warmup, "iterations": config.iterations, "timeout_s": config.timeout_s,
-               "result_dir": str(work)}
+               "result_dir": str(work), "profiler": config.profiler}
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
         result = run(launch_spec(config, work, config_path, scenario_path))

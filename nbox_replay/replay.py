@@ -13,6 +13,10 @@ pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_pai
 and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread.
 A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
 device) is refused before any rank starts.
+
+Recorded compute is corrected for the profiler's overhead where the bundle carries the figures
+(:mod:`nbox_replay.profiler`; ``--profiler-correction``): in virtual time and in a live replay with
+``--compute recorded``, the same rule and factors; the report says which.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from emulator_core.world import load_what_if, scenario_mesh
 from nbox_replay.breakdown import median_index, slowest_rank
 from nbox_replay.graph import COMPUTE, RankGraph, load_rank
 from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_world_size, topology_spans
+from nbox_replay.profiler import MODES as PROFILER_MODES
+from nbox_replay.profiler import Correction, correct_graphs, plan_correction
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
@@ -84,6 +90,9 @@ class ReplayConfig:
         nodes: ``--clock real`` across several nodes (:class:`nbox_trace.launch.Nodes`): run the same command on
             each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
             rendezvouses at the endpoint's port + k; every node reports the whole job.
+        profiler_correction: ``on`` (the default rule), ``off``, or a rule by name (``proportional``,
+            ``per_op``): how recorded compute is corrected for the profiler's overhead (:mod:`nbox_replay.profiler`;
+            recorded compute only, bundles that carry the figures only).
     """
 
     bundle: str
@@ -106,10 +115,12 @@ class ReplayConfig:
     global_batch: str = "weak"
     batch_size: int | None = None
     nodes: Nodes = field(default_factory=Nodes)
+    profiler_correction: str = "on"
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
-                                     ("--device", self.device, DEVICES)):
+                                     ("--device", self.device, DEVICES),
+                                     ("--profiler-correction", self.profiler_correction, PROFILER_MODES)):
             if value not in allowed:
                 raise ReplayConfigError(f"{name} {value!r}: must be one of {', '.join(allowed)}")
         if self.iterations < 1 or self.warmup < 0:
@@ -243,6 +254,8 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
                 raise ReplayConfigError(f"{label}: {why}")
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
+    correction = profiler_correction(config.profiler_correction, source, compute)
+    graphs = correct_graphs(graphs, correction)
     if _no_durations(graphs):
         notices.append("WARNING: the trace holds no durations (every node's is 0; imported without Kineto?): "
                        "compute counts as 0 and only the modeled collectives take time")
@@ -269,9 +282,10 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
                           source.observed, baseline, whatif, coverage=coverage, fallbacks=fallbacks,
                           unpriced=wi_sim.unpriced, notices=notices, world=world,
-                          mesh_lines=mesh_lines(recorded_mesh, plan, spans), mesh=mesh_dict(recorded_mesh, plan, spans))
+                          mesh_lines=mesh_lines(recorded_mesh, plan, spans), mesh=mesh_dict(recorded_mesh, plan, spans),
+                          profiler=correction)
     if clock == "real":
-        _run_live(config, source, graphs, base, what_if, device, report, say)
+        _run_live(config, source, graphs, base, what_if, device, report, say, correction)
     if config.out is not None:
         from nbox_replay.timeline import write_timelines
 
@@ -280,6 +294,15 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
                                    label="what_if")
         report.timelines = [str(p) for p in written]
     return report
+
+
+def profiler_correction(mode: str, source: ReplaySource, compute: str) -> Correction:
+    """The correction of recorded compute for the profiler (:mod:`nbox_replay.profiler`) that ``mode`` asks for:
+    none when compute is re-executed (``live``: only its fallbacks play recorded durations, left as they are)."""
+    if compute != "recorded" and mode != "off":
+        return Correction(None, why_not="compute is re-executed (--compute live); its fallbacks play their recorded "
+                                        "durations as they are")
+    return plan_correction(mode, source.manifest.observed if source.manifest is not None else None)
 
 
 def _extrapolations(graphs: dict[int, RankGraph], scenario: Scenario) -> list[str]:
@@ -363,7 +386,8 @@ def _device(config: ReplayConfig, source: ReplaySource) -> str:
 
 
 def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, RankGraph], base: Scenario,
-              what_if: Scenario, device: str, report: ReplayReport, say: Callable[[str], None]) -> None:
+              what_if: Scenario, device: str, report: ReplayReport, say: Callable[[str], None],
+              correction: Correction) -> None:
     """Replace the report's iteration times and breakdowns by what interleaved live runs measured (module
     docstring); the virtual model's iteration time stays beside them (``modeled_iteration_us``)."""
     from nbox_replay.live import LiveConfig, replay_paired
@@ -372,7 +396,8 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     files = {r: source.trace_set.files[r] for r in graphs}
     configs = [LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
                           scenario=scenario, compute=compute, device=device, warmup=config.warmup,
-                          iterations=1, timeout_s=config.timeout_s, nodes=config.nodes)
+                          iterations=1, timeout_s=config.timeout_s, nodes=config.nodes,
+                          profiler=correction.worker_doc())
                for scenario in (base, what_if)]
     say(f"live replay ({compute} compute, {device}): baseline at world size {base.world_size} and what-if at "
         f"world size {what_if.world_size}, {config.iterations} interleaved pairs")

@@ -19,11 +19,14 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emulator_core.world import WhatIfWorld
 from nbox_replay.summary import RunSummary, format_speedup, speedup
 from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
+
+if TYPE_CHECKING:
+    from nbox_replay.profiler import Correction
 
 __all__ = ["REPORT_SCHEMA", "ReplayReport"]
 
@@ -52,6 +55,7 @@ class ReplayReport:
     paired_speedups: list[float] | None = None  # real clock: per interleaved pair, baseline / what-if time
     mesh_lines: list[str] = field(default_factory=list)  # the recorded mesh, and the what-if's (nbox_replay.meshing)
     mesh: dict[str, Any] | None = None  # the same as JSON
+    profiler: Correction | None = None  # how recorded compute was corrected for the profiler (nbox_replay.profiler)
 
     def paired_spread(self) -> dict[str, float] | None:
         """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
@@ -75,7 +79,7 @@ class ReplayReport:
                 "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
                 "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None,
-                "mesh": self.mesh,
+                "mesh": self.mesh, "profiler_correction": self.profiler.to_dict() if self.profiler else None,
                 "paired_speedup": None if self.paired_speedups is None else
                 {**(self.paired_spread() or {}), "values": self.paired_speedups}}
 
@@ -89,6 +93,8 @@ class ReplayReport:
             lines.append(f"what-if world size: {self.world.describe()}")
         lines += self.mesh_lines
         lines += [f"notice: {n}" for n in self.notices]
+        if self.profiler is not None:
+            lines.append(self.profiler.describe())
         b = self.baseline
         lines.append(f"iterations: {b.iterations_note or 'one pass over the capture each'}; "
                      f"{len(b.iteration_us)} per run, the median one shown")

@@ -20,7 +20,8 @@ A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
 The grid is the cartesian product of the axes, the first axis varying slowest. Each point loads the
 base scenario with the base and point overrides, then resizes it, then
-replays the graphs in virtual time (:func:`nbox_replay.virtual.simulate`, recorded compute). Points are
+replays the graphs in virtual time (:func:`nbox_replay.virtual.simulate`, recorded compute, corrected for the
+profiler's overhead as ``nbox replay`` corrects it: :mod:`nbox_replay.profiler`, ``profiler``). Points are
 evaluated in parallel across processes (each worker loads the traces once); the rows come back in grid
 order and are the same, bit for bit, whatever the number of workers.
 
@@ -53,6 +54,7 @@ from emulator_core.scenario_overrides import parse_override
 from emulator_core.world import AskedMesh, WhatIfWorld, load_what_if, scenario_mesh
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.meshing import MESH_AXIS, mesh_axis_name, plan_for, set_world_size
+from nbox_replay.profiler import Correction, correct_graphs
 from nbox_replay.summary import RunSummary, format_speedup, speedup, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
@@ -166,6 +168,8 @@ class SweepConfig:
         placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
         batch_size: the recorded per-rank batch of a fixed global batch (strong scaling at each point's mesh,
             :mod:`emulator_core.mesh`); None: weak scaling.
+        profiler: the correction of recorded compute for the profiler's overhead
+            (:func:`nbox_replay.profiler.plan_correction`); None: none.
     """
 
     traces: Traces
@@ -180,6 +184,7 @@ class SweepConfig:
     mesh: RecordedMesh | None = None
     placement: tuple[str, ...] | None = None
     batch_size: int | None = None
+    profiler: Correction | None = field(default=None, compare=False)
     #: The what-if scenario's own mesh (set when built).
     asked: AskedMesh | None = field(default=None, init=False, compare=False)
 
@@ -188,7 +193,8 @@ class SweepConfig:
               recorded_world: int, vary: Sequence[str | Axis], *, scenario: str | os.PathLike[str] | None = None,
               overrides: Sequence[str] = (), repetitions: int = 3, jobs: int = 1,
               baseline: str | os.PathLike[str] | None = None, mesh: RecordedMesh | None = None,
-              placement: Sequence[str] | None = None, batch_size: int | None = None) -> SweepConfig:
+              placement: Sequence[str] | None = None, batch_size: int | None = None,
+              profiler: Correction | None = None) -> SweepConfig:
         """A config from mappings and axis texts (``"world_size=8,64"``).
 
         Raises:
@@ -200,7 +206,7 @@ class SweepConfig:
                    tuple(a if isinstance(a, Axis) else parse_axis(a) for a in vary),
                    Path(scenario) if scenario is not None else None, tuple(overrides), repetitions, jobs,
                    Path(baseline) if baseline is not None else None, mesh,
-                   tuple(placement) if placement is not None else None, batch_size)
+                   tuple(placement) if placement is not None else None, batch_size, profiler)
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((int(r), str(p)) for r, p in self.traces))
@@ -365,13 +371,14 @@ class SweepRow:
 _WORKER_GRAPHS: dict[int, RankGraph] = {}
 
 
-def _load_graphs(traces: Sequence[tuple[int, str]]) -> dict[int, RankGraph]:
-    return {r: load_rank(p, r) for r, p in traces}
+def _load_graphs(traces: Sequence[tuple[int, str]], profiler: Correction | None = None) -> dict[int, RankGraph]:
+    graphs = {r: load_rank(p, r) for r, p in traces}
+    return correct_graphs(graphs, profiler) if profiler is not None else graphs
 
 
-def _init_worker(traces: Sequence[tuple[int, str]]) -> None:
+def _init_worker(traces: Sequence[tuple[int, str]], profiler: Correction | None = None) -> None:
     global _WORKER_GRAPHS
-    _WORKER_GRAPHS = _load_graphs(traces)
+    _WORKER_GRAPHS = _load_graphs(traces, profiler)
 
 
 def _evaluate(graphs: Mapping[int, RankGraph], scenario: Scenario, groups: Sequence[tuple[str, tuple[int, ...]]],
@@ -404,15 +411,16 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
     figures: list[RunSummary | None] = [None] * total
     groups, reps = config.groups, config.repetitions
     if config.jobs == 1 or total == 1:
-        graphs = _load_graphs(config.traces)
+        graphs = _load_graphs(config.traces, config.profiler)
         for i, scenario in enumerate(scenarios):
             figures[i] = _evaluate(graphs, scenario, groups, config.recorded_world, reps, plans[i])
             if progress is not None:
                 progress(i + 1, total)
     else:
-        _load_graphs(config.traces)  # fail early, here, on an unreadable trace (with the codec's own error)
+        _load_graphs(config.traces, config.profiler)  # fail early on an unreadable trace; fills profiler.factors
         workers = min(config.jobs, total, os.cpu_count() or 1)
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config.traces,))
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
+                                   initargs=(config.traces, config.profiler))
         try:
             futures: dict[Future[RunSummary], int] = {
                 pool.submit(_worker_task, s, groups, config.recorded_world, reps, plans[i]): i

@@ -11,6 +11,12 @@ Python); hardware; the job (world size, ranks recorded, process groups with glob
 parallelism, the command); the observed iteration time from un-instrumented iterations (microseconds:
 median, p10, p90 and every sample per rank); how the capture was made; whether it is complete.
 
+``observed.thread_cpu_us`` (optional, written since the recorder times its captured iterations; no version
+bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the training thread's time on a
+CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
+wall time (``captured_wall``), microseconds. The replay corrects the recorded compute for the profiler's
+overhead with them (``nbox_replay.profiler``); a bundle without them is replayed uncorrected, and says so.
+
 Writing goes to a temporary directory beside the target, renamed into place at the end, so an
 interrupted ``nbox record`` never leaves a half-written bundle under the final name. Reading treats
 every byte as untrusted: size caps, no path outside the bundle, versions checked, nothing executed.
@@ -115,6 +121,23 @@ def observed_summary(per_rank_us: Mapping[int, list[float]]) -> dict[str, Any]:
         "rule": "per iteration, the slowest rank; un-instrumented iterations only",
         "per_rank_us": {str(r): list(v) for r, v in sorted(per_rank_us.items())},
     }
+
+
+#: ``observed`` key of the per-rank thread CPU figures (module docstring) and the lists each rank may carry.
+THREAD_CPU_KEY = "thread_cpu_us"
+THREAD_CPU_LISTS = ("clean", "captured", "captured_wall")
+
+
+def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """``observed.thread_cpu_us`` from each rank's ``timings.json`` (``iteration_cpu_us``, ``capture_cpu_us``,
+    ``capture_iteration_us``); ranks that lack the clean or the captured CPU times are left out."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for rank, t in sorted(per_rank.items()):
+        clean, captured, wall = t.get("iteration_cpu_us"), t.get("capture_cpu_us"), t.get("capture_iteration_us")
+        if isinstance(clean, list) and clean and isinstance(captured, list) and captured:
+            out[str(rank)] = {"clean": [float(x) for x in clean], "captured": [float(x) for x in captured],
+                              "captured_wall": [float(x) for x in wall] if isinstance(wall, list) else []}
+    return out
 
 
 def _sha256(path: Path) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from nbox_trace import __version__
 from nbox_trace.bundle import (
     COMM_GROUP_NAME,
+    THREAD_CPU_KEY,
     TRACE_PREFIX,
     BundleError,
     Manifest,
@@ -171,7 +172,11 @@ def _files(inputs: Sequence[_Input], comm_group: bytes) -> dict[str, Path | byte
 
 def _observed(inputs: Sequence[_Input]) -> dict[str, Any]:
     per_rank: dict[int, list[float]] = {}
+    cpu: dict[str, Any] = {}  # each node's ranks' thread CPU figures, kept as they came (the replay checks them)
     for inp in inputs:
+        node_cpu = inp.manifest.observed.get(THREAD_CPU_KEY)
+        if isinstance(node_cpu, dict):
+            cpu.update(node_cpu)
         raw = inp.manifest.observed.get("per_rank_us")
         if not isinstance(raw, dict):
             raise MergeError(f"{inp.name}: observed.per_rank_us is missing: the observed time cannot be merged")
@@ -180,7 +185,10 @@ def _observed(inputs: Sequence[_Input]) -> dict[str, Any]:
                     and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times)):
                 raise MergeError(f"{inp.name}: observed.per_rank_us[{str(rank)[:20]!r}] is not a list of times")
             per_rank[int(rank)] = [float(t) for t in times]
-    return observed_summary(per_rank)
+    merged = observed_summary(per_rank)
+    if cpu:
+        merged[THREAD_CPU_KEY] = cpu
+    return merged
 
 
 def merge_bundles(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,

@@ -31,12 +31,15 @@ def nbox(*args: object) -> subprocess.CompletedProcess[str]:
 
 def node_bundle(out: Path, ranks: list[int], node_rank: int, *, job: dict[str, Any] | None = None,
                 producer: dict[str, Any] | None = None, groups: dict[str, list[int]] | None = None,
-                complete: bool = True, per_rank: dict[str, list[float]] | None = None) -> Path:
+                complete: bool = True, per_rank: dict[str, list[float]] | None = None,
+                thread_cpu: dict[str, Any] | None = None) -> Path:
     """One node's bundle of ``ranks`` of the shipped 2-rank recording, as a multi-node ``nbox record`` writes it."""
     m = B.read_manifest(SOURCE)
     observed = B.observed_summary({r: m.observed["per_rank_us"][str(r)] for r in ranks})
     if per_rank is not None:
         observed["per_rank_us"] = per_rank
+    if thread_cpu is not None:
+        observed[B.THREAD_CPU_KEY] = thread_cpu
     node = {"node_rank": node_rank, "group_rank": node_rank, "ranks": ranks, "hostname": f"host{node_rank}",
             "local_addr": f"10.77.0.{node_rank + 1}"}
     manifest = B.Manifest(
@@ -70,6 +73,17 @@ def test_two_node_bundles_merge_into_one_that_verifies_and_replays(tmp_path: Pat
     assert m.observed["iteration_time_us"] == source["iteration_time_us"]  # the slowest rank of the whole job
     for r in (0, 1):
         assert (out / f"trace/trace.{r}.et").read_bytes() == (SOURCE / f"trace/trace.{r}.et").read_bytes()
+
+
+def test_the_nodes_clean_vs_captured_cpu_times_are_kept_per_rank(tmp_path: Path) -> None:
+    figures = {str(r): {"clean": [8000.0 + r], "captured": [10000.0], "captured_wall": [20000.0]} for r in (0, 1)}
+    a = node_bundle(tmp_path / "node0.bundle", [0], 0, thread_cpu={"0": figures["0"]})
+    b = node_bundle(tmp_path / "node1.bundle", [1], 1, thread_cpu={"1": figures["1"]})
+    merged = B.read_manifest(merge_bundles([a, b], tmp_path / "merged.bundle").out)
+    assert merged.observed[B.THREAD_CPU_KEY] == figures
+    plain = B.read_manifest(merge_bundles([node_bundle(tmp_path / "p0", [0], 0), node_bundle(tmp_path / "p1", [1], 1)],
+                                          tmp_path / "plain.bundle").out)
+    assert B.THREAD_CPU_KEY not in plain.observed  # an old recording stays without them
 
 
 def test_the_merged_bundle_replays_in_virtual_time_like_the_single_node_one(tmp_path: Path,

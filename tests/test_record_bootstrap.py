@@ -112,6 +112,12 @@ def _check_common(run: Run) -> list[list[dict[str, Any]]]:
         assert len(timings["iteration_us"]) == ITERATIONS
         assert all(math.isfinite(t) and t > 0 for t in timings["iteration_us"])
         assert timings["captured_iterations"] == 1
+        # the captured iteration is timed like the clean ones (wall, thread CPU, run queue): the replay's
+        # profiler correction compares them (nbox_replay.profiler)
+        assert len(timings["iteration_cpu_us"]) == ITERATIONS
+        assert len(timings["capture_iteration_us"]) == 1
+        assert len(timings["capture_cpu_us"]) == len(timings["capture_run_queue_us"]) == 1
+        assert 0 < timings["capture_cpu_us"][0] <= timings["capture_iteration_us"][0] * 1.05 + 1000
 
         log = run.json(rank, rawformat.COLLECTIVES)
         assert set(log) == set(rawformat.CollectiveLog.__annotations__)
@@ -251,6 +257,7 @@ def test_the_marker_gives_iterations_to_a_script_without_optimizer(tmp_path: Pat
     for rank in range(WORLD):
         timings = run.json(rank, rawformat.TIMINGS)
         assert timings["boundary"] == "marker" and len(timings["iteration_us"]) == ITERATIONS
+        assert len(timings["iteration_cpu_us"]) == ITERATIONS and len(timings["capture_cpu_us"]) == 1
         records = run.json(rank, rawformat.COLLECTIVES)["collectives"]
         assert [(r["op"], r["comm_bytes"], r["async_op"]) for r in records] == [("allreduce_", 64, False)]
         # A blocking collective is waited on by torch.distributed itself: completion is known.

@@ -54,6 +54,11 @@ def check_bundle(bundle: Path) -> None:
     assert verify_files(bundle, manifest) == []
     obs = manifest.observed["iteration_time_us"]
     assert obs["n"] == 3 and 0 < obs["p10"] <= obs["median"] <= obs["p90"]
+    cpu = manifest.observed["thread_cpu_us"]  # clean vs captured thread CPU per rank (nbox_replay.profiler)
+    assert sorted(cpu) == ["0", "1"]
+    for figures in cpu.values():
+        assert len(figures["clean"]) == 3 and len(figures["captured"]) == len(figures["captured_wall"]) == 1
+        assert all(v > 0 for v in figures["clean"] + figures["captured"])
     assert manifest.producer["backend"] == "gloo" and manifest.producer["torch"]
     report = inspect_trace(trace_prefix(bundle))
     assert report.problem_count() == 0, [p.message for p in report.all_problems()][:5]  # --strict clean

@@ -57,6 +57,10 @@ def replay_cmd(
     rdzv_endpoint: RdzvEndpointOpt = None,
     local_addr: LocalAddrOpt = None,
     rdzv_host: RdzvHostOpt = None,
+    profiler_correction: Annotated[str, typer.Option(
+        help="on | off | proportional | per_op: correct recorded compute for the profiler's overhead with the "
+             "bundle's clean vs captured CPU times (on: the default rule; bundles without them: uncorrected).")]
+    = "on",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle under the baseline and a what-if, and compare them with the recorded run.
@@ -95,7 +99,7 @@ def replay_cmd(
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
                        warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank, mesh=mesh,
                        placement=placement, recorded_mesh=recorded_mesh, global_batch=global_batch,
-                       batch_size=batch_size,
+                       batch_size=batch_size, profiler_correction=profiler_correction,
                        nodes=Nodes(nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host))
     def say(message: str) -> None:
         sys.stderr.write(f"nbox replay: {message}\n")
@@ -128,6 +132,9 @@ def sweep_cmd(
     = "weak",
     batch_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="The recorded per-rank batch (samples), for --global-batch fixed.")] = None,
+    profiler_correction: Annotated[str, typer.Option(
+        help="on | off | proportional | per_op: correct recorded compute for the profiler's overhead (as nbox "
+             "replay does).")] = "on",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle in virtual time over a grid of what-ifs; write a CSV (and a PNG plot when matplotlib is
@@ -141,6 +148,7 @@ def sweep_cmd(
     """
     from emulator_core.mesh import parse_placement
     from nbox_replay.replay import baseline_path, global_batch_size
+    from nbox_replay.replay import profiler_correction as correction_for
     from nbox_replay.source import open_source
     from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_outputs
     from nbox_trace.archive import traces_directory
@@ -155,7 +163,8 @@ def sweep_cmd(
     cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world, list(vary),
                             scenario=what_if, baseline=baseline_path(source), overrides=tuple(set_ or ()),
                             repetitions=iterations, jobs=jobs, mesh=source.mesh(names), placement=places,
-                            batch_size=global_batch_size(global_batch, batch_size))
+                            batch_size=global_batch_size(global_batch, batch_size),
+                            profiler=correction_for(profiler_correction, source, "recorded"))
 
     def progress(done: int, total: int) -> None:
         if json_out:
@@ -170,10 +179,14 @@ def sweep_cmd(
         sys.stderr.write(f"nbox sweep: {message}\n")
 
     rows = run_sweep(cfg, progress=progress)
+    if cfg.profiler is not None and not json_out:
+        notice(cfg.profiler.describe())
     written = write_outputs(rows, out, notice)
     if json_out:
         sys.stdout.write(json.dumps({"schema": "nbox.sweep/1", "bundle": bundle, "files": [str(w) for w in written],
-                                     "rows": [r.to_dict() for r in rows]}, indent=1) + "\n")
+                                     "rows": [r.to_dict() for r in rows],
+                                     "profiler_correction": cfg.profiler.to_dict() if cfg.profiler else None},
+                                    indent=1) + "\n")
         return
     sys.stdout.write(format_table(rows))
     sys.stderr.write("".join(f"nbox sweep: wrote {w}\n" for w in written))

@@ -1,0 +1,244 @@
+"""Recorded compute corrected for the profiler's overhead (one rule for replay virtual, live and sweep).
+
+Why
+---
+The recorder captures its iterations with the ET observer and Kineto (``record_shapes``) attached. They make
+every operator slower, and the recorded durations carry that: on the namespace testbed the captured
+iterations' compute was +4% (ddp_mlp), +31% (ddp_transformer) and +109% (fsdp2_transformer) over the
+un-instrumented ones (``bench/testbed_causes.py``), so a replay that plays the recorded durations predicts
+too slow. The recorder samples the training thread's time on a CPU both in its clean timed iterations and in
+its captured ones (``nbox_record/recordclock.py``); the bundle carries them per rank
+(``observed.thread_cpu_us``, :mod:`nbox_trace.bundle`). With ``clean`` = the median clean CPU time per
+iteration and ``captured`` = the median captured one, the profiler cost the thread ``captured - clean`` per
+iteration, and the rank's host compute nodes (those on a ``thread:`` resource; GPU stream nodes are not
+touched) are corrected by one of two rules:
+
+* ``proportional``: every duration times ``clean / captured``;
+* ``per_op``: every compute node of captured iteration j loses ``(captured - clean) / n_j``, n_j its number
+  of host compute nodes (with a duration), floored at :data:`PER_OP_FLOOR` of its recorded duration.
+
+Neither is exact: ``captured - clean`` also holds profiler work outside every operator (the observer's and
+Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never carried,
+and the overhead inside an operator grows with the number of child operators the profiler records under it,
+which neither rule sees. ``proportional`` assumes the overhead is spread like the thread's time;
+``per_op`` that each top-level operator pays the same.
+
+The rule chosen (:data:`DEFAULT_RULE`)
+--------------------------------------
+``proportional``, by fidelity on the namespace testbed: ``bench/fidelity.py --testbed --rounds 3`` (2 nodes x
+1 rank, pinned, 1 Gb/s, 5 captured iterations), each rule's virtual-clock prediction of the same recording
+against the same fresh real runs (error of the predicted median against the observed one, 2026-11-23):
+
+=================  ==============  ===========  ============  ======
+example            observed ms     uncorrected  proportional  per_op
+=================  ==============  ===========  ============  ======
+run 1
+ddp_mlp            19.85           +20.3%       -2.4%         +6.6%
+ddp_transformer    20.75           +74.0%       +31.1%        +48.3%
+fsdp2_transformer  71.52           +62.3%       +9.7%         +44.1%
+run 2
+ddp_mlp            17.91           +18.0%       +1.8%         +3.8%
+ddp_transformer    20.19           +43.3%       +4.4%         +22.5%
+fsdp2_transformer  66.71           +70.9%       +18.0%        +51.2%
+=================  ==============  ===========  ============  ======
+
+``proportional`` is closest on every example in both runs. ``per_op`` removes far less than the gap it is given: most
+top-level operators are shorter than their share of it and stop at the floor (per iteration of rank 0:
+ddp_mlp 17 of 26 operators, ddp_transformer 46 of 70, fsdp2_transformer 207 of 264), so it took 1.7 / 4.8 /
+14.1 ms off gaps of 3.1 / 8.4 / 36.0 ms. The profiler's cost is not the same per operator: it follows the
+operator's own time (its children, recorded too). ``proportional`` took 2.1 / 7.4 / 40.0 ms off: about the
+gap (run 1). Run 1's ddp_transformer residue was not the profiler: that recording's own un-instrumented
+iterations (27.15 ms) were already slower than the plain runs (20.75 ms), and the prediction (27.21 ms)
+matched them; in run 2 they agreed (20.61 ms vs 20.19 ms) and so did the prediction (+4.4%).
+
+A correction never lengthens compute: a rank whose captured CPU time is not above its clean one keeps its
+recorded durations (factor 1).
+
+Old bundles
+-----------
+A bundle without ``observed.thread_cpu_us`` (recorded before the figures existed, imported, a bare ET) or
+without figures for a replayed rank is replayed uncorrected for that rank, and the report says so. The
+correction is on by default (``--profiler-correction on``); ``off`` plays the recorded durations as they are;
+``proportional`` / ``per_op`` name a rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations
+from nbox_trace.bundle import THREAD_CPU_KEY
+from nbox_trace.errors import UsageError
+
+__all__ = ["DEFAULT_RULE", "MODES", "PER_OP_FLOOR", "RULES", "Correction", "RankFigures", "correct_durations",
+           "correct_graph", "correct_graphs", "from_worker_doc", "plan_correction", "read_figures"]
+
+RULES = ("proportional", "per_op")
+MODES = ("on", "off", *RULES)
+DEFAULT_RULE = "proportional"
+#: ``per_op``: a node keeps at least this share of its recorded duration.
+PER_OP_FLOOR = 0.1
+#: Caps on what a manifest may carry per rank (untrusted input).
+_MAX_SAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured."""
+
+    clean_cpu_us: float
+    captured_cpu_us: float
+
+    @property
+    def overhead_us(self) -> float:
+        """What the profiler cost the thread per iteration (0 when the captured time is not above the clean)."""
+        return max(0.0, self.captured_cpu_us - self.clean_cpu_us)
+
+
+@dataclass
+class Correction:
+    """What the replay does to recorded compute: the rule (None: nothing), each rank's figures, and after
+    :func:`correct_graphs` each corrected rank's effective factor (corrected / recorded host compute)."""
+
+    rule: str | None
+    figures: dict[int, RankFigures] = field(default_factory=dict)
+    factors: dict[int, float] = field(default_factory=dict)
+    why_not: str = ""  # rule None: why no correction
+    uncorrected: list[int] = field(default_factory=list)  # replayed ranks without figures (kept as recorded)
+
+    def describe(self) -> str:
+        """The report's line: the rule and the factor per rank, from which figures; or why none."""
+        if self.rule is None:
+            return f"recorded compute not corrected for the profiler: {self.why_not}"
+        ranks = sorted(self.factors)
+        factors = ", ".join(f"x{self.factors[r]:.2f} (rank {r})" for r in ranks)
+        clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
+        captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
+        return (f"recorded compute corrected for the profiler ({self.rule} rule): {factors}, from clean {clean} ms "
+                f"vs captured {captured} ms CPU per iteration (median; --profiler-correction off: as recorded)"
+                + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else ""))
+
+    def worker_doc(self) -> dict[str, Any] | None:
+        """What a live worker needs to apply the same correction (:func:`from_worker_doc`); None: none."""
+        if self.rule is None:
+            return None
+        return {"rule": self.rule, "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us]
+                                               for r, f in sorted(self.figures.items())}}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "why_not": self.why_not or None,
+                "factors": {str(r): f for r, f in sorted(self.factors.items())}, "uncorrected": self.uncorrected,
+                "clean_cpu_us": {str(r): f.clean_cpu_us for r, f in sorted(self.figures.items())},
+                "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())}}
+
+
+def _median(values: object) -> float | None:
+    if not isinstance(values, list) or not values or len(values) > _MAX_SAMPLES:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+               for v in values):
+        return None
+    return float(statistics.median(values))
+
+
+def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
+    """Each rank's :class:`RankFigures` from a manifest's ``observed`` (untrusted: a malformed or missing entry is
+    left out, so that rank is not corrected)."""
+    raw = observed.get(THREAD_CPU_KEY) if isinstance(observed, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return {}
+    out: dict[int, RankFigures] = {}
+    for rank, entry in raw.items():
+        if not (isinstance(rank, str) and rank.isascii() and rank.isdigit() and len(rank) <= 9
+                and isinstance(entry, Mapping)):
+            continue
+        clean, captured = _median(entry.get("clean")), _median(entry.get("captured"))
+        if clean is not None and captured is not None and clean > 0 and captured > 0:
+            out[int(rank)] = RankFigures(clean, captured)
+    return out
+
+
+def plan_correction(mode: str, observed: Mapping[str, Any] | None) -> Correction:
+    """The correction ``mode`` (:data:`MODES`) asks for, with the figures of a manifest's ``observed`` (None: a
+    bare ET)."""
+    if mode not in MODES:
+        raise UsageError(f"--profiler-correction {mode!r}: must be one of {', '.join(MODES)}")
+    if mode == "off":
+        return Correction(None, why_not="--profiler-correction off")
+    figures = read_figures(observed)
+    if not figures:
+        return Correction(None, why_not="the bundle carries no clean/captured CPU times (observed."
+                                        f"{THREAD_CPU_KEY}: recorded by an older nbox, imported, or a bare ET)")
+    return Correction(DEFAULT_RULE if mode == "on" else mode, figures)
+
+
+def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
+    """The :class:`Correction` of :meth:`Correction.worker_doc` (written by the parent: trusted)."""
+    if not doc:
+        return Correction(None, why_not="none asked")
+    return Correction(str(doc["rule"]), {int(r): RankFigures(float(v[0]), float(v[1]))
+                                         for r, v in doc["figures"].items()})
+
+
+def _host_compute(g: RankGraph) -> list[bool]:
+    """Per node: a compute node on a host thread (the nodes the thread's CPU time speaks for)."""
+    host = [name.startswith("thread:") for name in g.resources]
+    return [k == COMPUTE and host[res] for k, res in zip(g.kind, g.resource, strict=True)]
+
+
+def correct_durations(durations: Sequence[float], corrected: Sequence[bool], iteration: Sequence[int],
+                      figures: RankFigures, rule: str) -> list[float]:
+    """``durations`` with those flagged in ``corrected`` corrected by ``rule`` (module docstring); ``iteration``:
+    each node's captured iteration (0-based), for ``per_op``'s count of nodes per iteration."""
+    if rule not in RULES:
+        raise UsageError(f"profiler correction rule {rule!r}: must be one of {', '.join(RULES)}")
+    out = list(durations)
+    if figures.overhead_us <= 0:
+        return out
+    if rule == "proportional":
+        factor = figures.clean_cpu_us / figures.captured_cpu_us
+        return [d * factor if c else d for d, c in zip(out, corrected, strict=True)]
+    counts: dict[int, int] = {}
+    for d, c, it in zip(out, corrected, iteration, strict=True):
+        if c and d > 0:
+            counts[it] = counts.get(it, 0) + 1
+    for i, (d, c, it) in enumerate(zip(out, corrected, iteration, strict=True)):
+        if c and d > 0:
+            out[i] = max(d * PER_OP_FLOOR, d - figures.overhead_us / counts[it])
+    return out
+
+
+def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGraph, float]:
+    """A copy of ``g`` with its host compute corrected by ``rule``, and the effective factor (corrected / recorded
+    host compute; 1.0 when it has none)."""
+    flags = _host_compute(g)
+    labels, _, _ = captured_iterations(g)
+    new = correct_durations(g.duration_us, flags, labels, figures, rule)
+    before = sum(d for d, c in zip(g.duration_us, flags, strict=True) if c)
+    after = sum(d for d, c in zip(new, flags, strict=True) if c)
+    return dataclasses.replace(g, duration_us=new), (after / before if before > 0 else 1.0)
+
+
+def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> dict[int, RankGraph]:
+    """``graphs`` with each rank that has figures corrected (:func:`correct_graph`); fills ``correction.factors``.
+    A rank without figures is kept as recorded (and named in the correction's line)."""
+    out = dict(graphs)
+    if correction.rule is None:
+        return out
+    for rank, g in graphs.items():
+        figures = correction.figures.get(rank)
+        if figures is not None:
+            out[rank], correction.factors[rank] = correct_graph(g, figures, correction.rule)
+        else:
+            correction.uncorrected.append(rank)
+    if not correction.factors:
+        correction.why_not = (f"the bundle's CPU times are for ranks {sorted(correction.figures)}, none of them "
+                              f"replayed")
+        correction.rule = None
+        correction.uncorrected = []
+    return out

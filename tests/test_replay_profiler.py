@@ -1,0 +1,265 @@
+"""Recorded compute corrected for the profiler's overhead (nbox_replay.profiler): the rules, old bundles, the flag."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbox_replay.graph import COMPUTE, load_rank
+from nbox_replay.profiler import (
+    DEFAULT_RULE,
+    PER_OP_FLOOR,
+    Correction,
+    RankFigures,
+    correct_durations,
+    correct_graph,
+    correct_graphs,
+    from_worker_doc,
+    plan_correction,
+    read_figures,
+)
+from nbox_replay.replay import ReplayConfig, ReplayConfigError, run_replay
+from nbox_trace.errors import NboxError, UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "traces"
+
+
+# -- the rules, by hand ------------------------------------------------------------------------------------------
+
+
+def test_proportional_scales_the_flagged_durations_by_clean_over_captured() -> None:
+    fig = RankFigures(clean_cpu_us=8000.0, captured_cpu_us=10000.0)  # the profiler cost 2 ms of 10: x0.8
+    out = correct_durations([100.0, 50.0, 30.0], [True, True, False], [0, 0, 0], fig, "proportional")
+    assert out == pytest.approx([80.0, 40.0, 30.0])
+
+
+def test_per_op_subtracts_the_overhead_shared_by_the_iterations_nodes_floored() -> None:
+    fig = RankFigures(clean_cpu_us=8000.0, captured_cpu_us=10000.0)  # overhead 2000 us per iteration
+    # iteration 0: two host compute nodes with a duration (the 0-duration one and the comm node do not count):
+    # 2000 / 2 = 1000 each; 1500 -> 500, 100 -> floored at 10% = 10.
+    # iteration 1: four nodes, 500 each: 3000 -> 2500, 600 -> 100, 400 -> 40 (floor), 520 -> 52 (floor).
+    durations = [1500.0, 100.0, 0.0, 77.0, 3000.0, 600.0, 400.0, 520.0]
+    flags = [True, True, True, False, True, True, True, True]
+    iteration = [0, 0, 0, 0, 1, 1, 1, 1]
+    out = correct_durations(durations, flags, iteration, fig, "per_op")
+    assert PER_OP_FLOOR == 0.1
+    assert out == pytest.approx([500.0, 10.0, 0.0, 77.0, 2500.0, 100.0, 40.0, 52.0])
+
+
+@pytest.mark.parametrize("rule", ["proportional", "per_op"])
+def test_a_captured_time_not_above_the_clean_one_changes_nothing(rule: str) -> None:
+    fig = RankFigures(clean_cpu_us=9000.0, captured_cpu_us=8500.0)
+    assert fig.overhead_us == 0.0
+    assert correct_durations([100.0, 200.0], [True, True], [0, 0], fig, rule) == [100.0, 200.0]
+
+
+def test_an_unknown_rule_or_mode_is_a_usage_error() -> None:
+    with pytest.raises(UsageError):
+        correct_durations([1.0], [True], [0], RankFigures(1.0, 2.0), "bogus")
+    with pytest.raises(UsageError, match="--profiler-correction"):
+        plan_correction("bogus", {})
+    with pytest.raises(ReplayConfigError, match="--profiler-correction"):
+        ReplayConfig(str(TRACES / "ddp_mlp"), profiler_correction="bogus")
+    assert issubclass(UsageError, NboxError)
+
+
+def test_figures_are_medians_and_malformed_entries_are_left_out() -> None:
+    observed: dict[str, Any] = {"thread_cpu_us": {
+        "0": {"clean": [8000, 9000, 7000], "captured": [10000, 12000], "captured_wall": [20000, 21000]},
+        "1": {"clean": [8000], "captured": "x"},            # not a list
+        "2": {"clean": [8000], "captured": [float("nan")]},  # not finite
+        "3": {"clean": [], "captured": [1.0]},              # empty
+        "-1": {"clean": [1.0], "captured": [2.0]},           # not a rank
+        "4": "nonsense",
+    }}
+    assert read_figures(observed) == {0: RankFigures(8000.0, 11000.0)}
+    assert read_figures({}) == {} and read_figures(None) == {} and read_figures({"thread_cpu_us": [1]}) == {}
+
+
+def test_the_graph_rule_touches_host_compute_only_and_reports_the_effective_factor() -> None:
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    fig = RankFigures(8000.0, 10000.0)
+    corrected, factor = correct_graph(g, fig, "proportional")
+    assert factor == pytest.approx(0.8)
+    assert corrected.compute_us() == pytest.approx(g.compute_us() * 0.8)
+    for i, k in enumerate(g.kind):
+        if k != COMPUTE:
+            assert corrected.duration_us[i] == g.duration_us[i]
+    assert g.compute_us() != corrected.compute_us()  # the input graph is left as it was
+    per_op, f2 = correct_graph(g, fig, "per_op")
+    assert 0 < f2 < 1 and per_op.compute_us() == pytest.approx(g.compute_us() * f2)
+
+
+def test_the_worker_doc_round_trips_to_the_same_correction() -> None:
+    c = Correction("per_op", {0: RankFigures(8000.0, 10000.0), 3: RankFigures(1.0, 2.0)})
+    back = from_worker_doc(json.loads(json.dumps(c.worker_doc())))
+    assert back.rule == "per_op" and back.figures == c.figures
+    assert Correction(None).worker_doc() is None and from_worker_doc(None).rule is None
+
+
+# -- replay: old bundles, a bundle with the figures, the flag -------------------------------------------------
+
+
+def with_figures(tmp: Path, figures: dict[str, dict[str, list[float]]], name: str = "ddp_mlp") -> Path:
+    """A copy of a shipped bundle whose manifest carries ``observed.thread_cpu_us`` (as nbox record writes it)."""
+    out = tmp / name
+    shutil.copytree(TRACES / name, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["observed"]["thread_cpu_us"] = figures
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+FIGURES = {"0": {"clean": [8000.0, 8200.0, 7900.0], "captured": [10000.0], "captured_wall": [21000.0]},
+           "1": {"clean": [6000.0], "captured": [10000.0], "captured_wall": [21000.0]}}
+
+
+def virtual(bundle: Path, **kw: Any) -> dict[str, Any]:
+    return run_replay(ReplayConfig(str(bundle), clock="virtual", compute="recorded", **kw)).to_dict()
+
+
+def test_an_old_bundle_without_the_figures_replays_unchanged_and_says_so() -> None:
+    on, off = virtual(TRACES / "ddp_mlp"), virtual(TRACES / "ddp_mlp", profiler_correction="off")
+    assert on["baseline"]["iteration_us"] == off["baseline"]["iteration_us"]
+    assert on["baseline"]["breakdown_us"]["compute"] == off["baseline"]["breakdown_us"]["compute"]
+    assert on["profiler_correction"]["rule"] is None
+    assert "no clean/captured CPU times" in on["profiler_correction"]["why_not"]
+    text = run_replay(ReplayConfig(str(TRACES / "ddp_mlp"), clock="virtual")).format_text()
+    assert "recorded compute not corrected for the profiler: the bundle carries no clean/captured" in text
+
+
+def test_the_correction_is_on_by_default_moves_the_answer_and_off_restores_it(tmp_path: Path) -> None:
+    bundle = with_figures(tmp_path, FIGURES)
+    on = virtual(bundle)
+    off = virtual(bundle, profiler_correction="off")
+    plain = virtual(TRACES / "ddp_mlp")  # the same traces, no figures
+    assert off["baseline"]["iteration_us"] == plain["baseline"]["iteration_us"]  # off: the uncorrected answer
+    assert on["baseline"]["breakdown_us"]["compute"] < off["baseline"]["breakdown_us"]["compute"]
+    assert on["baseline"]["iteration_us"]["median"] < off["baseline"]["iteration_us"]["median"]
+    pc = on["profiler_correction"]
+    assert pc["rule"] == DEFAULT_RULE
+    assert pc["clean_cpu_us"] == {"0": 8000.0, "1": 6000.0} and pc["captured_cpu_us"] == {"0": 10000.0, "1": 10000.0}
+    if DEFAULT_RULE == "proportional":
+        assert pc["factors"] == pytest.approx({"0": 0.8, "1": 0.6})
+    assert off["profiler_correction"]["rule"] is None
+    assert off["profiler_correction"]["why_not"] == "--profiler-correction off"
+    rules = {rule: virtual(bundle, profiler_correction=rule)["baseline"]["breakdown_us"]["compute"]
+             for rule in ("proportional", "per_op")}
+    assert rules["proportional"] != rules["per_op"]
+    assert all(v < off["baseline"]["breakdown_us"]["compute"] for v in rules.values())
+
+
+def test_the_report_line_states_the_rule_and_each_ranks_factor(tmp_path: Path) -> None:
+    bundle = with_figures(tmp_path, FIGURES)
+    text = run_replay(ReplayConfig(str(bundle), clock="virtual", profiler_correction="proportional")).format_text()
+    assert ("recorded compute corrected for the profiler (proportional rule): x0.80 (rank 0), x0.60 (rank 1), "
+            "from clean 8.0 / 6.0 ms vs captured 10.0 / 10.0 ms CPU per iteration") in text
+
+
+def test_a_rank_without_figures_is_replayed_as_recorded_and_named(tmp_path: Path) -> None:
+    bundle = with_figures(tmp_path, {"1": FIGURES["1"]})
+    rep = run_replay(ReplayConfig(str(bundle), clock="virtual", profiler_correction="proportional"))
+    assert rep.profiler is not None and rep.profiler.factors == {1: pytest.approx(0.6)}
+    assert rep.profiler.uncorrected == [0]
+    assert "rank(s) [0] carry no CPU times: as recorded" in rep.format_text()
+
+
+def test_the_cli_flag_turns_it_off(tmp_path: Path) -> None:
+    bundle = with_figures(tmp_path, FIGURES)
+
+    def cli(*extra: str) -> dict[str, Any]:
+        proc = subprocess.run([sys.executable, "-m", "nbox", "replay", str(bundle), "--clock", "virtual", "--json",
+                               *extra], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    on, off = cli(), cli("--profiler-correction", "off")
+    assert on["profiler_correction"]["rule"] == DEFAULT_RULE and off["profiler_correction"]["rule"] is None
+    assert on["baseline"]["iteration_us"]["median"] < off["baseline"]["iteration_us"]["median"]
+    assert off["baseline"]["iteration_us"] == virtual(TRACES / "ddp_mlp")["baseline"]["iteration_us"]
+
+
+def test_sweep_uses_the_same_correction(tmp_path: Path) -> None:
+    from nbox_replay.replay import profiler_correction
+    from nbox_replay.source import open_source
+    from nbox_replay.sweep import SweepConfig, run_sweep
+
+    bundle = with_figures(tmp_path, FIGURES)
+    source = open_source(bundle)
+
+    def compute(mode: str) -> float:
+        cfg = SweepConfig.build(dict(source.trace_set.files), source.groups, source.recorded_world,
+                                ["world_size=2"], profiler=profiler_correction(mode, source, "recorded"))
+        return run_sweep(cfg)[0].compute_us
+
+    replayed = virtual(bundle, iterations=3)["baseline"]["breakdown_us"]["compute"]
+    assert compute("on") < compute("off")
+    assert compute("on") == pytest.approx(replayed)
+
+
+def test_sweep_cli_says_which_correction(tmp_path: Path) -> None:
+    bundle = with_figures(tmp_path, FIGURES)
+
+    def sweep(*extra: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "nbox", "sweep", str(bundle), "--vary", "world_size=2,4",
+                               "--out", str(tmp_path / "sweep"), *extra], capture_output=True, text=True, cwd=ROOT,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    # in worker processes too (--jobs 2), the line names each rank's factor
+    assert "(proportional rule): x0.80 (rank 0), x0.60 (rank 1)" in sweep("--jobs", "2").stderr
+    doc = json.loads(sweep("--json", "--profiler-correction", "off").stdout)
+    assert doc["profiler_correction"]["rule"] is None
+    on = json.loads(sweep("--json").stdout)
+    assert on["profiler_correction"]["factors"] == pytest.approx({"0": 0.8, "1": 0.6})
+    assert on["rows"][0]["compute_us"] < doc["rows"][0]["compute_us"]
+
+
+def test_live_compute_is_not_corrected_and_says_why(tmp_path: Path) -> None:
+    from nbox_replay.replay import profiler_correction
+    from nbox_replay.source import open_source
+
+    c = profiler_correction("on", open_source(with_figures(tmp_path, FIGURES)), "live")
+    assert c.rule is None and "re-executed" in c.why_not
+
+
+def test_correct_graphs_leaves_graphs_alone_without_a_rule() -> None:
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    c = Correction(None, why_not="x")
+    assert correct_graphs({0: g}, c)[0] is g and c.factors == {}
+
+
+@pytest.mark.integration
+def test_a_live_replay_with_recorded_compute_waits_the_corrected_durations(tmp_path: Path) -> None:
+    from emulator_core.scenario_files import load_scenario
+    from nbox_replay.live import LiveConfig, replay_live
+
+    figures = {"0": {"clean": [5000.0], "captured": [10000.0]}, "1": {"clean": [5000.0], "captured": [10000.0]}}
+    source = with_figures(tmp_path, figures)
+    correction = plan_correction("proportional", {"thread_cpu_us": figures})  # x0.5 on both ranks
+    res = replay_live(LiveConfig(files={r: source / "trace" / f"trace.{r}.et" for r in (0, 1)},
+                                 groups={"0": [0, 1]}, recorded_world=2, scenario=load_scenario(None),
+                                 compute="recorded", warmup=1, iterations=3, timeout_s=90.0,
+                                 profiler=correction.worker_doc()))
+    recorded = load_rank(source / "trace" / "trace.0.et", 0).compute_us()
+    # the worker sleeps each compute node's corrected duration: never less, and (a wide margin for a loaded
+    # machine) well below the uncorrected one that test_replay_live checks is waited in full
+    assert min(res.rank_compute_us[0]) >= recorded * 0.5 * 0.95
+    assert min(res.rank_compute_us[0]) < recorded * 0.8
+
+
+@pytest.mark.integration
+def test_replay_real_clock_recorded_compute_passes_the_correction_to_the_workers(tmp_path: Path) -> None:
+    bundle = with_figures(tmp_path, FIGURES)
+    rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="recorded", iterations=1, warmup=0,
+                                  timeout_s=90.0))
+    assert rep.profiler is not None and rep.profiler.rule == DEFAULT_RULE and set(rep.profiler.factors) == {0, 1}
+    assert "recorded compute corrected for the profiler" in rep.format_text()
