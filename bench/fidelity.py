@@ -153,7 +153,7 @@ def _testbed(args: argparse.Namespace) -> int:
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
                                 args.capture, args.live)
     print(f"\ntestbed: 2 nodes x 1 rank, pinned, {args.rate}; scenario {scenario}; prediction = virtual clock, "
-          "recorded compute (live replay across nodes is not built)\n" + tb.format_rows(rows), file=sys.stderr)
+          "recorded compute; --live: live replay across the nodes\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:
         print(json.dumps(rows))
     return 0

@@ -13,8 +13,8 @@ Then for each built-in example:
    default profiler correction (``nbox_replay.profiler``) and also with each rule and with none, so that the
    rules are compared against the same real runs (the last lines of the table). With
    ``live`` (``--live``), each round also replays it live (real clock, operators re-executed, collectives
-   answered by the calibrated scenario). Live replay across nodes is not built: those ranks run on this
-   machine outside the namespaces (the testbed's two CPUs, unpinned), so only the compute is live;
+   answered by the calibrated scenario) across the two nodes: ``nbox replay --nnodes 2`` on each node, one
+   replayed rank per node, pinned in its namespace like the real ranks;
 4. R rounds of a fresh plain run across the two nodes (``torch.distributed.run --nnodes 2``, no nbox,
    ``--report-times``): per iteration the slowest rank's wall time after warm-up. Each round's median is
    printed against the prediction, and the pooled median and p10-p90.
@@ -155,6 +155,19 @@ def captured(bundle: Path) -> dict[str, float]:
     return {"captured_compute_us": statistics.median(comps), "captured_span_us": statistics.median(spans)}
 
 
+def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> list[float]:
+    """``nbox replay --clock real --compute live`` across the nodes (one replayed rank per node, in its namespace
+    and on its CPU, through the same rendezvous as the real runs): the baseline's measured iteration times (us) as
+    node 0 reports them (every node reports the whole job). One interleaved pair: launches at port + 20 and + 21."""
+    ep = f"{tb.node(0).addr}:{PORT + 20}"
+    outs = on_nodes(tb, tmp, f"live-{bundle.stem}-{rnd}", lambda k: _nbox(
+        "replay", bundle, "--clock", "real", "--compute", "live", "--baseline", scenario, "--iterations", 1,
+        "--warmup", 2, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--timeout", 400,
+        "--json"), timeout_s=500)
+    docs = [json.loads(o) for o in outs]
+    return [float(x) for x in docs[0]["baseline"]["iteration_us"]["values"]]
+
+
 def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
     from nbox_replay.profiler import RULES
     from nbox_replay.replay import ReplayConfig, run_replay
@@ -202,11 +215,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                 per_round.append(statistics.median(job))
                 cpu_us += [s[0] for rank in splits for s in rank]
                 if live:
-                    from nbox_replay.replay import ReplayConfig, run_replay
-
-                    rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", baseline=scenario,
-                                                  iterations=steps - warmup, warmup=2))
-                    live_us += list(rep.baseline.iteration_us)
+                    live_us += live_replay(tb, tmp, bundle, scenario, rnd)
             obs = statistics.median(real)
             row = {"example": ex, "observed_median_us": obs, "observed_p10_us": pct(real, 10),
                    "observed_p90_us": pct(real, 90), "n_observed": len(real), "round_medians_us": per_round,
@@ -238,7 +247,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                      f"{r['error_pct']:+6.1f}% {exp:>12} {cpu:>11}  {rounds:<13}  {met}")
     for r in rows:
         if "live_us" in r:
-            lines.append(f"  {r['example']:<18} live replay (one node, compute re-executed): "
+            lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed): "
                          f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
     lines.append("prediction by profiler correction (error against the observed median):")
     for r in rows:
