@@ -45,6 +45,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 from emulator_core import mirror
 from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.delay import DEFAULT_SPIN_NS, NboxWork, not_completed, run_finish
+from emulator_core.eager import never_compiled
 from emulator_core.live_policy import live_unsupported
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import load_scenario
@@ -560,6 +561,10 @@ class _CoalescedWork(NboxWork):
         except BaseException as err:
             self.fail(err)
 
+
+# C++ calls these back, also from inside a compiled module's forward/backward: never let Dynamo trace them
+# (:mod:`emulator_core.eager` says why). The observed wrapper is one code object shared by every collective.
+never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork)
 
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None
