@@ -43,3 +43,34 @@ def test_compiled_ddp_model_runs_at_world_8_on_one_rank() -> None:
     assert set(rows) == {"all_reduce"}, rows
     # one gradient bucket per step: Linear(16,32) + Linear(32,4) = 676 float32 parameters
     assert rows["all_reduce"]["bytes"] == 676 * 4
+
+
+def test_object_refusal_names_the_peer_and_the_real_ranks_to_use() -> None:
+    from emulator_core.objectp2p import refusal
+
+    msg = refusal(1, 0, (0,))
+    assert "rank 1 is emulated" in msg and "--real-ranks 0,1" in msg and "\n" not in msg
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pipeline_schedule_with_one_real_pipeline_at_world_8(schedule: str) -> None:
+    # ranks 0 and 1 (the two stages of pipeline 0) are real; pipelines 1..3 are emulated
+    doc = emulate("pipeline_schedule.py", "--schedule", schedule, "--steps", 8, n=2)
+    rows = {(r["collective"], r["bytes"]): r["count"] for r in doc["collectives"]}
+    # per iteration and rank: 4 micro-batches of activations (2 x 16 float32) one way, gradients back
+    assert rows[("send_recv", 2 * 16 * 4.0)] == 8 * 3
+    # the stages' gradients averaged over their data-parallel groups (4 members, 3 of them emulated)
+    assert {b for c, b in rows if c == "all_reduce"} == {16 * 8 * 4.0, 16 * 4.0, 16 * 16 * 4.0, 4.0}
+
+
+@pytest.mark.integration
+def test_pipeline_stage_whose_neighbour_is_emulated_is_refused_by_name() -> None:
+    # Issue 16: "EOFError: Ran out of input" (the stage unpickled the zeros an emulated peer "sent")
+    cmd = [sys.executable, "-m", "nbox", "emulate", "--world-size", "8", "-n", "1", "--warmup", "1",
+           "--iterations", "2", "--timeout", "90", "--", str(WORKLOADS / "pipeline_schedule.py"), "--steps", "4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "EmulatedPeerObjectError: recv_object_list on rank 0 from rank 1: rank 1 is emulated" in proc.stderr
+    assert "--real-ranks 0,1" in proc.stderr and "EOFError" not in proc.stderr
