@@ -74,3 +74,14 @@ def test_pipeline_stage_whose_neighbour_is_emulated_is_refused_by_name() -> None
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "EmulatedPeerObjectError: recv_object_list on rank 0 from rank 1: rank 1 is emulated" in proc.stderr
     assert "--real-ranks 0,1" in proc.stderr and "EOFError" not in proc.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("n", [1, 2])
+def test_eval_under_inference_mode_and_object_collectives_at_world_8(n: int) -> None:
+    # the workload raises if an object does not decode or the evaluation's all_reduce is not a world's sum
+    doc = emulate("eval_objects.py", "--steps", 8, n=n)
+    found = {(r["collective"], r["bytes"]) for r in doc["collectives"]}
+    assert found == {("all_reduce", 644.0), ("all_reduce", 8.0), ("all_gather", 8.0), ("all_gather", 55.0),
+                     ("broadcast", 8.0), ("broadcast", 39.0)}, found
+    assert all(r["count"] == 3 for r in doc["collectives"])
