@@ -73,3 +73,19 @@ def test_eval_under_inference_mode_and_object_collectives_are_recorded(tmp_path:
     verify = subprocess.run([sys.executable, "-m", "nbox", "bundle", "verify", str(bundle)], capture_output=True,
                             text=True, timeout=120, cwd=ROOT, env=env)
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
+
+
+@pytest.mark.integration
+def test_compiled_ddp_model_is_recorded(tmp_path: Path) -> None:
+    bundle = tmp_path / "compiled.bundle"
+    done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", "2", "--warmup", "2", "--iterations", "2",
+                           "--capture", "1", "-o", str(bundle), "--", "tests/workloads/ddp_compile.py"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    for rank in (0, 1):
+        _, nodes = read_et(bundle / "trace" / f"trace.{rank}.et")
+        found = sorted((int(attr_map(n.attr)["comm_type"].value), int(attr_map(n.attr)["comm_size"].value))  # type: ignore[arg-type]
+                       for n in nodes if n.type == pb.COMM_COLL_NODE)
+        # the BatchNorm buffers' broadcasts (issued inside the compiled forward) and the gradient bucket
+        assert found == sorted([(BROADCAST, 256), (BROADCAST, 8), (ALL_REDUCE, 2960)]), (rank, found)

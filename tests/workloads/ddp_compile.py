@@ -2,7 +2,8 @@
 
 DDP wraps the model, then the DDP module is compiled (the pattern the PyTorch docs recommend):
 Dynamo splits the graph at DDP's bucket boundaries (``DDPOptimizer``) and the reducer all-reduces the
-gradients in backward as usual.
+gradients in backward as usual. The BatchNorm's buffers make DDP broadcast them at every forward, from
+inside the compiled call.
 
     torchrun --nproc-per-node 2 tests/workloads/ddp_compile.py [--steps N]
 """
@@ -26,7 +27,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    net = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)))
+    net = DDP(nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4)))
     fwd = torch.compile(net)
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(1 + dist.get_rank())
