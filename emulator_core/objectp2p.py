@@ -60,10 +60,12 @@ def guard_recv_object_list(real_ranks: Callable[[], Sequence[int] | None]) -> No
     def recv_object_list(object_list: list[Any], src: int | None = None, group: Any = None, device: Any = None,
                          group_src: int | None = None, use_batch: bool = False) -> Any:
         real = real_ranks()
-        if real is not None and (src is not None or group_src is not None):
-            peer = src if src is not None else dist.get_global_rank(group or c10d._get_default_group(), group_src)
-            if peer not in real:
-                raise EmulatedPeerObjectError(refusal(peer, dist.get_rank(), real))
+        peer = src
+        if real is not None and peer is None and group_src is not None:
+            peer = dist.get_global_rank(group or c10d._get_default_group(), group_src)
+        # no source at all: from any rank, which the backend itself refuses by name
+        if real is not None and peer is not None and peer not in real:
+            raise EmulatedPeerObjectError(refusal(peer, dist.get_rank(), real))
         return original(object_list, src=src, group=group, device=device, group_src=group_src, use_batch=use_batch)
 
     recv_object_list._nbox_guarded = True  # type: ignore[attr-defined]
