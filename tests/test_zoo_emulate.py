@@ -85,3 +85,13 @@ def test_eval_under_inference_mode_and_object_collectives_at_world_8(n: int) -> 
     assert found == {("all_reduce", 644.0), ("all_reduce", 8.0), ("all_gather", 8.0), ("all_gather", 55.0),
                      ("broadcast", 8.0), ("broadcast", 39.0)}, found
     assert all(r["count"] == 3 for r in doc["collectives"])
+
+
+@pytest.mark.integration
+def test_compiled_fsdp2_model_runs_at_world_8_on_one_rank() -> None:
+    doc = emulate("fsdp2_compile.py", "--steps", 8)
+    rows = {(r["collective"], r["bytes"]): r["count"] for r in doc["collectives"]}
+    # per iteration: each of the 2 blocks (272 float32, 34 per rank of 8) all-gathered for its forward and
+    # again for its backward, its gradient reduce-scattered; the root's Linear(16, 1) once each way
+    assert rows == {("all_gather", 34 * 4.0): 4 * 3, ("reduce_scatter", 272 * 4.0): 2 * 3,
+                    ("all_gather", 17 * 4.0): 3, ("reduce_scatter", 17 * 8 * 4.0): 3}, rows

@@ -16,7 +16,7 @@ from nbox_trace.chakra import pb, read_et
 from nbox_trace.chakra.attrs import attr_map
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL_REDUCE, ALL_GATHER, BROADCAST = pb.ALL_REDUCE, pb.ALL_GATHER, pb.BROADCAST
+ALL_REDUCE, ALL_GATHER, BROADCAST, REDUCE_SCATTER = pb.ALL_REDUCE, pb.ALL_GATHER, pb.BROADCAST, pb.REDUCE_SCATTER
 # per iteration and rank (tests/workloads/eval_objects.py): the DDP gradient bucket (161 float32), the
 # evaluation's all_reduce under inference_mode (2 float32), all_gather_object (an int64 size, then the
 # 55-byte pickle), broadcast_object_list (an int64 size, then the 39-byte pickle)
@@ -89,3 +89,21 @@ def test_compiled_ddp_model_is_recorded(tmp_path: Path) -> None:
                        for n in nodes if n.type == pb.COMM_COLL_NODE)
         # the BatchNorm buffers' broadcasts (issued inside the compiled forward) and the gradient bucket
         assert found == sorted([(BROADCAST, 256), (BROADCAST, 8), (ALL_REDUCE, 2960)]), (rank, found)
+
+
+@pytest.mark.integration
+def test_compiled_fsdp2_model_is_recorded(tmp_path: Path) -> None:
+    bundle = tmp_path / "fsdp2.bundle"
+    done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", "2", "--warmup", "2", "--iterations", "2",
+                           "--capture", "1", "-o", str(bundle), "--", "tests/workloads/fsdp2_compile.py"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    for rank in (0, 1):
+        _, nodes = read_et(bundle / "trace" / f"trace.{rank}.et")
+        found = sorted((int(attr_map(n.attr)["comm_type"].value), int(attr_map(n.attr)["comm_size"].value))  # type: ignore[arg-type]
+                       for n in nodes if n.type == pb.COMM_COLL_NODE)
+        # 2 ranks: each block (272 float32, 136 per rank) all-gathered before its forward and its backward,
+        # its gradient reduce-scattered; the root's Linear(16, 1) once each way (its 1-row weight padded)
+        assert found == sorted([(ALL_GATHER, 544)] * 4 + [(REDUCE_SCATTER, 1088)] * 2
+                               + [(ALL_GATHER, 68), (REDUCE_SCATTER, 136)]), (rank, found)
