@@ -19,6 +19,9 @@ for a two-stage pipeline over ranks 0 and 1; the other pipelines' ranks are then
 
 :func:`guard_recv_object_list` wraps ``torch.distributed.recv_object_list`` (both names torch code calls it
 by) once the ``nbox`` backend is in use; sends to emulated peers are unchanged (the data goes nowhere).
+``scatter_object_list`` from an emulated root is refused the same way: no real process holds an emulated
+root's list, so the mirror rule scatters zeros, which decode as an empty pickle. (``gather_object`` to an
+emulated root needs nothing: the real members' gather goes nowhere and they get ``None``, as non-roots do.)
 """
 
 from __future__ import annotations
@@ -36,13 +39,15 @@ class EmulatedPeerObjectError(UnsupportedCollective):
     """``recv_object_list`` from an emulated peer: no process runs that peer's code (the message says what to do)."""
 
 
-def refusal(src: int, me: int, real_ranks: Sequence[int]) -> str:
-    """The one-line message for a ``recv_object_list`` by global rank ``me`` from emulated global rank ``src``."""
+def refusal(src: int, me: int, real_ranks: Sequence[int], call: str = "recv_object_list") -> str:
+    """The one-line message for ``call`` by global rank ``me`` from emulated global rank ``src``."""
     wanted = ",".join(str(r) for r in sorted({*real_ranks, src}))
-    return (f"recv_object_list on rank {me} from rank {src}: rank {src} is emulated, and no process runs an "
-            f"emulated rank's code, so it has no object to send (torch.distributed.pipelining stages exchange "
-            f"their shapes this way); make rank {src} real, e.g. --real-ranks {wanted} (for a pipeline: one "
-            f"real rank per stage)")
+    pipelining = call == "recv_object_list"
+    return (f"{call} on rank {me} from rank {src}: rank {src} is emulated, and no process runs an emulated "
+            f"rank's code, so it has no object to send"
+            + (" (torch.distributed.pipelining stages exchange their shapes this way)" if pipelining else "")
+            + f"; make rank {src} real, e.g. --real-ranks {wanted}"
+            + (" (for a pipeline: one real rank per stage)" if pipelining else ""))
 
 
 def guard_recv_object_list(real_ranks: Callable[[], Sequence[int] | None]) -> None:
@@ -68,6 +73,23 @@ def guard_recv_object_list(real_ranks: Callable[[], Sequence[int] | None]) -> No
             raise EmulatedPeerObjectError(refusal(peer, dist.get_rank(), real))
         return original(object_list, src=src, group=group, device=device, group_src=group_src, use_batch=use_batch)
 
+    scatter = c10d.scatter_object_list
+
+    @functools.wraps(scatter)
+    def scatter_object_list(scatter_object_output_list: list[Any], scatter_object_input_list: list[Any] | None = None,
+                            src: int | None = None, group: Any = None, group_src: int | None = None) -> Any:
+        # from an emulated root the scattered sizes and bytes are zeros (mirror rule): an empty pickle
+        real = real_ranks()
+        if real is not None:
+            root = src if src is not None or group_src is None else dist.get_global_rank(
+                group or c10d._get_default_group(), group_src)
+            root = 0 if root is None else root  # torch's default source
+            if root not in real:
+                raise EmulatedPeerObjectError(refusal(root, dist.get_rank(), real, "scatter_object_list"))
+        return scatter(scatter_object_output_list, scatter_object_input_list, src=src, group=group,
+                       group_src=group_src)
+
     recv_object_list._nbox_guarded = True  # type: ignore[attr-defined]
     for module in (c10d, dist):
         setattr(module, "recv_object_list", recv_object_list)  # noqa: B010 - mypy: no such attribute
+        setattr(module, "scatter_object_list", scatter_object_list)  # noqa: B010

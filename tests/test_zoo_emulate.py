@@ -95,3 +95,29 @@ def test_compiled_fsdp2_model_runs_at_world_8_on_one_rank() -> None:
     # again for its backward, its gradient reduce-scattered; the root's Linear(16, 1) once each way
     assert rows == {("all_gather", 34 * 4.0): 4 * 3, ("reduce_scatter", 272 * 4.0): 2 * 3,
                     ("all_gather", 17 * 4.0): 3, ("reduce_scatter", 17 * 8 * 4.0): 3}, rows
+
+
+SCATTER_FROM_EMULATED_ROOT = """
+import torch.distributed as dist
+dist.init_process_group("gloo")
+world, rank = dist.get_world_size(), dist.get_rank()
+got = [None] * world if rank == world - 1 else None
+dist.gather_object({"rank": rank}, got, dst=world - 1)  # to an emulated root: nothing comes back, no error
+assert got is None
+out = [None]
+dist.scatter_object_list(out, [{"to": r} for r in range(world)] if rank == world - 1 else None, src=world - 1)
+"""
+
+
+@pytest.mark.integration
+def test_scatter_object_list_from_an_emulated_root_is_refused_by_name(tmp_path: Path) -> None:
+    script = tmp_path / "scatter_objects.py"
+    script.write_text(SCATTER_FROM_EMULATED_ROOT)
+    cmd = [sys.executable, "-m", "nbox", "emulate", "--world-size", "8", "-n", "1", "--timeout", "60", "--",
+           str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert ("EmulatedPeerObjectError: scatter_object_list on rank 0 from rank 7: rank 7 is emulated"
+            in proc.stderr), proc.stderr[-3000:]
+    assert "--real-ranks 0,7" in proc.stderr and "EOFError" not in proc.stderr
