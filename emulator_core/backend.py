@@ -44,7 +44,9 @@ from emulator_core import mirror
 from emulator_core.answer import Fabric, FabricGroup
 from emulator_core.clocksync import Clock, deliberate_skew_ns, host_key
 from emulator_core.delay import NboxWork, not_completed, run_finish
+from emulator_core.eager import never_compiled
 from emulator_core.emulation_config import EmulationConfig, EmulationConfigError
+from emulator_core.objectp2p import guard_recv_object_list
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
            "clock_report", "create_process_group", "remove_observer"]
@@ -505,6 +507,10 @@ def _gloo_transport(pg: Any, timeout_s: float) -> tuple[Callable[[int, int], Non
     return send, recv
 
 
+# C++ calls these back, also from inside a compiled module's forward/backward: never let Dynamo trace them
+# (:mod:`emulator_core.eager` says why). The observed wrapper is one code object shared by every collective.
+never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork)
+
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None
 _CLOCK: Clock | None = None
@@ -513,6 +519,10 @@ _CLOCK: Clock | None = None
 def clock_report() -> dict[str, float] | None:
     """This process's clock correction (:meth:`Clock.describe`), None before the default group exists."""
     return None if _CLOCK is None else _CLOCK.describe()
+
+
+# An object received point to point from an emulated peer is refused by name (emulator_core.objectp2p says why).
+guard_recv_object_list(lambda: None if _CONFIG is None else _CONFIG.real_ranks)
 
 
 def create_process_group(opts: Any, backend_options: Any = None) -> NboxProcessGroup:

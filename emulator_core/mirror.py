@@ -22,6 +22,8 @@ broadcast / scatter    from the root's mirror (scatter from an emulated root: ze
                        real process holds the root's list)
 reduce / gather        as all_reduce / all_gather, at a real root (an emulated root: nothing)
 recv                   from a real peer: the data; from an emulated peer: zeros
+recv_object_list       from a real peer: the objects; from an emulated peer: refused by name
+                       (:mod:`emulator_core.objectp2p`: no process runs an emulated peer's code)
 =====================  =========================================================================
 
 DDP divides gradients by the world size and sums them, so with mirrors its averaged gradient is the real

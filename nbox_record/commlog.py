@@ -16,12 +16,17 @@ opens no second RecordFunction): the ET keeps exactly one ``c10d::<op>`` node pe
 operator is touched. The library is destroyed at the end of the capture, which restores the dispatch
 table.
 
+Inside ``torch.inference_mode()`` the autograd keys are excluded, so the ``Autograd`` kernel never runs (an
+evaluation loop's ``all_reduce`` of its metrics was missing from the log; the converter fell back to the
+ET node's inputs, without times). A second kernel at ``BackendSelect``, a key no mode excludes and which
+the dispatcher reaches after autograd, logs the calls made in inference mode and passes every other call
+straight through (those were logged, or deliberately not, above it).
+
 Known blind spots (the record is then missing, the ET still has the ``c10d::`` node):
 
-* collectives issued while the autograd keys are excluded: inside ``torch.inference_mode()``, or nested
-  inside another operator's kernel. The second case covers functional collectives
-  (``torch.ops._c10d_functional.*``: torch.compile, DTensor tensor parallelism), whose kernel calls
-  ``c10d::*`` below autograd;
+* collectives nested inside another operator's kernel outside inference mode (autograd keys excluded by
+  the outer kernel): functional collectives (``torch.ops._c10d_functional.*``: torch.compile, DTensor
+  tensor parallelism), whose kernel calls ``c10d::*`` below autograd;
 * ``async_op`` is the flag the caller passed (the op argument); ``wait_us`` is seen only for a Python call
   of ``Work.wait()`` (patched on the class for the capture): DDP's reducer waits in C++, so its
   all-reduces report ``wait_us = None``;
@@ -163,6 +168,8 @@ class CollectiveLogger:
                     continue
                 lib.impl(  # type: ignore[no-untyped-call]
                     name, self._kernel(name, spec, packet.default), "Autograd", with_keyset=True)
+                lib.impl(  # type: ignore[no-untyped-call]
+                    name, self._inference_kernel(name, spec, packet.default), "BackendSelect", with_keyset=True)
         except Exception:
             lib._destroy()  # type: ignore[no-untyped-call]
             raise
@@ -185,9 +192,36 @@ class CollectiveLogger:
 
     def _kernel(self, name: str, spec: _OpSpec, op: torch._ops.OpOverload[Any, Any]) -> Callable[..., Any]:
         after_autograd = torch._C._after_autograd_keyset
-        schema_args = op._schema.arguments
+        backend_select = torch._C.DispatchKey.BackendSelect  # skip the inference kernel: logged here already
+        log = self._logging(name, spec, op)
 
         def kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
+            return log((keyset & after_autograd).remove(backend_select), args, kwargs)
+
+        return kernel
+
+    def _inference_kernel(self, name: str, spec: _OpSpec, op: torch._ops.OpOverload[Any, Any]) -> Callable[..., Any]:
+        """The ``BackendSelect`` kernel: logs a call made inside ``torch.inference_mode()`` (the ``Autograd``
+        kernel never saw it), passes any other call through untouched."""
+        backend_select = torch._C.DispatchKey.BackendSelect
+        inference = torch.is_inference_mode_enabled
+        log = self._logging(name, spec, op)
+
+        def kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
+            below = keyset.remove(backend_select)
+            if not inference():
+                return op.redispatch(below, *args, **kwargs)
+            return log(below, args, kwargs)
+
+        return kernel
+
+    def _logging(self, name: str, spec: _OpSpec,
+                 op: torch._ops.OpOverload[Any, Any]) -> Callable[[torch._C.DispatchKeySet, tuple[Any, ...],
+                                                                    dict[str, Any]], Any]:
+        """Log one call, then run it with ``below`` (the keys under the calling kernel's)."""
+        schema_args = op._schema.arguments
+
+        def log(below: torch._C.DispatchKeySet, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             issue_us = _wall_us()
             record: CollectiveRecord | None
             try:
@@ -197,19 +231,19 @@ class CollectiveLogger:
                 record = None
                 self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
             if record is None:
-                return op.redispatch(keyset & after_autograd, *args, **kwargs)
+                return op.redispatch(below, *args, **kwargs)
             self._append(record)  # seq = issue order, taken before the collective starts
             # The identity marker: a child of this c10d node in the host ET, so the ET node names its record
             # whatever the ET observer's nesting (see :func:`identity_marker`).
             with torch._C._profiler._RecordFunctionFast(identity_marker(record)):
-                out = op.redispatch(keyset & after_autograd, *args, **kwargs)
+                out = op.redispatch(below, *args, **kwargs)
             try:
                 self._track(out, record)
             except Exception as exc:
                 self.errors.append(f"{name} (work): {type(exc).__name__}: {exc}")
             return out
 
-        return kernel
+        return log
 
     @staticmethod
     def _bind(schema_args: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
