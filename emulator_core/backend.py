@@ -228,7 +228,8 @@ class NboxProcessGroup(dist.ProcessGroup):
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
         if g.inner is None:
-            works, finish = real(None)
+            with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view (autograd refuses)
+                works, finish = real(None)
             run_finish(finish)
             arrivals_us = [ref_issue_ns / 1000.0] * n_real
             with g.lock:
@@ -244,7 +245,8 @@ class NboxProcessGroup(dist.ProcessGroup):
                 ts_work = g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
             else:
                 arrivals, ts_work = torch.full((n_real,), ref_issue_ns, dtype=torch.int64), None
-            works, finish = real(g.inner)
+            with torch.no_grad():
+                works, finish = real(g.inner)
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
             if g.resolver is None:
                 self._start_resolver(g)

@@ -196,5 +196,7 @@ class NboxWork(Work):
 
 
 def run_finish(finish: Callable[[], None] | None) -> None:
+    """Run a mirror rule's copy-out, outside autograd (also on the resolver thread, where grad mode is on)."""
     if finish is not None:
-        finish()
+        with torch.no_grad():
+            finish()
