@@ -68,6 +68,7 @@ class Walk:
     iteration: dict[int, int] = field(default_factory=dict)
     annotation: dict[int, str] = field(default_factory=dict)
     boundaries: list[int] = field(default_factory=list)  # start orders of nbox's iteration-boundary markers
+    identity_markers: list[EtNode] = field(default_factory=list)  # nbox::collective/... (commlog)
     visited: int = 0
 
 
@@ -92,8 +93,9 @@ def walk(et: HostEt) -> Walk:
         elif name == PG_INIT_NODE:
             w.pg_nodes.append(n)
             continue
-        elif anchor is None and parse_identity_marker(name) is not None:
-            continue  # an identity marker outside its collective (misnested): bookkeeping, never an operator
+        elif parse_identity_marker(name) is not None:
+            w.identity_markers.append(n)  # given to its collective by start order (_attach_identities), not nesting
+            continue
         elif name == BOUNDARY_MARKER:
             w.boundaries.append(n.order)
             continue
@@ -101,9 +103,6 @@ def walk(et: HostEt) -> Walk:
                 "c10d::") and op_kind(name) is not None):
             # (a c10d op inside a c10d op is the ET observer's misnesting, never one collective: its own anchor)
             a = w.anchors[anchor]
-            if a.identity is None and (ident := parse_identity_marker(name)) is not None:
-                a.identity = ident
-                continue
             w.owner[nid] = a.node.id
             if name == RPC_NAME:
                 if not in_rpc and a.rpc is None and kind_of_collective_name(rpc_collective_name(n) or "") not in (
@@ -146,7 +145,31 @@ def walk(et: HostEt) -> Walk:
             stack.append((child, top, anchor, in_rpc, iteration, annotation, in_op))
     if w.boundaries and not w.iteration and not any(a.iteration is not None for a in w.anchors):
         _iterations_from_boundaries(w)
+    _attach_identities(w)
     return w
+
+
+def _attach_identities(w: Walk) -> None:
+    """Give each identity marker to the ``c10d::`` collective it was opened in: the latest one to start before it
+    on its thread (``commlog`` opens the marker right after the op's own record function, before any other
+    collective on that thread can start). The ET observer's nesting cannot decide this: it sometimes hangs a
+    marker, and the next collective, under an earlier collective (issue 16: 2 recordings in 20 diverged)."""
+    by_tid: dict[int, list[Collective]] = {}
+    for a in w.anchors:
+        if a.node.name.startswith("c10d::"):
+            by_tid.setdefault(a.node.tid, []).append(a)
+    for anchors in by_tid.values():
+        anchors.sort(key=lambda a: a.node.order)
+    orders = {tid: [a.node.order for a in anchors] for tid, anchors in by_tid.items()}
+    for m in sorted(w.identity_markers, key=lambda n: n.order):
+        ident = parse_identity_marker(m.name)
+        i = bisect.bisect_left(orders.get(m.tid, []), m.order) - 1
+        if ident is None or i < 0:
+            continue  # no collective started before it on its thread: the join names the record as absent
+        a = by_tid[m.tid][i]
+        if a.identity is None:
+            a.identity = ident
+            w.owner[m.id] = a.node.id
 
 
 def _iterations_from_boundaries(w: Walk) -> None:
