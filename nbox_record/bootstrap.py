@@ -38,8 +38,10 @@ run at least W+K+C iterations. Between captured boundaries, a zero-length
 ``## nbox:iteration_boundary ##`` record function (:data:`nbox_record.rawformat.BOUNDARY_MARKER`) marks
 the boundary in both the ET and Kineto.
 
-Not supported: a script that runs its own ``torch.profiler`` (only one profiler session can exist; its
-``ProfilerStep`` boundaries are not used): the capture fails with ``ProfilerInUse``.
+A script that runs its own ``torch.profiler.profile`` gets a stand-in that collects nothing (a process has
+one profiler session and the capture needs it; :mod:`nbox_record.scriptprofiler`); its ``prof.step()`` calls
+are boundaries (``profiler_step``) when no ``optimizer.step()`` came before the first of them. A profiler
+session nbox cannot stand in for (``torch.autograd.profiler``) fails the capture with ``ProfilerInUse``.
 
 Capture
 -------

@@ -29,6 +29,7 @@ from nbox_record.recordfacts import optimizer_device, rank_timings
 from nbox_record.recordpeers import announce, collect
 from nbox_record.recordsession import CaptureSession, mark_boundary, profiler_in_use
 from nbox_record.recordwatch import report_progress, start_daemon, watch_first_boundary
+from nbox_record.scriptprofiler import install as install_script_profiler
 from nbox_record.threadtime import thread_times_ns
 from nbox_trace.files import write_json_atomic
 
@@ -90,12 +91,15 @@ class Recorder:
 
         if self.config.emulate:
             redirect_backend()
+        if not self.config.no_capture:  # the script's own profiler would hold the one session the capture needs
+            install_script_profiler(self.on_profiler_step)
         self._hook_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
 
     # -- boundaries -----------------------------------------------------------------------------------
 
     def _on_optimizer_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
-        if self.phase in ("done", "failed") or self.clock.kind == "marker" or os.getpid() != self.pid:
+        if (self.phase in ("done", "failed") or self.clock.kind in ("marker", "profiler_step")
+                or os.getpid() != self.pid):
             return
         tracked = self._optimizer() if self._optimizer is not None else None
         if tracked is None:
@@ -106,6 +110,17 @@ class Recorder:
         self.clock.kind = "optimizer_step"
         action = self._boundary()
         if action is not None and not after_frame_returns(optimizer_step_frame(sys._getframe(1)), action):
+            action()
+
+    def on_profiler_step(self) -> None:
+        """The script's ``prof.step()`` (:mod:`nbox_record.scriptprofiler`): the boundary when no
+        ``optimizer.step()`` came first; a marker call still overrides it."""
+        if (self.phase in ("done", "failed") or self.clock.kind in ("marker", "optimizer_step")
+                or os.getpid() != self.pid):
+            return
+        self.clock.kind = "profiler_step"
+        action = self._boundary()
+        if action is not None:
             action()
 
     def on_marker(self) -> None:
@@ -171,8 +186,9 @@ class Recorder:
         self._write_emulate_report()  # the timed iterations are over (nbox emulate -o captures after them)
         if profiler_in_use():
             self.fail("ProfilerInUse",
-                      "the script runs its own torch.profiler session; nbox needs the profiler for its capture. "
-                      "Run the script without its profiler for `nbox record`.")
+                      "a profiler session is already running (torch.autograd.profiler, or one started before "
+                      "nbox could stand in for torch.profiler.profile); nbox needs the profiler for its capture. "
+                      "Run the script without that profiler for `nbox record`.")
         self.session.open()
         self.phase = "capture"
         self.session.start()

@@ -51,7 +51,11 @@ class CaptureSession:
     def open(self) -> None:
         """Register the ET observer, make the profiler and start the collective log (not yet profiling)."""
         import torch
-        from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
+        from torch.profiler import ExecutionTraceObserver, ProfilerActivity
+
+        from nbox_record.scriptprofiler import real_profile
+
+        profile = real_profile()  # torch.profiler.profile may be the script's stand-in by now
 
         from nbox_record.commlog import CollectiveLogger
 

@@ -264,6 +264,84 @@ def test_the_marker_gives_iterations_to_a_script_without_optimizer(tmp_path: Pat
         assert records[0]["done_us"] is not None and records[0]["wait_us"] is None
 
 
+OWN_PROFILER = """
+import sys
+from pathlib import Path
+import torch, torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, schedule
+dist.init_process_group("gloo")
+w = torch.zeros(16, requires_grad=True)
+done = Path(sys.argv[2])
+def ready(prof):
+    done.write_text("on_trace_ready ran")
+legacy = "--legacy" in sys.argv
+if legacy:
+    prof = torch.autograd.profiler.profile()
+else:
+    prof = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
+                   on_trace_ready=ready)
+with prof:
+    for _ in range(int(sys.argv[1])):
+        loss = (w - 1).square().sum()
+        loss.backward()
+        with torch.no_grad():
+            w -= 0.1 * w.grad
+            w.grad = None
+        dist.all_reduce(w.detach())
+        if legacy:
+            from nbox_record.marker import step
+            step()
+        else:
+            prof.step()
+print(prof.key_averages())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.integration
+def test_a_script_with_its_own_profiler_is_captured_at_its_profiler_steps(tmp_path: Path) -> None:
+    script = tmp_path / "own_profiler.py"
+    script.write_text(OWN_PROFILER)
+    marker = tmp_path / "ready.txt"
+    run = Run(_record(script, tmp_path / "out", str(WARMUP + ITERATIONS + 1), str(marker)), tmp_path / "out")
+    assert run.proc.returncode == 0, run.why()
+    assert not marker.exists()  # the script's profiler collected nothing, so it had no trace to hand over
+    for rank in range(WORLD):
+        timings = run.json(rank, rawformat.TIMINGS)
+        assert timings["boundary"] == "profiler_step" and len(timings["iteration_us"]) == ITERATIONS
+        records = run.json(rank, rawformat.COLLECTIVES)["collectives"]
+        assert [(r["op"], r["comm_bytes"]) for r in records] == [("allreduce_", 64)]
+        et = (run.rank_dir(rank) / rawformat.HOST_ET).read_text()
+        assert rawformat.BOUNDARY_MARKER in et and "ProfilerStep#" not in et
+
+
+@pytest.mark.integration
+def test_a_script_that_reads_its_stood_in_profiler_gets_a_clear_error(tmp_path: Path) -> None:
+    script = tmp_path / "own_profiler.py"
+    script.write_text(OWN_PROFILER)
+    # run to the script's end: it then asks its profiler for results, which nbox's stand-in cannot give
+    run = Run(_record(script, tmp_path / "out", str(WARMUP + ITERATIONS + 2), str(tmp_path / "r.txt"),
+                      extra_env={"NBOX_RUN_TO_END": "1"}), tmp_path / "out")
+    assert run.proc.returncode != 0, run.why()
+    assert "ScriptProfilerDisabled: torch.profiler.profile.key_averages: the script's own profiler collects " \
+           "nothing under `nbox record`" in run.proc.stderr, run.why()
+    for rank in range(WORLD):  # the capture itself was complete before the script went on
+        assert (run.rank_dir(rank) / rawformat.TIMINGS).exists()
+
+
+@pytest.mark.integration
+def test_a_legacy_profiler_session_is_refused_by_name(tmp_path: Path) -> None:
+    script = tmp_path / "own_profiler.py"
+    script.write_text(OWN_PROFILER)
+    run = Run(_record(script, tmp_path / "out", str(WARMUP + ITERATIONS + 1), str(tmp_path / "r.txt"),
+                      "--legacy"), tmp_path / "out")
+    assert run.proc.returncode != 0, run.why()
+    for rank in range(WORLD):
+        error = run.json(rank, rawformat.ERROR)
+        assert error["type"] == "ProfilerInUse" and "torch.autograd.profiler" in error["message"], error
+        assert not (run.rank_dir(rank) / rawformat.TIMINGS).exists()
+
+
 NO_BOUNDARY_EVER = """
 import time
 time.sleep(60)
