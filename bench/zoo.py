@@ -43,6 +43,7 @@ ZOO = (
     Workload("tp_sequence_parallel", "tp_sequence_parallel.py", note="DTensor TP + SP on a 1-D mesh"),
     Workload("moe_alltoall", "moe_alltoall.py", note="uneven all_to_all_single, batch_isend_irecv"),
     Workload("ddp_compile", "ddp_compile.py", note="torch.compile under DDP"),
+    Workload("fsdp2_compile", "fsdp2_compile.py", note="torch.compile under FSDP2"),
     Workload("pipeline_schedule", "pipeline_schedule.py", note="torch.distributed.pipelining"),
     Workload("eval_objects", "eval_objects.py", note="inference_mode eval, object collectives"),
     Workload("own_profiler", "own_profiler.py", note="the script runs its own torch.profiler"),
