@@ -109,6 +109,7 @@ def _assemble(inputs: RankInputs, world_size: int | None) -> RankConversion:
          "gpu_ops_folded_into_comm", "gpu_unlinked", "gpu_dropped"), 0)
     stats["host_nodes"] = len(et.nodes)
     stats["unreachable_nodes"] = len(et.nodes) - w.visited
+    stats["nesting_repaired"] = inputs.nesting_repaired
     pgs = _process_groups(inputs, world_size, stats)
     comms = CommNodes(inputs, pgs, stats)
     link_loose_markers(w)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from nbox_record.comms import CollectiveLogData
 from nbox_record.hostet import EtNode, HostEt
 from nbox_record.kineto import CpuEvent, KinetoTrace, join_host_ops
+from nbox_record.nesting import repair_nesting
 from nbox_record.toplevel import BOOKKEEPING, Walk, walk
 
 
@@ -22,16 +23,21 @@ class RankInputs:
     w: Walk
     ev_of: dict[int, int] = field(default_factory=dict)  # ET node id -> index in ``trace.cpu``
     join_method: str = "none"  # how the ET was joined to Kineto (``nbox_kineto_join``)
+    nesting_repaired: int = 0  # ET nodes re-parented by Kineto's clock (:mod:`nbox_record.nesting`)
 
     @classmethod
     def join(cls, et: HostEt, trace: KinetoTrace | None, log: CollectiveLogData | None, rank: int) -> RankInputs:
-        """Walk the ET, then match its operators (bookkeeping markers left out) to Kineto's events."""
-        inputs = cls(et, trace, log, rank, walk(et))
+        """Match the ET's operators (bookkeeping markers left out) to Kineto's events, repair the ET's nesting by
+        their times (:mod:`nbox_record.nesting`), then walk it."""
+        ev_of: dict[int, int] = {}
+        method, repaired = "none", 0
         if trace is not None:
             nodes = sorted((n for n in et.nodes.values() if not n.name.startswith(BOOKKEEPING)),
                            key=lambda n: (n.order, n.id))
-            inputs.ev_of, inputs.join_method = join_host_ops(nodes, trace)
-        return inputs
+            ev_of, method = join_host_ops(nodes, trace)
+            if method == "rf_id":  # an order join can pair an operator with another call of the same name
+                et, repaired = repair_nesting(et, ev_of, trace)
+        return cls(et, trace, log, rank, walk(et), ev_of, method, repaired)
 
     def ev(self, n: EtNode) -> CpuEvent | None:
         """The Kineto CPU event of an ET node, if the join found one (times in microseconds)."""
