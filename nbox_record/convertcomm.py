@@ -11,7 +11,6 @@ of the communication: the span of gloo's worker thread (``gloo:<op>`` marker), e
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 from nbox_record.comms import (
@@ -176,29 +175,20 @@ class CommNodes:
         return None
 
     def internal_ops(self) -> set[int]:
-        """Top-level ops that ran on a collective's worker thread inside its span (gloo's copies)."""
+        """Top-level ops that ran on a collective library's worker thread (gloo's copies, its AVG divide).
+
+        A worker thread is one Kineto puts a ``gloo:``/``nccl:`` marker on although no collective was issued from
+        it (the marker opens on the issuing thread and closes on the worker); linked to a collective or loose
+        (one the ET observer misplaced). Every top-level op of such a thread is the library's own work: user code
+        never runs there, and some of it (gloo's divide for ``ReduceOp.AVG``) runs after the marker closed.
+        """
         inputs = self.inputs
         if inputs.trace is None:
             return set()
-        spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
-        for a in inputs.w.anchors:
-            anchor_ev = inputs.ev(a.node)
-            for m in a.markers:
-                ev = inputs.ev(m)
-                if ev is not None and (anchor_ev is None or ev.thread != anchor_ev.thread):
-                    spans.setdefault(ev.thread, []).append((ev.ts, ev.end))
-        for found in spans.values():
-            found.sort()
-        out: set[int] = set()
-        for n in inputs.w.tops:
-            ev = inputs.ev(n)
-            if ev is None or ev.thread not in spans:
-                continue
-            found = spans[ev.thread]
-            k = bisect.bisect_right(found, (ev.ts, float("inf"))) - 1
-            if k >= 0 and ev.end <= found[k][1]:
-                out.add(n.id)
-        return out
+        issuing = {ev.thread for a in inputs.w.anchors if (ev := inputs.ev(a.node)) is not None}
+        markers = [m for a in inputs.w.anchors for m in a.markers] + inputs.w.loose_markers
+        workers = {ev.thread for m in markers if (ev := inputs.ev(m)) is not None and ev.thread not in issuing}
+        return {n.id for n in inputs.w.tops if (ev := inputs.ev(n)) is not None and ev.thread in workers}
 
 
 def _extras(node: pb.Node, f: CommFacts, et_name: str) -> None:

@@ -69,6 +69,7 @@ class Walk:
     annotation: dict[int, str] = field(default_factory=dict)
     boundaries: list[int] = field(default_factory=list)  # start orders of nbox's iteration-boundary markers
     identity_markers: list[EtNode] = field(default_factory=list)  # nbox::collective/... (commlog)
+    identity_context: dict[int, int | None] = field(default_factory=dict)  # marker id -> enclosing anchor index
     visited: int = 0
 
 
@@ -94,8 +95,13 @@ def walk(et: HostEt) -> Walk:
             w.pg_nodes.append(n)
             continue
         elif parse_identity_marker(name) is not None:
-            w.identity_markers.append(n)  # given to its collective by start order (_attach_identities), not nesting
-            continue
+            # given to its collective by start order (_attach_identities), not nesting; transparent otherwise:
+            # what the redispatch opened inside it (gloo:/nccl: markers, record_param_comms) belongs to the
+            # collective, and is walked in the enclosing one's context (moved by _attach_identities if it differs)
+            w.identity_markers.append(n)
+            w.identity_context[nid] = anchor
+            if anchor is not None:
+                w.owner[nid] = w.anchors[anchor].node.id
         elif name == BOUNDARY_MARKER:
             w.boundaries.append(n.order)
             continue
@@ -170,6 +176,23 @@ def _attach_identities(w: Walk) -> None:
         if a.identity is None:
             a.identity = ident
             w.owner[m.id] = a.node.id
+            ctx = w.identity_context.get(m.id)
+            if ctx is not None and w.anchors[ctx] is not a:
+                _rehome(w, w.anchors[ctx], a, m.id)
+
+
+def _rehome(w: Walk, wrong: Collective, right: Collective, marker_id: int) -> None:
+    """Move what the walk gave ``wrong`` from under identity marker ``marker_id`` (its gloo:/nccl: markers, its
+    record_param_comms) to ``right``, the collective the marker names."""
+    mine = [m for m in wrong.markers if m.parent == marker_id]
+    if mine:
+        wrong.markers = [m for m in wrong.markers if m.parent != marker_id]
+        right.markers.extend(mine)
+        for m in mine:
+            w.owner[m.id] = right.node.id
+    if wrong.rpc is not None and wrong.rpc.parent == marker_id and right.rpc is None:
+        right.rpc, wrong.rpc = wrong.rpc, None
+        w.owner[right.rpc.id] = right.node.id
 
 
 def _iterations_from_boundaries(w: Walk) -> None:

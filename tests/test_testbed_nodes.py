@@ -105,7 +105,9 @@ def test_two_node_calibrate_measures_the_shaped_link(tmp_path: Path) -> None:
     scenario = load_scenario(tmp_path / "node0.toml")
     dim = scenario.topology.dims[0]
     assert scenario.world_size == 2 and dim.name == "network"
-    assert 0.1 < dim.bandwidth_gbps < 0.22, dim.bandwidth_gbps  # the 200 Mb/s link (0.19 here), not loopback's
+    # the 200 Mb/s link, not loopback's (several Gb/s): fits of 0.19 and 0.23 seen, as tbf's burst lets the
+    # smaller sizes through above the rate (a CI run failed a bound of 0.22)
+    assert 0.1 < dim.bandwidth_gbps < 0.3, dim.bandwidth_gbps
     assert scenario.calibrated("send_recv", "network") is not None
     assert "2 ranks on 2 nodes (1 per node)" in (tmp_path / "node1.toml").read_text()
 
