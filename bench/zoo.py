@@ -41,6 +41,7 @@ ZOO = (
     Workload("ddp_static_graph", "ddp_static_graph.py", note="static_graph, gradient_as_bucket_view"),
     Workload("fsdp2_mixed_ckpt", "fsdp2_mixed_ckpt.py", note="FSDP2, bf16 params / fp32 reduce, checkpointing"),
     Workload("tp_sequence_parallel", "tp_sequence_parallel.py", note="DTensor TP + SP on a 1-D mesh"),
+    Workload("tp_fsdp_2d", "tp_fsdp_2d.py", nproc=4, note="TP on tp, FSDP2 on dp, 2-D mesh 2 x 2"),
     Workload("moe_alltoall", "moe_alltoall.py", note="uneven all_to_all_single, batch_isend_irecv"),
     Workload("ddp_compile", "ddp_compile.py", note="torch.compile under DDP"),
     Workload("fsdp2_compile", "fsdp2_compile.py", note="torch.compile under FSDP2"),

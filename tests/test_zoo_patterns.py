@@ -25,14 +25,15 @@ SEND, RECV = "send", "recv"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def record(tmp_path: Path, script: str, capture: int = 2,
-           symmetric: bool = True) -> dict[int, dict[int, list[tuple[Any, int, str]]]]:
+def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True,
+           nproc: int = 2) -> dict[int, dict[int, list[tuple[Any, int, str]]]]:
     """``nbox record`` 2 ranks, ``nbox bundle verify`` (strict rules); rank -> iteration -> sorted
     (type, bytes, group). ``symmetric``: also check that every rank and iteration has as many host operators (the
     ET observer's misnesting once lost a whole optimizer step of one rank: nbox_record/nesting.py)."""
     bundle = tmp_path / "zoo.bundle"
-    done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", "2", "--warmup", "2", "--iterations", "2",
-                           "--capture", str(capture), "-o", str(bundle), "--", f"tests/workloads/{script}"],
+    done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", str(nproc), "--warmup", "2",
+                           "--iterations", "2", "--capture", str(capture), "-o", str(bundle), "--",
+                           f"tests/workloads/{script}"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     verify = subprocess.run([sys.executable, "-m", "nbox", "bundle", "verify", str(bundle)],
@@ -40,7 +41,7 @@ def record(tmp_path: Path, script: str, capture: int = 2,
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
     out: dict[int, dict[int, list[tuple[Any, int, str]]]] = {}
     ops_per_iteration: dict[tuple[int, int], int] = Counter()
-    for rank in (0, 1):
+    for rank in range(nproc):
         _, nodes = read_et(bundle / "trace" / f"trace.{rank}.et")
         per: dict[int, list[tuple[Any, int, str]]] = defaultdict(list)
         for n in nodes:
@@ -62,7 +63,7 @@ def record(tmp_path: Path, script: str, capture: int = 2,
         totals: Counter[int] = Counter()
         for (r, _), n in ops_per_iteration.items():
             totals[r] += n
-        assert totals[0] == totals[1], ops_per_iteration
+        assert len(set(totals.values())) == 1, ops_per_iteration
     return out
 
 
@@ -132,3 +133,20 @@ def test_a_script_with_its_own_profiler_is_recorded(tmp_path: Path) -> None:
     # its torch.profiler.profile(schedule=...) is stood in for (nbox_record/scriptprofiler.py); the optimizer step
     # is the boundary; one DDP bucket: Linear(64,128) + Linear(128,8) = 9352 float32
     same_every_iteration(record(tmp_path, "own_profiler.py"), [(AR, 9352 * 4, "0")])
+
+
+def test_tensor_parallel_and_fsdp2_on_a_2d_mesh(tmp_path: Path) -> None:
+    # 4 ranks, mesh (dp=2, tp=2): tp groups {0,1} {2,3}, dp groups {0,2} {1,3}. Per iteration: the rowwise
+    # Linear's output all-reduced on tp (8 x 32 float32) in each block's forward, and the colwise input gradient
+    # of the second block in the backward; FSDP2 on dp all-gathers each block's tp shard (4192 float32, half per
+    # dp rank) before its forward and its backward and reduce-scatters its gradient
+    got = record(tmp_path, "tp_fsdp_2d.py", nproc=4)
+    tp_group = {r: next(g for k, _, g in got[r][1] if k == AR) for r in got}
+    dp_group = {r: next(g for k, _, g in got[r][1] if k == AG) for r in got}
+    assert tp_group[0] == tp_group[1] != tp_group[2] == tp_group[3], tp_group
+    assert dp_group[0] == dp_group[2] != dp_group[1] == dp_group[3], dp_group
+    assert len({*tp_group.values(), *dp_group.values()}) == 4
+    for r, per in got.items():
+        for it, found in per.items():
+            assert found == sorted([(AR, 1024, tp_group[r])] * 3 + [(AG, 8384, dp_group[r])] * 4
+                                   + [(RS, 16768, dp_group[r])] * 2, key=repr), (r, it, found)
