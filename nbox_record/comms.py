@@ -237,6 +237,8 @@ def facts_from_op_inputs(node: EtNode, kind: str) -> CommFacts:
             facts.in_splits = _rows_to_elements(_int_list(values[i]), values[buf],
                                                 shapes[buf] if buf < len(shapes) else None)
         out_buf = _arg(node, names, ("output", "output_tensor", "output_tensors"), 0)
+        if out_buf is None:  # _c10d_functional::all_to_all_single has no output argument: its rows are the input's
+            out_buf = buf
         if o is not None and out_buf is not None:
             facts.out_splits = _rows_to_elements(_int_list(values[o]), values[out_buf],
                                                  shapes[out_buf] if out_buf < len(shapes) else None)

@@ -697,3 +697,21 @@ def test_a_logged_collective_nested_under_an_operator_left_open_by_another_threa
                                                    "backend": "gloo"}]}))
     conv = convert_rank(host, None, rank=0, collectives=log)
     assert [attrs(n).get("nbox_comm_source") for n in comm_nodes(conv)][:1] == ["collectives.json"]
+
+
+def test_functional_all_to_all_gets_its_output_splits_from_the_input_rows() -> None:
+    # _c10d_functional::all_to_all_single has no output argument; its output rows have the input's row size.
+    # Without out splits, a live replay of the MoE zoo workload sent 2048 bytes where the peer expected 1536 and
+    # gloo aborted the rank (SIGABRT).
+    from nbox_record.comms import facts_from_op_inputs
+    from nbox_record.hostet import IO, EtNode
+
+    schema = ("_c10d_functional::all_to_all_single(Tensor input, SymInt[] output_split_sizes, "
+              "SymInt[] input_split_sizes, str group_name) -> Tensor")
+    node = EtNode(id=5, name="_c10d_functional::all_to_all_single", parent=None, rf_id=1, tid=1, scope=0,
+                  op_schema=schema, fw_parent=0, seq_id=-1, fw_tid=0,
+                  inputs=IO([[7, 8, 0, 24 * 32, 4, "cpu"], [10, 16], [10, 14], "0"], [[24, 32], [], [], []],
+                            ["Tensor(float)", "GenericList[Int]", "GenericList[Int]", "String"], None),
+                  outputs=IO([], [], [], None), attrs={})
+    f = facts_from_op_inputs(node, "ALL_TO_ALL")
+    assert f.in_splits == [320, 448] and f.out_splits == [320, 512] and f.size == 24 * 32 * 4
