@@ -5,11 +5,13 @@ read back; the assertions are on what was captured per iteration (type, bytes = 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,13 @@ SEND, RECV = "send", "recv"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True,
-           nproc: int = 2) -> dict[int, dict[int, list[tuple[Any, int, str]]]]:
+def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True, nproc: int = 2,
+           check: Callable[[list[Any]], None] | None = None) -> dict[int, dict[int, list[tuple[Any, int, str]]]]:
     """``nbox record`` 2 ranks, ``nbox bundle verify`` (strict rules); rank -> iteration -> sorted
     (type, bytes, group). ``symmetric``: also check that every rank and iteration has as many host operators (the
-    ET observer's misnesting once lost a whole optimizer step of one rank: nbox_record/nesting.py)."""
+    ET observer's misnesting once lost a whole optimizer step of one rank: nbox_record/nesting.py). Every rank's
+    trace is also decoded by Chakra's own reader (mlc-chakra, when installed, as in CI) and must read as nbox's
+    does; ``check`` gets each rank's nodes."""
     bundle = tmp_path / "zoo.bundle"
     done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", str(nproc), "--warmup", "2",
                            "--iterations", "2", "--capture", str(capture), "-o", str(bundle), "--",
@@ -41,8 +45,17 @@ def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
     out: dict[int, dict[int, list[tuple[Any, int, str]]]] = {}
     ops_per_iteration: dict[tuple[int, int], int] = Counter()
+    paths = [bundle / "trace" / f"trace.{rank}.et" for rank in range(nproc)]
+    if importlib.util.find_spec("chakra") is not None:
+        from test_chakra_oracle import chakra_read, nbox_view  # the oracle runs Chakra in a subprocess
+
+        theirs = chakra_read(paths, tmp_path)
+        for path in paths:
+            assert theirs[str(path)] == nbox_view(path), path
     for rank in range(nproc):
-        _, nodes = read_et(bundle / "trace" / f"trace.{rank}.et")
+        _, nodes = read_et(paths[rank])
+        if check is not None:
+            check(nodes)
         per: dict[int, list[tuple[Any, int, str]]] = defaultdict(list)
         for n in nodes:
             if n.type == pb.COMP_NODE and "nbox_iteration" in (a := attr_map(n.attr)):
@@ -74,9 +87,36 @@ def same_every_iteration(got: dict[int, dict[int, list[tuple[Any, int, str]]]],
             assert found == sorted(expected, key=repr), (rank, it, found)
 
 
+def _iteration(n: Any) -> int | None:
+    a = attr_map(n.attr)
+    return int(a["nbox_iteration"].value) if "nbox_iteration" in a else None  # type: ignore[arg-type]
+
+
+def ddp_dependencies(nodes: list[Any]) -> None:
+    """DDP's bucket all-reduces: each issues after backward compute of its iteration, the first overlaps the rest
+    of the backward (async: nothing of it waits for the all-reduce), and the optimizer waits for each."""
+    by_id = {n.id: n for n in nodes}
+    ancestors: dict[int, set[int]] = {}
+    for n in sorted(nodes, key=lambda n: n.id):  # dependencies point to earlier ids (nbox_record/deps.py)
+        ancestors[n.id] = set()
+        for d in [*n.data_deps, *n.ctrl_deps]:
+            ancestors[n.id] |= {d, *ancestors[d]}
+    comp = [n for n in nodes if n.type == pb.COMP_NODE]
+    for it in {_iteration(n) for n in nodes if n.type == pb.COMM_COLL_NODE}:
+        reduces = sorted((n for n in nodes if n.type == pb.COMM_COLL_NODE and _iteration(n) == it), key=lambda n: n.id)
+        mine = [n for n in comp if _iteration(n) == it]
+        for c in reduces:
+            assert any(by_id[a].type == pb.COMP_NODE and _iteration(by_id[a]) == it for a in ancestors[c.id]), c.id
+            waiters = [n for n in mine if c.id in ancestors[n.id]]
+            assert waiters and "evaluate_function" not in min(waiters, key=lambda n: n.id).name, (c.id, it)
+        overlapped = [n for n in mine if n.id > reduces[0].id and reduces[0].id not in ancestors[n.id]]
+        assert any("evaluate_function" in n.name for n in overlapped), (it, [n.name for n in overlapped])
+
+
 def test_ddp_static_graph_with_bucket_views(tmp_path: Path) -> None:
     # Linear(64,256) = 16640 float32 in one 0.1 MB bucket, Linear(256,256) + Linear(256,8) = 67848 in the other
-    same_every_iteration(record(tmp_path, "ddp_static_graph.py"), [(AR, 16640 * 4, "0"), (AR, 67848 * 4, "0")])
+    same_every_iteration(record(tmp_path, "ddp_static_graph.py", check=ddp_dependencies),
+                         [(AR, 16640 * 4, "0"), (AR, 67848 * 4, "0")])
 
 
 def test_fsdp2_mixed_precision_with_checkpointing(tmp_path: Path) -> None:
