@@ -26,8 +26,10 @@ __all__ = ["ScriptProfiler", "ScriptProfilerDisabled", "install", "real_profile"
 _REAL: Any = None  # torch's own profile class, once install() has replaced it
 
 
-class ScriptProfilerDisabled(NboxError):
-    """The script read results from its own profiler, which ``nbox record`` stood in for."""
+class ScriptProfilerDisabled(NboxError, AttributeError):
+    """The script read results from its own profiler, which ``nbox record`` stood in for.
+
+    Also an ``AttributeError``, so ``hasattr(prof, name)`` answers False instead of raising."""
 
 
 class ScriptProfiler:

@@ -73,3 +73,4 @@ def test_a_parent_cycle_in_untrusted_input_ends(tmp_path: Path) -> None:
     ev_of, _ = join_host_ops(sorted(et.nodes.values(), key=lambda n: n.order), trace)
     fixed, _ = repair_nesting(et, ev_of, trace)
     assert fixed.nodes[7].parent == 5  # no ancestor holds it, and the chain never ends: left where it was
+
