@@ -16,10 +16,13 @@ markers are never chosen, as they end on another thread); when none is, the near
 its start, where an ancestor Kineto did not time (the ET's thread roots) holds anything. In a second recording
 of ddp_static_graph.py the ET had also put an ``AddmmBackward0``'s ``aten::sum`` under the preceding
 ``AccumulateGrad``: it belongs inside that ``AddmmBackward0``'s ``evaluate_function``, not at the top level.
-Nothing else changes: a node that starts inside its parent stays there even if it ends after it (``gloo:``
-markers do). Without Kineto, or when Kineto was joined by order rather than ``rf_id`` (old traces: the order
-join can pair an operator with another call of the same name, e.g. PARAM's ``param_linear`` sample, where
-trusting it would move 43 ``aten::zero_`` out of their ``zero_grad``), nothing is repaired.
+A node written under a ``gloo:``/``nccl:`` marker of its own thread is moved the same way (such a marker opens on
+the issuing thread and closes on the worker, so its span holds whatever the issuing thread did meanwhile, and in
+one ddp_static_graph recording a whole iteration was written under one). Nothing else changes: a node that starts
+inside its parent stays there even if it ends after it (``gloo:`` markers do, holding their worker's operators).
+Without Kineto, or when Kineto was joined by order rather than ``rf_id`` (old traces: the order join can pair an
+operator with another call of the same name, e.g. PARAM's ``param_linear`` sample, where trusting it would move
+43 ``aten::zero_`` out of their ``zero_grad``), nothing is repaired.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import bisect
 from dataclasses import replace
 
 from nbox_record.comms import marker_kind
-from nbox_record.hostet import HostEt
+from nbox_record.hostet import EtNode, HostEt
 from nbox_record.kineto import KinetoTrace
 
 __all__ = ["repair_nesting"]
@@ -41,9 +44,7 @@ def repair_nesting(et: HostEt, ev_of: dict[int, int], trace: KinetoTrace) -> tup
     """``et`` with every node that started after its parent's end re-parented (see the module docstring), and
     how many nodes moved. ``ev_of`` maps ET node ids to indices in ``trace.cpu``."""
     span = {nid: (trace.cpu[i].ts, trace.cpu[i].end) for nid, i in ev_of.items()}
-    outside = [n for n in et.nodes.values()
-               if n.parent is not None and n.id in span and (ps := span.get(n.parent)) is not None
-               and not ps[0] <= span[n.id][0] <= ps[1]]
+    outside = [n for n in et.nodes.values() if n.parent is not None and n.id in span and _outside(et, span, n)]
     if not outside:
         return et, 0
     # Candidates for the true parent: timed nodes of the same thread, by start. gloo:/nccl: markers end on another
@@ -69,6 +70,18 @@ def repair_nesting(et: HostEt, ev_of: dict[int, int], trace: KinetoTrace) -> tup
         moved[n.id] = found if found is not None else _ancestor_holding(et, span, n.parent, start)
     nodes = {nid: replace(n, parent=moved[nid]) if nid in moved else n for nid, n in et.nodes.items()}
     return HostEt(et.path, et.schema, et.pid, nodes), len(moved)
+
+
+def _outside(et: HostEt, span: dict[int, tuple[float, float]], n: EtNode) -> bool:
+    """Whether node ``n`` (timed, with a parent) was written under a parent it never ran inside: it started after
+    the parent ended, or the parent is a ``gloo:``/``nccl:`` marker of its own thread (a marker's span runs on to
+    the worker thread's end, so time cannot tell; its real children are the worker's, on another thread)."""
+    assert n.parent is not None
+    parent = et.nodes.get(n.parent)
+    if parent is not None and marker_kind(parent.name) is not None and parent.tid == n.tid:
+        return True
+    ps = span.get(n.parent)
+    return ps is not None and not ps[0] <= span[n.id][0] <= ps[1]
 
 
 def _ancestor_holding(et: HostEt, span: dict[int, tuple[float, float]], parent: int | None,

@@ -38,23 +38,25 @@ def test_an_operator_that_started_after_its_parent_returned_is_moved_up(tmp_path
              _node(21, "aten::as_strided", 20, 104, "aten::as_strided(...)"),  # inside the select: stays there
              _node(30, "aten::item", 11, 105, "aten::item(...)"),           # 20-21: after both ancestors
              _node(40, "autograd::engine::evaluate_function: AddmmBackward0", 2, 106),  # 22-30
-             _node(41, "aten::sum", 10, 107, "aten::sum(...)")]             # 25: written under AccumulateGrad
+             _node(41, "aten::sum", 10, 107, "aten::sum(...)"),             # 25: written under AccumulateGrad
+             _node(50, "aten::mul", 12, 108, "aten::mul(...)")]             # 8: under the gloo marker, its thread
     events = [_event(acc, 100, 0, 10), _event("aten::add_", 101, 2, 3), _event("gloo:all_reduce", 102, 6, 30),
               _event("aten::select", 103, 12, 2), _event("aten::as_strided", 104, 12.5, 0.5),
               _event("aten::item", 105, 20, 1),
               _event("autograd::engine::evaluate_function: AddmmBackward0", 106, 22, 8),
-              _event("aten::sum", 107, 25, 1)]
+              _event("aten::sum", 107, 25, 1), _event("aten::mul", 108, 8, 1)]
     (tmp_path / "et.json").write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
     (tmp_path / "k.json").write_text(json.dumps({"traceEvents": events}))
     et, trace = read_host_et(tmp_path / "et.json"), read_kineto(tmp_path / "k.json")
     ev_of, method = join_host_ops(sorted(et.nodes.values(), key=lambda n: n.order), trace)
     assert method == "rf_id"
     fixed, moved = repair_nesting(et, ev_of, trace)
-    assert moved == 3
+    assert moved == 4
     # the sum goes into the operator that was running when it started (the gloo marker, still running too, never
-    # takes it: it ends on gloo's worker thread)
+    # takes it: it ends on gloo's worker thread); the mul, written under that marker though it ran inside it in
+    # time, goes to the operator of its thread that was running: AccumulateGrad
     assert {nid: n.parent for nid, n in fixed.nodes.items()} == {1: None, 2: 1, 10: 2, 11: 10, 12: 10, 20: 2,
-                                                                   21: 20, 30: 2, 40: 2, 41: 40}
+                                                                   21: 20, 30: 2, 40: 2, 41: 40, 50: 10}
     assert [n.name for n in walk(fixed).tops] == [acc, "aten::select", "aten::item",
                                                   "autograd::engine::evaluate_function: AddmmBackward0"]
     # as written, the optimizer's operators were lost inside AccumulateGrad
