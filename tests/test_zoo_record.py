@@ -75,34 +75,32 @@ def test_eval_under_inference_mode_and_object_collectives_are_recorded(tmp_path:
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
 
 
-@pytest.mark.integration
-def test_compiled_ddp_model_is_recorded(tmp_path: Path) -> None:
-    bundle = tmp_path / "compiled.bundle"
+def _recorded_collectives(tmp_path: Path, script: str) -> dict[int, list[tuple[int, int]]]:
+    """``nbox record`` 2 ranks of ``script`` (1 captured iteration); per rank, its sorted (comm_type, comm_size)."""
+    bundle = tmp_path / "zoo.bundle"
     done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", "2", "--warmup", "2", "--iterations", "2",
-                           "--capture", "1", "-o", str(bundle), "--", "tests/workloads/ddp_compile.py"],
+                           "--capture", "1", "-o", str(bundle), "--", f"tests/workloads/{script}"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
+    out = {}
     for rank in (0, 1):
         _, nodes = read_et(bundle / "trace" / f"trace.{rank}.et")
-        found = sorted((int(attr_map(n.attr)["comm_type"].value), int(attr_map(n.attr)["comm_size"].value))  # type: ignore[arg-type]
-                       for n in nodes if n.type == pb.COMM_COLL_NODE)
+        out[rank] = sorted((int(attr_map(n.attr)["comm_type"].value), int(attr_map(n.attr)["comm_size"].value))  # type: ignore[arg-type]
+                           for n in nodes if n.type == pb.COMM_COLL_NODE)
+    return out
+
+
+@pytest.mark.integration
+def test_compiled_ddp_model_is_recorded(tmp_path: Path) -> None:
+    for rank, found in _recorded_collectives(tmp_path, "ddp_compile.py").items():
         # the BatchNorm buffers' broadcasts (issued inside the compiled forward) and the gradient bucket
         assert found == sorted([(BROADCAST, 256), (BROADCAST, 8), (ALL_REDUCE, 2960)]), (rank, found)
 
 
 @pytest.mark.integration
 def test_compiled_fsdp2_model_is_recorded(tmp_path: Path) -> None:
-    bundle = tmp_path / "fsdp2.bundle"
-    done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", "2", "--warmup", "2", "--iterations", "2",
-                           "--capture", "1", "-o", str(bundle), "--", "tests/workloads/fsdp2_compile.py"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    for rank in (0, 1):
-        _, nodes = read_et(bundle / "trace" / f"trace.{rank}.et")
-        found = sorted((int(attr_map(n.attr)["comm_type"].value), int(attr_map(n.attr)["comm_size"].value))  # type: ignore[arg-type]
-                       for n in nodes if n.type == pb.COMM_COLL_NODE)
+    for rank, found in _recorded_collectives(tmp_path, "fsdp2_compile.py").items():
         # 2 ranks: each block (272 float32, 136 per rank) all-gathered before its forward and its backward,
         # its gradient reduce-scattered; the root's Linear(16, 1) once each way (its 1-row weight padded)
         assert found == sorted([(ALL_GATHER, 544)] * 4 + [(REDUCE_SCATTER, 1088)] * 2
