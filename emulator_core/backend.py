@@ -12,6 +12,9 @@ from the environment (:class:`EmulationConfig`):
 ``NBOX_SCENARIO``              the what-if scenario TOML (default: the shipped ``loopback_cpu``)
 ``NBOX_SCENARIO_SET``          overrides, one ``key=value`` per line (as ``--set``)
 ``NBOX_SPIN_US``               how long before a deadline a waiting thread stops sleeping and spins (200)
+``NBOX_MOVE_DATA``             1 (default): the real members' tensors move for real; 0: timing only, the
+                               real members exchange arrival times and nothing else (``nbox replay --clock
+                               real``, whose buffers carry no information)
 =============================  ===========================================================================
 
 ``get_world_size()`` is W and ``get_rank()`` the chosen global rank. Every collective is priced by
@@ -19,7 +22,11 @@ from the environment (:class:`EmulationConfig`):
 modeled time (:mod:`emulator_core.delay`). Data moves for real among the real members (gloo on CPU, NCCL
 on CUDA) and emulated members mirror real ones (:mod:`emulator_core.mirror` states the rule per
 collective). When the real communication takes longer than the model says, the work completes when the
-real communication does, and the overrun is recorded (:attr:`NboxProcessGroup.records`).
+real communication does, and the overrun is recorded (:attr:`NboxProcessGroup.records`). With
+``NBOX_MOVE_DATA=0`` no tensor moves, not even the mirror copies of emulated members: a collective's real
+members exchange their arrival times, a send carries its issue time to the receiver (whose answer cannot
+start before it), and the work completes at the modeled time whatever the real network's speed (a live
+replay of a 400 Gb/s what-if on a 1 Gb/s testbed is the what-if's).
 
 Not done: on CUDA, the delay is host-side (``wait()`` blocks the host) rather than a hold on the
 communication stream; no GPU was available to build and check the stream path.
@@ -216,8 +223,10 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     def _call(self, call: str, collective: str, nbytes: float, result: list[torch.Tensor],
               real: Callable[[Any], mirror.Result], group: _Group | None = None,
-              pricing: Mapping[str, Any] | None = None) -> NboxWork:
-        """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in)."""
+              pricing: Mapping[str, Any] | None = None, p2p: tuple[bool, int, int] | None = None) -> NboxWork:
+        """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in).
+
+        ``p2p`` is (is it a send, the peer's group position, the tag) for a send or a receive."""
         g = group or self._group
         clock = self.clock
         t_issue_ns = time.perf_counter_ns()
@@ -228,9 +237,10 @@ class NboxProcessGroup(dist.ProcessGroup):
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
         if g.inner is None:
-            with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view (autograd refuses)
-                works, finish = real(None)
-            run_finish(finish)
+            if self.config.move_data:  # timing only: not even the mirror copies (they would cost the rank CPU time)
+                with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view
+                    works, finish = real(None)
+                run_finish(finish)
             arrivals_us = [ref_issue_ns / 1000.0] * n_real
             with g.lock:
                 ans = (self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us) if pricing is None else
@@ -240,13 +250,22 @@ class NboxProcessGroup(dist.ProcessGroup):
             self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, clock.to_perf_ns(ans.end_us * 1000.0))
         else:
+            move = self.config.move_data
             if g.exchange:
                 arrivals = torch.empty(g.layout.n, dtype=torch.int64)
                 ts_work = g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
             else:
                 arrivals, ts_work = torch.full((n_real,), ref_issue_ns, dtype=torch.int64), None
-            with torch.no_grad():
-                works, finish = real(g.inner)
+                if not move and p2p is not None:  # timing only: the send's issue time goes where its data would
+                    is_send, peer, tag = p2p
+                    inner_peer = g.layout.real_positions.index(peer)
+                    ts_work = (g.inner.send([arrivals[:1].clone()], inner_peer, tag) if is_send else
+                               g.inner.recv([arrivals[1:2]], inner_peer, tag))
+            if move:
+                with torch.no_grad():
+                    works, finish = real(g.inner)
+            else:
+                works, finish = [], None
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
             if g.resolver is None:
                 self._start_resolver(g)
@@ -428,12 +447,14 @@ class NboxProcessGroup(dist.ProcessGroup):
     @_observed
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> NboxWork:
         return self._call(f"send to {dst}", "send_recv", _nbytes(tensors), tensors,
-                          lambda inner: mirror.send(self.layout, inner, tensors, dst, tag), group=self._pair(dst))
+                          lambda inner: mirror.send(self.layout, inner, tensors, dst, tag), group=self._pair(dst),
+                          p2p=(True, dst, tag))
 
     @_observed
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> NboxWork:
         return self._call(f"recv from {src}", "send_recv", _nbytes(tensors), tensors,
-                          lambda inner: mirror.recv(self.layout, inner, tensors, src, tag), group=self._pair(src))
+                          lambda inner: mirror.recv(self.layout, inner, tensors, src, tag), group=self._pair(src),
+                          p2p=(False, src, tag))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> NboxWork:
         raise mirror.UnsupportedCollective(f"recv from any source (rank {self.global_rank}): the emulator cannot "

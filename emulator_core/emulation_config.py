@@ -37,6 +37,10 @@ class EmulationConfig:
         call_timeout_s: longest wait for one call's real part (seconds, > 0), when shorter than the
             process group's own timeout (``NBOX_CALL_TIMEOUT_S``; ``nbox emulate`` sets it, so a deadlock
             among real ranks ends with an error naming the call instead of torch's 30-minute default).
+        move_data: move the tensors among the real members (``NBOX_MOVE_DATA``, default 1). ``nbox replay
+            --clock real`` sets 0: its buffers carry no information, so only the arrival times travel (a
+            collective's arrivals, a send's issue time to its receiver) and every call completes at the
+            modeled time, not at the testbed's; a script run by ``nbox emulate`` needs its data and keeps 1.
     """
 
     world_size: int
@@ -44,6 +48,7 @@ class EmulationConfig:
     scenario: Scenario
     spin_ns: int = DEFAULT_SPIN_NS
     call_timeout_s: float = math.inf
+    move_data: bool = True
 
     def __post_init__(self) -> None:
         w = self.world_size
@@ -103,4 +108,7 @@ class EmulationConfig:
             call_timeout_s = float(raw_timeout) if raw_timeout else math.inf
         except ValueError:
             raise EmulationConfigError(f"NBOX_CALL_TIMEOUT_S: not a number: {raw_timeout!r}") from None
-        return cls(w, ranks, scenario, spin_us * 1000, call_timeout_s)
+        raw_move = e.get("NBOX_MOVE_DATA", "").strip()
+        if raw_move not in ("", "0", "1"):
+            raise EmulationConfigError(f"NBOX_MOVE_DATA: must be 0 or 1, got {raw_move!r}")
+        return cls(w, ranks, scenario, spin_us * 1000, call_timeout_s, raw_move != "0")

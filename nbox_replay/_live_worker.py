@@ -3,8 +3,9 @@
 Started by :func:`nbox_replay.live.replay_live` as ``python -m nbox_replay._live_worker CONFIG.json`` in
 each of N processes; process ``RANK`` replays global rank ``config["ranks"][RANK]``. The parent sets the
 ``nbox`` backend's environment (``NBOX_WORLD_SIZE`` = the what-if world size W, ``NBOX_REAL_RANKS`` = the
-replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W), so collectives are answered with the
-emulator core's modeled delays while the data moves among the replayed ranks.
+replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_DATA=0``), so collectives are
+answered with the emulator core's modeled delays; the replayed ranks exchange only their arrival times (the
+buffers carry no information, and a real transfer slower than the model would set the answer).
 
 The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node
 that depends on a comm node first waits on its work (a comm node that depends on another comm node does
@@ -25,8 +26,8 @@ Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetitio
 time on this rank), ``compute_us`` and ``wait_us`` per repetition, and what was measured per timed
 repetition in ``spans``: ``compute`` (``[start, end]`` of every compute node) and ``comms`` (``[issue, start,
 end]`` of every collective and send/recv: issue as the worker saw it, start and end as the backend answered
-them, the end moved later when the real data moved later), microseconds from the repetition's start on the
-rank's clock (:mod:`nbox_replay.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks`` (nodes
+them, the end moved later when the arrival times came in later than it), microseconds from the repetition's
+start on the rank's clock (:mod:`nbox_replay.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks`` (nodes
 per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
 rank, the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before
 a collective is issued and at the end of a repetition (the communication stream is not modeled).

@@ -107,6 +107,28 @@ def collectives(out: dict[str, Any]) -> None:
                      "end_us": rec.end_us, "algorithm": rec.algorithm, "collective": rec.collective}
 
 
+def timing_only(out: dict[str, Any]) -> None:
+    """Run with ``NBOX_MOVE_DATA=0`` on two real ranks: what a collective and a late send left in the buffers and
+    the answers' times (records: start and the sender's issue on one host's clock)."""
+    me = dist.get_rank()
+    x = torch.full((4,), float(me + 1))
+    dist.all_reduce(x)
+    out["timing_only_all_reduce"] = x.tolist()
+    pg = dist.group.WORLD
+    if me == 1:
+        time.sleep(0.3)  # the send is issued well after the receive
+        t = torch.full((3,), 7.0)
+        dist.send(t, dst=0)
+        out["send_issue_us"] = pg.records[-1].issue_us  # type: ignore[union-attr]
+    elif me == 0:
+        t = torch.zeros(3)
+        dist.recv(t, src=1)
+        out["recv_buffer"] = t.tolist()
+        out["recv_issue_us"] = pg.records[-1].issue_us  # type: ignore[union-attr]
+        out["recv_start_us"] = pg.records[-1].start_us  # type: ignore[union-attr]
+    dist.barrier()
+
+
 def main() -> None:
     modes = sys.argv[1].split(",")
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 6
@@ -115,6 +137,8 @@ def main() -> None:
                            "real_world_size": int(os.environ["WORLD_SIZE"]), "backend": dist.get_backend()}
     if "collectives" in modes:
         collectives(out)
+    if "timing_only" in modes:
+        timing_only(out)
     if "ddp" in modes:
         out["ddp_losses"] = train(DistributedDataParallel(model()), steps)
     if "fsdp2" in modes:

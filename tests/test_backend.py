@@ -60,13 +60,15 @@ def test_config_from_env_defaults_and_validation() -> None:
     cfg = EmulationConfig.from_env(2, {"NBOX_WORLD_SIZE": "16", "NBOX_REAL_RANKS": "3,9", "NBOX_SPIN_US": "50",
                                        "NBOX_SCENARIO_SET": "topology.dims.0.latency_us=7\n"})
     assert cfg.real_ranks == (3, 9) and cfg.spin_ns == 50_000
+    assert cfg.move_data and not EmulationConfig.from_env(2, {"NBOX_MOVE_DATA": "0"}).move_data
     assert cfg.scenario.topology.dims[0].latency_us == 7
     bad = [({"NBOX_WORLD_SIZE": "lots"}, "NBOX_WORLD_SIZE: not an integer"),
            ({"NBOX_WORLD_SIZE": "8", "NBOX_REAL_RANKS": "0"}, "NBOX_REAL_RANKS: lists 1 ranks but the job has 2"),
            ({"NBOX_WORLD_SIZE": "8", "NBOX_REAL_RANKS": "0,8"}, "distinct global ranks in 0..7"),
            ({"NBOX_WORLD_SIZE": "8", "NBOX_REAL_RANKS": "1,1"}, "distinct"),
            ({"NBOX_WORLD_SIZE": "8", "NBOX_REAL_RANKS": "a,b"}, "not a comma-separated list"),
-           ({"NBOX_WORLD_SIZE": "0"}, "must be an integer >= 1")]
+           ({"NBOX_WORLD_SIZE": "0"}, "must be an integer >= 1"),
+           ({"NBOX_MOVE_DATA": "no"}, "NBOX_MOVE_DATA: must be 0 or 1, got 'no'")]
     for env, message in bad:
         with pytest.raises(EmulationConfigError, match=message):
             EmulationConfig.from_env(2, env)
@@ -160,6 +162,19 @@ def test_ddp_and_fsdp2_train_at_world_size_eight(w8_n1: dict[str, Any], w8_n2: l
 def test_ddp_and_fsdp2_train_at_world_size_1024_on_two_real_ranks() -> None:
     for r in launch(2, "ddp,fsdp2", 1024):
         assert r["world_size"] == 1024 and _decreasing(r["ddp_losses"]) and _decreasing(r["fsdp2_losses"])
+
+
+@pytest.mark.integration
+def test_timing_only_moves_no_data_and_a_receive_is_answered_from_its_senders_issue() -> None:
+    """``NBOX_MOVE_DATA=0`` (live replay): buffers stay as they were; a receive issued 0.3 s before its send starts
+    at the send's issue (its time travelled in place of the data), not at its own."""
+    r0, r1 = launch(2, "timing_only", 2, NBOX_MOVE_DATA="0")
+    assert r0["timing_only_all_reduce"] == [1.0] * 4 and r1["timing_only_all_reduce"] == [2.0] * 4
+    assert r0["recv_buffer"] == [0.0] * 3
+    assert r0["recv_start_us"] == r1["send_issue_us"] > r0["recv_issue_us"]  # one host: one perf_counter clock
+    moved = launch(2, "timing_only", 2)  # the default moves data: the same script gets the real values
+    assert moved[0]["timing_only_all_reduce"] == [3.0] * 4 and moved[0]["recv_buffer"] == [7.0] * 3
+    assert moved[0]["recv_start_us"] == moved[0]["recv_issue_us"]  # arrivals: its own issue only
 
 
 @pytest.mark.integration
