@@ -237,7 +237,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
         if g.inner is None:
-            if self.config.move_data:  # timing only: not even the mirror copies (they would cost the rank CPU time)
+            if self.config.move_data:  # the mirror copies; timing only skips them (they would cost the rank CPU)
                 with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view
                     works, finish = real(None)
                 run_finish(finish)
