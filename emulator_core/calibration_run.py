@@ -55,7 +55,7 @@ def _failure(config: CalibrateConfig, work: Path, result: LaunchResult) -> Calib
     at = (f"; rank {progress.get('rank', 0)} was measuring {progress.get('collective')} of "
           f"{progress.get('nbytes')} bytes" if isinstance(progress, dict) else "; no rank had started measuring")
     if f.root_rank is not None and f.exit_text is not None:
-        return CalibrationError(f"rank {f.root_rank} {f.exit_text}{then_failed(f.others)}{at}")
+        return CalibrationError(f"rank {f.root_rank} {f.exit_text}{then_failed(f.others)}{at}{f.root_tail_text()}")
     if f.root_error is not None:
         err = f.root_error
         what = (f"in {err.doc.get('collective')} of {err.doc.get('nbytes')} bytes" if err.doc.get("collective")

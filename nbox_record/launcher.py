@@ -204,7 +204,8 @@ def _failure(cfg: RecordConfig, work: Path, result: LaunchResult) -> RecordError
     f = result.failure({rank: d / raw.ERROR for rank, d in dirs.items()})
     node = _NodeNames(cfg, result, read_peers(list(dirs.values())))
     if f.root_rank is not None and f.exit_text is not None:
-        return RecordError(f"rank {f.root_rank}{node.of(f.root_rank)} {f.exit_text}{then_failed(f.others)}")
+        return RecordError(f"rank {f.root_rank}{node.of(f.root_rank)} {f.exit_text}{then_failed(f.others)}"
+                           f"{f.root_tail_text()}")
     if f.root_error is not None:
         err = f.root_error
         lost = node.lost_peer(err.message) if is_consequence(err.message) else ""

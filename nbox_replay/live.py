@@ -208,7 +208,8 @@ def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayErr
     f = result.failure({i: work / f"error{r}.json" for i, r in enumerate(ranks)})
     others = [ranks[i] for i in f.others]
     if f.root_rank is not None and f.exit_text is not None:
-        return LiveReplayError(f"live replay: rank {ranks[f.root_rank]} {f.exit_text}{then_failed(others)}")
+        return LiveReplayError(f"live replay: rank {ranks[f.root_rank]} {f.exit_text}{then_failed(others)}"
+                               f"{f.root_tail_text()}")
     if f.root_error is not None:
         err = f.root_error
         node = (f" at node {err.doc['node_id']} ({str(err.doc.get('node_name'))[:60]})"

@@ -27,7 +27,8 @@ The rules, the same for every caller:
 * Environment: the caller's, without the run-scoped variables of an enclosing nbox run (:data:`DROPPED`), plus
   the launch's additions; ``PYTHONPATH`` = the launch's prefix, the folder holding the nbox packages (unless
   installed), the inherited one; ``OMP_NUM_THREADS=1`` unless set (two ranks x two threads on two cores run ~50x
-  slower); ``PYTHONUNBUFFERED=1``.
+  slower); ``PYTHONUNBUFFERED=1``; ``PYTHONFAULTHANDLER=1`` unless set (a rank that dies of SIGSEGV or SIGABRT
+  writes its Python stack to its stderr log, which the failure report quotes).
 * Deadline: past ``timeout_s`` seconds, or if the caller is interrupted, torchrun's whole process group (it runs
   in its own session) is stopped: SIGTERM, then SIGKILL.
 
@@ -151,12 +152,14 @@ def python_path(prefix: Sequence[str], inherited: str | None) -> str:
 
 def environment(launch: Launch, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ranks' environment: ``base`` (default: this process's) less :data:`DROPPED`, plus ``launch.env``;
-    ``PYTHONPATH`` from :func:`python_path` unless ``launch.env`` sets it; one OpenMP thread unless set."""
+    ``PYTHONPATH`` from :func:`python_path` unless ``launch.env`` sets it; one OpenMP thread and Python's fault
+    handler unless set."""
     inherited = dict(os.environ if base is None else base)
     env = {k: v for k, v in inherited.items() if k not in DROPPED}
     env["PYTHONPATH"] = python_path(launch.pythonpath, inherited.get("PYTHONPATH"))
     env.update(launch.env)
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -358,15 +361,16 @@ class LaunchResult:
         verdict = _verdict(self.stderr)
         tails = rank_tails(self.launch.log_dir)
         launcher_tail = _tail(self.stderr)
+        nproc = self.launch.nproc_per_node
         if verdict is not None and verdict[0] not in {e.rank for e in errors}:
             # The first rank to fail left no error file (a signal, os._exit): the others' errors are consequences.
             return Failure(verdict[0], None, verdict[1], tuple(sorted({verdict[0], *(e.rank for e in errors)})),
-                           self.timed_out, self.returncode, tails, launcher_tail)
+                           self.timed_out, self.returncode, tails, launcher_tail, nproc)
         if errors:
             root = errors[root_error([(e.time_us, e.rank, e.message) for e in errors])]
             return Failure(root.rank, root, None, tuple(e.rank for e in errors), self.timed_out, self.returncode,
-                           tails, launcher_tail)
-        return Failure(None, None, None, (), self.timed_out, self.returncode, tails, launcher_tail)
+                           tails, launcher_tail, nproc)
+        return Failure(None, None, None, (), self.timed_out, self.returncode, tails, launcher_tail, nproc)
 
 
 def run(launch: Launch) -> LaunchResult:
@@ -458,7 +462,21 @@ def root_cause(torchrun_stderr: str) -> tuple[int, str] | None:
 
 
 def _tail(text: str) -> str:
-    return "\n".join(text.strip().splitlines()[-TAIL_LINES:])
+    """The last :data:`TAIL_LINES` lines of ``text``; for a rank that crashed (Python's fault handler wrote
+    "Fatal Python error: ..."), that line and the crashing thread's frames (its "Current thread" block, at most
+    2 x :data:`TAIL_LINES` lines) instead: what killed it and where."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    fatal = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
+    if not fatal:
+        return "\n".join(lines[-TAIL_LINES:])
+    after = lines[fatal[-1] + 1:]
+    start = next((i for i, line in enumerate(after) if line.startswith("Current thread")), 0)
+    stack: list[str] = []
+    for line in after[start:start + 2 * TAIL_LINES]:
+        if stack and not line.startswith(" "):  # the next thread's block, "Extension modules: ...", other output
+            break
+        stack.append(line)
+    return "\n".join([lines[fatal[-1]], *stack])
 
 
 def rank_tails(log_dir: Path) -> dict[int, str]:
@@ -491,6 +509,7 @@ class Failure:
         timed_out, returncode: as in :class:`LaunchResult`.
         stderr_tails: each rank's last stderr lines, by local rank (ranks that wrote nothing are left out).
         launcher_tail: torchrun's own last stderr lines.
+        nproc_per_node: ranks per node (a rank's local rank is its rank modulo this: torchrun's numbering).
     """
 
     root_rank: int | None
@@ -501,6 +520,7 @@ class Failure:
     returncode: int | None
     stderr_tails: Mapping[int, str]
     launcher_tail: str
+    nproc_per_node: int = 1
 
     @property
     def others(self) -> list[int]:
@@ -512,7 +532,20 @@ class Failure:
         starts on a new line; empty when there are none."""
         name, tail = next(((f"local rank {r}", t) for r, t in self.stderr_tails.items()),
                           ("torchrun", self.launcher_tail))
-        return f"\n  last lines of {name}'s stderr:\n    " + tail.replace("\n", "\n    ") if tail else ""
+        return _block(f"{name}'s", tail)
+
+    def root_tail_text(self) -> str:
+        """The root cause's own last stderr lines (from this node's logs), as in :meth:`tail_text`; empty when it
+        wrote none. For a rank killed by a signal this is all there is to say why (a fault handler's stack, an
+        abort's "terminate called ...")."""
+        if self.root_rank is None:
+            return ""
+        return _block("its", self.stderr_tails.get(self.root_rank % self.nproc_per_node, ""))
+
+
+def _block(owner: str, tail: str) -> str:
+    """``tail`` as an indented block headed "last lines of OWNER stderr", on a new line; empty for no tail."""
+    return f"\n  last lines of {owner} stderr:\n    " + tail.replace("\n", "\n    ") if tail else ""
 
 
 def then_failed(ranks: Sequence[int]) -> str:

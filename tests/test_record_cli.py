@@ -213,3 +213,27 @@ def test_a_rank_killed_by_a_signal_is_named(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "rank 1 exited with code -9 (SIGKILL)" in proc.stderr, proc.stderr[-2000:]
     assert not out.exists()
+
+
+def test_a_rank_that_crashes_in_native_code_is_named_with_its_stack(tmp_path: Path) -> None:
+    """A rank killed by SIGSEGV (a crash in native code: here a read of address 0) used to be reported as only
+    "exited with code -11": it writes no error file and nothing to stderr by itself. Now the ranks run with
+    Python's fault handler and the report quotes the dead rank's own stderr: the fault and the Python frame."""
+    script = _script(tmp_path, """
+        import ctypes
+
+        def crash_here():
+            ctypes.string_at(0)
+
+        for i in range(50):
+            if rank == 1 and i == 2:
+                crash_here()
+            step()
+    """)
+    out = tmp_path / "s.bundle"
+    proc = nbox("record", "-o", out, "--timeout", 120, "--", script)
+    assert proc.returncode != 0
+    assert "rank 1 exited with code -11 (SIGSEGV)" in proc.stderr, proc.stderr[-2000:]
+    assert "Fatal Python error: Segmentation fault" in proc.stderr and "crash_here" in proc.stderr, \
+        proc.stderr[-2000:]
+    assert not out.exists()
