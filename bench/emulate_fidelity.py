@@ -172,12 +172,12 @@ def main() -> int:
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
     args = ap.parse_args()
-    if args.testbed:
-        return _testbed(args)
     variants = []
     for v in args.variant:
         name, _, sets = v.partition(":")
         variants.append((name, tuple(x for x in sets.split(",") if x)))
+    if args.testbed:
+        return _testbed(args, tuple(variants) or (("", ()),))
     pairs = tuple((int(w), int(n)) for w, n in (p.split(":") for p in args.pairs.split(",")))
     rows = run(args.example, args.rounds, args.warmup, args.iterations, args.what_if, tuple(args.set),
                tuple(variants) or (("emulated", ()),), pairs)
@@ -187,13 +187,13 @@ def main() -> int:
     return 0
 
 
-def _testbed(args: argparse.Namespace) -> int:
+def _testbed(args: argparse.Namespace, variants: tuple[tuple[str, tuple[str, ...]], ...]) -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     import emulate_fidelity_testbed as tb
 
     with tempfile.TemporaryDirectory(prefix="nbox-emulate-tb-") as tmp:
         rows = tb.run([e for e in args.examples.split(",") if e], args.world, args.rounds, args.steps, args.warmup,
-                      args.rate, args.calibration, args.sizes, args.collectives, args.budget, Path(tmp))
+                      args.rate, args.calibration, args.sizes, args.collectives, args.budget, Path(tmp), variants)
     print(f"\ntestbed: real W = {args.world} ({args.world} nodes x 1 rank, pinned, {args.rate} per link) against "
           f"nbox emulate under the testbed's calibrated scenario\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:

@@ -10,7 +10,9 @@ calibrated on the testbed's own link (``nbox calibrate -n 1 --nnodes 2``, or ``-
   against ``nbox emulate --world-size 4 -n 1`` on node 0 and ``nbox emulate --world-size 4 -n 1 --nnodes 2``
   across nodes 0 and 1 (multi-node emulate: 2 real ranks on 2 nodes, 2 emulated).
 
-Rounds are interleaved (real, each emulated side, real, ...). Per side: median and p10-p90 of the job's
+``--variant NAME:K=V,...`` (repeatable) makes one emulated side per variant with those scenario overrides,
+e.g. ``--variant median:jitter=off --variant jitter:jitter=calibrated``. Rounds are interleaved (real, each
+emulated side, real, ...). Per side: median and p10-p90 of the job's
 per-iteration time (slowest real rank), the error of the emulated median against the real one, and whether it
 lies inside the real spread. Target: |error| <= 5% and inside the spread. Nothing is asserted.
 """
@@ -35,15 +37,17 @@ def _nbox(*args: object) -> list[str]:
 
 
 def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: int, scenario: Path, warmup: int,
-               iterations: int) -> list[float]:
-    """``nbox emulate`` of ``example`` as a world of ``world``, one real rank on each of the first ``nodes`` nodes;
-    the job's per-iteration times (us) as node 0 reports them (every node reports the whole job)."""
+               iterations: int, sets: tuple[str, ...] = ()) -> list[float]:
+    """``nbox emulate`` of ``example`` as a world of ``world``, one real rank on each of the first ``nodes`` nodes,
+    with ``--set`` overrides ``sets``; the job's per-iteration times (us) as node 0 reports them (every node
+    reports the whole job)."""
     ep = f"{tb.node(0).addr}:{PORT + 7}"
 
     def cmd(k: int) -> list[str]:
         multi = ["--nnodes", nodes, "--node-rank", k, "--rdzv-endpoint", ep] if nodes > 1 else []
         return _nbox("emulate", "--example", example, "--world-size", world, "-n", 1, *multi, "--what-if", scenario,
-                     "--warmup", warmup, "--iterations", iterations, "--timeout", 400, "--json")
+                     *[a for kv in sets for a in ("--set", kv)], "--warmup", warmup, "--iterations", iterations,
+                     "--timeout", 400, "--json")
 
     class Some:  # on_nodes runs on every node of the testbed; emulate runs on the first `nodes` only
         def __init__(self) -> None:
@@ -60,7 +64,10 @@ def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: in
 
 
 def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
-        sizes: str, collectives: str, budget: float, tmp: Path) -> list[dict[str, Any]]:
+        sizes: str, collectives: str, budget: float, tmp: Path,
+        variants: tuple[tuple[str, tuple[str, ...]], ...] = (("", ()),)) -> list[dict[str, Any]]:
+    """The rows of the table (module docstring); each of ``variants`` ((name, ``--set`` overrides)) is one more
+    emulated side per real-rank layout, named ``emulate -n 1 [NAME]``."""
     from nbox_trace.testbed import Testbed
 
     rows = []
@@ -76,20 +83,22 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
                 calibration.write_text(scenario.read_text())
                 scenario = calibration
             print(f"calibration: measured -> {scenario}", file=sys.stderr)
-        sides = [("emulate -n 1", 1)] + ([("emulate -n 1 --nnodes 2", 2)] if world > 2 else [])
+        layouts = [("emulate -n 1", 1)] + ([("emulate -n 1 --nnodes 2", 2)] if world > 2 else [])
+        sides = [(f"{label} [{name}]" if name else label, nodes, sets)
+                 for label, nodes in layouts for name, sets in variants]
         cpus = sorted({c for n in tb.nodes for c in n.cpus})
         shared = f"{world} nodes on {len(cpus)} CPU(s)" + (" (oversubscribed)" if world > len(cpus) else "")
         for ex in examples:
             real: list[float] = []
-            emu: dict[str, list[float]] = {name: [] for name, _ in sides}
+            emu: dict[str, list[float]] = {name: [] for name, _, _ in sides}
             per_round: dict[str, list[float]] = {name: [] for name in ["real", *emu]}
             for rnd in range(rounds):
                 job, _ = plain_run(tb, tmp, ex, steps, warmup, rnd)
                 real += job
                 per_round["real"].append(statistics.median(job))
-                for name, nodes in sides:
-                    got = emulate_on(tb, tmp, f"emu-{ex}-{nodes}-{rnd}", ex, world, nodes, scenario, warmup,
-                                     steps - warmup)
+                for i, (name, nodes, sets) in enumerate(sides):
+                    got = emulate_on(tb, tmp, f"emu-{ex}-{i}-{rnd}", ex, world, nodes, scenario, warmup,
+                                     steps - warmup, sets)
                     emu[name] += got
                     per_round[name].append(statistics.median(got))
             obs = statistics.median(real)
@@ -109,7 +118,7 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'example':<18} {'W':>2} {'real ms (p10-p90)':>22} {'side':<24} {'emulated ms (p10-p90)':>22} "
+    lines = [f"{'example':<18} {'W':>2} {'real ms (p10-p90)':>22} {'side':<30} {'emulated ms (p10-p90)':>22} "
              f"{'err':>7}  per-round err       target |err| <= 5%, inside the spread"]
     for r in rows:
         o, lo, hi = (r[k] / 1e3 for k in ("observed_median_us", "observed_p10_us", "observed_p90_us"))
@@ -118,7 +127,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             rounds = " ".join(f"{e:+.0f}%" for e in s["round_errors_pct"])
             real = f"{o:.2f} ({lo:.2f}-{hi:.2f})"
             emu = f"{s['median_us'] / 1e3:.2f} ({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f})"
-            lines.append(f"{r['example']:<18} {r['world']:>2} {real:>22} {name:<24} {emu:>22} "
+            lines.append(f"{r['example']:<18} {r['world']:>2} {real:>22} {name:<30} {emu:>22} "
                          f"{s['error_pct']:+6.1f}%  {rounds:<18}  {met}")
         lines.append(f"  real side: {r['nodes']}, 1 rank per node")
     return "\n".join(lines)
