@@ -1,11 +1,15 @@
 """Where replay loses time on the namespace testbed (issue 15, item 5): measured sizes of candidate causes.
 
     flock /tmp/nbox-ranks.lock python bench/testbed_causes.py --scenario CAL.toml [--sizes 1181952,526336]
+                                  [--cpu-bytes 1638400]
 
 Two nodes x one rank, pinned, 1 Gb/s. Prints, per all-reduce size (default: ddp_mlp's two DDP buckets), gloo's
 median time alone and the scenario's price (``nbox scenario cost``); the buckets issued together (as DDP does:
 gloo runs them on its worker threads at once) against the model's serialized sum; and a matmul loop's time
-alone and while a 16 MiB all-reduce is in flight (gloo's CPU cost on the rank's one core).
+alone and while a 16 MiB all-reduce is in flight (gloo's CPU cost on the rank's one core); and what one
+all_gather, reduce_scatter and all_reduce of ``--cpu-bytes`` (the full buffer; default 1.6 MB, about one
+fsdp2_transformer block) cost in wall time and in the rank process's own CPU time (all its threads, user +
+system; the kernel's TCP work done in softirq on either core is not in it, so it is a lower bound).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="1181952,526336")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--cpu-bytes", type=int, default=1638400)
     args = ap.parse_args()
     from nbox_trace.testbed import Testbed
 
@@ -46,7 +51,7 @@ def main() -> int:
                                "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
                                "--rdzv-conf", f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr,
                                str(ROOT / "bench" / "testbed_causes_worker.py"), str(out), args.sizes,
-                               str(args.reps)], {"OMP_NUM_THREADS": "1", **tb.node(k).env()},
+                               str(args.reps), str(args.cpu_bytes)], {"OMP_NUM_THREADS": "1", **tb.node(k).env()},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(2)]
         if any(tb.wait_all(procs, 500)):
             raise SystemExit("a rank failed")
@@ -65,6 +70,11 @@ def main() -> int:
           f"wire at 0.95 Gb/s {wire / 1e3:.2f} ms")
     print(f"200 x mm(32x512, 512x512): alone {med['mm_alone'] / 1e3:.2f} ms, during a 16 MiB all_reduce "
           f"{med['mm_during_comm'] / 1e3:.2f} ms ({(med['mm_during_comm'] / med['mm_alone'] - 1) * 100:+.0f}%)")
+    print(f"one call of {args.cpu_bytes} bytes (full buffer), medians; CPU = the rank process's, all threads")
+    print(f"{'collective':>16} {'wall ms':>9} {'CPU ms':>8} {'CPU ns/byte':>12}")
+    for name in ("all_gather", "reduce_scatter", "all_reduce"):
+        cpu = med[f"{name}_cpu"]
+        print(f"{name:>16} {med[f'{name}_wall'] / 1e3:9.2f} {cpu / 1e3:8.2f} {cpu * 1e3 / args.cpu_bytes:12.2f}")
     return 0
 
 

@@ -1,6 +1,8 @@
 """One rank of bench/testbed_causes.py (run through torchrun on each testbed node): times gloo all_reduces at
-the given sizes alone, the same sizes issued together (as DDP's buckets are), and a fixed matmul loop alone and
-while a large all_reduce is in flight (gloo's CPU cost on the rank's one core). Writes JSON to argv[1].rank<R>."""
+the given sizes alone, the same sizes issued together (as DDP's buckets are), a fixed matmul loop alone and
+while a large all_reduce is in flight (gloo's CPU cost on the rank's one core), and the process CPU time (all
+threads, user + system) one all_gather / reduce_scatter / all_reduce of argv[4] bytes (the full buffer) costs.
+Writes JSON to argv[1].rank<R>."""
 
 from __future__ import annotations
 
@@ -15,12 +17,18 @@ import torch.distributed as dist
 
 def main() -> None:
     out, sizes, reps = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
+    cpu_bytes = int(sys.argv[4])
     dist.init_process_group("gloo")
+    full, shard = torch.ones(cpu_bytes // 4), torch.ones(cpu_bytes // 4 // dist.get_world_size())
+    calls = {"all_gather": lambda: dist.all_gather_into_tensor(full, shard),
+             "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full),
+             "all_reduce": lambda: dist.all_reduce(full)}
     bufs = [torch.ones(s // 4) for s in sizes]
     big = torch.ones(4 * 1024 * 1024)  # 16 MiB: ~140 ms on the 1 Gb/s link
     a, b = torch.randn(32, 512), torch.randn(512, 512)
     res: dict[str, list[float]] = {f"alone_{s}": [] for s in sizes}
     res.update({"together": [], "mm_alone": [], "mm_during_comm": []})
+    res.update({f"{k}_{m}": [] for k in calls for m in ("wall", "cpu")})
 
     def timed(fn: object) -> float:
         dist.barrier()
@@ -43,6 +51,13 @@ def main() -> None:
         mm_loop()
         res["mm_during_comm"].append((time.perf_counter() - t) * 1e6)
         work.wait()
+        for name, call in calls.items():  # per call, over 5 calls: wall and this process's CPU (us)
+            dist.barrier()
+            c, t = time.process_time(), time.perf_counter()
+            for _ in range(5):
+                call()
+            res[f"{name}_wall"].append((time.perf_counter() - t) * 1e6 / 5)
+            res[f"{name}_cpu"].append((time.process_time() - c) * 1e6 / 5)
     with open(f"{out}.rank{dist.get_rank()}", "w") as f:
         json.dump({k: statistics.median(v) for k, v in res.items()} | {"raw": res}, f)
     dist.destroy_process_group()
