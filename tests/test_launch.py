@@ -4,6 +4,7 @@ disagree (issue 12)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -201,3 +202,52 @@ def test_addresses_of_this_machine() -> None:
     assert L.is_local_address("127.0.0.1") and not L.is_local_address("192.0.2.1")
     assert L.route_source("127.0.0.1") == "127.0.0.1" and L.interface_of("127.0.0.1") == "lo"
     assert L.interface_of("192.0.2.1") is None
+
+
+FAULT_LOG = """some output of the script
+Fatal Python error: Segmentation fault
+
+Thread 0x00007f9bf607b6c0 (most recent call first):
+  File "/x/recordwatch.py", line 38 in report_progress
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+
+Current thread 0x00007f9bf7836b80 (most recent call first):
+  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at
+  File "/tmp/train.py", line 18 in crash_here
+  File "/tmp/train.py", line 21 in <module>
+
+Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+"""
+
+
+def test_a_crashed_ranks_tail_is_the_fault_and_the_crashing_threads_frames(tmp_path: Path) -> None:
+    """Python's fault handler prints every thread, the crashing one last but for "Extension modules": the last 8
+    lines would miss the fault's name and keep module names. The excerpt is the fault line and the "Current
+    thread" block only; a log without a fault keeps its last lines."""
+    log = tmp_path / "logs" / "run" / "attempt_0" / "1" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(FAULT_LOG)
+    tail = L.rank_tails(tmp_path / "logs")[1]
+    assert tail.splitlines() == ["Fatal Python error: Segmentation fault",
+                                 "Current thread 0x00007f9bf7836b80 (most recent call first):",
+                                 '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at',
+                                 '  File "/tmp/train.py", line 18 in crash_here',
+                                 '  File "/tmp/train.py", line 21 in <module>']
+    plain = "\n".join(f"line {i}" for i in range(20))
+    log.write_text(plain)
+    assert L.rank_tails(tmp_path / "logs")[1] == "\n".join(f"line {i}" for i in range(12, 20))
+
+
+def test_the_root_ranks_own_tail_is_found_by_its_local_rank(tmp_path: Path) -> None:
+    """On node 1 of a 2 x 2 run, torchrun's rank 3 is local rank 1: its log, not local rank 0's, is quoted."""
+    for local, text in ((0, "rank 2 said nothing useful"), (1, FAULT_LOG)):
+        log = tmp_path / "logs" / "run" / "attempt_0" / str(local) / "stderr.log"
+        log.parent.mkdir(parents=True)
+        log.write_text(text)
+    launch = L.Launch("train.py", tmp_path / "logs", nproc_per_node=2, nnodes="2", node_rank=1,
+                      rdzv_endpoint="10.0.0.1:29400")
+    f = L.LaunchResult(launch, 1, False, "").failure({})
+    f = dataclasses.replace(f, root_rank=3)
+    assert f.root_tail_text().startswith("\n  last lines of its stderr:\n    Fatal Python error: Segmentation fault")
+    assert "crash_here" in f.root_tail_text() and "rank 2 said" not in f.root_tail_text()
+    assert dataclasses.replace(f, root_rank=None).root_tail_text() == ""
