@@ -129,6 +129,9 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
     ap.add_argument("--live", action="store_true", help="--testbed: also replay live each round (on one node)")
     ap.add_argument("--capture", type=int, default=5, help="--testbed: nbox record --capture (iterations captured)")
+    ap.add_argument("--lean", type=int, default=0,
+                    help="--testbed: nbox record --lean-iterations (the prediction's 'off' column then plays the "
+                         "lean pass's times and gaps, 'proportional' the profiled times)")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="--testbed: keep the bundles and logs here (default: a temporary directory)")
     args = ap.parse_args()
@@ -151,7 +154,7 @@ def _testbed(args: argparse.Namespace) -> int:
         work.mkdir(parents=True, exist_ok=True)
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
-                                args.capture, args.live)
+                                args.capture, args.live, args.lean)
     print(f"\ntestbed: 2 nodes x 1 rank, pinned, {args.rate}; scenario {scenario}; prediction = virtual clock, "
           "recorded compute; --live: live replay across the nodes\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:

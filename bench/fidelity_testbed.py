@@ -74,14 +74,16 @@ def calibrate(tb: Any, tmp: Path, sizes: str, collectives: str, budget: float) -
     return out
 
 
-def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, capture: int) -> tuple[Path, float]:
+def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, capture: int,
+           lean: int = 0) -> tuple[Path, float]:
     """The merged bundle of a two-node recording (``capture`` iterations captured: the replay's median over them
     keeps one slow captured operator from setting the prediction), and its observed median (us)."""
     ep = f"{tb.node(0).addr}:{PORT}"
     parts = [tmp / f"{example}.n{k}.bundle" for k in range(len(tb.nodes))]
     on_nodes(tb, tmp, f"record-{example}", lambda k: _nbox(
         "record", "--example", example, "-n", 1, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep,
-        "--warmup", warmup, "--iterations", iterations, "--capture", capture, "--timeout", 500, "-o", parts[k],
+        "--warmup", warmup, "--iterations", iterations, "--capture", capture, "--lean-iterations", lean,
+        "--timeout", 500, "-o", parts[k],
         "--overwrite"))
     merged = tmp / f"{example}.bundle"
     subprocess.run(_nbox("bundle", "merge", *parts, "-o", merged, "--overwrite"), check=True, cwd=ROOT,
@@ -187,7 +189,7 @@ def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
 
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
-        live: bool = False) -> tuple[list[dict[str, Any]], Path]:
+        live: bool = False, lean: int = 0) -> tuple[list[dict[str, Any]], Path]:
     from nbox_trace.testbed import Testbed
 
     rows = []
@@ -202,7 +204,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                 scenario = calibration
             print(f"calibration: measured -> {scenario}", file=sys.stderr)
         for ex in examples:
-            bundle, recorder_obs = record(tb, tmp, ex, warmup, steps - warmup, capture)
+            bundle, recorder_obs = record(tb, tmp, ex, warmup, steps - warmup, capture, lean)
             pred = predict(bundle, scenario) | captured(bundle)
             p = pred["predicted_us"]
             real: list[float] = []
@@ -249,7 +251,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         if "live_us" in r:
             lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed): "
                          f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
-    lines.append("prediction by profiler correction (error against the observed median):")
+    lines.append("prediction by --profiler-correction (error against the observed median; on: the lean pass's times "
+                 "and gaps; a named rule: the profiled times under it, as without a lean pass):")
     for r in rows:
         by = r.get("predicted_by_rule_us") or {}
         obs = r["observed_median_us"]

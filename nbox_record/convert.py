@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbox_record.comms import load_collective_log
+from nbox_record.convertattrs import GAP_ATTR, set_attr
 from nbox_record.convertcomm import CommNodes
 from nbox_record.convertcomp import comp_item
 from nbox_record.convertdevice import DeviceFacts, device_facts
@@ -117,21 +118,27 @@ def _assemble(inputs: RankInputs, world_size: int | None) -> RankConversion:
     records = comms.records()
     items: list[OutNode] = []
     item_of_et: dict[int, int] = {}
-    matched = 0
+    matched = lean_timed = 0
     for n in w.tops:
         if n.id in internal:
             continue
         ev = inputs.ev(n)
         matched += ev is not None
         item_of_et[n.id] = len(items)
-        items.append(comp_item(n, ev, w, et))
+        lean = inputs.lean_of(n)
+        lean_timed += lean is not None
+        items.append(comp_item(n, ev, w, et, lean))
     sources: dict[str, int] = {}
     for a in w.anchors:
         f = comms.facts(a, records.get(a.node.id))
         sources[f.source] = sources.get(f.source, 0) + 1
         matched += inputs.ev(a.node) is not None
         item_of_et[a.node.id] = len(items)
-        items.append(comms.item(a, f))
+        comm = comms.item(a, f)
+        lean = inputs.lean_of(a.node)
+        if lean is not None:
+            set_attr(comm.node, GAP_ATTR, max(0, round(lean.gap_us)))
+        items.append(comm)
     n_cpu = len(items)
     items += gpu_items(inputs, items, item_of_et, stats)
     order = sorted(range(len(items)), key=lambda i: items[i].key)
@@ -155,6 +162,7 @@ def _assemble(inputs: RankInputs, world_size: int | None) -> RankConversion:
     s.update(top_level_ops=sum(1 for it in items if it.node.type == pb.COMP_NODE and it.thread is not None),
              comm_nodes=len(w.anchors), gpu_nodes=len(items) - n_cpu,
              metadata_nodes=first_id, kineto_matched=matched, kineto_unmatched=n_cpu - matched,
+             lean_timed=lean_timed, lean_iterations=inputs.lean_iterations,
              dropped_markers=len(w.loose_markers), dropped_collective_internal=len(internal),
              deps_dropped=dropped_deps, total_nodes=len(nodes))
     s["dropped"] = s["dropped_markers"] + s["dropped_collective_internal"] + s["unreachable_nodes"]
@@ -167,7 +175,8 @@ def _assemble(inputs: RankInputs, world_size: int | None) -> RankConversion:
 
 
 def convert_rank(host_et: Path, kineto: Path | None, *, rank: int, collectives: Path | None = None,
-                 world_size: int | None = None, max_input_bytes: int = DEFAULT_MAX_JSON_BYTES) -> RankConversion:
+                 world_size: int | None = None, max_input_bytes: int = DEFAULT_MAX_JSON_BYTES,
+                 lean_kineto: Path | None = None) -> RankConversion:
     """Convert one rank's host ET (+ Kineto, + nbox's ``collectives.json``) to Chakra nodes.
 
     Args:
@@ -177,6 +186,9 @@ def convert_rank(host_et: Path, kineto: Path | None, *, rank: int, collectives: 
         collectives: nbox's collective log (needed for gloo, which records no ``record_param_comms``).
         world_size: the job's world size if known (else taken from the inputs).
         max_input_bytes: cap on the (inflated) size of each input file.
+        lean_kineto: the lean pass's Kineto trace (:mod:`nbox_record.leantiming`): the captured top-level
+            operators found in it take its median durations (the recorded ones kept as
+            ``nbox_profiled_duration_micros``) and carry the gap before them (``nbox_gap_micros``).
 
     Raises:
         InputNotFoundError: an input file is missing.
@@ -194,4 +206,6 @@ def convert_rank(host_et: Path, kineto: Path | None, *, rank: int, collectives: 
         raise InvalidInputError(f"{kineto}: Kineto trace of rank {trace.rank} (its distributedInfo), "
                                 f"converting rank {rank}")
     log = load_collective_log(collectives, rank=rank, max_bytes=max_input_bytes) if collectives is not None else None
-    return _assemble(RankInputs.join(et, trace, log, rank), world_size)
+    lean = read_kineto(lean_kineto, max_bytes=max_input_bytes) if lean_kineto is not None and trace is not None \
+        else None
+    return _assemble(RankInputs.join(et, trace, log, rank, lean), world_size)

@@ -41,6 +41,13 @@ def write_io(n: EtNode, node: pb.Node) -> None:
         set_attr(node, "nbox_output_strides", dumps(n.outputs.strides))
 
 
+#: A lean-timed node's duration as the profiled capture recorded it (us); its ``duration_micros`` is the lean
+#: pass's (:mod:`nbox_record.leantiming`).
+PROFILED_ATTR = "nbox_profiled_duration_micros"
+#: The framework's time on the node's thread before it, from the previous top-level operator (lean pass, us).
+GAP_ATTR = "nbox_gap_micros"
+
+
 def write_times(node: pb.Node, ev: CpuEvent | None) -> None:
     """Start and duration (microseconds, rounded) from the Kineto event; ``nbox_untimed`` without one."""
     if ev is None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbox_record.convertattrs import MAX_NAME, dumps, set_attr, storages, write_io, write_times
+from nbox_record.convertattrs import GAP_ATTR, MAX_NAME, PROFILED_ATTR, dumps, set_attr, storages, write_io, write_times
 from nbox_record.deps import OutNode
 from nbox_record.hostet import EtNode, HostEt
 from nbox_record.kineto import CpuEvent
+from nbox_record.leantiming import LeanTime
 from nbox_record.toplevel import Walk, op_namespace, runnable_descendants
 from nbox_trace.chakra import et_def_pb2 as pb
 
@@ -46,8 +47,10 @@ def _children(n: EtNode, et: HostEt, w: Walk, node: pb.Node) -> None:
     set_attr(node, "nbox_children", text)
 
 
-def comp_item(n: EtNode, ev: CpuEvent | None, w: Walk, et: HostEt) -> OutNode:
-    """The top-level operator ``n`` (Kineto event ``ev``, if matched) as a CPU ``COMP_NODE``."""
+def comp_item(n: EtNode, ev: CpuEvent | None, w: Walk, et: HostEt, lean: LeanTime | None = None) -> OutNode:
+    """The top-level operator ``n`` (Kineto event ``ev``, if matched) as a CPU ``COMP_NODE``; with its lean
+    figures (:mod:`nbox_record.leantiming`) their duration (the recorded one kept as
+    ``nbox_profiled_duration_micros``) and the gap before it (``nbox_gap_micros``)."""
     node = pb.Node(name=n.name[:MAX_NAME], type=pb.COMP_NODE)
     set_attr(node, "is_cpu_op", True)
     set_attr(node, "op_schema", n.op_schema)
@@ -61,6 +64,10 @@ def comp_item(n: EtNode, ev: CpuEvent | None, w: Walk, et: HostEt) -> OutNode:
     write_io(n, node)
     _children(n, et, w, node)
     write_times(node, ev)
+    if ev is not None and lean is not None:
+        set_attr(node, PROFILED_ATTR, node.duration_micros)
+        node.duration_micros = max(0, round(lean.duration_us))
+        set_attr(node, GAP_ATTR, max(0, round(lean.gap_us)))
     return OutNode((n.order, 0, 0.0, 0), node, thread=n.tid, start=None if ev is None else ev.ts,
                    end=None if ev is None else ev.end, reads=storages(n.inputs.values),
                    writes=storages(n.outputs.values))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from nbox_record.comms import CollectiveLogData
 from nbox_record.hostet import EtNode, HostEt
 from nbox_record.kineto import CpuEvent, KinetoTrace, join_host_ops
+from nbox_record.leantiming import LeanTime, lean_times
 from nbox_record.nesting import repair_nesting
 from nbox_record.toplevel import BOOKKEEPING, Walk, walk
 
@@ -24,11 +25,15 @@ class RankInputs:
     ev_of: dict[int, int] = field(default_factory=dict)  # ET node id -> index in ``trace.cpu``
     join_method: str = "none"  # how the ET was joined to Kineto (``nbox_kineto_join``)
     nesting_repaired: int = 0  # ET nodes re-parented by Kineto's clock (:mod:`nbox_record.nesting`)
+    lean: dict[int, LeanTime] = field(default_factory=dict)  # index in ``trace.cpu`` -> lean figures
+    lean_iterations: int = 0  # iterations of the lean pass (0: none)
 
     @classmethod
-    def join(cls, et: HostEt, trace: KinetoTrace | None, log: CollectiveLogData | None, rank: int) -> RankInputs:
+    def join(cls, et: HostEt, trace: KinetoTrace | None, log: CollectiveLogData | None, rank: int,
+             lean: KinetoTrace | None = None) -> RankInputs:
         """Match the ET's operators (bookkeeping markers left out) to Kineto's events, repair the ET's nesting by
-        their times (:mod:`nbox_record.nesting`), then walk it."""
+        their times (:mod:`nbox_record.nesting`), then walk it; with the lean pass's trace, the captured events'
+        lean figures (:mod:`nbox_record.leantiming`)."""
         ev_of: dict[int, int] = {}
         method, repaired = "none", 0
         if trace is not None:
@@ -37,10 +42,20 @@ class RankInputs:
             ev_of, method = join_host_ops(nodes, trace)
             if method == "rf_id":  # an order join can pair an operator with another call of the same name
                 et, repaired = repair_nesting(et, ev_of, trace)
-        return cls(et, trace, log, rank, walk(et), ev_of, method, repaired)
+        found: dict[int, LeanTime] = {}
+        iterations = 0
+        if trace is not None and lean is not None:
+            found = lean_times(trace, lean)
+            iterations = max((t.samples for t in found.values()), default=0)
+        return cls(et, trace, log, rank, walk(et), ev_of, method, repaired, found, iterations)
 
     def ev(self, n: EtNode) -> CpuEvent | None:
         """The Kineto CPU event of an ET node, if the join found one (times in microseconds)."""
         assert self.trace is not None or not self.ev_of
         i = self.ev_of.get(n.id)
         return None if i is None or self.trace is None else self.trace.cpu[i]
+
+    def lean_of(self, n: EtNode) -> LeanTime | None:
+        """The lean pass's figures for an ET node (its Kineto event's counterpart), if any."""
+        i = self.ev_of.get(n.id)
+        return None if i is None else self.lean.get(i)

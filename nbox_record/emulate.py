@@ -345,12 +345,14 @@ def _job_results(path: Path, real_ranks: int) -> dict[int, dict[str, Any]]:
 
 
 def _record_config(cfg: EmulateConfig, work: Path) -> RecordConfig:
-    """The :class:`RecordConfig` the shared launcher functions take (capture=1 is unused: no capture)."""
+    """The :class:`RecordConfig` the shared launcher functions take (capture=1 is unused without ``-o``; ``-o``
+    captures one iteration without a lean pass: the script's steps are the user's, and an emulated bundle is
+    replayed for its collectives, whose times the model gives)."""
     return RecordConfig(out=cfg.out or work, overwrite=cfg.overwrite, script=cfg.script, script_args=cfg.script_args,
                         example=cfg.example,
                         nproc_per_node=cfg.nproc, nnodes=cfg.nnodes, node_rank=cfg.node_rank,
                         rdzv_endpoint=cfg.rdzv_endpoint, local_addr=cfg.local_addr, rdzv_host=cfg.rdzv_host,
-                        warmup=cfg.warmup, iterations=cfg.iterations, capture=1,
+                        warmup=cfg.warmup, iterations=cfg.iterations, capture=1, lean=0,
                         backend="gloo", timeout_s=cfg.timeout_s, extra_env=dict(cfg.extra_env))
 
 

@@ -27,6 +27,7 @@ class RankInput:
     kineto: Path | None = None
     collectives: Path | None = None
     world_size: int | None = None
+    lean_kineto: Path | None = None  # the lean pass's Kineto trace (nbox_record.leantiming)
 
 
 @dataclass
@@ -55,7 +56,7 @@ def convert_ranks(ranks: dict[int, RankInput], staging: Path) -> ConvertedRanks:
     devices: list[DeviceFacts] = []
     for rank, item in sorted(ranks.items()):
         conv = convert_rank(item.host_et, item.kineto, rank=rank, collectives=item.collectives,
-                            world_size=item.world_size)
+                            world_size=item.world_size, lean_kineto=item.lean_kineto)
         files[f"trace/trace.{rank}.et"] = write_et(staging / f"trace.{rank}.et", conv.metadata, conv.nodes)
         nodes[rank] = len(conv.nodes)
         devices.append(conv.device)

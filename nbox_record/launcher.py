@@ -63,6 +63,7 @@ class RecordConfig:
     warmup: int = 3
     iterations: int = 10
     capture: int = 1
+    lean: int = 0                       # iterations profiled by Kineto alone before the capture (leantiming)
     backend: str = "auto"               # auto | gloo | nccl
     run_to_end: bool = False
     keep_partial: bool = False
@@ -77,7 +78,7 @@ class RecordConfig:
             raise UsageError(f"-n/--nproc-per-node must be >= 1, got {self.nproc_per_node}")
         check_nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.local_addr)
         for flag, value, lo in (("--warmup", self.warmup, 0), ("--iterations", self.iterations, 1),
-                                ("--capture", self.capture, 1)):
+                                ("--capture", self.capture, 1), ("--lean-iterations", self.lean, 0)):
             if value < lo:
                 raise UsageError(f"{flag} must be >= {lo}, got {value}")
         if self.backend not in ("auto", "gloo", "nccl"):
@@ -120,10 +121,10 @@ def launch_spec(cfg: RecordConfig, work: Path, backend: str, log_dir: Path) -> L
     first on ``PYTHONPATH``) and ``NBOX_BACKEND``."""
     args = list(cfg.script_args)
     if cfg.script is None:  # a built-in example runs exactly the iterations the capture needs, plus slack
-        args = ["--steps", str(max(cfg.warmup, 1) + cfg.iterations + cfg.capture + 2), *args]
+        args = ["--steps", str(max(cfg.warmup, 1) + cfg.iterations + cfg.lean + cfg.capture + 2), *args]
     inherited = cfg.extra_env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
     env = {**cfg.extra_env,
-           **record_env(work, warmup=cfg.warmup, iterations=cfg.iterations, capture=cfg.capture,
+           **record_env(work, warmup=cfg.warmup, iterations=cfg.iterations, capture=cfg.capture, lean=cfg.lean,
                         run_to_end=cfg.run_to_end, pythonpath=inherited),
            "NBOX_BACKEND": backend}  # read by the built-in examples
     return Launch(str(script_path(cfg)), log_dir, args=tuple(args), nproc_per_node=cfg.nproc_per_node,
@@ -237,7 +238,7 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
     log_dir = work / "logs"
     try:
         say(f"launching {cfg.nproc_per_node} rank(s) of {script.name} ({backend}): warm-up {cfg.warmup}, "
-            f"timed {cfg.iterations}, captured {cfg.capture}")
+            f"timed {cfg.iterations}, lean {cfg.lean}, captured {cfg.capture}")
         result = run(launch_spec(cfg, work, backend, log_dir))
         dirs = _rank_dirs(work)
         complete = result.ok and len(dirs) == cfg.nproc_per_node and all(
@@ -293,10 +294,11 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
         timings[rank] = _read_json(d / raw.TIMINGS)
         if emulation:
             timings[rank]["world_size"] = int(emulation["world_size"])
-        kineto, coll = d / raw.KINETO, d / raw.COLLECTIVES
+        kineto, coll, lean = d / raw.KINETO, d / raw.COLLECTIVES, d / raw.KINETO_LEAN
         inputs[rank] = RankInput(d / raw.HOST_ET, kineto if kineto.is_file() else None,
                                  coll if coll.is_file() else None,
-                                 int(timings[rank].get("world_size", 0)) or None)
+                                 int(timings[rank].get("world_size", 0)) or None,
+                                 lean if lean.is_file() else None)
     if not timings:
         raise RecordError(f"no rank produced a usable capture in {work}")
     conv = convert_ranks(inputs, staging)
@@ -319,6 +321,7 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
              "args": list(cfg.script_args), **_node_facts(cfg, timings, local_addr)},
         observed=observed,
         capture={"warmup": cfg.warmup, "iterations_timed": cfg.iterations, "iterations_captured": cfg.capture,
+                 "iterations_lean": cfg.lean,
                  "boundary": first.get("boundary"), "raw_format": raw.RAW_FORMAT_VERSION},
         complete=complete,
         kind="emulated" if emulation else "recorded",

@@ -9,13 +9,17 @@ injected. Each rank writes, into ``<work_dir>/rank<R>/``:
 ``kineto.json``
     The Kineto (``torch.profiler.profile``) Chrome trace of the same iteration(s), recorded in the
     same profiler session, so ET ``rf_id`` == Kineto ``args["Record function id"]``.
+``kineto_lean.json``
+    The Kineto trace of the lean pass, the iterations just before the capture, profiled by Kineto alone (no
+    ET observer, no shapes): the operators' times without the observer's cost (:mod:`nbox_record.leantiming`).
+    Absent with ``--lean-iterations 0``.
 ``collectives.json``
     nbox's own log of every collective and p2p operation issued during the captured iteration(s)
     (gloo emits no ``record_param_comms``): a :class:`CollectiveLog`.
 ``timings.json``
     The clean (un-instrumented) iteration times and the facts of the run: a :class:`RankTimings`.
 ``progress.json``
-    ``{"phase": "warmup|timing|capture|done|failed", "iteration": N, "time_us": T}``, kept current about
+    ``{"phase": "warmup|timing|lean|capture|done|failed", "iteration": N, "time_us": T}``, kept current about
     once a second by a background thread, so a run stopped at its deadline can say where each rank was.
 ``error.json``
     Only when the script failed on this rank: ``{"rank": R, "type": "...", "message": "...",
@@ -32,6 +36,7 @@ RAW_FORMAT_VERSION = 1
 
 HOST_ET = "host_et.json"
 KINETO = "kineto.json"
+KINETO_LEAN = "kineto_lean.json"
 COLLECTIVES = "collectives.json"
 TIMINGS = "timings.json"
 ERROR = "error.json"

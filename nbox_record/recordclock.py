@@ -1,7 +1,8 @@
 """Iteration boundaries and timing of one recording rank (see :mod:`nbox_record.bootstrap`, "Iterations").
 
 Boundary n (1-based): n < W warm-up; n = W starts the clock; each boundary up to W+K closes one timed
-iteration; then the capture runs from W+K to W+K+C (:func:`step_at`).
+iteration; then the lean pass (Kineto alone, :mod:`nbox_record.leantiming`) runs from W+K to W+K+L, and the
+capture from W+K+L to W+K+L+C (:func:`step_at`; L = 0: the capture starts at W+K).
 
 The captured iterations are timed the same way (wall, and the training thread's time on a CPU and in a run
 queue, :mod:`nbox_record.threadtime`), so that the replay can tell how much the profiler inflated the
@@ -19,9 +20,9 @@ from typing import Literal
 from nbox_record.recordenv import Config
 from nbox_record.threadtime import ThreadTimes
 
-#: What a boundary calls for: start the capture, mark a captured boundary, finish the capture, or (no
-#: capture) finish after the timed iterations.
-Step = Literal["start_capture", "mark", "finish_capture", "finish_timing"]
+#: What a boundary calls for: start the lean pass, finish it and start the capture, start the capture (no lean
+#: pass), mark a lean or captured boundary, finish the capture, or (no capture) finish after the timed iterations.
+Step = Literal["start_lean", "finish_lean", "start_capture", "mark", "finish_capture", "finish_timing"]
 
 
 def step_at(n: int, config: Config) -> Step | None:
@@ -29,11 +30,17 @@ def step_at(n: int, config: Config) -> Step | None:
     warmup, timed, captured = config.effective_warmup, config.iterations, config.capture
     if config.no_capture:
         return "finish_timing" if n == warmup + timed else None
-    if n == warmup + timed:
-        return "start_capture"
-    if warmup + timed < n < warmup + timed + captured:
+    lean = config.effective_lean
+    if lean and n == warmup + timed:
+        return "start_lean"
+    if lean and warmup + timed < n < warmup + timed + lean:
         return "mark"
-    if n == warmup + timed + captured:
+    first = warmup + timed + lean  # the capture's first boundary
+    if n == first:
+        return "finish_lean" if lean else "start_capture"
+    if first < n < first + captured:
+        return "mark"
+    if n == first + captured:
         return "finish_capture"
     return None
 
@@ -50,8 +57,8 @@ def now_s() -> float:
 class IterationClock:
     """The boundaries counted so far, of which kind, and the timed iterations' durations (microseconds)."""
 
-    def __init__(self, warmup: int, timed: int, captured: int = 0) -> None:
-        self.warmup, self.timed, self.captured = warmup, timed, captured
+    def __init__(self, warmup: int, timed: int, captured: int = 0, lean: int = 0) -> None:
+        self.warmup, self.timed, self.captured, self.lean = warmup, timed, captured, lean
         self.kind: str | None = None  # "optimizer_step" | "marker"
         self.count = 0
         self.iteration_us: list[float] = []
@@ -85,7 +92,8 @@ class IterationClock:
             self._t_prev, self._tt_prev = now, tt
             if n == warmup + timed:
                 self.window.append(now)
-        elif warmup + timed < n <= warmup + timed + self.captured and self._cap_prev is not None:
+        elif (warmup + timed + self.lean < n <= warmup + timed + self.lean + self.captured
+              and self._cap_prev is not None):
             t_prev, tt_prev = self._cap_prev
             self.capture_us.append((now - t_prev) * 1e6)
             if tt is not None and tt_prev is not None:
@@ -94,7 +102,7 @@ class IterationClock:
             self._cap_prev = (now, tt)
 
     def capture_started(self, now: float, tt: ThreadTimes | None) -> None:
-        """The profiler has started (after boundary W+K): the first captured iteration is timed from here."""
+        """The profiler has started (after boundary W+K+L): the first captured iteration is timed from here."""
         self._cap_prev = (now, tt)
 
     def window_s(self) -> tuple[float, float]:

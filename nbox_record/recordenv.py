@@ -18,6 +18,9 @@ ENV_DIR = "NBOX_RECORD_DIR"
 ENV_WARMUP = "NBOX_WARMUP"
 ENV_ITERATIONS = "NBOX_ITERATIONS"
 ENV_CAPTURE = "NBOX_CAPTURE"
+#: Iterations profiled by Kineto alone just before the capture (operator times without the ET observer's cost,
+#: :mod:`nbox_record.leantiming`); 0: none.
+ENV_LEAN = "NBOX_LEAN_ITERATIONS"
 ENV_RUN_TO_END = "NBOX_RUN_TO_END"
 ENV_BOUNDARY_TIMEOUT = "NBOX_BOUNDARY_TIMEOUT_S"
 ENV_EXIT_BARRIER_TIMEOUT = "NBOX_EXIT_BARRIER_TIMEOUT_S"
@@ -38,6 +41,7 @@ class Config:
     warmup: int = 3
     iterations: int = 10
     capture: int = 1
+    lean: int = 0
     run_to_end: bool = False
     boundary_timeout_s: float = 120.0
     exit_barrier_timeout_s: float = 60.0
@@ -48,6 +52,17 @@ class Config:
     def effective_warmup(self) -> int:
         """At least one iteration is skipped: the first has no boundary to start its clock."""
         return max(self.warmup, 1)
+
+    @property
+    def effective_lean(self) -> int:
+        """Lean iterations run: none without a capture."""
+        return 0 if self.no_capture else self.lean
+
+    @property
+    def needed(self) -> int:
+        """Iteration boundaries the rank needs: warm-up + timed + lean + captured (timed only without a capture)."""
+        captured = 0 if self.no_capture else self.capture
+        return self.effective_warmup + self.iterations + self.effective_lean + captured
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -93,6 +108,7 @@ def config_from_env(env: Mapping[str, str] | None = None) -> Config:
         warmup=_int_env(env, ENV_WARMUP, 3, 0),
         iterations=_int_env(env, ENV_ITERATIONS, 10, 1),
         capture=_int_env(env, ENV_CAPTURE, 1, 1),
+        lean=_int_env(env, ENV_LEAN, 0, 0),
         run_to_end=flags[ENV_RUN_TO_END],
         boundary_timeout_s=_seconds_env(env, ENV_BOUNDARY_TIMEOUT, 120.0),
         exit_barrier_timeout_s=_seconds_env(env, ENV_EXIT_BARRIER_TIMEOUT, 60.0),
@@ -112,6 +128,7 @@ def record_env(
     warmup: int = 3,
     iterations: int = 10,
     capture: int = 1,
+    lean: int = 0,
     run_to_end: bool = False,
     boundary_timeout_s: float = 120.0,
     pythonpath: str | None = None,
@@ -130,6 +147,7 @@ def record_env(
         ENV_WARMUP: str(warmup),
         ENV_ITERATIONS: str(iterations),
         ENV_CAPTURE: str(capture),
+        ENV_LEAN: str(lean),
         ENV_RUN_TO_END: "1" if run_to_end else "0",
         ENV_BOUNDARY_TIMEOUT: repr(float(boundary_timeout_s)),
         ENV_NO_CAPTURE: "1" if no_capture else "0",

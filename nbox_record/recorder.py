@@ -27,7 +27,7 @@ from nbox_record.recordenv import ENV_BOUNDARY_TIMEOUT, Config
 from nbox_record.recordexit import EXIT_FAILURE, ErrorFile, flush_everything, stop_process
 from nbox_record.recordfacts import optimizer_device, rank_timings
 from nbox_record.recordpeers import announce, collect
-from nbox_record.recordsession import CaptureSession, mark_boundary, profiler_in_use
+from nbox_record.recordsession import CaptureSession, LeanSession, mark_boundary, profiler_in_use
 from nbox_record.recordwatch import report_progress, start_daemon, watch_first_boundary
 from nbox_record.scriptprofiler import install as install_script_profiler
 from nbox_record.threadtime import thread_times_ns
@@ -50,10 +50,11 @@ class Recorder:
         self.world_size = world_size
         self.out_dir = config.record_dir / f"rank{rank}"
         self.pid = os.getpid()
-        self.phase = "warmup"                     # warmup | timing | capture | done | failed
+        self.phase = "warmup"                     # warmup | timing | lean | capture | done | failed
         self.clock = IterationClock(config.effective_warmup, config.iterations,
-                                    0 if config.no_capture else config.capture)
+                                    0 if config.no_capture else config.capture, config.effective_lean)
         self.session = CaptureSession(self.out_dir, config.emulate)
+        self.lean = LeanSession(self.out_dir)
         self.errors = ErrorFile(self.out_dir, rank, self.pid)
         self._optimizer: weakref.ReferenceType[Any] | None = None
         self._hook_handle: Any = None
@@ -128,6 +129,7 @@ class Recorder:
         if self.phase in ("done", "failed") or os.getpid() != self.pid:
             return
         if self.clock.kind != "marker":
+            self.lean.abort()
             self.session.abort()
             self.clock.restart("marker")
             self.phase = "warmup"
@@ -159,6 +161,7 @@ class Recorder:
         if n == self.config.effective_warmup:
             self.phase = "timing"
         steps: dict[str, Callable[[], None]] = {
+            "start_lean": self._start_lean, "finish_lean": self._finish_lean,
             "start_capture": self._start_capture, "mark": mark_boundary,
             "finish_capture": self._finish_capture, "finish_timing": self._finish_timing}
         found = step_at(n, self.config)
@@ -181,14 +184,31 @@ class Recorder:
         if not self._peers_known:
             self._peers_known = collect(self.out_dir, self.world_size)
 
-    def _start_capture(self) -> None:
+    def _timed_over(self) -> None:
+        """The timed iterations are over: peers known, the emulate report written (``nbox emulate -o`` captures
+        after them), and no other profiler session running."""
         self._collect_peers()
-        self._write_emulate_report()  # the timed iterations are over (nbox emulate -o captures after them)
+        self._write_emulate_report()
         if profiler_in_use():
             self.fail("ProfilerInUse",
                       "a profiler session is already running (torch.autograd.profiler, or one started before "
                       "nbox could stand in for torch.profiler.profile); nbox needs the profiler for its capture. "
                       "Run the script without that profiler for `nbox record`.")
+
+    def _start_lean(self) -> None:
+        self._timed_over()
+        self.phase = "lean"
+        self.lean.start()
+
+    def _finish_lean(self) -> None:
+        self.lean.finish()
+        self._open_capture()
+
+    def _start_capture(self) -> None:
+        self._timed_over()
+        self._open_capture()
+
+    def _open_capture(self) -> None:
         self.session.open()
         self.phase = "capture"
         self.session.start()
@@ -231,6 +251,7 @@ class Recorder:
         self.phase = "failed"
         self.errors.write(kind, message, tb)
         print(f"nbox: rank {self.rank}: {kind}: {message}", file=sys.stderr)
+        self.lean.abort()
         self.session.abort()
         flush_everything()
         os._exit(EXIT_FAILURE)
@@ -249,11 +270,12 @@ class Recorder:
         if count == 0 or kind is None:
             self.fail("NoIterationBoundary", "the script ended without a single iteration boundary. " + MARKER_HINT)
         captured = 0 if self.config.no_capture else self.config.capture
-        needed = self.config.effective_warmup + self.config.iterations + captured
+        lean = self.config.effective_lean
         self.fail("TooFewIterations",
-                  f"the script ended after {count} iteration(s) ({kind} boundaries); nbox needs {needed} = "
-                  f"warm-up {self.config.effective_warmup} + timed {self.config.iterations} + captured {captured}. "
-                  "Run more steps, or lower --warmup / --iterations (NBOX_WARMUP / NBOX_ITERATIONS).")
+                  f"the script ended after {count} iteration(s) ({kind} boundaries); nbox needs "
+                  f"{self.config.needed} = warm-up {self.config.effective_warmup} + timed {self.config.iterations} "
+                  + (f"+ lean {lean} " if lean else "") + f"+ captured {captured}. Run more steps, or lower "
+                  "--warmup / --iterations / --lean-iterations (NBOX_WARMUP / NBOX_ITERATIONS / NBOX_LEAN_ITERATIONS).")
 
     def _no_boundary_in_time(self) -> None:
         """The watchdog's timeout: fail unless a boundary came meanwhile or the rank is over."""

@@ -38,6 +38,42 @@ def mark_boundary() -> None:
         pass
 
 
+class LeanSession:
+    """The lean pass before the capture (:mod:`nbox_record.leantiming`): Kineto alone (CPU activity, no shapes, no
+    ET observer), written to ``kineto_lean.json``. :meth:`start`, then :meth:`finish` or :meth:`abort`."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self._prof: Any = None
+
+    def start(self) -> None:
+        """Start Kineto and mark the first boundary."""
+        from torch.profiler import ProfilerActivity
+
+        from nbox_record.scriptprofiler import real_profile
+
+        self._prof = real_profile()(activities=[ProfilerActivity.CPU], record_shapes=False)
+        self._prof.start()
+        mark_boundary()
+
+    def finish(self) -> None:
+        """Mark the last boundary, stop and write the trace (atomically)."""
+        mark_boundary()
+        prof, self._prof = self._prof, None
+        assert prof is not None
+        prof.stop()
+        tmp = self.out_dir / f".{rawformat.KINETO_LEAN}.{os.getpid()}.partial.json"
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, self.out_dir / rawformat.KINETO_LEAN)
+
+    def abort(self) -> None:
+        """Stop a lean pass in progress without writing anything."""
+        if self._prof is not None:
+            with contextlib.suppress(Exception):
+                self._prof.stop()
+            self._prof = None
+
+
 class CaptureSession:
     """One capture into ``out_dir``: :meth:`open`, :meth:`start`, then :meth:`finish` or :meth:`abort`."""
 

@@ -10,9 +10,11 @@ buffers carry no information, and a real transfer slower than the model would se
 The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node
 that depends on a comm node first waits on its work (a comm node that depends on another comm node does
 not: a group's collectives are ordered by the group itself); a compute node runs live
-(:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or on fallback, waits its recorded duration times
-the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
-``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its
+(:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or on fallback, waits its recorded duration (with
+``compute="recorded"``, after the recorded gap before it: the training framework's work between operators,
+which a live re-execution replaces by the worker's own) times the rank's compute factor
+(``config["factors"]``: the straggler slowdown divided by the scenario's ``compute_scale``, decided by the
+parent); a live node with a factor above 1 is padded to factor x its
 measured time (the parent refuses factors below 1 for live compute: an operator cannot run faster than it
 does). With ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective
 is waited for before the next compute node, so communication never overlaps compute on the rank. A comm
@@ -208,6 +210,7 @@ class Replayer:
         # a wait gives up before the parent's deadline, so the error file can name the node it was stuck on
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
+        self.gaps = g.gaps_us()
         self.ops: LiveOps | None = prepare(g, self.device) if self.live else None
         self.issues: dict[int, Issue | None] = {}
         for i in range(len(g)):
@@ -258,8 +261,9 @@ class Replayer:
             if self.factor > 1.0:
                 self._sync()
                 sleep_until(t0 + int((clock() - t0) * self.factor))
-        else:
-            sleep_until(t0 + int(self.g.duration_us[i] * self.factor * 1000))
+        else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
+            gap = 0.0 if self.live else self.gaps[i]
+            sleep_until(t0 + int((gap + self.g.duration_us[i]) * self.factor * 1000))
 
     def repetition(self) -> tuple[float, float, float]:
         """Run the graph once; (wall time, time in compute nodes, time waiting for comm) in microseconds.

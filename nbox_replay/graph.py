@@ -6,6 +6,10 @@ What the replay needs from each node (attribute contract: chakra-format.md, nbox
 * ``duration_us``: the recorded duration (``duration_micros``); for an asynchronous comm node that is the
   communication's own span, and ``issue_us`` (``nbox_cpu_duration_micros``) is what issuing it cost the
   thread;
+* ``gap_us``: the framework's time on the node's thread before it (``nbox_gap_micros``, from the recorder's lean
+  pass, nbox_record/leantiming.py; 0 without it), charged to the thread ahead of the node;
+* ``lean``: whether ``duration_us`` was measured by the lean pass (the node carries
+  ``nbox_profiled_duration_micros``), so the profiler correction (profiler.py) leaves it alone;
 * ``resource``: what the node occupies while it runs: ``"stream:<n>"`` for GPU work (``nbox_stream``),
   ``"thread:<tid>"`` for host work (``tid``), one shared ``"thread:?"`` when a trace names neither (e.g.
   ASTRA-sim workloads, which are then replayed in node order);
@@ -22,6 +26,7 @@ position) and refuses a cycle, naming a node on it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -72,6 +77,9 @@ class RankGraph:
     kind: list[int] = field(default_factory=list)
     duration_us: list[float] = field(default_factory=list)
     issue_us: list[float] = field(default_factory=list)
+    gap_us: list[float] = field(default_factory=list)
+    lean: list[bool] = field(default_factory=list)
+    profiled_us: list[float] = field(default_factory=list)  # lean nodes: the profiled capture's duration
     resource: list[int] = field(default_factory=list)  # index into resources
     resources: list[str] = field(default_factory=list)
     deps: list[tuple[int, ...]] = field(default_factory=list)
@@ -83,6 +91,22 @@ class RankGraph:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def gaps_us(self) -> list[float]:
+        """``gap_us``, or zeros for a graph built without it (a synthetic one)."""
+        return self.gap_us if len(self.gap_us) == len(self.ids) else [0.0] * len(self.ids)
+
+    def lean_flags(self) -> list[bool]:
+        """``lean``, or all False for a graph built without it."""
+        return self.lean if len(self.lean) == len(self.ids) else [False] * len(self.ids)
+
+    def profiled(self) -> RankGraph:
+        """A copy with every lean-timed node back at its profiled duration and no gaps (the capture as the profiler
+        recorded it; nbox_record/leantiming.py)."""
+        if not any(self.lean_flags()):
+            return self
+        n = len(self.ids)
+        return dataclasses.replace(self, duration_us=list(self.profiled_us), gap_us=[0.0] * n, lean=[False] * n)
 
     def compute_us(self) -> float:
         """Recorded compute time (microseconds), the sum over compute nodes."""
@@ -195,6 +219,12 @@ def load_rank(path: str | os.PathLike[str], rank: int, *, keep_nodes: bool = Fal
             g.kind.append(kind)
             g.duration_us.append(float(node.duration_micros))
             g.issue_us.append(float(issue) if issue is not None else 0.0)
+            gap = _int(attrs, "nbox_gap_micros")
+            g.gap_us.append(float(gap) if gap is not None and gap > 0 else 0.0)
+            profiled = _int(attrs, "nbox_profiled_duration_micros")
+            g.lean.append(profiled is not None)
+            g.profiled_us.append(float(profiled) if profiled is not None and profiled >= 0
+                                 else float(node.duration_micros))
             g.resource.append(idx)
             g.iteration.append(_int(attrs, "nbox_iteration") or 0)
             raw_deps.append([*node.data_deps, *node.ctrl_deps])
@@ -253,7 +283,8 @@ def _toposort(g: RankGraph) -> None:
         stuck = next(i for i in range(n) if indeg[i] > 0)
         raise ReplayInputError(f"{g.path}: the dependencies form a cycle through node id {g.ids[stuck]}")
     new_pos = {old: new for new, old in enumerate(order)}
-    for name in ("ids", "names", "kind", "duration_us", "issue_us", "resource", "iteration"):
+    for name in ("ids", "names", "kind", "duration_us", "issue_us", "gap_us", "lean", "profiled_us", "resource",
+                 "iteration"):
         old_list = getattr(g, name)
         setattr(g, name, [old_list[i] for i in order])
     g.deps = [tuple(new_pos[j] for j in g.deps[i]) for i in order]

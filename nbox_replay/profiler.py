@@ -54,6 +54,17 @@ matched them; in run 2 they agreed (20.61 ms vs 20.19 ms) and so did the predict
 A correction never lengthens compute: a rank whose captured CPU time is not above its clean one keeps its
 recorded durations (factor 1).
 
+The lean pass
+-------------
+A recording with a lean pass (``nbox record --lean-iterations``, default 3; nbox_record/leantiming.py) measures
+instead of scaling: its captured host operators carry the median duration of the same operator call profiled by
+Kineto alone (no ET observer), and the gap before each (the framework's work between operators). Those nodes
+need no correction and get none under ``on`` (the default); only host operators the lean pass did not find are
+corrected by the default rule. Naming a rule (``proportional`` / ``per_op``) plays every host operator's
+*profiled* duration under that rule, the lean figures and gaps set aside: the prediction a recording without a
+lean pass would give, to compare on the same bundle. ``off`` plays the nodes as the bundle carries them (lean
+figures where measured, profiled durations elsewhere, uncorrected).
+
 Old bundles
 -----------
 A bundle without ``observed.thread_cpu_us`` (recorded before the figures existed, imported, a bare ET) or
@@ -110,28 +121,45 @@ class Correction:
     factors: dict[int, float] = field(default_factory=dict)
     why_not: str = ""  # rule None: why no correction
     uncorrected: list[int] = field(default_factory=list)  # replayed ranks without figures (kept as recorded)
+    use_lean: bool = True  # lean-timed nodes keep the lean pass's figures (False: a named rule, module docstring)
+    lean: dict[int, tuple[int, int]] = field(default_factory=dict)  # per rank: (lean-timed, all) host operators
+
+    def _lean_text(self) -> str:
+        if not self.lean:
+            return ""
+        parts = ", ".join(f"{n} of {total} (rank {r})" for r, (n, total) in sorted(self.lean.items()))
+        return f"host operators timed by the lean pass (no observer; with the gaps between them): {parts}"
 
     def describe(self) -> str:
-        """The report's line: the rule and the factor per rank, from which figures; or why none."""
+        """The report's line: the lean pass's coverage, the rule and the factor per rank, from which figures; or
+        why none."""
+        lean = self._lean_text()
         if self.rule is None:
-            return f"recorded compute not corrected for the profiler: {self.why_not}"
+            text = f"recorded compute not corrected for the profiler: {self.why_not}"
+            return f"{lean}; the rest {text}" if lean else text
+        if lean and all(n == total for n, total in self.lean.values()):
+            return f"{lean}: no profiler correction needed"
         ranks = sorted(self.factors)
         factors = ", ".join(f"x{self.factors[r]:.2f} (rank {r})" for r in ranks)
         clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
         captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
-        return (f"recorded compute corrected for the profiler ({self.rule} rule): {factors}, from clean {clean} ms "
+        text = (f"recorded compute corrected for the profiler ({self.rule} rule): {factors}, from clean {clean} ms "
                 f"vs captured {captured} ms CPU per iteration (median; --profiler-correction off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else ""))
+        if not self.use_lean:
+            text += "; the lean pass's figures set aside (a named rule)"
+        return f"{lean}; the rest {text}" if lean else text
 
     def worker_doc(self) -> dict[str, Any] | None:
         """What a live worker needs to apply the same correction (:func:`from_worker_doc`); None: none."""
         if self.rule is None:
             return None
-        return {"rule": self.rule, "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us]
-                                               for r, f in sorted(self.figures.items())}}
+        return {"rule": self.rule, "use_lean": self.use_lean,
+                "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us] for r, f in sorted(self.figures.items())}}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "why_not": self.why_not or None,
+        return {"rule": self.rule, "why_not": self.why_not or None, "use_lean": self.use_lean,
+                "lean_timed": {str(r): {"lean": n, "host_operators": t} for r, (n, t) in sorted(self.lean.items())},
                 "factors": {str(r): f for r, f in sorted(self.factors.items())}, "uncorrected": self.uncorrected,
                 "clean_cpu_us": {str(r): f.clean_cpu_us for r, f in sorted(self.figures.items())},
                 "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())}}
@@ -174,7 +202,7 @@ def plan_correction(mode: str, observed: Mapping[str, Any] | None) -> Correction
     if not figures:
         return Correction(None, why_not="the bundle carries no clean/captured CPU times (observed."
                                         f"{THREAD_CPU_KEY}: recorded by an older nbox, imported, or a bare ET)")
-    return Correction(DEFAULT_RULE if mode == "on" else mode, figures)
+    return Correction(DEFAULT_RULE if mode == "on" else mode, figures, use_lean=mode == "on")
 
 
 def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
@@ -182,13 +210,15 @@ def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
     if not doc:
         return Correction(None, why_not="none asked")
     return Correction(str(doc["rule"]), {int(r): RankFigures(float(v[0]), float(v[1]))
-                                         for r, v in doc["figures"].items()})
+                                         for r, v in doc["figures"].items()}, use_lean=bool(doc.get("use_lean", True)))
 
 
 def _host_compute(g: RankGraph) -> list[bool]:
-    """Per node: a compute node on a host thread (the nodes the thread's CPU time speaks for)."""
+    """Per node: a compute node on a host thread (the nodes the thread's CPU time speaks for) whose duration the
+    profiled capture gave (a lean-timed one, nbox_record/leantiming.py, was measured without the observer)."""
     host = [name.startswith("thread:") for name in g.resources]
-    return [k == COMPUTE and host[res] for k, res in zip(g.kind, g.resource, strict=True)]
+    return [k == COMPUTE and host[res] and not lean
+            for k, res, lean in zip(g.kind, g.resource, g.lean_flags(), strict=True)]
 
 
 def correct_durations(durations: Sequence[float], corrected: Sequence[bool], iteration: Sequence[int],
@@ -228,8 +258,18 @@ def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> d
     """``graphs`` with each rank that has figures corrected (:func:`correct_graph`); fills ``correction.factors``.
     A rank without figures is kept as recorded (and named in the correction's line)."""
     out = dict(graphs)
+    for rank, g in graphs.items():
+        host = [k == COMPUTE and g.resources[res].startswith("thread:") for k, res in zip(g.kind, g.resource,
+                                                                                           strict=True)]
+        n_lean = sum(1 for h, lean in zip(host, g.lean_flags(), strict=True) if h and lean)
+        if n_lean:
+            correction.lean[rank] = (n_lean, sum(host))
     if correction.rule is None:
         return out
+    if not correction.use_lean:
+        correction.lean = {}
+        graphs = {rank: g.profiled() for rank, g in graphs.items()}
+        out = dict(graphs)
     for rank, g in graphs.items():
         figures = correction.figures.get(rank)
         if figures is not None:

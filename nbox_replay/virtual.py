@@ -12,6 +12,9 @@ in that order). A node starts when its resource (thread or stream) is free and i
   blocking (synchronous) one holds the thread until it completes. It completes when the fabric says:
   :meth:`emulator_core.answer.Fabric.answer` with the issue times of the replayed members of its group
   (matched by process group and position in that group's sequence); emulated members mirror them;
+* a node with a recorded **gap** (``nbox_gap_micros``: the framework's own work on the thread since the previous
+  operator, measured by the recorder's lean pass) first holds its thread for the gap (times the same factor
+  as compute; counted as compute in the breakdown);
 * a node whose dependency has not completed yet stops its rank until it does; when no rank can advance
   and some are unfinished, the collectives they wait for can never complete (:class:`ReplayDeadlock`
   names them).
@@ -366,6 +369,7 @@ class _Rank:
         """
         g, sim, result = self.g, self.sim, self.result
         kind, deps, dur, res_of, issue_us = g.kind, g.deps, g.duration_us, g.resource, g.issue_us
+        gap = g.gaps_us()
         free, factor, n = self.free, self.factor, len(g)
         comm_node = [COLLECTIVE <= k <= RECV for k in kind]
         compute_kind = COMPUTE
@@ -382,6 +386,10 @@ class _Rank:
                 is_comm = comm_node[i]
                 res = res_of[i]
                 s_other = free[res]  # resource and non-comm dependencies
+                if gap[i] > 0:  # the framework's work on the thread before the node (recorded by the lean pass)
+                    g_end = s_other + gap[i] * factor
+                    compute_iv.append((s_other, g_end))
+                    s_other = free[res] = g_end
                 s_comm = neg_inf  # comm dependencies (waits)
                 binding = -1
                 node_deps = deps[i]

@@ -237,3 +237,35 @@ def test_a_rank_that_crashes_in_native_code_is_named_with_its_stack(tmp_path: Pa
     assert "Fatal Python error: Segmentation fault" in proc.stderr and "crash_here" in proc.stderr, \
         proc.stderr[-2000:]
     assert not out.exists()
+
+
+def test_the_lean_pass_times_the_captured_operators_and_the_replay_plays_them(tmp_path: Path) -> None:
+    """``--lean-iterations 2``: every captured host operator of ddp_mlp found in the lean iterations carries the
+    lean median (its profiled duration kept beside it) and the gap before it; the manifest says how many; the
+    replay reports the lean coverage, and a named rule sets the lean figures aside (the knob moves the answer)."""
+    from nbox_replay.replay import ReplayConfig, run_replay
+
+    out = tmp_path / "lean.bundle"
+    r = nbox("record", "--example", "ddp_mlp", "-n", 2, "--warmup", 1, "--iterations", 2, "--capture", 2,
+             "--lean-iterations", 2, "-o", out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "lean 2" in r.stderr
+    assert read_manifest(out).capture["iterations_lean"] == 2
+    for rank in (0, 1):
+        _, nodes = read_et(out / "trace" / f"trace.{rank}.et")
+        host = [n for n in nodes if n.type == pb.COMP_NODE and "tid" in attr_map(n.attr)]
+        lean = [n for n in host if "nbox_profiled_duration_micros" in attr_map(n.attr)]
+        assert len(lean) >= 0.9 * len(host) > 0, (rank, len(lean), len(host))
+        assert all("nbox_gap_micros" in attr_map(n.attr) for n in lean)
+        assert sum(n.duration_micros for n in lean) != sum(
+            attr_map(n.attr)["nbox_profiled_duration_micros"].value for n in lean)
+    on = run_replay(ReplayConfig(str(out), clock="virtual", iterations=1))
+    assert on.profiler is not None and "timed by the lean pass" in on.profiler.describe()
+    named = run_replay(ReplayConfig(str(out), clock="virtual", iterations=1, profiler_correction="proportional"))
+    assert named.baseline.iteration_us != on.baseline.iteration_us
+    none = tmp_path / "none.bundle"
+    r = nbox("record", "--example", "ddp_mlp", "-n", 2, "--warmup", 1, "--iterations", 2, "-o", none)
+    assert r.returncode == 0, r.stderr[-2000:]
+    _, nodes = read_et(none / "trace" / "trace.0.et")
+    assert not any("nbox_profiled_duration_micros" in attr_map(n.attr) for n in nodes)
+    assert read_manifest(none).capture["iterations_lean"] == 0

@@ -263,3 +263,82 @@ def test_replay_real_clock_recorded_compute_passes_the_correction_to_the_workers
                                   timeout_s=90.0))
     assert rep.profiler is not None and rep.profiler.rule == DEFAULT_RULE and set(rep.profiler.factors) == {0, 1}
     assert "recorded compute corrected for the profiler" in rep.format_text()
+
+
+# -- the lean pass's figures (nbox_record/leantiming.py) ----------------------------------------------------------
+
+
+def _rewrite(bundle: Path, edit: Any) -> None:
+    """Rewrite every trace of ``bundle`` with ``edit(node)`` applied to each host compute node."""
+    from nbox_trace.chakra import et_def_pb2 as pb
+    from nbox_trace.chakra.codec import EtReader, write_et
+
+    for path in sorted((bundle / "trace").glob("*.et")):
+        with EtReader(path) as reader:
+            meta, nodes = reader.metadata, list(reader)
+        for node in nodes:
+            if node.type == pb.COMP_NODE and any(a.name == "tid" for a in node.attr):
+                edit(node)
+        write_et(path, meta, nodes)
+
+
+GAP_US = 100
+
+
+def with_lean(tmp: Path, name: str, figures: dict[str, Any] | None = FIGURES) -> Path:
+    """A copy of the shipped ddp_mlp bundle as a recording with a lean pass would carry it: every host operator's
+    profiled duration twice its (lean) duration, and a gap of ``GAP_US`` before it."""
+    from nbox_trace.chakra.attrs import make_attr
+
+    out = with_figures(tmp / name, figures or {})
+
+    def edit(node: Any) -> None:
+        node.attr.append(make_attr("nbox_profiled_duration_micros", 2 * node.duration_micros))
+        node.attr.append(make_attr("nbox_gap_micros", GAP_US))
+
+    _rewrite(out, edit)
+    return out
+
+
+def test_lean_timed_nodes_are_not_corrected_and_a_named_rule_plays_their_profiled_times(tmp_path: Path) -> None:
+    lean = with_lean(tmp_path, "lean")
+    g = load_rank(lean / "trace" / "trace.0.et", 0)
+    host = [i for i, k in enumerate(g.kind) if k == COMPUTE and g.resources[g.resource[i]].startswith("thread:")]
+    assert host and all(g.lean[i] and g.gap_us[i] == GAP_US for i in host)
+    assert all(g.profiled_us[i] == 2 * g.duration_us[i] for i in host)
+    on = plan_correction("on", {"thread_cpu_us": FIGURES})
+    same = correct_graphs({0: g}, on)[0]
+    assert same.duration_us == g.duration_us and on.factors[0] == 1.0 and on.lean[0] == (len(host), len(host))
+    assert "no profiler correction needed" in on.describe()
+    named = plan_correction("proportional", {"thread_cpu_us": FIGURES})
+    scaled = correct_graphs({0: g}, named)[0]
+    factor = 8000.0 / 10000.0  # rank 0's clean / captured medians
+    assert all(scaled.duration_us[i] == pytest.approx(2 * g.duration_us[i] * factor) for i in host)
+    assert not any(scaled.gap_us) and "set aside" in named.describe()
+    back = from_worker_doc(json.loads(json.dumps(named.worker_doc())))
+    assert back.use_lean is False and from_worker_doc(on.worker_doc()).use_lean is True
+
+
+def test_the_gap_before_each_operator_holds_its_thread_in_the_virtual_replay(tmp_path: Path) -> None:
+    lean = with_lean(tmp_path, "lean", figures=None)
+    plain = virtual(TRACES / "ddp_mlp", iterations=1)
+    gapped = virtual(lean, iterations=1)
+    g = load_rank(lean / "trace" / "trace.0.et", 0)
+    labels = [it for it, k in zip(g.iteration, g.kind, strict=True) if k == COMPUTE and it >= 1]
+    per_iteration = GAP_US * labels.count(min(labels))  # host operators of one captured iteration
+    grew = gapped["baseline"]["breakdown_us"]["compute"] - plain["baseline"]["breakdown_us"]["compute"]
+    assert grew == pytest.approx(per_iteration, rel=0.02)  # the gaps are the thread's work: counted as compute
+    assert gapped["baseline"]["iteration_us"]["median"] > plain["baseline"]["iteration_us"]["median"]
+
+
+def test_off_plays_the_lean_figures_as_carried_and_a_named_rule_the_profiled_ones(tmp_path: Path) -> None:
+    lean = with_lean(tmp_path, "lean")
+    doubled = with_figures(tmp_path / "doubled", FIGURES)
+    _rewrite(doubled, lambda node: setattr(node, "duration_micros", 2 * node.duration_micros))
+    for mode in ("proportional", "per_op"):  # the lean figures and gaps set aside: as if recorded without them
+        assert virtual(lean, profiler_correction=mode)["baseline"]["iteration_us"] == \
+            virtual(doubled, profiler_correction=mode)["baseline"]["iteration_us"]
+    on, off = virtual(lean), virtual(lean, profiler_correction="off")
+    assert on["baseline"]["iteration_us"] == off["baseline"]["iteration_us"]  # all lean: nothing to correct
+    profiled = virtual(doubled, profiler_correction="off")["baseline"]["iteration_us"]["median"]
+    assert on["baseline"]["iteration_us"]["median"] < profiled

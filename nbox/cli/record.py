@@ -47,6 +47,10 @@ def record_cmd(
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Clean (un-instrumented) iterations timed.", min=1)] = 10,
     capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1)] = 1,
+    lean_iterations: Annotated[int, typer.Option(
+        help="Iterations profiled by Kineto alone before the capture; the captured operators take their "
+             "median wall times (without the ET observer's cost) and the gaps between them. Off by default: "
+             "those wall times include the thread's waits for communication (README). 0: none.", min=0)] = 0,
     backend: Annotated[str, typer.Option(help="auto | gloo | nccl (auto: nccl with CUDA, else gloo).")] = "auto",
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
     example: Annotated[str, typer.Option(
@@ -63,8 +67,9 @@ def record_cmd(
     """Record a short real run of an unmodified training script into a Chakra trace bundle.
 
     Launches the script through torch.distributed.run with nbox's capture injected: W warm-up
-    iterations, K clean timed iterations (the observed iteration time), then the captured
-    iteration(s) with the execution-trace observer and Kineto; then the run stops (--run-to-end
+    iterations, K clean timed iterations (the observed iteration time), L lean iterations (Kineto
+    alone, --lean-iterations, default none), then the captured iteration(s) with the execution-trace observer
+    and Kineto (the graph); then the run stops (--run-to-end
     lets it finish). Iterations end at each optimizer step; a script without one can call
     `nbox_record.step()` once per iteration. `nbox record convert --help`: import existing traces.
     """
@@ -74,7 +79,7 @@ def record_cmd(
     cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=tuple(ctx.args),
                        example=example, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
                        rdzv_endpoint=rdzv_endpoint, local_addr=local_addr, rdzv_host=rdzv_host, warmup=warmup,
-                       iterations=iterations, capture=capture,
+                       iterations=iterations, capture=capture, lean=lean_iterations,
                        backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
                        overwrite=overwrite, timeout_s=timeout)  # a bad option: UsageError naming the flag (exit 2)
     result = record(cfg, progress=_say_record)

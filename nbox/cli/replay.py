@@ -58,8 +58,10 @@ def replay_cmd(
     local_addr: LocalAddrOpt = None,
     rdzv_host: RdzvHostOpt = None,
     profiler_correction: Annotated[str, typer.Option(
-        help="on | off | proportional | per_op: correct recorded compute for the profiler's overhead with the "
-             "bundle's clean vs captured CPU times (on: the default rule; bundles without them: uncorrected).")]
+        help="on | off | proportional | per_op: recorded compute without the profiler's overhead. on: the lean "
+             "pass's times and gaps where the bundle has them, else the default rule from the bundle's clean vs "
+             "captured CPU times; a named rule: every operator's profiled time under it (lean figures set aside); "
+             "off: as the bundle carries them.")]
     = "on",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:

@@ -1,0 +1,156 @@
+"""Operator times from the lean pass: iterations profiled by Kineto alone, mapped onto the captured operators.
+
+Why
+---
+The captured iterations run under the execution-trace observer and Kineto with ``record_shapes``; the
+observer serializes every operator (its inputs, outputs, ids) as it runs, and that cost lands inside the
+recorded durations: measured on the FSDP2 example (one rank, thread CPU per iteration, torch 2.13 CPU,
+2026-11-23), plain 26.8 ms, Kineto alone 27.8 ms (+4%), Kineto with shapes 31.8 ms (+18%), the observer
+with Kineto 49.4-50.6 ms (+84-89%). ``nbox_replay.profiler`` scales the recorded durations back by the
+thread's clean / captured CPU time, one factor per rank, which is only as good as that ratio is stable
+(it read x0.28 to x0.70 on the testbed across runs). The lean pass measures instead: ``L`` iterations
+before the capture run under Kineto only (CPU activity, no shapes, no observer), and each captured
+top-level operator takes the median duration of its counterpart in them.
+
+Counterparts
+------------
+Both passes are read the same way (:func:`top_sequences`): an iteration is the span between two of nbox's
+boundary markers; on each thread, its **top-level events** are the ``cpu_op`` events not inside an earlier
+one on that thread (user annotations such as ``record_function`` scopes are not operators). An event's key
+is ``(thread, name, k)``: it is the k-th top-level event of that name on that thread in its iteration. A
+training step issues the same operators in the same order every iteration (checked on the examples: 476 of
+476 FSDP2 top-level events agree by name and position), so the key names the same operator call in every
+iteration of either pass. A captured event whose key is absent from the lean iterations (data-dependent
+control flow) keeps its recorded duration, and the replay's profiler correction still applies to it.
+
+The gap
+-------
+Each key also carries the **gap before** it: the time on its thread from the end of the previous top-level
+event (or the iteration's opening marker) to its start, the framework's own Python work between operators
+(module hooks, autograd bookkeeping, the optimizer's loop), which no operator records. The replay charges it
+to the thread before the operator (``nbox_gap_micros``). Measured the same way, the FSDP2 example's lean
+top-level operators took 23 ms of a 28 ms iteration: the gaps are the other 5 ms.
+
+Measured, and why it is off by default
+--------------------------------------
+``nbox record --lean-iterations 3`` on the namespace testbed (2 nodes x 1 rank, pinned, 1 Gb/s),
+``bench/fidelity.py --testbed`` (2026-11-23): the virtual replay with the lean figures and gaps against the same
+recording's profiled durations under the proportional rule (both on the same bundle: ``--profiler-correction
+off`` vs ``proportional``), error of the predicted median against fresh real runs:
+
+=================  ==============  =====================  ======================
+example            run             lean times + gaps      profiled, proportional
+=================  ==============  =====================  ======================
+ddp_mlp            G               +5.4%                  +2.8%
+ddp_transformer    G / H           +15.8% / +4.8%         +5.5% / -0.8%
+fsdp2_transformer  G / H           +49.4% / +52.1%        +2.3% / +4.5%
+=================  ==============  =====================  ======================
+
+The lean pass removes the observer's cost (FSDP2: 46 ms of operator time per iteration against 92 ms
+profiled), but a wall-clock time cannot tell work from waiting: FSDP2's training thread waits for its
+all-gathers and reduce-scatters inside operators (``evaluate_function: RegisterPostBackward`` 9 ms,
+``AddBackward0`` 7 ms, which run FSDP's backward hooks) and between them (5.6 ms before an ``aten::chunk``),
+and those waits, 19 ms of gaps and most of the operators' 46 ms, are played as compute on top of the
+collectives the replay models. What is missing is each operator's and gap's time on a CPU (the thread's CPU
+clock at every operator boundary), which Kineto does not record; until then the default is no lean pass, and
+the proportional rule of ``nbox_replay.profiler`` (a CPU-time ratio, which leaves waits out of the scale).
+
+All times microseconds. Nothing here reads files: :mod:`nbox_record.kineto` does.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nbox_record.kineto import CpuEvent, KinetoTrace
+from nbox_record.rawformat import BOUNDARY_MARKER
+
+__all__ = ["LeanTime", "Key", "lean_times", "top_sequences"]
+
+#: (thread, operator name, occurrence of that name among the thread's top-level events in its iteration)
+Key = tuple[tuple[str, str], str, int]
+
+
+@dataclass(frozen=True)
+class LeanTime:
+    """One captured operator's lean figures: median duration and gap before it (us), over ``samples`` iterations."""
+
+    duration_us: float
+    gap_us: float
+    samples: int
+
+
+def top_sequences(cpu: Sequence[CpuEvent]) -> list[dict[Key, int]]:
+    """Per iteration (between consecutive boundary markers, in time order): each top-level ``cpu_op`` event's key
+    and its index in ``cpu``. Events outside every iteration are left out."""
+    bounds = sorted(ev.ts for ev in cpu if ev.name == BOUNDARY_MARKER)
+    if len(bounds) < 2:
+        return []
+    import bisect
+
+    order = sorted((i for i, ev in enumerate(cpu) if ev.cat == "cpu_op"),
+                   key=lambda i: (cpu[i].thread, cpu[i].ts, -cpu[i].dur))
+    out: list[dict[Key, int]] = [{} for _ in range(len(bounds) - 1)]
+    counts: list[dict[tuple[tuple[str, str], str], int]] = [{} for _ in out]
+    thread: tuple[str, str] | None = None
+    open_end = -1.0
+    for i in order:
+        ev = cpu[i]
+        if ev.thread != thread:
+            thread, open_end = ev.thread, -1.0
+        if ev.ts < open_end:
+            continue  # inside the top-level event still open on this thread
+        open_end = ev.end
+        j = bisect.bisect_right(bounds, ev.ts) - 1
+        if not 0 <= j < len(out) or ev.end > bounds[j + 1]:
+            continue  # before the first marker, after the last, or across one
+        name_key = (ev.thread, ev.name)
+        k = counts[j].get(name_key, 0)
+        counts[j][name_key] = k + 1
+        out[j][(ev.thread, ev.name, k)] = i
+    return out
+
+
+def _gaps(cpu: Sequence[CpuEvent], iteration: dict[Key, int], start_us: float,
+          training: set[tuple[str, str]]) -> dict[Key, float]:
+    """Each top-level event's gap before it on its thread (us; from ``start_us``, the opening marker, for the
+    thread's first). Only the ``training`` threads (those that hold the boundary markers) have gaps: another
+    thread (gloo's, autograd's) is idle between its events, not busy."""
+    by_thread: dict[tuple[str, str], list[tuple[float, float, Key]]] = {}
+    for key, i in iteration.items():
+        by_thread.setdefault(key[0], []).append((cpu[i].ts, cpu[i].end, key))
+    out: dict[Key, float] = {}
+    for thread, events in by_thread.items():
+        events.sort()
+        prev_end = start_us
+        for ts, end, key in events:
+            out[key] = max(0.0, ts - prev_end) if thread in training else 0.0
+            prev_end = end
+    return out
+
+
+def lean_times(captured: KinetoTrace, lean: KinetoTrace) -> dict[int, LeanTime]:
+    """For each top-level event of ``captured`` (by index in ``captured.cpu``) whose key is found in ``lean``'s
+    iterations: the median lean duration and gap over those iterations (module docstring)."""
+    lean_iters = top_sequences(lean.cpu)
+    if not lean_iters:
+        return {}
+    bounds = sorted(ev.ts for ev in lean.cpu if ev.name == BOUNDARY_MARKER)
+    training = {ev.thread for ev in lean.cpu if ev.name == BOUNDARY_MARKER}
+    samples: dict[Key, tuple[list[float], list[float]]] = {}
+    for j, it in enumerate(lean_iters):
+        gaps = _gaps(lean.cpu, it, bounds[j], training)
+        for key, i in it.items():
+            durs, gs = samples.setdefault(key, ([], []))
+            durs.append(lean.cpu[i].dur)
+            gs.append(gaps[key])
+    out: dict[int, LeanTime] = {}
+    for it in top_sequences(captured.cpu):
+        for key, i in it.items():
+            found = samples.get(key)
+            if found is not None:
+                out[i] = LeanTime(float(statistics.median(found[0])), float(statistics.median(found[1])),
+                                  len(found[0]))
+    return out
