@@ -56,8 +56,9 @@ recorded durations (factor 1).
 
 The lean pass
 -------------
-A recording with a lean pass (``nbox record --lean-iterations``, default 3; nbox_record/leantiming.py) measures
-instead of scaling: its captured host operators carry the median duration of the same operator call profiled by
+A recording with a lean pass (``nbox record --lean-iterations``, opt-in; nbox_record/leantiming.py, which says
+why it is not the default: its wall-clock times carry the thread's communication waits) measures instead of
+scaling: its captured host operators carry the median duration of the same operator call profiled by
 Kineto alone (no ET observer), and the gap before each (the framework's work between operators). Those nodes
 need no correction and get none under ``on`` (the default); only host operators the lean pass did not find are
 corrected by the default rule. Naming a rule (``proportional`` / ``per_op``) plays every host operator's
