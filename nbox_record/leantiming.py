@@ -60,6 +60,7 @@ All times microseconds. Nothing here reads files: :mod:`nbox_record.kineto` does
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,8 +89,6 @@ def top_sequences(cpu: Sequence[CpuEvent]) -> list[dict[Key, int]]:
     bounds = sorted(ev.ts for ev in cpu if ev.name == BOUNDARY_MARKER)
     if len(bounds) < 2:
         return []
-    import bisect
-
     order = sorted((i for i, ev in enumerate(cpu) if ev.cat == "cpu_op"),
                    key=lambda i: (cpu[i].thread, cpu[i].ts, -cpu[i].dur))
     out: list[dict[Key, int]] = [{} for _ in range(len(bounds) - 1)]

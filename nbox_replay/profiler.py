@@ -125,20 +125,20 @@ class Correction:
     use_lean: bool = True  # lean-timed nodes keep the lean pass's figures (False: a named rule, module docstring)
     lean: dict[int, tuple[int, int]] = field(default_factory=dict)  # per rank: (lean-timed, all) host operators
 
-    def _lean_text(self) -> str:
-        if not self.lean:
-            return ""
-        parts = ", ".join(f"{n} of {total} (rank {r})" for r, (n, total) in sorted(self.lean.items()))
-        return f"host operators timed by the lean pass (no observer; with the gaps between them): {parts}"
+    def _lean_counts(self) -> str:
+        """"N of M (rank R), ...": each rank's lean-timed host operators; empty when there are none."""
+        return ", ".join(f"{n} of {total} (rank {r})" for r, (n, total) in sorted(self.lean.items()))
 
     def describe(self) -> str:
         """The report's line: the lean pass's coverage, the rule and the factor per rank, from which figures; or
         why none."""
-        lean = self._lean_text()
+        counts = self._lean_counts()
+        lean = f"host operators timed by the lean pass (no observer; with the gaps between them): {counts}" \
+            if counts else ""
         if self.rule is None:
             text = f"recorded compute not corrected for the profiler: {self.why_not}"
             return f"{lean}; the rest {text}" if lean else text
-        if lean and all(n == total for n, total in self.lean.values()):
+        if lean and self.use_lean and all(n == total for n, total in self.lean.values()):
             return f"{lean}: no profiler correction needed"
         ranks = sorted(self.factors)
         factors = ", ".join(f"x{self.factors[r]:.2f} (rank {r})" for r in ranks)
@@ -148,7 +148,7 @@ class Correction:
                 f"vs captured {captured} ms CPU per iteration (median; --profiler-correction off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else ""))
         if not self.use_lean:
-            text += "; the lean pass's figures set aside (a named rule)"
+            return text + (f"; the lean pass's figures set aside (a named rule): {counts}" if counts else "")
         return f"{lean}; the rest {text}" if lean else text
 
     def worker_doc(self) -> dict[str, Any] | None:
@@ -215,11 +215,9 @@ def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
 
 
 def _host_compute(g: RankGraph) -> list[bool]:
-    """Per node: a compute node on a host thread (the nodes the thread's CPU time speaks for) whose duration the
-    profiled capture gave (a lean-timed one, nbox_record/leantiming.py, was measured without the observer)."""
+    """Per node: a compute node on a host thread (the nodes the thread's CPU time speaks for)."""
     host = [name.startswith("thread:") for name in g.resources]
-    return [k == COMPUTE and host[res] and not lean
-            for k, res, lean in zip(g.kind, g.resource, g.lean_flags(), strict=True)]
+    return [k == COMPUTE and host[res] for k, res in zip(g.kind, g.resource, strict=True)]
 
 
 def correct_durations(durations: Sequence[float], corrected: Sequence[bool], iteration: Sequence[int],
@@ -246,8 +244,9 @@ def correct_durations(durations: Sequence[float], corrected: Sequence[bool], ite
 
 def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGraph, float]:
     """A copy of ``g`` with its host compute corrected by ``rule``, and the effective factor (corrected / recorded
-    host compute; 1.0 when it has none)."""
-    flags = _host_compute(g)
+    host compute; 1.0 when it has none). A lean-timed node (nbox_record/leantiming.py, measured without the
+    observer) is left as it is."""
+    flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
     labels, _, _ = captured_iterations(g)
     new = correct_durations(g.duration_us, flags, labels, figures, rule)
     before = sum(d for d, c in zip(g.duration_us, flags, strict=True) if c)
@@ -258,19 +257,16 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGr
 def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> dict[int, RankGraph]:
     """``graphs`` with each rank that has figures corrected (:func:`correct_graph`); fills ``correction.factors``.
     A rank without figures is kept as recorded (and named in the correction's line)."""
-    out = dict(graphs)
     for rank, g in graphs.items():
-        host = [k == COMPUTE and g.resources[res].startswith("thread:") for k, res in zip(g.kind, g.resource,
-                                                                                           strict=True)]
+        host = _host_compute(g)
         n_lean = sum(1 for h, lean in zip(host, g.lean_flags(), strict=True) if h and lean)
         if n_lean:
             correction.lean[rank] = (n_lean, sum(host))
+    if correction.rule is not None and not correction.use_lean:
+        graphs = {rank: g.profiled() for rank, g in graphs.items()}
+    out = dict(graphs)
     if correction.rule is None:
         return out
-    if not correction.use_lean:
-        correction.lean = {}
-        graphs = {rank: g.profiled() for rank, g in graphs.items()}
-        out = dict(graphs)
     for rank, g in graphs.items():
         figures = correction.figures.get(rank)
         if figures is not None:

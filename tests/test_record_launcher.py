@@ -268,3 +268,8 @@ def test_peers_are_read_from_any_rank_folder_and_never_fail_a_run(tmp_path: Path
     assert recordpeers.collect(tmp_path, 2) is False
     monkeypatch.setenv(recordpeers.ENV_NODE_ADDR, "10.0.0.1")
     assert recordpeers.collect(tmp_path, 2) is False  # no process group: nothing written, nothing raised
+
+
+def test_a_negative_lean_iteration_count_is_refused_by_its_flag(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--lean-iterations must be >= 0, got -1"):
+        cfg(tmp_path, lean=-1)
