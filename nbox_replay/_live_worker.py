@@ -25,7 +25,10 @@ network's only: the parent removes the compute keys and the replayed ranks' stra
 straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
-time on this rank), ``compute_us`` and ``wait_us`` per repetition, and what was measured per timed
+time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
+iterations, :func:`nbox_replay.graph.captured_iterations`: iteration j when the walk reaches the first node of
+iteration j + 1, the last at the repetition's end; microseconds from the repetition's start), ``compute_us``
+and ``wait_us`` per repetition, and what was measured per timed
 repetition in ``spans``: ``compute`` (``[start, end]`` of every compute node) and ``comms`` (``[issue, start,
 end]`` of every collective and send/recv: issue as the worker saw it, start and end as the backend answered
 them, the end moved later when the arrival times came in later than it), microseconds from the repetition's
@@ -51,7 +54,7 @@ import torch
 import torch.distributed as dist
 
 from emulator_core.delay import sleep_until
-from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, load_rank
+from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations, load_rank
 from nbox_replay.ops import LiveOps, prepare
 from nbox_replay.profiler import correct_graphs, from_worker_doc
 from nbox_replay.virtual import retarget
@@ -211,6 +214,7 @@ class Replayer:
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
         self.gaps = g.gaps_us()
+        self.iteration_of, self.captured, _ = captured_iterations(g)
         self.ops: LiveOps | None = prepare(g, self.device) if self.live else None
         self.issues: dict[int, Issue | None] = {}
         for i in range(len(g)):
@@ -228,6 +232,7 @@ class Replayer:
         # the spans of the last repetition, microseconds from its start (module docstring)
         self.compute_spans: list[list[float]] = []
         self.comm_spans: list[list[float]] = []
+        self.iteration_ends: list[float] = []  # when the last repetition ended each captured iteration
 
     def _sync(self) -> None:
         if self.cuda:
@@ -268,7 +273,9 @@ class Replayer:
     def repetition(self) -> tuple[float, float, float]:
         """Run the graph once; (wall time, time in compute nodes, time waiting for comm) in microseconds.
 
-        Also keeps the repetition's compute intervals and comm spans (:attr:`compute_spans`, :attr:`comm_spans`).
+        Also keeps the repetition's compute intervals and comm spans (:attr:`compute_spans`, :attr:`comm_spans`)
+        and when it ended each captured iteration (:attr:`iteration_ends`): captured iteration j ends when the
+        walk reaches the first node of iteration j + 1, the last one when the repetition ends.
         """
         g = self.g
         clock = time.perf_counter_ns
@@ -277,9 +284,12 @@ class Replayer:
         marks = [len(r) for r in self.records]
         compute: list[list[float]] = []
         unpriced: list[list[float]] = []
+        ends: list[float] = []
         start = clock()
         for i in range(len(g)):
             self.node = i
+            while len(ends) < self.iteration_of[i]:
+                ends.append((clock() - start) / 1000.0)
             k = g.kind[i]
             is_comm = COLLECTIVE <= k <= RECV
             if not is_comm:
@@ -319,7 +329,9 @@ class Replayer:
         comms = [[r.issue_us - base_us, r.start_us - base_us, max(r.end_us, r.real_done_us) - base_us]
                  for rec, m in zip(self.records, marks, strict=True) for r in list(rec)[m:]]
         self.compute_spans, self.comm_spans = compute, comms + unpriced
-        return (end - start) / 1000.0, compute_ns / 1000.0, wait_ns / 1000.0
+        wall = (end - start) / 1000.0
+        self.iteration_ends = ends + [wall] * (self.captured - len(ends))
+        return wall, compute_ns / 1000.0, wait_ns / 1000.0
 
 
 def main(argv: list[str]) -> int:
@@ -346,6 +358,7 @@ def main(argv: list[str]) -> int:
         where["phase"] = "preparing the nodes"
         replayer = Replayer(g, cfg, groups, factor)
         iteration_us: list[float] = []
+        ends_us: list[list[float]] = []
         compute_us: list[float] = []
         wait_us: list[float] = []
         spans: list[dict[str, Any]] = []
@@ -354,12 +367,14 @@ def main(argv: list[str]) -> int:
             wall, comp, waited = replayer.repetition()
             if rep >= int(cfg["warmup"]):
                 iteration_us.append(wall)
+                ends_us.append(replayer.iteration_ends)
                 compute_us.append(comp)
                 wait_us.append(waited)
                 spans.append({"compute": replayer.compute_spans, "comms": replayer.comm_spans})
         ops = replayer.ops
         mine = {
-            "rank": rank, "iteration_us": iteration_us, "compute_us": compute_us, "wait_us": wait_us,
+            "rank": rank, "iteration_us": iteration_us, "iteration_ends_us": ends_us, "compute_us": compute_us,
+            "wait_us": wait_us,
             "spans": spans, "recorded_compute_us": g.compute_us(),
             "live_compute_us": ops.live_us() if ops is not None else 0.0,
             "coverage": ops.coverage() if ops is not None else 0.0,

@@ -7,9 +7,15 @@ their recorded durations (``compute="recorded"``, and every fallback), and colle
 ``torch.distributed`` backend, which presents the what-if world of W ranks and completes each collective at the
 time the emulator core models for the scenario (:mod:`emulator_core.backend`).
 
-The job's iteration time of one repetition is the slowest replayed rank's wall time for it (microseconds).
+An iteration is a captured iteration, as in the virtual replay (:mod:`nbox_replay.summary`): each worker
+reports when it ended each captured iteration of a repetition, on its own clock from the repetition's start,
+and the job's iteration windows of the repetition follow by :func:`nbox_replay.breakdown.job_windows` (iteration
+j ends when its last rank ends it; the windows add up to the slowest rank's wall time for the repetition).
+Until 2026-11-24 a repetition of k captured iterations was timed whole and reported as k times its mean
+iteration, which hid their spread and put a mean beside the observed run's median. No clock is shared across
+nodes: each rank's times count from its own start of the repetition (the ranks meet at the first collective).
 What each rank measured (its compute intervals and its collectives' issue, start and end) is cut into the
-breakdown by :func:`nbox_replay.breakdown.partition`, per rank and repetition (:attr:`LiveResult.rank_breakdown`).
+breakdown of each window by :func:`nbox_replay.breakdown.partition` (:attr:`LiveResult.rank_breakdown`).
 
 Scenario keys that act on compute are applied by the workers, once: the rank's compute factor (its straggler
 slowdown divided by ``compute_scale``) stretches its compute nodes, and ``overlap = "serialize"`` makes the
@@ -20,7 +26,8 @@ it, so a factor below 1 with ``compute="live"`` is refused before any rank start
 
 :func:`replay_paired` compares two scenarios honestly: it alternates launches, one timed repetition each,
 in counterbalanced pairs (A B, B A, A B, ...), so slow drifts of a shared machine hit both sides alike, and
-each pair gives one what-if/baseline ratio.
+each pair gives one what-if/baseline ratio per captured iteration (iteration j of one side against iteration j
+of the other).
 Every run has a deadline (``timeout_s``): past it, torchrun's whole process group is terminated and a
 :class:`LiveReplayError` names the ranks that had not finished; a rank that fails writes an error file and
 the error names the rank, the node and what went wrong. Temporary files live in a temporary directory that
@@ -43,7 +50,7 @@ from typing import Any
 
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_toml import dump_toml
-from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, partition
+from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, job_windows, partition
 from nbox_replay.summary import speedup
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.jsonio import read_json_object
@@ -176,21 +183,25 @@ class LiveResult:
     Attributes:
         world_size: the what-if world size W.
         compute: ``"live"`` or ``"recorded"``.
-        rank_iteration_us: per replayed rank, its wall time per timed repetition.
-        iteration_us: per timed repetition, the slowest replayed rank's time (the job's iteration time).
-        rank_compute_us / rank_wait_us: per rank and repetition, time in compute nodes / waiting for comm.
+        rank_end_us: per replayed rank and timed iteration (the captured iterations of every timed repetition, in
+            order), when the rank ended it, from the start of its repetition on its own clock (the last of a
+            repetition is the rank's wall time for it).
+        iteration_us: per timed iteration, the job's iteration time (its window, module docstring).
+        rank_compute_us / rank_wait_us: per rank and timed repetition, time in compute nodes / waiting for comm.
         coverage: share of the replayed ranks' recorded compute time that ran live (0..1).
         rank_coverage: the same per rank.
         fallbacks: compute nodes that fell back to their recorded duration, per operator name (all ranks).
         fallback_reasons: one reason per fallback operator name.
         wall_s: the whole run, launch to exit, in seconds.
-        rank_breakdown: per rank and timed repetition, its measured iteration cut into parts
+        rank_breakdown: per rank and timed iteration, the job's window cut into parts
             (:func:`nbox_replay.breakdown.partition` over the intervals the worker measured).
+        per_repetition: timed iterations per repetition (the captured iterations every rank reported; 1 when
+            they disagree: then a repetition is one iteration).
     """
 
     world_size: int
     compute: str
-    rank_iteration_us: dict[int, list[float]]
+    rank_end_us: dict[int, list[float]]
     iteration_us: list[float]
     rank_compute_us: dict[int, list[float]]
     rank_wait_us: dict[int, list[float]]
@@ -200,6 +211,7 @@ class LiveResult:
     fallback_reasons: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
     rank_breakdown: dict[int, list[Breakdown]] = field(default_factory=dict)
+    per_repetition: int = 1
 
 
 def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayError:
@@ -273,10 +285,22 @@ def _floats(doc: dict[str, Any], key: str) -> list[float]:
     return [float(x) for x in doc.get(key) or []]
 
 
+def _ends(doc: dict[str, Any]) -> list[list[float]]:
+    """Per timed repetition, when the rank ended each captured iteration (a worker that reports none: the
+    repetition's wall time, one iteration)."""
+    ends = doc.get("iteration_ends_us")
+    if isinstance(ends, list) and ends:
+        return [[float(x) for x in rep] for rep in ends]
+    return [[w] for w in _floats(doc, "iteration_us")]
+
+
 def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: float) -> LiveResult:
-    per_rank = {r: _floats(d, "iteration_us") for r, d in results.items()}
-    reps = min(len(v) for v in per_rank.values())
-    job = [max(v[k] for v in per_rank.values()) for k in range(reps)]
+    ends = {r: _ends(d) for r, d in results.items()}
+    reps = min(len(v) for v in ends.values())
+    counts = {len(v[i]) for v in ends.values() for i in range(reps)}
+    if len(counts) != 1 or 0 in counts:  # ranks disagree on the captured iterations: a repetition is one
+        ends = {r: [[v[i][-1]] for i in range(reps)] for r, v in ends.items()}
+    windows = [job_windows({r: v[i] for r, v in ends.items()}) for i in range(reps)]
     fallbacks: Counter[str] = Counter()
     reasons: dict[str, str] = {}
     for d in results.values():
@@ -286,24 +310,28 @@ def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: flo
     recorded = sum(float(d.get("recorded_compute_us") or 0.0) for d in results.values())
     live = sum(float(d.get("live_compute_us") or 0.0) for d in results.values())
     return LiveResult(
-        world_size=config.scenario.world_size, compute=config.compute, rank_iteration_us=per_rank,
-        iteration_us=job, rank_compute_us={r: _floats(d, "compute_us") for r, d in results.items()},
+        world_size=config.scenario.world_size, compute=config.compute,
+        rank_end_us={r: [x for i in range(reps) for x in v[i]] for r, v in ends.items()},
+        iteration_us=[e - s for ws in windows for s, e in ws],
+        rank_compute_us={r: _floats(d, "compute_us") for r, d in results.items()},
         rank_wait_us={r: _floats(d, "wait_us") for r, d in results.items()},
         coverage=live / recorded if recorded > 0 else 0.0,
         rank_coverage={r: float(d.get("coverage") or 0.0) for r, d in results.items()},
         fallbacks=dict(fallbacks), fallback_reasons=reasons, wall_s=wall_s,
-        rank_breakdown={r: _breakdowns(r, d, job) for r, d in results.items()})
+        rank_breakdown={r: _breakdowns(r, d, windows) for r, d in results.items()},
+        per_repetition=len(windows[0]) if windows else 1)
 
 
-def _breakdowns(rank: int, doc: dict[str, Any], job_us: Sequence[float]) -> list[Breakdown]:
-    """Per timed repetition of one rank, its measured intervals cut into parts over the job's iteration (the
-    slowest rank's time: a rank that finished sooner is idle until then), so every rank's parts sum to the
+def _breakdowns(rank: int, doc: dict[str, Any], windows: Sequence[Sequence[tuple[float, float]]]) -> list[Breakdown]:
+    """Per timed repetition and iteration window of the job, one rank's measured intervals cut into parts over
+    it (a rank that finished its part sooner is idle until the window ends), so every rank's parts sum to the
     job's iteration time (worker output: module docstring of :mod:`nbox_replay._live_worker`)."""
     out = []
-    for wall, spans in zip(job_us, doc.get("spans") or [], strict=False):
+    for ws, spans in zip(windows, doc.get("spans") or [], strict=False):
         compute = [(float(a), float(b)) for a, b in spans.get("compute") or []]
         comms = [CommSpan(float(i), float(s), float(e)) for i, s, e in spans.get("comms") or []]
-        out.append(partition(RankIntervals(compute, comms), 0.0, wall, rank=rank))
+        intervals = RankIntervals(compute, comms)
+        out += [partition(intervals, s, e, rank=rank) for s, e in ws]
     return out
 
 
@@ -312,7 +340,8 @@ class PairedResult:
     """Two scenarios replayed live in alternating launches (module docstring).
 
     Attributes:
-        baseline, what_if: the launches of each side joined, one timed repetition per pair, in pair order.
+        baseline, what_if: the launches of each side joined, one timed repetition per pair (its captured
+            iterations), in pair order.
         order: per pair, which side ran first (``"AB"`` or ``"BA"``).
     """
 
@@ -321,8 +350,9 @@ class PairedResult:
     order: list[str]
 
     def speedups(self) -> list[float]:
-        """Per pair, the baseline's iteration time over the what-if's (> 1: the what-if is faster), by the one
-        rule of :func:`nbox_replay.summary.speedup`; a pair without a ratio (a zero time) is left out."""
+        """Per pair and captured iteration, the baseline's iteration time over the what-if's (> 1: the what-if is
+        faster), by the one rule of :func:`nbox_replay.summary.speedup`; a pair without a ratio (a zero time) is
+        left out."""
         ratios = (speedup(b, w) for b, w in zip(self.baseline.iteration_us, self.what_if.iteration_us, strict=True))
         return [r for r in ratios if r is not None]
 
@@ -330,7 +360,7 @@ class PairedResult:
 def _join(parts: Sequence[LiveResult]) -> LiveResult:
     """One result from several launches of the same replay (their repetitions in launch order)."""
     first = parts[0]
-    ranks = sorted(first.rank_iteration_us)
+    ranks = sorted(first.rank_end_us)
 
     def cat(attr: str) -> dict[int, list[Any]]:
         return {r: [x for p in parts for x in getattr(p, attr)[r]] for r in ranks}
@@ -342,10 +372,10 @@ def _join(parts: Sequence[LiveResult]) -> LiveResult:
             fallbacks[k] = max(fallbacks.get(k, 0), v)
         for k, why in p.fallback_reasons.items():
             reasons.setdefault(k, why)
-    return LiveResult(first.world_size, first.compute, cat("rank_iteration_us"),
+    return LiveResult(first.world_size, first.compute, cat("rank_end_us"),
                       [x for p in parts for x in p.iteration_us], cat("rank_compute_us"), cat("rank_wait_us"),
                       min(p.coverage for p in parts), first.rank_coverage, fallbacks, reasons,
-                      sum(p.wall_s for p in parts), cat("rank_breakdown"))
+                      sum(p.wall_s for p in parts), cat("rank_breakdown"), first.per_repetition)
 
 
 def replay_paired(baseline: LiveConfig, what_if: LiveConfig, pairs: int,

@@ -22,7 +22,7 @@ Recorded compute is corrected for the profiler's overhead where the bundle carri
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if, scenario_mesh
-from nbox_replay.breakdown import Breakdown, median_index, slowest_rank
+from nbox_replay.breakdown import median_index, slowest_rank
 from nbox_replay.graph import COMPUTE, RankGraph, load_rank
 from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_world_size, topology_spans
 from nbox_replay.profiler import MODES as PROFILER_MODES
@@ -411,37 +411,23 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
 
 
 def _apply_live(summary: RunSummary, live: LiveResult) -> None:
-    """The live run's measured times into ``summary``: its repetitions, and the shown rank's measured breakdown of
-    each (the slowest rank of the median repetition unless ``--rank`` picked one; the parts sum to each
-    repetition's time, :mod:`nbox_replay.summary`); the model's time stays as ``modeled_iteration_us``."""
+    """The live run's measured times into ``summary``: its iterations (each captured iteration of every timed
+    repetition, :mod:`nbox_replay.live`), and the shown rank's measured breakdown of each (the rank that ended
+    the median iteration last unless ``--rank`` picked one; the parts sum to each iteration's time,
+    :mod:`nbox_replay.summary`); the model's time stays as ``modeled_iteration_us``."""
     summary.modeled_iteration_us = summary.median_us
-    # A live pass is timed whole; with k captured iterations per pass (the model's count, from the same graphs)
-    # the iteration is a k-th of it, as the virtual run and the observed time count it. (It was the whole pass:
-    # a 5-iteration capture of ddp_mlp reported 101 ms against 17.7 ms observed.)
-    k = max(1, summary.captured)
-    summary.iteration_us = [t / k for t in live.iteration_us]
+    summary.iteration_us = list(live.iteration_us)
     j = median_index(summary.iteration_us)
-    rank = summary.rank if summary.rank_chosen else slowest_rank(live.rank_iteration_us, j)
+    rank = summary.rank if summary.rank_chosen else slowest_rank(live.rank_end_us, j)
     if rank not in live.rank_breakdown:
         raise RankChoiceError(f"--rank {rank}: not a replayed rank (replayed: {sorted(live.rank_breakdown)})")
-    # measured by the workers (issue 13), not the model's; each part a k-th, so they still add up
-    summary.breakdowns = [_per_iteration(b, k) for b in live.rank_breakdown[rank]]
-    if k > 1:
-        summary.iterations_note = (f"{summary.iterations_note}; live: each pass of {k} captured iterations is "
-                                   f"timed whole, an iteration is its time / {k}")
+    summary.breakdowns = list(live.rank_breakdown[rank])  # measured by the workers (issue 13), not the model's
+    if live.per_repetition != summary.captured:
+        summary.iterations_note = (f"{summary.iterations_note}; live: {live.per_repetition} iteration(s) per "
+                                   f"repetition (the ranks' captured iterations disagree, so each repetition is "
+                                   f"timed whole)")
     summary.rank = rank
     summary.clock = "real"
-
-
-def _per_iteration(b: Breakdown, k: int) -> Breakdown:
-    """A measured pass's breakdown as one of its ``k`` iterations: every part divided by ``k``."""
-    if k == 1:
-        return b
-    return replace(b, end_us=b.start_us + (b.end_us - b.start_us) / k, compute_us=b.compute_us / k,
-                   exposed_comm_us=b.exposed_comm_us / k, waiting_us=b.waiting_us / k, idle_us=b.idle_us / k,
-                   overlapped_comm_us=b.overlapped_comm_us / k,
-                   comm_exposed_us=tuple(x / k for x in b.comm_exposed_us),
-                   comm_waiting_us=tuple(x / k for x in b.comm_waiting_us))
 
 
 def _cuda_available() -> bool:
