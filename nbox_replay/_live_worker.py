@@ -14,15 +14,17 @@ not: a group's collectives are ordered by the group itself); a compute node runs
 ``compute="recorded"``, after the recorded gap before it: the training framework's work between operators,
 which a live re-execution replaces by the worker's own) times the rank's compute factor
 (``config["factors"]``: the straggler slowdown divided by the scenario's ``compute_scale``, decided by the
-parent); a live node with a factor above 1 is padded to factor x its
-measured time (the parent refuses factors below 1 for live compute: an operator cannot run faster than it
-does). With ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective
-is waited for before the next compute node, so communication never overlaps compute on the rank. A comm
-node is issued with ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`),
-and a blocking one is waited on at once. A repetition ends when its last work has completed. Warm-up
-repetitions run first (not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the
-network's only: the parent removes the compute keys and the replayed ranks' stragglers from it, so a
-straggler is slowed once, here.
+parent); a live node with a factor above 1 is padded to factor x its measured time (the parent refuses factors
+below 1 for live compute: an operator cannot run faster than it does). With ``config["host_cpu_us"]``
+(``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's own time per
+iteration, and each timed one stretches every live operator by the rank's host-work factor planned from the
+repetition before it (reported as ``host_pad``: the last timed repetition's). With ``config["serialize"]``
+(the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before the next compute
+node, so communication never overlaps compute on the rank. A comm node is issued with ``async_op=True`` on
+buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is waited on at
+once. A repetition ends when its last work has completed. Warm-up repetitions run first (not timed), then the
+timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent removes the compute
+keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
 time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
@@ -55,6 +57,7 @@ import torch.distributed as dist
 
 from emulator_core.delay import sleep_until
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations, load_rank
+from nbox_replay.hostwork import plan_pad
 from nbox_replay.ops import LiveOps, prepare
 from nbox_replay.profiler import correct_graphs, from_worker_doc
 from nbox_replay.virtual import retarget
@@ -213,6 +216,8 @@ class Replayer:
         # a wait gives up before the parent's deadline, so the error file can name the node it was stuck on
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
+        self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.hostwork), set after the warm-up
+        self.live_ns = self.fallback_ns = 0  # live operators' own time, fallbacks' waits (since the last reset)
         self.gaps = g.gaps_us()
         self.iteration_of, self.captured, _ = captured_iterations(g)
         self.ops: LiveOps | None = prepare(g, self.device) if self.live else None
@@ -263,12 +268,17 @@ class Replayer:
         t0 = clock()
         ran = self.ops is not None and self.ops.run(i)
         if ran:
-            if self.factor > 1.0:
+            stretch = self.factor * self.pad
+            if stretch > 1.0:
                 self._sync()
-                sleep_until(t0 + int((clock() - t0) * self.factor))
+            t1 = clock()
+            self.live_ns += t1 - t0
+            if stretch > 1.0:
+                sleep_until(t0 + int((t1 - t0) * stretch))
         else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
             gap = 0.0 if self.live else self.gaps[i]
             sleep_until(t0 + int((gap + self.g.duration_us[i]) * self.factor * 1000))
+            self.fallback_ns += clock() - t0
 
     def repetition(self) -> tuple[float, float, float]:
         """Run the graph once; (wall time, time in compute nodes, time waiting for comm) in microseconds.
@@ -362,9 +372,18 @@ def main(argv: list[str]) -> int:
         compute_us: list[float] = []
         wait_us: list[float] = []
         spans: list[dict[str, Any]] = []
+        host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
+        previous: tuple[float, float] | None = None  # the last repetition's (replay, live) time, for the pad
+        pad = None
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
+            if rep >= int(cfg["warmup"]) and host_clean is not None:
+                pad = plan_pad(host_clean.get(str(rank)), previous, replayer.captured)
+                replayer.pad = pad.factor
+            replayer.live_ns = replayer.fallback_ns = 0
+            cpu0 = time.thread_time_ns()
             wall, comp, waited = replayer.repetition()
+            previous = ((time.thread_time_ns() - cpu0 + replayer.fallback_ns) / 1000.0, replayer.live_ns / 1000.0)
             if rep >= int(cfg["warmup"]):
                 iteration_us.append(wall)
                 ends_us.append(replayer.iteration_ends)
@@ -380,6 +399,7 @@ def main(argv: list[str]) -> int:
             "coverage": ops.coverage() if ops is not None else 0.0,
             "fallbacks": dict(ops.fallbacks) if ops is not None else {},
             "fallback_reasons": ops.reasons_by_op() if ops is not None else {},
+            "host_pad": pad.to_dict() if pad is not None else None,
             "nodes": len(g)}
         where["phase"] = "sharing the results"  # every node's launcher reports the whole job (nbox_trace.share)
         every = share_results(dist.distributed_c10d._get_default_store(), "nbox_live/result", local,

@@ -51,6 +51,7 @@ from typing import Any
 from emulator_core.scenario import Scenario
 from emulator_core.scenario_toml import dump_toml
 from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, job_windows, partition
+from nbox_replay.hostwork import HostPad
 from nbox_replay.summary import speedup
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.jsonio import read_json_object
@@ -120,6 +121,9 @@ class LiveConfig:
             reports the whole job, and the ranks' clocks need not agree (:mod:`emulator_core.clocksync`).
         profiler: the correction of recorded durations for the profiler's overhead
             (:meth:`nbox_replay.profiler.Correction.worker_doc`; None: none), applied by each worker to its graph.
+        host_cpu_us: per replayed rank, the real training thread's CPU time per clean iteration (microseconds):
+            each worker pads its live operators for the host work the replay does not re-run
+            (:mod:`nbox_replay.hostwork`; needs ``warmup`` >= 1). None: no padding.
     """
 
     files: Mapping[int, Path]
@@ -133,6 +137,7 @@ class LiveConfig:
     timeout_s: float = 300.0
     nodes: Nodes = field(default_factory=Nodes)
     profiler: Mapping[str, Any] | None = None
+    host_cpu_us: Mapping[int, float] | None = None
 
     def __post_init__(self) -> None:
         if not self.files:
@@ -197,6 +202,8 @@ class LiveResult:
             (:func:`nbox_replay.breakdown.partition` over the intervals the worker measured).
         per_repetition: timed iterations per repetition (the captured iterations every rank reported; 1 when
             they disagree: then a repetition is one iteration).
+        host_pad: per rank, the padding for host work its worker applied (:mod:`nbox_replay.hostwork`; empty
+            when none was asked).
     """
 
     world_size: int
@@ -212,6 +219,7 @@ class LiveResult:
     wall_s: float = 0.0
     rank_breakdown: dict[int, list[Breakdown]] = field(default_factory=dict)
     per_repetition: int = 1
+    host_pad: dict[int, HostPad] = field(default_factory=dict)
 
 
 def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayError:
@@ -269,7 +277,9 @@ def replay_live(config: LiveConfig) -> LiveResult:
                "recorded_world": config.recorded_world, "world": config.scenario.world_size,
                "scenario_path": str(scenario_path), "compute": config.compute, "device": config.device,
                "warmup": config.warmup, "iterations": config.iterations, "timeout_s": config.timeout_s,
-               "result_dir": str(work), "profiler": config.profiler}
+               "result_dir": str(work), "profiler": config.profiler,
+               "host_cpu_us": None if config.host_cpu_us is None else
+               {str(r): float(v) for r, v in config.host_cpu_us.items()}}
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
         result = run(launch_spec(config, work, config_path, scenario_path))
@@ -319,7 +329,8 @@ def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: flo
         rank_coverage={r: float(d.get("coverage") or 0.0) for r, d in results.items()},
         fallbacks=dict(fallbacks), fallback_reasons=reasons, wall_s=wall_s,
         rank_breakdown={r: _breakdowns(r, d, windows) for r, d in results.items()},
-        per_repetition=len(windows[0]) if windows else 1)
+        per_repetition=len(windows[0]) if windows else 1,
+        host_pad={r: p for r, d in results.items() if (p := HostPad.from_dict(d.get("host_pad"))) is not None})
 
 
 def _breakdowns(rank: int, doc: dict[str, Any], windows: Sequence[Sequence[tuple[float, float]]]) -> list[Breakdown]:
@@ -375,7 +386,7 @@ def _join(parts: Sequence[LiveResult]) -> LiveResult:
     return LiveResult(first.world_size, first.compute, cat("rank_end_us"),
                       [x for p in parts for x in p.iteration_us], cat("rank_compute_us"), cat("rank_wait_us"),
                       min(p.coverage for p in parts), first.rank_coverage, fallbacks, reasons,
-                      sum(p.wall_s for p in parts), cat("rank_breakdown"), first.per_repetition)
+                      sum(p.wall_s for p in parts), cat("rank_breakdown"), first.per_repetition, first.host_pad)
 
 
 def replay_paired(baseline: LiveConfig, what_if: LiveConfig, pairs: int,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
 from emulator_core.scenario import Scenario
@@ -32,14 +32,16 @@ from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if, scenario_mesh
 from nbox_replay.breakdown import median_index, slowest_rank
 from nbox_replay.graph import COMPUTE, RankGraph, load_rank
+from nbox_replay.hostwork import HOST_WORK_MODES, HostPad
 from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_world_size, topology_spans
 from nbox_replay.profiler import MODES as PROFILER_MODES
-from nbox_replay.profiler import Correction, correct_graphs, plan_correction
+from nbox_replay.profiler import Correction, correct_graphs, plan_correction, read_figures
 from nbox_replay.report import ReplayReport
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.archive import traces_directory
+from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, check_outputs
 from nbox_trace.launch import Nodes
@@ -93,6 +95,9 @@ class ReplayConfig:
         profiler_correction: ``on`` (the default rule), ``off``, or a rule by name (``proportional``,
             ``per_op``): how recorded compute is corrected for the profiler's overhead (:mod:`nbox_replay.profiler`;
             recorded compute only, bundles that carry the figures only).
+        host_work: ``pad`` or ``off``: whether a live replay with live compute pads its operators for the host
+            work it does not re-run (:mod:`nbox_replay.hostwork`). None: ``pad`` where it applies; named, it is
+            refused where it cannot act (a virtual clock, recorded compute).
     """
 
     bundle: str
@@ -104,7 +109,7 @@ class ReplayConfig:
     clock: str = "real"
     ranks: tuple[int, ...] | None = None
     iterations: int = 3
-    warmup: int = 1
+    warmup: int = 2
     device: str = "auto"
     out: Path | None = None
     timeout_s: float = 600.0
@@ -116,6 +121,7 @@ class ReplayConfig:
     batch_size: int | None = None
     nodes: Nodes = field(default_factory=Nodes)
     profiler_correction: str = "on"
+    host_work: str | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
@@ -123,6 +129,11 @@ class ReplayConfig:
                                      ("--profiler-correction", self.profiler_correction, PROFILER_MODES)):
             if value not in allowed:
                 raise ReplayConfigError(f"{name} {value!r}: must be one of {', '.join(allowed)}")
+        if self.host_work is not None and self.host_work not in HOST_WORK_MODES:
+            raise ReplayConfigError(f"--host-work {self.host_work!r}: must be one of {', '.join(HOST_WORK_MODES)}")
+        if self.host_work is not None and self.clock != "real":
+            raise ReplayConfigError(f"--host-work {self.host_work}: pads the operators a live replay re-executes; "
+                                    f"with --clock {self.clock} nothing is re-executed on the real clock")
         if self.iterations < 1 or self.warmup < 0:
             raise ReplayConfigError(f"--iterations must be >= 1 and --warmup >= 0, got {self.iterations}, "
                                     f"{self.warmup}")
@@ -255,6 +266,9 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
     correction = profiler_correction(config.profiler_correction, source, compute)
+    if config.host_work is not None and compute != "live":
+        raise ReplayConfigError(f"--host-work {config.host_work}: pads operators re-executed live; this replay's "
+                                f"compute is {compute} (use --compute live)")
     graphs = correct_graphs(graphs, correction)
     if _no_durations(graphs):
         notices.append("WARNING: the trace holds no durations (every node's is 0; imported without Kineto?): "
@@ -394,10 +408,11 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
 
     compute = report.compute
     files = {r: source.trace_set.files[r] for r in graphs}
+    host, why_not = _host_cpu(config, source, graphs, compute, device)
     configs = [LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
                           scenario=scenario, compute=compute, device=device, warmup=config.warmup,
                           iterations=1, timeout_s=config.timeout_s, nodes=config.nodes,
-                          profiler=correction.worker_doc())
+                          profiler=correction.worker_doc(), host_cpu_us=host)
                for scenario in (base, what_if)]
     say(f"live replay ({compute} compute, {device}): baseline at world size {base.world_size} and what-if at "
         f"world size {what_if.world_size}, {config.iterations} interleaved pairs")
@@ -406,8 +421,46 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     _apply_live(report.what_if, paired.what_if)
     report.paired_speedups = paired.speedups()
     if compute == "live":
+        report.host_work = host_work_doc(paired.baseline.host_pad, why_not)
+    if compute == "live":
         report.coverage = paired.what_if.coverage
         report.fallbacks = dict(paired.what_if.fallbacks)
+
+
+def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, RankGraph], compute: str,
+              device: str) -> tuple[dict[int, float] | None, str]:
+    """Per replayed rank, the real training thread's CPU time per clean iteration for the host-work padding
+    (:mod:`nbox_replay.hostwork`), or None and why it is not applied."""
+    if compute != "live":
+        return None, ""
+    if config.host_work == "off":
+        return None, "--host-work off"
+    if device != "cpu":
+        return None, f"compute runs on {device}, where the host thread's CPU time is not the operators' time"
+    if config.warmup < 1:
+        return None, "--warmup 0 leaves no repetition to measure the replay's own time on"
+    figures = read_figures(source.manifest.observed if source.manifest is not None else None)
+    host = {r: f.clean_cpu_us for r, f in figures.items() if r in graphs}
+    if not host:
+        return None, (f"the bundle carries no clean CPU time per iteration for the replayed ranks "
+                      f"(observed.{THREAD_CPU_KEY})")
+    return host, ""
+
+
+def host_work_doc(pads: Mapping[int, HostPad], why_not: str) -> dict[str, Any]:
+    """The report's host-work line and figures: per rank, the padding its worker applied."""
+    if not pads:
+        return {"line": f"live operators not padded for host work: {why_not}", "ranks": {}, "why_not": why_not}
+    parts = []
+    for r, p in sorted(pads.items()):
+        if p.why_not:
+            parts.append(f"rank {r} not padded ({p.why_not})")
+        else:
+            parts.append(f"rank {r} +{p.pad_us / 1e3:.2f} ms per iteration (x{p.factor:.2f}: the real thread "
+                         f"{p.clean_us / 1e3:.2f} ms of CPU, the replay {p.replay_us / 1e3:.2f} ms)")
+    return {"line": "live operators padded for the host work the replay does not re-run (--host-work pad): "
+                    + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
+            "why_not": None}
 
 
 def _apply_live(summary: RunSummary, live: LiveResult) -> None:

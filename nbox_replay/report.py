@@ -56,6 +56,7 @@ class ReplayReport:
     mesh_lines: list[str] = field(default_factory=list)  # the recorded mesh, and the what-if's (nbox_replay.meshing)
     mesh: dict[str, Any] | None = None  # the same as JSON
     profiler: Correction | None = None  # how recorded compute was corrected for the profiler (nbox_replay.profiler)
+    host_work: dict[str, Any] | None = None  # live compute padded for host work (nbox_replay.hostwork): "line", ranks
 
     def paired_spread(self) -> dict[str, float] | None:
         """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
@@ -80,6 +81,7 @@ class ReplayReport:
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
                 "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None,
                 "mesh": self.mesh, "profiler_correction": self.profiler.to_dict() if self.profiler else None,
+                "host_work": self.host_work,
                 "paired_speedup": None if self.paired_speedups is None else
                 {**(self.paired_spread() or {}), "values": self.paired_speedups}}
 
@@ -95,6 +97,8 @@ class ReplayReport:
         lines += [f"notice: {n}" for n in self.notices]
         if self.profiler is not None:
             lines.append(self.profiler.describe())
+        if self.host_work is not None:
+            lines.append(str(self.host_work["line"]))
         b = self.baseline
         lines.append(f"iterations: {b.iterations_note or 'one pass over the capture each'}; "
                      f"{len(b.iteration_us)} per run, the median one shown")

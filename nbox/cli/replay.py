@@ -31,7 +31,8 @@ def replay_cmd(
     ranks: Annotated[str, typer.Option(help="Ranks to replay: all, or a comma list (0,1).")] = "all",
     iterations: Annotated[int, typer.Option(help="Timed repetitions per run (--clock real: interleaved "
                                                  "baseline/what-if pairs).", min=1)] = 3,
-    warmup: Annotated[int, typer.Option(help="Untimed repetitions first (real clock).", min=0)] = 1,
+    warmup: Annotated[int, typer.Option(help="Untimed repetitions first (real clock; a worker's first is cold, "
+                                             "so the --host-work pad needs 2).", min=0)] = 2,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda (real clock).")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Write per-rank Perfetto timelines here.")] = None,  # noqa: UP045
     timeout: Annotated[float, typer.Option(help="Deadline of a real-clock run (s).")] = 600.0,
@@ -63,6 +64,11 @@ def replay_cmd(
              "captured CPU times; a named rule: every operator's profiled time under it (lean figures set aside); "
              "off: as the bundle carries them.")]
     = "on",
+    host_work: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="pad | off (--clock real --compute live): pad the re-executed operators for the training thread's "
+             "host work the replay does not re-run (framework hooks between operators), sized by the bundle's "
+             "clean CPU time per iteration against the replay's own, measured in the warm-up. Default: pad.")]
+    = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle under the baseline and a what-if, and compare them with the recorded run.
@@ -101,7 +107,7 @@ def replay_cmd(
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
                        warmup=warmup, device=device, out=out, timeout_s=timeout, rank=rank, mesh=mesh,
                        placement=placement, recorded_mesh=recorded_mesh, global_batch=global_batch,
-                       batch_size=batch_size, profiler_correction=profiler_correction,
+                       batch_size=batch_size, profiler_correction=profiler_correction, host_work=host_work,
                        nodes=Nodes(nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host))
     def say(message: str) -> None:
         sys.stderr.write(f"nbox replay: {message}\n")

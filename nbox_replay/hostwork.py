@@ -1,0 +1,95 @@
+"""The host work a live replay does not re-run, put back as padding of its live operators.
+
+A live replay with ``--compute live`` re-executes the recorded top-level operators and nothing else: the
+training framework's own work between and around them (Python hooks of FSDP and DDP, the autograd engine's
+bookkeeping, the optimizer's loop, the data loader's hand-off) is not re-run, and the replayed rank's thread
+ends each iteration sooner than the real one did. The recorder measures what the real training thread spent on
+a CPU per clean (un-instrumented) iteration (``observed.thread_cpu_us``, :mod:`nbox_replay.profiler`); a
+live worker measures what its own thread spends per iteration in every repetition (the operators, its own
+walk and the nbox backend's calls; a fallback operator's recorded duration counts as spent), and pads each
+timed repetition by what the one before it measured (the padding is a wait, so it does not change what is
+measured). The first repetition of a worker is slow (its tensors are made, caches are cold: ddp_mlp's
+operators took about 10 ms per iteration in it and about 2 ms after it; FSDP2's 26.8 ms per iteration over
+two warm-ups against 20.5 ms in the timed repetitions), so a warm figure needs ``--warmup`` 2 or more (the
+default of ``nbox replay``); with ``--warmup 1`` the first timed repetition is padded too little. The
+difference, when positive, is the work the replay leaves out:
+
+    pad_us = clean_us - replay_us          (per iteration, microseconds; 0 when the replay spends more)
+
+and each live operator is stretched by ``1 + pad_us / live_us`` (``live_us``: the operators' own time per
+iteration in that repetition), so the rank's compute per iteration matches the real thread's CPU time. The
+stretch is a wait after the operator (the rank's core is not kept busy), applied with the scenario's compute
+factor (a straggler's factor multiplies it). Where the framework's work sits in the iteration is not known
+(Kineto records operators, not the time between them without the communication waits mixed in: the lean pass
+of nbox_record/leantiming.py measured the gaps and found them dominated by waits), so it is spread over the
+operators in proportion to their time.
+
+Measured on the two-node testbed (README, fidelity): FSDP2's replayed thread spent 19.6 ms of compute per
+iteration against 25.2 ms of CPU for the real training thread.
+
+Not applied (``pad_us`` 0, the reason kept): on CUDA (the host thread's CPU time is not the device's
+operator time), without warm-up repetitions to measure on, or without the recorder's figure for the rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["HOST_WORK_MODES", "HostPad", "plan_pad"]
+
+#: ``--host-work``: ``pad`` (the default with live compute) or ``off``.
+HOST_WORK_MODES = ("pad", "off")
+
+
+@dataclass(frozen=True)
+class HostPad:
+    """One replayed rank's padding. Times in microseconds per captured iteration.
+
+    Attributes:
+        clean_us: the real training thread's CPU time per clean iteration (the recorder's median; 0: none).
+        replay_us: the replaying thread's time per iteration in the repetition before (its CPU time plus
+            fallbacks' recorded durations).
+        live_us: the live operators' own time per iteration in it.
+        pad_us: ``max(0, clean_us - replay_us)``; 0 with a reason in ``why_not`` when not applied.
+        factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none).
+        why_not: why no padding was planned ('' when it was, even a zero one).
+    """
+
+    clean_us: float
+    replay_us: float
+    live_us: float
+    pad_us: float
+    factor: float
+    why_not: str = ""
+
+    def to_dict(self) -> dict[str, float | str | None]:
+        return {"clean_us": self.clean_us, "replay_us": self.replay_us, "live_us": self.live_us,
+                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None}
+
+    @staticmethod
+    def from_dict(doc: object) -> HostPad | None:
+        """A worker's figure (written by nbox's own worker: trusted shape, checked anyway); None when absent."""
+        if not isinstance(doc, dict):
+            return None
+        try:
+            return HostPad(float(doc["clean_us"]), float(doc["replay_us"]), float(doc["live_us"]),
+                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def plan_pad(clean_us: float | None, previous: tuple[float, float] | None, per_repetition: int) -> HostPad:
+    """The padding of one rank from the recorder's clean CPU time per iteration (``clean_us``; None: the bundle
+    has none for this rank) and the ``(replay_us, live_us)`` totals of the repetition before (None: there was
+    none; module docstring), each repetition holding ``per_repetition`` captured iterations."""
+    k = max(1, per_repetition)
+    if not clean_us or clean_us <= 0:
+        return HostPad(0.0, 0.0, 0.0, 0.0, 1.0, "the bundle carries no clean CPU time for this rank")
+    if previous is None:
+        return HostPad(clean_us, 0.0, 0.0, 0.0, 1.0, "no repetition before to measure the replay's own time on "
+                                                     "(--warmup 0)")
+    replay_us, live_us = previous[0] / k, previous[1] / k
+    if live_us <= 0:
+        return HostPad(clean_us, replay_us, live_us, 0.0, 1.0, "no operator ran live")
+    pad_us = max(0.0, clean_us - replay_us)
+    return HostPad(clean_us, replay_us, live_us, pad_us, 1.0 + pad_us / live_us)

@@ -1,0 +1,90 @@
+"""The host work a live replay does not re-run, padded back (nbox_replay.hostwork; issue 15)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nbox_replay.hostwork import HostPad, plan_pad
+from nbox_replay.replay import ReplayConfig, ReplayConfigError, host_work_doc, run_replay
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "traces" / "ddp_mlp"
+
+
+def test_the_pad_is_the_real_threads_cpu_time_less_the_replays_own_in_the_repetition_before() -> None:
+    # the repetition before held 4 captured iterations
+    pad = plan_pad(10_000.0, (24_000.0, 20_000.0), 4)
+    assert (pad.replay_us, pad.live_us, pad.pad_us) == (6_000.0, 5_000.0, 4_000.0)
+    assert pad.factor == pytest.approx(1.8) and pad.why_not == ""
+    # a replay that spends more than the real thread is not padded (a wait cannot be taken back)
+    more = plan_pad(5_000.0, (24_000.0, 20_000.0), 4)
+    assert more.pad_us == 0.0 and more.factor == 1.0 and more.why_not == ""
+
+
+@pytest.mark.parametrize(("clean", "previous", "why"), [
+    (None, (1.0, 1.0), "no clean CPU time"),
+    (0.0, (1.0, 1.0), "no clean CPU time"),
+    (5_000.0, None, "--warmup 0"),
+    (5_000.0, (1_000.0, 0.0), "no operator ran live"),
+])
+def test_no_pad_says_why(clean: float | None, previous: tuple[float, float] | None, why: str) -> None:
+    pad = plan_pad(clean, previous, 1)
+    assert pad.factor == 1.0 and pad.pad_us == 0.0 and why in pad.why_not
+
+
+def test_the_worker_figure_round_trips_and_a_bad_one_is_none() -> None:
+    pad = plan_pad(10_000.0, (6_000.0, 5_000.0), 1)
+    assert HostPad.from_dict(json.loads(json.dumps(pad.to_dict()))) == pad
+    assert HostPad.from_dict(None) is None and HostPad.from_dict({"clean_us": "x"}) is None
+
+
+def test_the_report_line_names_each_rank_and_why_not() -> None:
+    doc = host_work_doc({0: plan_pad(10_000.0, (6_000.0, 5_000.0), 1), 1: plan_pad(None, None, 1)}, "")
+    assert "rank 0 +4.00 ms per iteration (x1.80: the real thread 10.00 ms of CPU, the replay 6.00 ms)" in doc["line"]
+    assert "rank 1 not padded (the bundle carries no clean CPU time" in doc["line"]
+    assert doc["ranks"]["0"]["pad_us"] == 4_000.0
+    off = host_work_doc({}, "--host-work off")
+    assert off["line"] == "live operators not padded for host work: --host-work off" and off["ranks"] == {}
+
+
+def test_host_work_is_refused_where_it_cannot_act() -> None:
+    with pytest.raises(ReplayConfigError, match=r"--host-work 'on': must be one of pad, off"):
+        ReplayConfig(str(MLP), host_work="on")
+    with pytest.raises(ReplayConfigError, match=r"--host-work pad: .*--clock virtual"):
+        ReplayConfig(str(MLP), clock="virtual", host_work="pad")
+    with pytest.raises(ReplayConfigError, match=r"--host-work off: .*compute is recorded"):
+        run_replay(ReplayConfig(str(MLP), clock="real", compute="recorded", host_work="off", iterations=1))
+
+
+def _with_clean_cpu(tmp: Path, clean_us: float) -> Path:
+    out = tmp / "ddp_mlp"
+    shutil.copytree(MLP, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["observed"]["thread_cpu_us"] = {str(r): {"clean": [clean_us], "captured": [clean_us]} for r in (0, 1)}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.integration
+def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Path) -> None:
+    """A bundle whose real training thread spent 40 ms of CPU per iteration (far more than ddp_mlp's operators):
+    padded, each rank's compute per iteration comes to about that; with --host-work off it stays the
+    operators' own few milliseconds."""
+    bundle = _with_clean_cpu(tmp_path, 40_000.0)
+    docs = {}
+    for mode in ("pad", "off"):
+        rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", iterations=1, warmup=2,
+                                      timeout_s=120.0, host_work=mode))
+        docs[mode] = rep.to_dict()
+    padded, off = docs["pad"], docs["off"]
+    assert off["host_work"]["ranks"] == {} and "--host-work off" in off["host_work"]["line"]
+    pads = padded["host_work"]["ranks"]
+    assert set(pads) == {"0", "1"} and all(p["factor"] > 2.0 and p["why_not"] is None for p in pads.values())
+    # the worker stretches its operators to fill the pad: compute near 40 ms (timing: a wide band), off far below
+    assert 0.6 * 40_000 < padded["baseline"]["breakdown_us"]["compute"] < 1.5 * 40_000
+    assert off["baseline"]["breakdown_us"]["compute"] < 0.5 * 40_000
+    assert padded["baseline"]["iteration_us"]["median"] > off["baseline"]["iteration_us"]["median"] + 15_000
