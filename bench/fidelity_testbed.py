@@ -12,8 +12,9 @@ Then for each built-in example:
    compute. It is deterministic (same bundle, same scenario, same answer), so it is computed once, with the
    default profiler correction (``nbox_replay.profiler``) and also with each rule and with none, so that the
    rules are compared against the same real runs (the last lines of the table). With
-   ``live`` (``--live``), each round also replays it live (real clock, operators re-executed, collectives
-   answered by the calibrated scenario) across the two nodes: ``nbox replay --nnodes 2`` on each node, one
+   ``live`` (``--live``), each round also replays it live (real clock, operators re-executed and padded for the
+   host work the replay does not re-run, nbox_replay/hostwork.py; collectives answered by the calibrated
+   scenario) across the two nodes: ``nbox replay --nnodes 2`` on each node, one
    replayed rank per node, pinned in its namespace like the real ranks;
 4. R rounds of a fresh plain run across the two nodes (``torch.distributed.run --nnodes 2``, no nbox,
    ``--report-times``): per iteration the slowest rank's wall time after warm-up. Each round's median is
@@ -167,6 +168,8 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> l
         "--warmup", 2, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--timeout", 400,
         "--json"), timeout_s=500)
     docs = [json.loads(o) for o in outs]
+    if docs[0].get("host_work"):
+        print(f"live {bundle.stem} round {rnd}: {docs[0]['host_work']['line']}", file=sys.stderr)
     return [float(x) for x in docs[0]["baseline"]["iteration_us"]["values"]]
 
 

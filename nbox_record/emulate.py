@@ -197,7 +197,7 @@ def iteration_breakdown(timings: dict[int, dict[str, Any]]) -> dict[str, float] 
 
     Per iteration the job's time is its slowest real rank's; that rank's training thread's wall time
     splits into ``compute_us`` (on a CPU), ``cpu_contention_us`` (runnable, waiting for a CPU) and
-    ``exposed_comm_us`` (blocked: waiting for a collective), as sampled by :mod:`nbox_record.threadtime`.
+    ``exposed_comm_us`` (blocked: waiting for a collective), as sampled by :mod:`nbox_trace.threadtime`.
     Means, not medians, so the parts add up to ``iteration_us``. ``None`` when a rank has no samples
     (not Linux) or the counts disagree.
     """

@@ -107,7 +107,7 @@ class _RankTimingsRequired(TypedDict):
 
 
 class RankTimings(_RankTimingsRequired, total=False):
-    # per clean iteration, the training thread's time on a CPU and runnable waiting for one (threadtime.py)
+    # per clean iteration, the training thread's time on a CPU and runnable waiting for one (nbox_trace/threadtime.py)
     iteration_cpu_us: list[float]
     iteration_run_queue_us: list[float]
     # per captured iteration (profiler on): wall, and the same thread times; the first one is timed from the end

@@ -5,7 +5,7 @@ iteration; then the lean pass (Kineto alone, :mod:`nbox_record.leantiming`) runs
 capture from W+K+L to W+K+L+C (:func:`step_at`; L = 0: the capture starts at W+K).
 
 The captured iterations are timed the same way (wall, and the training thread's time on a CPU and in a run
-queue, :mod:`nbox_record.threadtime`), so that the replay can tell how much the profiler inflated the
+queue, :mod:`nbox_trace.threadtime`), so that the replay can tell how much the profiler inflated the
 recorded compute (``nbox_replay.profiler``). The first captured iteration is timed from the end of the
 profiler's start (:meth:`IterationClock.capture_started`), not from boundary W+K: starting Kineto and the ET
 observer is a one-off cost that no recorded operator carries.
@@ -18,7 +18,7 @@ import time
 from typing import Literal
 
 from nbox_record.recordenv import Config
-from nbox_record.threadtime import ThreadTimes
+from nbox_trace.threadtime import ThreadTimes
 
 #: What a boundary calls for: start the lean pass, finish it and start the capture, start the capture (no lean
 #: pass), mark a lean or captured boundary, finish the capture, or (no capture) finish after the timed iterations.

@@ -30,8 +30,8 @@ from nbox_record.recordpeers import announce, collect
 from nbox_record.recordsession import CaptureSession, LeanSession, mark_boundary, profiler_in_use
 from nbox_record.recordwatch import report_progress, start_daemon, watch_first_boundary
 from nbox_record.scriptprofiler import install as install_script_profiler
-from nbox_record.threadtime import thread_times_ns
 from nbox_trace.files import write_json_atomic
+from nbox_trace.threadtime import thread_times_ns
 
 MARKER_HINT = (
     "nbox finds iterations at the end of each optimizer.step() (torch.optim). If the script updates its "

@@ -2,33 +2,39 @@
 
 A live replay with ``--compute live`` re-executes the recorded top-level operators and nothing else: the
 training framework's own work between and around them (Python hooks of FSDP and DDP, the autograd engine's
-bookkeeping, the optimizer's loop, the data loader's hand-off) is not re-run, and the replayed rank's thread
-ends each iteration sooner than the real one did. The recorder measures what the real training thread spent on
-a CPU per clean (un-instrumented) iteration (``observed.thread_cpu_us``, :mod:`nbox_replay.profiler`); a
-live worker measures what its own thread spends per iteration in every repetition (the operators, its own
-walk and the nbox backend's calls; a fallback operator's recorded duration counts as spent), and pads each
-timed repetition by what the one before it measured (the padding is a wait, so it does not change what is
-measured). The first repetition of a worker is slow (its tensors are made, caches are cold: ddp_mlp's
-operators took about 10 ms per iteration in it and about 2 ms after it; FSDP2's 26.8 ms per iteration over
-two warm-ups against 20.5 ms in the timed repetitions), so a warm figure needs ``--warmup`` 2 or more (the
-default of ``nbox replay``); with ``--warmup 1`` the first timed repetition is padded too little. The
-difference, when positive, is the work the replay leaves out:
+bookkeeping, the optimizer's loop) is not re-run, and neither is the CPU the real rank's communication took
+from it (gloo's threads and the kernel's network work on the rank's core, which leave the training thread
+runnable but waiting). The replayed rank's thread ends each iteration sooner than the real one did.
 
-    pad_us = clean_us - replay_us          (per iteration, microseconds; 0 when the replay spends more)
+The recorder measures, per clean (un-instrumented) iteration, the real training thread's time on a CPU and its
+time runnable but waiting for one (``observed.thread_cpu_us``: ``clean`` and ``clean_run_queue``,
+:mod:`nbox_trace.threadtime`). A live worker measures the same two for its own thread per iteration in every
+repetition (the operators, its own walk and the nbox backend's calls; a fallback operator's recorded duration
+counts as spent), and pads each timed repetition by what the one before it measured (the padding is a wait,
+so it does not change what is measured):
+
+    pad_us = (clean_us + clean_run_queue_us) - replay_us     (per iteration, microseconds; 0 when negative)
 
 and each live operator is stretched by ``1 + pad_us / live_us`` (``live_us``: the operators' own time per
-iteration in that repetition), so the rank's compute per iteration matches the real thread's CPU time. The
+iteration in that repetition), so the rank's thread is busy per iteration as long as the real one was. The
 stretch is a wait after the operator (the rank's core is not kept busy), applied with the scenario's compute
 factor (a straggler's factor multiplies it). Where the framework's work sits in the iteration is not known
 (Kineto records operators, not the time between them without the communication waits mixed in: the lean pass
 of nbox_record/leantiming.py measured the gaps and found them dominated by waits), so it is spread over the
-operators in proportion to their time.
+operators in proportion to their time. A bundle recorded before the run-queue figure existed pads to the
+CPU time alone.
 
-Measured on the two-node testbed (README, fidelity): FSDP2's replayed thread spent 19.6 ms of compute per
-iteration against 25.2 ms of CPU for the real training thread.
+The first repetition of a worker is slow (its tensors are made, caches are cold: ddp_mlp's operators took
+about 10 ms per iteration in it and about 2 ms after it; FSDP2's 26.8 ms per iteration over two warm-ups
+against 20.5 ms in the timed repetitions), so a warm figure needs ``--warmup`` 2 or more (the default of
+``nbox replay``); with ``--warmup 1`` the first timed repetition is padded too little.
+
+Measured on the two-node testbed (FSDP2, README, fidelity): the real training thread spent 22.4 ms on a CPU and
+0.5-4.1 ms waiting for one per iteration (its process 27-32 ms of CPU in all threads); the replayed thread's
+operators 20.5 ms.
 
 Not applied (``pad_us`` 0, the reason kept): on CUDA (the host thread's CPU time is not the device's
-operator time), without warm-up repetitions to measure on, or without the recorder's figure for the rank.
+operator time), without a repetition before to measure on, or without the recorder's figure for the rank.
 """
 
 from __future__ import annotations
@@ -46,9 +52,10 @@ class HostPad:
     """One replayed rank's padding. Times in microseconds per captured iteration.
 
     Attributes:
-        clean_us: the real training thread's CPU time per clean iteration (the recorder's median; 0: none).
-        replay_us: the replaying thread's time per iteration in the repetition before (its CPU time plus
-            fallbacks' recorded durations).
+        clean_us: the real training thread's time on a CPU and waiting for one per clean iteration (the
+            recorder's medians; 0: none).
+        replay_us: the replaying thread's time per iteration in the repetition before (on a CPU and waiting for
+            one, plus fallbacks' recorded durations).
         live_us: the live operators' own time per iteration in it.
         pad_us: ``max(0, clean_us - replay_us)``; 0 with a reason in ``why_not`` when not applied.
         factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none).
@@ -79,9 +86,10 @@ class HostPad:
 
 
 def plan_pad(clean_us: float | None, previous: tuple[float, float] | None, per_repetition: int) -> HostPad:
-    """The padding of one rank from the recorder's clean CPU time per iteration (``clean_us``; None: the bundle
-    has none for this rank) and the ``(replay_us, live_us)`` totals of the repetition before (None: there was
-    none; module docstring), each repetition holding ``per_repetition`` captured iterations."""
+    """The padding of one rank from the real thread's time on or waiting for a CPU per clean iteration
+    (``clean_us``; None: the bundle has none for this rank) and the ``(replay_us, live_us)`` totals of the
+    repetition before (None: there was none; module docstring), each repetition holding ``per_repetition``
+    captured iterations."""
     k = max(1, per_repetition)
     if not clean_us or clean_us <= 0:
         return HostPad(0.0, 0.0, 0.0, 0.0, 1.0, "the bundle carries no clean CPU time for this rank")

@@ -101,10 +101,12 @@ _MAX_SAMPLES = 100_000
 
 @dataclass(frozen=True)
 class RankFigures:
-    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured."""
+    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; and its
+    time runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.hostwork)."""
 
     clean_cpu_us: float
     captured_cpu_us: float
+    clean_run_queue_us: float | None = None
 
     @property
     def overhead_us(self) -> float:
@@ -188,7 +190,7 @@ def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
             continue
         clean, captured = _median(entry.get("clean")), _median(entry.get("captured"))
         if clean is not None and captured is not None and clean > 0 and captured > 0:
-            out[int(rank)] = RankFigures(clean, captured)
+            out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")))
     return out
 
 

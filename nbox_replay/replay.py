@@ -429,7 +429,8 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
 
 def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, RankGraph], compute: str,
               device: str) -> tuple[dict[int, float] | None, str]:
-    """Per replayed rank, the real training thread's CPU time per clean iteration for the host-work padding
+    """Per replayed rank, the real training thread's time on a CPU and waiting for one per clean iteration (the
+    CPU time alone for a bundle without the run-queue figure) for the host-work padding
     (:mod:`nbox_replay.hostwork`), or None and why it is not applied."""
     if compute != "live":
         return None, ""
@@ -440,7 +441,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
     if config.warmup < 1:
         return None, "--warmup 0 leaves no repetition to measure the replay's own time on"
     figures = read_figures(source.manifest.observed if source.manifest is not None else None)
-    host = {r: f.clean_cpu_us for r, f in figures.items() if r in graphs}
+    host = {r: f.clean_cpu_us + (f.clean_run_queue_us or 0.0) for r, f in figures.items() if r in graphs}
     if not host:
         return None, (f"the bundle carries no clean CPU time per iteration for the replayed ranks "
                       f"(observed.{THREAD_CPU_KEY})")
@@ -457,7 +458,8 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str) -> dict[str, Any]:
             parts.append(f"rank {r} not padded ({p.why_not})")
         else:
             parts.append(f"rank {r} +{p.pad_us / 1e3:.2f} ms per iteration (x{p.factor:.2f}: the real thread "
-                         f"{p.clean_us / 1e3:.2f} ms of CPU, the replay {p.replay_us / 1e3:.2f} ms)")
+                         f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one, the replay's "
+                         f"{p.replay_us / 1e3:.2f} ms)")
     return {"line": "live operators padded for the host work the replay does not re-run (--host-work pad): "
                     + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
             "why_not": None}

@@ -44,7 +44,8 @@ def test_the_worker_figure_round_trips_and_a_bad_one_is_none() -> None:
 
 def test_the_report_line_names_each_rank_and_why_not() -> None:
     doc = host_work_doc({0: plan_pad(10_000.0, (6_000.0, 5_000.0), 1), 1: plan_pad(None, None, 1)}, "")
-    assert "rank 0 +4.00 ms per iteration (x1.80: the real thread 10.00 ms of CPU, the replay 6.00 ms)" in doc["line"]
+    assert ("rank 0 +4.00 ms per iteration (x1.80: the real thread 10.00 ms on a CPU or waiting for one, the "
+            "replay's 6.00 ms)") in doc["line"]
     assert "rank 1 not padded (the bundle carries no clean CPU time" in doc["line"]
     assert doc["ranks"]["0"]["pad_us"] == 4_000.0
     off = host_work_doc({}, "--host-work off")
@@ -88,3 +89,31 @@ def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Pa
     assert 0.6 * 40_000 < padded["baseline"]["breakdown_us"]["compute"] < 1.5 * 40_000
     assert off["baseline"]["breakdown_us"]["compute"] < 0.5 * 40_000
     assert padded["baseline"]["iteration_us"]["median"] > off["baseline"]["iteration_us"]["median"] + 15_000
+
+
+def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:
+    """The recorder's run-queue figure travels in the manifest (clean_run_queue) and is added to the CPU time;
+    a bundle without it pads to the CPU time alone; off, CUDA and --warmup 0 say why no pad."""
+    from types import SimpleNamespace
+
+    from nbox_replay.replay import _host_cpu
+    from nbox_trace.bundle import thread_cpu_figures
+
+    figs = thread_cpu_figures({
+        0: {"iteration_cpu_us": [20_000.0, 22_000.0, 21_000.0], "capture_cpu_us": [30_000.0],
+            "iteration_run_queue_us": [3_000.0, 1_000.0, 2_000.0]},
+        1: {"iteration_cpu_us": [10_000.0], "capture_cpu_us": [15_000.0]}})
+    assert figs["0"]["clean_run_queue"] == [3_000.0, 1_000.0, 2_000.0] and figs["1"]["clean_run_queue"] == []
+    source = SimpleNamespace(manifest=SimpleNamespace(observed={"thread_cpu_us": figs}))
+    graphs = {0: None, 1: None}
+
+    def host(device: str = "cpu", **kw: object) -> tuple[object, str]:
+        return _host_cpu(ReplayConfig(str(MLP), **kw), source, graphs, "live", device)  # type: ignore[arg-type]
+
+    assert host() == ({0: 23_000.0, 1: 10_000.0}, "")
+    assert host(host_work="off") == (None, "--host-work off")
+    assert host("cuda")[0] is None and "compute runs on cuda" in host("cuda")[1]
+    assert host(warmup=0)[0] is None and "--warmup 0" in host(warmup=0)[1]
+    bare = SimpleNamespace(manifest=None)
+    got = _host_cpu(ReplayConfig(str(MLP)), bare, graphs, "live", "cpu")  # type: ignore[arg-type]
+    assert got[0] is None and "observed.thread_cpu_us" in got[1]
