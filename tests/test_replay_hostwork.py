@@ -72,10 +72,10 @@ def _with_clean_cpu(tmp: Path, clean_us: float) -> Path:
 
 @pytest.mark.integration
 def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Path) -> None:
-    """A bundle whose real training thread spent 40 ms of CPU per iteration (far more than ddp_mlp's operators):
-    padded, each rank's compute per iteration comes to about that; with --host-work off it stays the
+    """A bundle whose real training thread spent 200 ms of CPU per iteration (far more than ddp_mlp's operators):
+    padded, each rank's compute per iteration grows toward it; with --host-work off it stays the
     operators' own few milliseconds."""
-    bundle = _with_clean_cpu(tmp_path, 40_000.0)
+    bundle = _with_clean_cpu(tmp_path, 200_000.0)
     docs = {}
     for mode in ("pad", "off"):
         rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", iterations=1, warmup=2,
@@ -84,11 +84,14 @@ def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Pa
     padded, off = docs["pad"], docs["off"]
     assert off["host_work"]["ranks"] == {} and "--host-work off" in off["host_work"]["line"]
     pads = padded["host_work"]["ranks"]
-    assert set(pads) == {"0", "1"} and all(p["factor"] > 2.0 and p["why_not"] is None for p in pads.values())
-    # the worker stretches its operators to fill the pad: compute near 40 ms (timing: a wide band), off far below
-    assert 0.6 * 40_000 < padded["baseline"]["breakdown_us"]["compute"] < 1.5 * 40_000
-    assert off["baseline"]["breakdown_us"]["compute"] < 0.5 * 40_000
-    assert padded["baseline"]["iteration_us"]["median"] > off["baseline"]["iteration_us"]["median"] + 15_000
+    assert set(pads) == {"0", "1"} and all(p["factor"] > 5.0 and p["why_not"] is None for p in pads.values())
+    for p in pads.values():
+        assert p["clean_us"] == 200_000.0 and p["pad_us"] == pytest.approx(200_000.0 - p["replay_us"])
+        assert p["factor"] == pytest.approx(1.0 + p["pad_us"] / p["live_us"])
+    # the worker stretches its operators to fill the pad (nearly 200 ms per iteration against ddp_mlp's few ms of
+    # operators: a margin no loaded machine closes)
+    assert padded["baseline"]["breakdown_us"]["compute"] > 3 * off["baseline"]["breakdown_us"]["compute"]
+    assert padded["baseline"]["iteration_us"]["median"] > off["baseline"]["iteration_us"]["median"]
 
 
 def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:
