@@ -10,7 +10,9 @@ file's, else the recorded one; the report says which). With ``--clock virtual`` 
 this device to measure them, :mod:`nbox_replay.measure`, and the simulation uses those durations). With
 ``--clock real`` both run live on this machine (:mod:`nbox_replay.live`) in interleaved, counterbalanced
 pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_paired`): the iteration times
-and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread.
+and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread;
+live compute is padded for the host work the replay does not re-run (``--host-work``,
+:mod:`nbox_replay.hostwork`).
 A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
 device) is refused before any rank starts.
 
@@ -421,8 +423,7 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     _apply_live(report.what_if, paired.what_if)
     report.paired_speedups = paired.speedups()
     if compute == "live":
-        report.host_work = host_work_doc(paired.baseline.host_pad, why_not)
-    if compute == "live":
+        report.host_work = host_work_doc(paired.baseline.host_pad, why_not)  # the first baseline launch's
         report.coverage = paired.what_if.coverage
         report.fallbacks = dict(paired.what_if.fallbacks)
 
