@@ -9,7 +9,9 @@ gloo runs them on its worker threads at once) against the model's serialized sum
 alone and while a 16 MiB all-reduce is in flight (gloo's CPU cost on the rank's one core); and what one
 all_gather, reduce_scatter and all_reduce of ``--cpu-bytes`` (the full buffer; default 1.6 MB, about one
 fsdp2_transformer block) cost in wall time and in the rank process's own CPU time (all its threads, user +
-system; the kernel's TCP work done in softirq on either core is not in it, so it is a lower bound).
+system; the kernel's TCP work done in softirq on either core is not in it, so it is a lower bound); and the
+same calls' wall time on an idle core and while a thread of the rank computes on it (a collective slowed by
+compute on its core, which the calibration, timed on an idle core, does not see).
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ def main() -> int:
     for name in ("all_gather", "reduce_scatter", "all_reduce"):
         cpu = med[f"{name}_cpu"]
         print(f"{name:>16} {med[f'{name}_wall'] / 1e3:9.2f} {cpu / 1e3:8.2f} {cpu * 1e3 / args.cpu_bytes:12.2f}")
+    print(f"one call of {args.cpu_bytes} bytes on an idle core and beside a thread computing on it, medians")
+    print(f"{'collective':>16} {'idle ms':>9} {'busy ms':>9} {'slower':>7}")
+    for name in ("all_gather", "reduce_scatter", "all_reduce"):
+        idle, busy = med[f"{name}_idle"], med[f"{name}_busy"]
+        print(f"{name:>16} {idle / 1e3:9.2f} {busy / 1e3:9.2f} {(busy / idle - 1) * 100:+6.0f}%")
     return 0
 
 

@@ -1,7 +1,9 @@
 """One rank of bench/testbed_causes.py (run through torchrun on each testbed node): times gloo all_reduces at
 the given sizes alone, the same sizes issued together (as DDP's buckets are), a fixed matmul loop alone and
 while a large all_reduce is in flight (gloo's CPU cost on the rank's one core), and the process CPU time (all
-threads, user + system) one all_gather / reduce_scatter / all_reduce of argv[4] bytes (the full buffer) costs.
+threads, user + system) one all_gather / reduce_scatter / all_reduce of argv[4] bytes (the full buffer) costs,
+and the same calls' wall time while a thread of this rank computes on its core (``{name}_busy``: a matmul
+loop started 2 ms before the call and stopped after it; the calibration times calls on an idle core).
 Writes JSON to argv[1].rank<R>."""
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -20,15 +24,27 @@ def main() -> None:
     cpu_bytes = int(sys.argv[4])
     dist.init_process_group("gloo")
     full, shard = torch.ones(cpu_bytes // 4), torch.ones(cpu_bytes // 4 // dist.get_world_size())
-    calls = {"all_gather": lambda: dist.all_gather_into_tensor(full, shard),
-             "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full),
-             "all_reduce": lambda: dist.all_reduce(full)}
+    calls: dict[str, Callable[[], object]] = {
+        "all_gather": lambda: dist.all_gather_into_tensor(full, shard),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full),
+        "all_reduce": lambda: dist.all_reduce(full)}
     bufs = [torch.ones(s // 4) for s in sizes]
     big = torch.ones(4 * 1024 * 1024)  # 16 MiB: ~140 ms on the 1 Gb/s link
     a, b = torch.randn(32, 512), torch.randn(512, 512)
     res: dict[str, list[float]] = {f"alone_{s}": [] for s in sizes}
     res.update({"together": [], "mm_alone": [], "mm_during_comm": []})
-    res.update({f"{k}_{m}": [] for k in calls for m in ("wall", "cpu")})
+    res.update({f"{k}_{m}": [] for k in calls for m in ("wall", "cpu", "idle", "busy")})
+    busy, stop = threading.Event(), threading.Event()
+    ba, bb = torch.randn(192, 192), torch.randn(192, 192)
+
+    def burner() -> None:  # computes while ``busy`` is set (torch.mm releases the GIL)
+        while not stop.is_set():
+            if busy.is_set():
+                torch.mm(ba, bb)
+            else:
+                time.sleep(0.0005)
+
+    threading.Thread(target=burner, daemon=True).start()
 
     def timed(fn: object) -> float:
         dist.barrier()
@@ -58,6 +74,16 @@ def main() -> None:
                 call()
             res[f"{name}_wall"].append((time.perf_counter() - t) * 1e6 / 5)
             res[f"{name}_cpu"].append((time.process_time() - c) * 1e6 / 5)
+            for mode in ("idle", "busy"):  # one call each, interleaved
+                dist.barrier()
+                if mode == "busy":
+                    busy.set()
+                    time.sleep(0.002)
+                t = time.perf_counter()
+                call()
+                res[f"{name}_{mode}"].append((time.perf_counter() - t) * 1e6)
+                busy.clear()
+    stop.set()
     with open(f"{out}.rank{dist.get_rank()}", "w") as f:
         json.dump({k: statistics.median(v) for k, v in res.items()} | {"raw": res}, f)
     dist.destroy_process_group()
