@@ -461,22 +461,36 @@ def root_cause(torchrun_stderr: str) -> tuple[int, str] | None:
     return None if verdict is None else (verdict[0], f"rank {verdict[0]} {verdict[1]}")
 
 
+#: Lines a native abort prints before Python's fault handler (libstdc++'s terminate, glog's fatal line, an
+#: assert): the reason, which "Fatal Python error: Aborted" alone does not give.
+_NATIVE_REASON = re.compile(r"terminate called|what\(\)|Exception raised from|Assertion .* failed|^F\d{4} |"
+                            r"\[enforce fail|^ERROR|error:", re.IGNORECASE)
+
+
 def _tail(text: str) -> str:
     """The last :data:`TAIL_LINES` lines of ``text``; for a rank that crashed (Python's fault handler wrote
-    "Fatal Python error: ..."), that line and the crashing thread's frames (its "Current thread" block, at most
-    2 x :data:`TAIL_LINES` lines) instead: what killed it and where."""
+    "Fatal Python error: ..."), the native reason printed just before it (up to 4 lines, :data:`_NATIVE_REASON`),
+    that line and the crashing thread's frames (its "Current thread" block, at most 2 x :data:`TAIL_LINES`
+    lines) instead: what killed it and where. A crash on a thread that runs no Python code (gloo's, the
+    profiler's) has no "Current thread" block; the excerpt says so rather than quote a bystander thread."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     fatal = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
     if not fatal:
         return "\n".join(lines[-TAIL_LINES:])
-    after = lines[fatal[-1] + 1:]
-    start = next((i for i, line in enumerate(after) if line.startswith("Current thread")), 0)
+    at = fatal[-1]
+    before = lines[max(0, at - 4):at]
+    first = next((i for i, line in enumerate(before) if _NATIVE_REASON.search(line)), len(before))
+    reason = before[first:]
+    after = lines[at + 1:]
+    start = next((i for i, line in enumerate(after) if line.startswith("Current thread")), None)
+    if start is None:
+        return "\n".join([*reason, lines[at], "(no Python frames on the crashing thread: a native thread failed)"])
     stack: list[str] = []
     for line in after[start:start + 2 * TAIL_LINES]:
         if stack and not line.startswith(" "):  # the next thread's block, "Extension modules: ...", other output
             break
         stack.append(line)
-    return "\n".join([lines[fatal[-1]], *stack])
+    return "\n".join([*reason, lines[at], *stack])
 
 
 def rank_tails(log_dir: Path) -> dict[int, str]:

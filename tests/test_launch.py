@@ -238,6 +238,33 @@ def test_a_crashed_ranks_tail_is_the_fault_and_the_crashing_threads_frames(tmp_p
     assert L.rank_tails(tmp_path / "logs")[1] == "\n".join(f"line {i}" for i in range(12, 20))
 
 
+NATIVE_ABORT_LOG = """step 3 done
+terminate called after throwing an instance of 'gloo::IoException'
+  what():  [gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.77.0.2]:48610
+Fatal Python error: Aborted
+
+Thread 0x00007faeb3ac56c0 (most recent call first):
+  File "/x/recordwatch.py", line 38 in report_progress
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+
+Extension modules: torch._C (total: 1)
+"""
+
+
+def test_a_native_abort_keeps_its_reason_and_quotes_no_bystander_thread(tmp_path: Path) -> None:
+    """A thread without Python frames (gloo's, the profiler's) aborted: the excerpt keeps the reason printed
+    before the fault line (libstdc++'s terminate and what()), and says the crashing thread has no Python frames
+    instead of quoting the idle progress thread (stop 25's CI excerpt showed only that thread)."""
+    log = tmp_path / "logs" / "run" / "attempt_0" / "0" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(NATIVE_ABORT_LOG)
+    assert L.rank_tails(tmp_path / "logs")[0].splitlines() == [
+        "terminate called after throwing an instance of 'gloo::IoException'",
+        "  what():  [gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.77.0.2]:48610",
+        "Fatal Python error: Aborted",
+        "(no Python frames on the crashing thread: a native thread failed)"]
+
+
 def test_the_root_ranks_own_tail_is_found_by_its_local_rank(tmp_path: Path) -> None:
     """On node 1 of a 2 x 2 run, torchrun's rank 3 is local rank 1: its log, not local rank 0's, is quoted."""
     for local, text in ((0, "rank 2 said nothing useful"), (1, FAULT_LOG)):
