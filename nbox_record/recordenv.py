@@ -54,6 +54,11 @@ class Config:
         return max(self.warmup, 1)
 
     @property
+    def effective_capture(self) -> int:
+        """Captured iterations run: none without a capture."""
+        return 0 if self.no_capture else self.capture
+
+    @property
     def effective_lean(self) -> int:
         """Lean iterations run: none without a capture."""
         return 0 if self.no_capture else self.lean
@@ -61,8 +66,7 @@ class Config:
     @property
     def needed(self) -> int:
         """Iteration boundaries the rank needs: warm-up + timed + lean + captured (timed only without a capture)."""
-        captured = 0 if self.no_capture else self.capture
-        return self.effective_warmup + self.iterations + self.effective_lean + captured
+        return self.effective_warmup + self.iterations + self.effective_lean + self.effective_capture
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:

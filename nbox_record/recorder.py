@@ -52,7 +52,7 @@ class Recorder:
         self.pid = os.getpid()
         self.phase = "warmup"                     # warmup | timing | lean | capture | done | failed
         self.clock = IterationClock(config.effective_warmup, config.iterations,
-                                    0 if config.no_capture else config.capture, config.effective_lean)
+                                    config.effective_capture, config.effective_lean)
         self.session = CaptureSession(self.out_dir, config.emulate)
         self.lean = LeanSession(self.out_dir)
         self.errors = ErrorFile(self.out_dir, rank, self.pid)
@@ -269,8 +269,7 @@ class Recorder:
         count, kind = self.clock.count, self.clock.kind
         if count == 0 or kind is None:
             self.fail("NoIterationBoundary", "the script ended without a single iteration boundary. " + MARKER_HINT)
-        captured = 0 if self.config.no_capture else self.config.capture
-        lean = self.config.effective_lean
+        captured, lean = self.config.effective_capture, self.config.effective_lean
         self.fail("TooFewIterations",
                   f"the script ended after {count} iteration(s) ({kind} boundaries); nbox needs "
                   f"{self.config.needed} = warm-up {self.config.effective_warmup} + timed {self.config.iterations} "

@@ -57,10 +57,12 @@ class LeanSession:
         mark_boundary()
 
     def finish(self) -> None:
-        """Mark the last boundary, stop and write the trace (atomically)."""
-        mark_boundary()
+        """Mark the last boundary, stop and write the trace (atomically); nothing when no pass is running (an
+        aborted one: the conversion then finds no lean trace and keeps the profiled times)."""
         prof, self._prof = self._prof, None
-        assert prof is not None
+        if prof is None:
+            return
+        mark_boundary()
         prof.stop()
         tmp = self.out_dir / f".{rawformat.KINETO_LEAN}.{os.getpid()}.partial.json"
         prof.export_chrome_trace(str(tmp))
