@@ -8,6 +8,9 @@ What the replay needs from each node (attribute contract: chakra-format.md, nbox
   thread;
 * ``gap_us``: the framework's time on the node's thread before it (``nbox_gap_micros``, from the recorder's lean
   pass, nbox_record/leantiming.py; 0 without it), charged to the thread ahead of the node;
+* ``waits_us``: the part of a host compute node's recorded duration during which its thread waited for a
+  collective issued inside it (:func:`waits_inside`), already taken out of ``duration_us`` (and of
+  ``profiled_us``); ``start_us``: the recorded start (``start_time_micros``, 0 when absent);
 * ``lean``: whether ``duration_us`` was measured by the lean pass (the node carries
   ``nbox_profiled_duration_micros``), so the profiler correction (profiler.py) leaves it alone;
 * ``resource``: what the node occupies while it runs: ``"stream:<n>"`` for GPU work (``nbox_stream``),
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +84,8 @@ class RankGraph:
     gap_us: list[float] = field(default_factory=list)
     lean: list[bool] = field(default_factory=list)
     profiled_us: list[float] = field(default_factory=list)  # lean nodes: the profiled capture's duration
+    start_us: list[float] = field(default_factory=list)  # recorded start (0: not recorded)
+    waits_us: list[float] = field(default_factory=list)  # communication waits taken out of duration_us
     resource: list[int] = field(default_factory=list)  # index into resources
     resources: list[str] = field(default_factory=list)
     deps: list[tuple[int, ...]] = field(default_factory=list)
@@ -107,6 +113,10 @@ class RankGraph:
             return self
         n = len(self.ids)
         return dataclasses.replace(self, duration_us=list(self.profiled_us), gap_us=[0.0] * n, lean=[False] * n)
+
+    def waited_us(self) -> float:
+        """The communication waits taken out of compute nodes' recorded durations (microseconds, all nodes)."""
+        return sum(self.waits_us)
 
     def compute_us(self) -> float:
         """Recorded compute time (microseconds), the sum over compute nodes."""
@@ -226,12 +236,73 @@ def load_rank(path: str | os.PathLike[str], rank: int, *, keep_nodes: bool = Fal
             g.profiled_us.append(float(profiled) if profiled is not None and profiled >= 0
                                  else float(node.duration_micros))
             g.resource.append(idx)
+            g.start_us.append(float(node.start_time_micros))
             g.iteration.append(_int(attrs, "nbox_iteration") or 0)
             raw_deps.append([*node.data_deps, *node.ctrl_deps])
             if g.nodes is not None:
                 g.nodes.append(node)
     _link(g, raw_deps)
+    _take_out_waits(g)
     return g
+
+
+def waits_inside(g: RankGraph) -> list[float]:
+    """Per node, how long its thread waited inside it for collectives issued inside it (microseconds).
+
+    A framework hook that runs inside an operator can issue a collective and wait for it before the operator
+    returns: FSDP2's pre-backward hook unshards a block (issues its all-gather, waits) inside autograd's
+    ``evaluate_function: AddmmBackward0``, its post-backward issues the reduce-scatter and waits inside
+    ``evaluate_function: RegisterPostBackwardFunction``. The profiler times the operator with the wait in it,
+    and the converter orders the collective after the operator (its thread's previous node), so a replay
+    that played the recorded duration would count the communication twice: once as the operator's compute
+    and again as the modeled collective that follows it. Measured on the namespace testbed's FSDP2 recording
+    (2 blocks, 1 Gb/s): 18.9 ms of a 56.3 ms recorded compute per iteration were such waits.
+
+    The rule: a collective on a host thread whose recorded span ``[start, start + duration]`` lies inside
+    the span of a compute node on the same thread that it depends on (the operator it was issued in, which
+    outlived it) counts that span as waited in the operator; several collectives in one operator count their
+    union. The operator may have computed between the issue and its wait: that time is taken out too (the
+    trace does not say when the wait began); the collective issued inside an operator that returns before it
+    completes (DDP's bucket all-reduce from a gradient hook) is not waited in it and counts nothing. Lean-timed
+    nodes are left alone (the lean pass timed them in other iterations). Nodes without recorded starts
+    (``start_time_micros`` 0, e.g. a synthetic trace) count nothing.
+    """
+    n = len(g)
+    spans: dict[int, list[tuple[float, float]]] = {}
+    lean = g.lean_flags()
+    starts = g.start_us if len(g.start_us) == n else [0.0] * n
+    for c, info in g.comm.items():
+        if info is UNPRICED or not g.resources[g.resource[c]].startswith("thread:"):
+            continue
+        c_start = starts[c]
+        c_end = c_start + g.duration_us[c]
+        if c_start <= 0 or c_end <= c_start:
+            continue
+        for i in g.deps[c]:
+            if g.kind[i] != COMPUTE or g.resource[i] != g.resource[c] or lean[i] or starts[i] <= 0:
+                continue
+            if starts[i] <= c_start and c_end <= starts[i] + g.duration_us[i]:
+                spans.setdefault(i, []).append((c_start, c_end))
+    out = [0.0] * n
+    for i, found in spans.items():
+        total, reach = 0.0, -math.inf
+        for s, e in sorted(found):
+            lo = max(s, reach)
+            if e > lo:
+                total += e - lo
+                reach = e
+        out[i] = min(total, g.duration_us[i])
+    return out
+
+
+def _take_out_waits(g: RankGraph) -> None:
+    """Take :func:`waits_inside` out of the compute nodes' durations (and their profiled durations)."""
+    waits = waits_inside(g)
+    g.waits_us = waits
+    for i, w in enumerate(waits):
+        if w > 0:
+            g.duration_us[i] = max(0.0, g.duration_us[i] - w)
+            g.profiled_us[i] = max(0.0, g.profiled_us[i] - w)
 
 
 def _link(g: RankGraph, raw_deps: list[list[int]]) -> None:
@@ -284,7 +355,7 @@ def _toposort(g: RankGraph) -> None:
         raise ReplayInputError(f"{g.path}: the dependencies form a cycle through node id {g.ids[stuck]}")
     new_pos = {old: new for new, old in enumerate(order)}
     for name in ("ids", "names", "kind", "duration_us", "issue_us", "gap_us", "lean", "profiled_us", "resource",
-                 "iteration"):
+                 "iteration", "start_us"):
         old_list = getattr(g, name)
         setattr(g, name, [old_list[i] for i in order])
     g.deps = [tuple(new_pos[j] for j in g.deps[i]) for i in order]

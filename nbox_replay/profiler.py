@@ -17,9 +17,12 @@ touched) are corrected by one of two rules:
 * ``per_op``: every compute node of captured iteration j loses ``(captured - clean) / n_j``, n_j its number
   of host compute nodes (with a duration), floored at :data:`PER_OP_FLOOR` of its recorded duration.
 
-Neither is exact: ``captured - clean`` also holds profiler work outside every operator (the observer's and
-Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never carried,
-and the overhead inside an operator grows with the number of child operators the profiler records under it,
+* ``to_clean``: the host compute nodes of captured iteration j times ``clean / recorded_j``, recorded_j their
+  recorded sum: each captured iteration's host compute adds up to the clean iteration's thread CPU time.
+
+Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
+observer's and Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never
+carried, and the overhead inside an operator grows with the number of child operators the profiler records under it,
 which neither rule sees. ``proportional`` assumes the overhead is spread like the thread's time;
 ``per_op`` that each top-level operator pays the same.
 
@@ -42,7 +45,9 @@ ddp_transformer    20.19           +43.3%       +4.4%         +22.5%
 fsdp2_transformer  66.71           +70.9%       +18.0%        +51.2%
 =================  ==============  ===========  ============  ======
 
-``proportional`` is closest on every example in both runs. ``per_op`` removes far less than the gap it is given: most
+(These two runs predate taking the communication waits out of the operators: FSDP2's operators then carried
+about 19 ms of waits per iteration, which ``proportional`` cut with the rest.) ``proportional`` is closest on
+every example in both runs. ``per_op`` removes far less than the gap it is given: most
 top-level operators are shorter than their share of it and stop at the floor (per iteration of rank 0:
 ddp_mlp 17 of 26 operators, ddp_transformer 46 of 70, fsdp2_transformer 207 of 264), so it took 1.7 / 4.8 /
 14.1 ms off gaps of 3.1 / 8.4 / 36.0 ms. The profiler's cost is not the same per operator: it follows the
@@ -51,8 +56,19 @@ gap (run 1). Run 1's ddp_transformer residue was not the profiler: that recordin
 iterations (27.15 ms) were already slower than the plain runs (20.75 ms), and the prediction (27.21 ms)
 matched them; in run 2 they agreed (20.61 ms vs 20.19 ms) and so did the prediction (+4.4%).
 
-A correction never lengthens compute: a rank whose captured CPU time is not above its clean one keeps its
-recorded durations (factor 1).
+``to_clean`` (opt-in, 2026-11-24) follows from the same figures once communication waits are no longer in the
+operators' durations (nbox_replay/graph.py, :func:`~nbox_replay.graph.waits_inside`): ``proportional`` assumes
+the profiler's cost sits inside the operators in proportion, but much of ``captured - clean`` is outside every
+operator (between them), so it shortens the operators by more than the profiler lengthened them; ``to_clean``
+charges the whole clean thread time to the operators (the virtual replay has nowhere else to put the
+framework's work between operators). Against the fresh real runs of testbed runs J, K and M (their
+recordings, replayed again under CAL, the calibration of runs I-K; error of the median): fsdp2_transformer
+-10.2 / -17.6 / -13.6% with ``proportional``, -6.8 / -13.4 / -7.6% with ``to_clean``; ddp_transformer -2.0 /
++6.5 / -4.5% against -2.9 / +3.7 / -1.0%; ddp_mlp +8.6 / +5.4 / +9.7% against +9.6 / +6.5 / +10.7%. Not the default:
+three runs, worse on ddp_mlp, and it lengthens compute where the operators are shorter than the thread's time.
+
+A correction by ``proportional`` or ``per_op`` never lengthens compute: a rank whose captured CPU time is not
+above its clean one keeps its recorded durations (factor 1).
 
 The lean pass
 -------------
@@ -90,7 +106,7 @@ from nbox_trace.errors import UsageError
 __all__ = ["DEFAULT_RULE", "MODES", "PER_OP_FLOOR", "RULES", "Correction", "RankFigures", "correct_durations",
            "correct_graph", "correct_graphs", "from_worker_doc", "plan_correction", "read_figures"]
 
-RULES = ("proportional", "per_op")
+RULES = ("proportional", "per_op", "to_clean")
 MODES = ("on", "off", *RULES)
 DEFAULT_RULE = "proportional"
 #: ``per_op``: a node keeps at least this share of its recorded duration.
@@ -229,6 +245,13 @@ def correct_durations(durations: Sequence[float], corrected: Sequence[bool], ite
     if rule not in RULES:
         raise UsageError(f"profiler correction rule {rule!r}: must be one of {', '.join(RULES)}")
     out = list(durations)
+    if rule == "to_clean":
+        totals: dict[int, float] = {}
+        for d, c, it in zip(out, corrected, iteration, strict=True):
+            if c:
+                totals[it] = totals.get(it, 0.0) + d
+        scale = {it: figures.clean_cpu_us / t for it, t in totals.items() if t > 0}
+        return [d * scale[it] if c and it in scale else d for d, c, it in zip(out, corrected, iteration, strict=True)]
     if figures.overhead_us <= 0:
         return out
     if rule == "proportional":

@@ -53,6 +53,15 @@ def test_per_op_subtracts_the_overhead_shared_by_the_iterations_nodes_floored() 
     assert out == pytest.approx([500.0, 10.0, 0.0, 77.0, 2500.0, 100.0, 40.0, 52.0])
 
 
+def test_to_clean_scales_each_iterations_host_compute_to_the_clean_thread_time() -> None:
+    fig = RankFigures(clean_cpu_us=300.0, captured_cpu_us=10000.0)
+    # iteration 0: flagged 100 + 50 = 150 -> x2 (lengthened: the operators are shorter than the thread's time);
+    # iteration 1: flagged 600 -> x0.5; the unflagged node (a comm, a GPU op) is kept.
+    out = correct_durations([100.0, 50.0, 30.0, 600.0], [True, True, False, True], [0, 0, 0, 1], fig, "to_clean")
+    assert out == pytest.approx([200.0, 100.0, 30.0, 300.0])
+    assert sum(out[:2]) == pytest.approx(fig.clean_cpu_us) and out[3] == pytest.approx(fig.clean_cpu_us)
+
+
 @pytest.mark.parametrize("rule", ["proportional", "per_op"])
 def test_a_captured_time_not_above_the_clean_one_changes_nothing(rule: str) -> None:
     fig = RankFigures(clean_cpu_us=9000.0, captured_cpu_us=8500.0)
@@ -151,8 +160,8 @@ def test_the_correction_is_on_by_default_moves_the_answer_and_off_restores_it(tm
     assert off["profiler_correction"]["rule"] is None
     assert off["profiler_correction"]["why_not"] == "--profiler-correction off"
     rules = {rule: virtual(bundle, profiler_correction=rule)["baseline"]["breakdown_us"]["compute"]
-             for rule in ("proportional", "per_op")}
-    assert rules["proportional"] != rules["per_op"]
+             for rule in ("proportional", "per_op", "to_clean")}
+    assert len(set(rules.values())) == 3  # each rule moves the answer its own way
     assert all(v < off["baseline"]["breakdown_us"]["compute"] for v in rules.values())
 
 

@@ -59,10 +59,10 @@ def replay_cmd(
     local_addr: LocalAddrOpt = None,
     rdzv_host: RdzvHostOpt = None,
     profiler_correction: Annotated[str, typer.Option(
-        help="on | off | proportional | per_op: recorded compute without the profiler's overhead. on: the lean "
-             "pass's times and gaps where the bundle has them, else the default rule from the bundle's clean vs "
-             "captured CPU times; a named rule: every operator's profiled time under it (lean figures set aside); "
-             "off: as the bundle carries them.")]
+        help="on | off | proportional | per_op | to_clean: recorded compute without the profiler's overhead. on: "
+             "the lean pass's times and gaps where the bundle has them, else the default rule from the bundle's "
+             "clean vs captured CPU times; a named rule: every operator's profiled time under it (lean figures set "
+             "aside); off: as the bundle carries them.")]
     = "on",
     host_work: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="pad | off (--clock real --compute live): pad the re-executed operators for the training thread's "
@@ -141,8 +141,8 @@ def sweep_cmd(
     batch_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="The recorded per-rank batch (samples), for --global-batch fixed.")] = None,
     profiler_correction: Annotated[str, typer.Option(
-        help="on | off | proportional | per_op: correct recorded compute for the profiler's overhead (as nbox "
-             "replay does).")] = "on",
+        help="on | off | proportional | per_op | to_clean: correct recorded compute for the profiler's overhead "
+             "(as nbox replay does).")] = "on",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Replay a bundle in virtual time over a grid of what-ifs; write a CSV (and a PNG plot when matplotlib is
