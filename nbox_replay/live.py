@@ -121,7 +121,8 @@ class LiveConfig:
             reports the whole job, and the ranks' clocks need not agree (:mod:`emulator_core.clocksync`).
         profiler: the correction of recorded durations for the profiler's overhead
             (:meth:`nbox_replay.profiler.Correction.worker_doc`; None: none), applied by each worker to its graph.
-        host_cpu_us: per replayed rank, the real training thread's CPU time per clean iteration (microseconds):
+        host_cpu_us: per replayed rank, the real training thread's time on a CPU and waiting for one per clean
+            iteration (microseconds; the CPU time alone for a bundle without the run-queue figure):
             each worker pads its live operators for the host work the replay does not re-run
             (:mod:`nbox_replay.hostwork`; needs ``warmup`` >= 1). None: no padding.
     """

@@ -267,6 +267,10 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
                 raise ReplayConfigError(f"{label}: {why}")
     say(f"loading {len(config.ranks or source.ranks)} rank trace(s) from {source.path}")
     graphs = _load(source, config.ranks)
+    waited = ", ".join(f"{g.waited_us() / 1e3:.1f} ms (rank {r})" for r, g in sorted(graphs.items()) if g.waited_us())
+    if waited:
+        notices.append(f"communication waited for inside the operators that issued it, taken out of their recorded "
+                       f"compute (nbox_replay.graph.waits_inside), per pass: {waited}")
     correction = profiler_correction(config.profiler_correction, source, compute)
     if config.host_work is not None and compute != "live":
         raise ReplayConfigError(f"--host-work {config.host_work}: pads operators re-executed live; this replay's "

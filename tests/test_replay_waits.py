@@ -116,3 +116,6 @@ def test_the_shipped_fsdp2_recording_waits_inside_its_hooks_and_ddp_does_not() -
                                   profiler_correction="off")).to_dict()
     breakdown = rep["baseline"]["breakdown_us"]  # type: ignore[index]
     assert breakdown["compute"] > 0 and breakdown["exposed_comm"] > 0
+    assert any("taken out of their recorded compute" in n and "(rank 1)" in n for n in rep["notices"])  # type: ignore[attr-defined]
+    ddp = run_replay(ReplayConfig(str(TRACES / "ddp_mlp"), clock="virtual")).to_dict()
+    assert not any("taken out of their recorded compute" in n for n in ddp["notices"])  # type: ignore[attr-defined]
