@@ -11,7 +11,11 @@ all_gather, reduce_scatter and all_reduce of ``--cpu-bytes`` (the full buffer; d
 fsdp2_transformer block) cost in wall time and in the rank process's own CPU time (all its threads, user +
 system; the kernel's TCP work done in softirq on either core is not in it, so it is a lower bound); and the
 same calls' wall time on an idle core and while a thread of the rank computes on it (a collective slowed by
-compute on its core, which the calibration, timed on an idle core, does not see).
+compute on its core, which the calibration, timed on an idle core, does not see); when an async all_reduce
+completes (gloo's completion callback) if its rank waits at once, computes past the call's end, or only its peer
+computes (a gloo collective needs every member's threads on their cores: a member's compute holds it back); and
+a large all_reduce right after the barrier against one after the link rested 3 ms (the shaper's bucket refills).
+Medians are the slower rank's, except ``peer``: the waiting rank's.
 """
 
 from __future__ import annotations
@@ -82,7 +86,26 @@ def main() -> int:
     for name in ("all_gather", "reduce_scatter", "all_reduce"):
         idle, busy = med[f"{name}_idle"], med[f"{name}_busy"]
         print(f"{name:>16} {idle / 1e3:9.2f} {busy / 1e3:9.2f} {(busy / idle - 1) * 100:+6.0f}%")
+    raw = [d["raw"] for d in docs]
+    print("an async all_reduce's completion (issue -> gloo's callback), ms, median (p10-p90) over the calls:")
+    print(f"{'bytes':>10} {'compute ms':>10} {'rank waits':>20} {'rank computes':>20} {'peer computes':>20}")
+    for n in (65536, 262144, 1048576):
+        cells = []
+        for mode in ("idle", "self", "peer"):
+            xs = raw[1][f"done_{mode}_{n}"] if mode == "peer" else \
+                [max(v) for v in zip(raw[0][f"done_{mode}_{n}"], raw[1][f"done_{mode}_{n}"], strict=True)]
+            cells.append(f"{_q(xs, 0.5) / 1e3:6.2f} ({_q(xs, 0.1) / 1e3:.2f}-{_q(xs, 0.9) / 1e3:.2f})")
+        print(f"{n:>10} {8.0 if n < 1_000_000 else 12.0:>10.1f} " + " ".join(f"{c:>20}" for c in cells))
+    print("a synchronous all_reduce right after the barrier against after the link rested 3 ms, ms, medians:")
+    for n in (1048576, 1708288):
+        b2b, rested = med[f"rest_b2b_{n}"], med[f"rest_rested_{n}"]
+        print(f"{n:>10} back to back {b2b / 1e3:6.2f}  rested {rested / 1e3:6.2f}  ({(rested / b2b - 1) * 100:+.0f}%)")
     return 0
+
+
+def _q(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 if __name__ == "__main__":

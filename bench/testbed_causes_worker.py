@@ -4,6 +4,14 @@ while a large all_reduce is in flight (gloo's CPU cost on the rank's one core), 
 threads, user + system) one all_gather / reduce_scatter / all_reduce of argv[4] bytes (the full buffer) costs,
 and the same calls' wall time while a thread of this rank computes on its core (``{name}_busy``: a matmul
 loop started 2 ms before the call and stopped after it; the calibration times calls on an idle core).
+
+Completion while a member computes (``done_{mode}_{size}``, microseconds from the issue to the moment gloo
+completes the call, taken in its completion callback): an async all_reduce issued by the main thread, which
+then ``idle``: waits for it at once; ``self``: computes (a matmul loop on the main thread, as a training step
+does after issuing a collective) for ``compute_ms`` before waiting, on both ranks; ``peer``: rank 0 computes,
+rank 1 waits at once (rank 1's figure is the one read: the peer's compute delaying its completion). And the
+link's rest (``rest_{b2b,rested}_{size}``): one synchronous all_reduce right after the barrier, or after the link
+idled 3 ms (the rank computing meanwhile), as a training step's calls follow compute.
 Writes JSON to argv[1].rank<R>."""
 
 from __future__ import annotations
@@ -83,6 +91,44 @@ def main() -> None:
                 call()
                 res[f"{name}_{mode}"].append((time.perf_counter() - t) * 1e6)
                 busy.clear()
+    done_sizes = (65536, 262144, 1048576)
+    done_bufs = {n: torch.ones(n // 4) for n in done_sizes}
+    rank = dist.get_rank()
+    for n in done_sizes:
+        res.update({f"done_{m}_{n}": [] for m in ("idle", "self", "peer")})
+    for n in (1048576, 1708288):
+        res.update({f"rest_{m}_{n}": [] for m in ("b2b", "rested")})
+        done_bufs.setdefault(n, torch.ones(n // 4))
+
+    def compute_for(ms: float) -> None:  # the main thread computes for ``ms`` (torch.mm releases the GIL)
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            torch.mm(a, b)
+
+    for _ in range(reps):
+        for n in done_sizes:
+            compute_ms = 8.0 if n < 1_000_000 else 12.0  # longer than the call alone
+            for mode in ("idle", "self", "peer"):
+                dist.barrier()
+                compute_for(1.0)
+                stamp: list[float] = []
+                t = time.perf_counter()
+                work = dist.all_reduce(done_bufs[n], async_op=True)
+                work.get_future().then(lambda _f, stamp=stamp: stamp.append(time.perf_counter()))
+                if mode == "self" or (mode == "peer" and rank == 0):
+                    compute_for(compute_ms)
+                work.wait()
+                while not stamp:
+                    time.sleep(1e-4)
+                res[f"done_{mode}_{n}"].append((stamp[0] - t) * 1e6)
+        for n in (1048576, 1708288):
+            for mode in ("b2b", "rested"):
+                dist.barrier()
+                if mode == "rested":
+                    compute_for(3.0)
+                t = time.perf_counter()
+                dist.all_reduce(done_bufs[n])
+                res[f"rest_{mode}_{n}"].append((time.perf_counter() - t) * 1e6)
     stop.set()
     with open(f"{out}.rank{dist.get_rank()}", "w") as f:
         json.dump({k: statistics.median(v) for k, v in res.items()} | {"raw": res}, f)
