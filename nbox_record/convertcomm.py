@@ -179,8 +179,11 @@ class CommNodes:
 
         A worker thread is one Kineto puts a ``gloo:``/``nccl:`` marker on although no collective was issued from
         it (the marker opens on the issuing thread and closes on the worker); linked to a collective or loose
-        (one the ET observer misplaced). Every top-level op of such a thread is the library's own work: user code
-        never runs there, and some of it (gloo's divide for ``ReduceOp.AVG``) runs after the marker closed.
+        (one the ET observer misplaced). Every ``gloo:`` marker in the Kineto trace counts, not only those the ET
+        links to a collective: gloo runs a group's work on two threads, and the markers of one of them were seen
+        unlinked in some recordings (a DTensor script: 16 copies per iteration of one rank counted as compute, in 4
+        recordings of 25). Every top-level op of such a thread is the library's own work: user code never runs
+        there, and some of it (gloo's divide for ``ReduceOp.AVG``) runs after the marker closed.
         """
         inputs = self.inputs
         if inputs.trace is None:
@@ -188,6 +191,8 @@ class CommNodes:
         issuing = {ev.thread for a in inputs.w.anchors if (ev := inputs.ev(a.node)) is not None}
         markers = [m for a in inputs.w.anchors for m in a.markers] + inputs.w.loose_markers
         workers = {ev.thread for m in markers if (ev := inputs.ev(m)) is not None and ev.thread not in issuing}
+        # gloo's markers only: NCCL's are recorded on the issuing thread, which must never lose its operators
+        workers |= {ev.thread for ev in inputs.trace.cpu if ev.name.startswith("gloo:") and ev.thread not in issuing}
         return {n.id for n in inputs.w.tops if (ev := inputs.ev(n)) is not None and ev.thread in workers}
 
 
