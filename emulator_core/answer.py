@@ -24,7 +24,9 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   efficiency at small sizes) once per burst. Measured on the namespace testbed (1 Gb/s, ddp_mlp's buckets of
   1181952 and 526336 bytes issued together): 14.54 ms; priced one after the other, 15.43 ms (+6.1%); as a
   burst, 14.06 ms (-3.3%). NCCL runs a communicator's kernels one after another, each paying its own cost,
-  so it keeps ``price(bytes)``.
+  so it keeps ``price(bytes)``. With ``jitter = "calibrated"`` a call that joins a burst draws too, but the
+  burst's calls run at once, so their delays overlap: it adds only what its draw exceeds the largest drawn in
+  the burst so far (the burst ends the largest of its calls' delays later, not their sum).
 
 Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
 1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the
@@ -130,7 +132,8 @@ class FabricGroup:
         self._pricers: dict[str, Pricer] = {}
         self._jitter: dict[str, Calibration | None] = {}
         self._bursts: dict[str, bool] = {}  # collective -> queued calls join a burst (calibrated with gloo)
-        self._burst: tuple[str, float] = ("", 0.0)  # the running burst: its collective and bytes so far
+        # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
+        self._burst: tuple[str, float, float] = ("", 0.0, 0.0)
 
 
 class Fabric:
@@ -249,19 +252,24 @@ class Fabric:
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
             algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)
-            group._burst = ("", 0.0)
+            group._burst = ("", 0.0, 0.0)
         else:
             algorithm, cost = self.price(group, collective, nbytes)
-            run_kind, run_bytes = group._burst
+            run_kind, run_bytes, run_jitter = group._burst
             if last < free and run_kind == collective and self._bursts_of(group, collective):
                 _, before = self.price(group, collective, run_bytes)
                 _, after = self.price(group, collective, run_bytes + nbytes)
                 cost = max(0.0, after - before)
-                group._burst = (collective, run_bytes + nbytes)
+                group._burst = (collective, run_bytes + nbytes, run_jitter)
             else:
-                group._burst = (collective, nbytes)
+                group._burst = (collective, nbytes, 0.0)
         if self.scenario.jitter == "calibrated":
-            cost = max(0.0, cost + self._jitter_us(group, collective))
+            extra = self._jitter_us(group, collective)
+            kind, run_bytes, played = group._burst
+            if kind:  # in a burst (its first call included): only the excess over the delay already played
+                group._burst = (kind, run_bytes, max(played, extra))
+                extra = max(0.0, extra - played)
+            cost = max(0.0, cost + extra)
         end = start + cost
         group.free_us = end
         group.answered += 1

@@ -315,6 +315,37 @@ def test_calibrated_jitter_adds_the_tabled_extra_at_the_drawn_quantile() -> None
                                                                                    [0.0, 0.0]).cost_us
 
 
+def test_calls_of_a_gloo_burst_overlap_their_jitter_instead_of_adding_it() -> None:
+    """gloo runs a burst's calls at once: a joining call adds only what its draw exceeds the burst's largest so
+    far, so the burst ends max(draws) later than without jitter, not sum(draws)."""
+    s = _jittery()
+    plain = Fabric(replace(s, jitter="off"))
+    fabric = Fabric(s)
+    cal = next(c for c in s.calibration if c.collective == "all_reduce")
+    sizes = [1181952, 526336, 262144, 131072]
+    seen_overlap = False
+    for start in range(0, 120, 4):  # several bursts, so that draws of every order come up
+        g, g0 = fabric.group([0, 1], [0, 1]), plain.group([0, 1], [0, 1])
+        for k in range(start):  # advance both groups' draw index without a burst
+            fabric.answer(g, "all_gather", 4096, [1e6 * (k + 1)] * 2)
+            plain.answer(g0, "all_gather", 4096, [1e6 * (k + 1)] * 2)
+        t0 = 1e6 * (start + 1)
+        draws = [cal.jitter_at(answer_mod.draw(7, g.key, start + i)) for i in range(len(sizes))]
+        ends = [fabric.answer(g, "all_reduce", n, [t0, t0]).end_us for n in sizes]  # all issued at once
+        ends0 = [plain.answer(g0, "all_reduce", n, [t0, t0]).end_us for n in sizes]
+        for i in range(len(sizes)):
+            assert ends[i] - ends0[i] == pytest.approx(max(draws[: i + 1]), abs=1e-6)
+        seen_overlap |= sum(draws) > max(draws) > 0
+    assert seen_overlap  # some burst drew two delays: the sum would have differed
+    # calls that do not join a burst (each after the group is free) keep their whole draw
+    g, g0 = fabric.group([0, 1], [0, 1]), plain.group([0, 1], [0, 1])
+    for i in range(40):
+        t = 1e6 * (i + 1)
+        u = cal.jitter_at(answer_mod.draw(7, g.key, i))
+        a, b = fabric.answer(g, "all_reduce", 526336, [t, t]), plain.answer(g0, "all_reduce", 526336, [t, t])
+        assert a.cost_us - b.cost_us == pytest.approx(u, abs=1e-6)
+
+
 def test_jitter_draws_agree_across_real_ranks_and_differ_between_groups_and_seeds() -> None:
     s = _jittery()
     # Two real ranks build the same group (members in any order) and see the same costs.
