@@ -13,7 +13,7 @@ system; the kernel's TCP work done in softirq on either core is not in it, so it
 same calls' wall time on an idle core and while a thread of the rank computes on it (a collective slowed by
 compute on its core, which the calibration, timed on an idle core, does not see); when an async all_reduce
 completes (gloo's completion callback) if its rank waits at once, computes past the call's end, or only its peer
-computes (a gloo collective needs every member's threads on their cores: a member's compute holds it back); and
+computes (whether a member's compute holds back a gloo collective, which needs every member's threads); and
 a large all_reduce right after the barrier against one after the link rested 3 ms (the shaper's bucket refills).
 Medians are the slower rank's, except ``peer``: the waiting rank's.
 """
@@ -29,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from fidelity_testbed import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 def price(scenario: Path, size: int) -> float:
@@ -94,18 +96,13 @@ def main() -> int:
         for mode in ("idle", "self", "peer"):
             xs = raw[1][f"done_{mode}_{n}"] if mode == "peer" else \
                 [max(v) for v in zip(raw[0][f"done_{mode}_{n}"], raw[1][f"done_{mode}_{n}"], strict=True)]
-            cells.append(f"{_q(xs, 0.5) / 1e3:6.2f} ({_q(xs, 0.1) / 1e3:.2f}-{_q(xs, 0.9) / 1e3:.2f})")
+            cells.append(f"{pct(xs, 50) / 1e3:6.2f} ({pct(xs, 10) / 1e3:.2f}-{pct(xs, 90) / 1e3:.2f})")
         print(f"{n:>10} {8.0 if n < 1_000_000 else 12.0:>10.1f} " + " ".join(f"{c:>20}" for c in cells))
     print("a synchronous all_reduce right after the barrier against after the link rested 3 ms, ms, medians:")
     for n in (1048576, 1708288):
         b2b, rested = med[f"rest_b2b_{n}"], med[f"rest_rested_{n}"]
         print(f"{n:>10} back to back {b2b / 1e3:6.2f}  rested {rested / 1e3:6.2f}  ({(rested / b2b - 1) * 100:+.0f}%)")
     return 0
-
-
-def _q(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 if __name__ == "__main__":
