@@ -51,6 +51,8 @@ unreduced buffer (``W x`` the output shard); all-to-all: everything this rank se
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,6 +100,10 @@ OPS: dict[str, _OpSpec] = {
     "recv_": _OpSpec("RECV", "tensors", "tensors", peer="src", tag="tag"),
     "recv_any_source_": _OpSpec("RECV", "tensors", "tensors", tag="tag"),
 }
+
+
+#: Seconds :meth:`CollectiveLogger.stop` waits, in all, for the capture's Works to finish (see ``_settle``).
+SETTLE_TIMEOUT_S = 10.0
 
 
 def _tensors(value: object) -> Iterator[torch.Tensor]:
@@ -154,6 +160,8 @@ class CollectiveLogger:
         self._pending: dict[int, tuple[Work, CollectiveRecord]] = {}
         self._lock = threading.Lock()
         self._ranks_by_pg: dict[str, list[int]] = {}
+        #: Records of the Works still running when :meth:`stop` gave up waiting for them.
+        self.unsettled: list[CollectiveRecord] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -176,8 +184,9 @@ class CollectiveLogger:
         self._lib = lib
         self._patch_wait()
 
-    def stop(self) -> list[CollectiveRecord]:
-        """Unregister, restore ``Work.wait``, release the Works; returns the records."""
+    def stop(self, settle_timeout_s: float = SETTLE_TIMEOUT_S) -> list[CollectiveRecord]:
+        """Unregister, restore ``Work.wait``, let the Works settle (:meth:`_settle`), release them; returns the
+        records. ``settle_timeout_s``: seconds to wait, in all, for Works still running."""
         if self._lib is not None:
             self._lib._destroy()  # type: ignore[no-untyped-call]
             self._lib = None
@@ -185,8 +194,42 @@ class CollectiveLogger:
             Work.wait = self._orig_wait  # type: ignore[method-assign]
             self._orig_wait = None
         with self._lock:
+            works = [(work, record) for work, record in self._pending.values()]
             self._pending.clear()
+        self.unsettled = self._settle(works, settle_timeout_s)
         return self.records
+
+    @staticmethod
+    def _settle(works: list[tuple[Work, CollectiveRecord]], timeout_s: float) -> list[CollectiveRecord]:
+        """Wait until each Work has finished on its backend's thread; returns the records of those that did not
+        within ``timeout_s`` seconds in all.
+
+        Why: gloo completes a Work's future *before* ``Work::finish`` ends the collective's record function on
+        its worker thread (``ProcessGroupGloo::AsyncWork::finishWorkGloo``), and DDP's reducer waits on the
+        future. The rank can thus reach the end of the capture, and the session remove the execution-trace
+        observer, while that thread is still inside the observer's exit callback: the callback then locks the
+        freed observer's mutex and the process aborts (``pthread_mutex_lock: Assertion
+        `mutex->__data.__owner == 0' failed``; 6 of 150 recordings of ``ddp_mlp`` on torch 2.13 + gloo, every
+        core dump in ``onFunctionExit`` under ``finishWorkGloo``). ``Work::wait`` returns only after ``finish``
+        released the Work's lock, i.e. after the callback. Seen with gloo; with NCCL (not run here: no GPU)
+        a ``wait`` with a timeout holds the host until the GPU has run the captured collectives, which by the
+        end of the captured iteration costs little.
+        """
+        deadline = time.monotonic() + timeout_s
+        unsettled: list[CollectiveRecord] = []
+        for work, record in works:
+            left_s = deadline - time.monotonic()
+            # wait raises when it times out or when the collective failed (its exception, already the script's)
+            with contextlib.suppress(Exception):
+                if left_s > 0:
+                    work.wait(datetime.timedelta(seconds=left_s))
+            try:
+                done = bool(work.is_completed())
+            except Exception:  # a backend without isCompleted: nothing more to learn
+                done = True
+            if not done:
+                unsettled.append(record)
+        return unsettled
 
     # -- the kernel --------------------------------------------------------------------------------
 

@@ -131,17 +131,17 @@ class CaptureSession:
             with contextlib.suppress(Exception):
                 self._prof.stop()
             self._prof = None
+        if self._comm is not None:  # before the observer goes: the Works settle first (CollectiveLogger.stop)
+            with contextlib.suppress(Exception):
+                self._comm.stop()
+            self._untap()
+            self._comm = None
         if self._et is not None:
             with contextlib.suppress(Exception):
                 self._et.unregister_callback()
             self._et = None
             with contextlib.suppress(OSError):
                 self._tmp_et().unlink()
-        if self._comm is not None:
-            with contextlib.suppress(Exception):
-                self._comm.stop()
-            self._untap()
-            self._comm = None
 
     def finish(self, rank: int, world_size: int) -> None:
         """Mark the last boundary, stop, and write the host ET, Kineto and ``collectives.json`` of this rank."""
@@ -150,7 +150,14 @@ class CaptureSession:
         assert prof is not None and et is not None and comm is not None
         prof.stop()
         self._untap()
-        records = comm.stop()
+        records = comm.stop()  # waits for the capture's Works to finish: only then may the observer go
+        if comm.unsettled:
+            from nbox_record.commlog import SETTLE_TIMEOUT_S
+
+            first = comm.unsettled[0]
+            print(f"nbox: rank {rank}: {len(comm.unsettled)} collective(s) issued in the captured iteration still "
+                  f"running {SETTLE_TIMEOUT_S:g} s after it (first: {first['op']} #{first['seq']}); the trace "
+                  "observer is removed anyway, and with gloo the rank may abort when they finish", file=sys.stderr)
         et.unregister_callback()
         self._prof = self._et = self._comm = None
 
