@@ -165,6 +165,9 @@ def main() -> int:
     ap.add_argument("--examples", default="ddp_mlp,ddp_transformer,fsdp2_transformer", help="--testbed: examples")
     ap.add_argument("--steps", type=int, default=13, help="--testbed: iterations per run (incl. warm-up)")
     ap.add_argument("--rate", default="1gbit", help="--testbed: every link's tbf rate")
+    ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
+                    help="--testbed: gloo's device-loop threads at SCHED_BATCH (the testbed's default; see "
+                         "nbox_trace/testbed_threads.py) or at the kernel's default (the runs before 2026-11-24)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="--testbed: the calibrated scenario; measured on two nodes and written here when missing")
     ap.add_argument("--sizes", default="4KiB..16MiB", help="--testbed: nbox calibrate --sizes")
@@ -193,8 +196,10 @@ def _testbed(args: argparse.Namespace, variants: tuple[tuple[str, tuple[str, ...
 
     with tempfile.TemporaryDirectory(prefix="nbox-emulate-tb-") as tmp:
         rows = tb.run([e for e in args.examples.split(",") if e], args.world, args.rounds, args.steps, args.warmup,
-                      args.rate, args.calibration, args.sizes, args.collectives, args.budget, Path(tmp), variants)
-    print(f"\ntestbed: real W = {args.world} ({args.world} nodes x 1 rank, pinned, {args.rate} per link) against "
+                      args.rate, args.calibration, args.sizes, args.collectives, args.budget, Path(tmp), variants,
+                      args.gloo_loop == "batch")
+    print(f"\ntestbed: real W = {args.world} ({args.world} nodes x 1 rank, pinned, {args.rate} per link, gloo loop "
+          f"{args.gloo_loop}) against "
           f"nbox emulate under the testbed's calibrated scenario\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:
         print(json.dumps(rows))

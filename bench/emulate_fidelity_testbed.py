@@ -65,13 +65,14 @@ def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: in
 
 def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path,
-        variants: tuple[tuple[str, tuple[str, ...]], ...] = (("", ()),)) -> list[dict[str, Any]]:
+        variants: tuple[tuple[str, tuple[str, ...]], ...] = (("", ()),),
+        gloo_loop_batch: bool = True) -> list[dict[str, Any]]:
     """The rows of the table (module docstring); each of ``variants`` ((name, ``--set`` overrides)) is one more
     emulated side per real-rank layout, named ``emulate -n 1 [NAME]``."""
     from nbox_trace.testbed import Testbed
 
     rows = []
-    with Testbed(world, rate=rate) as tb:
+    with Testbed(world, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:
         if calibration is not None and calibration.exists():
             scenario = calibration
             print(f"calibration: reusing {scenario}", file=sys.stderr)

@@ -121,6 +121,9 @@ def main() -> int:
     ap.add_argument("--testbed", action="store_true",
                     help="2 nodes x 1 rank on the namespace testbed (root): bench/fidelity_testbed.py")
     ap.add_argument("--rate", default="1gbit", help="--testbed: the link's tbf rate")
+    ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
+                    help="--testbed: gloo's device-loop threads at SCHED_BATCH (the testbed's default; see "
+                         "nbox_trace/testbed_threads.py) or at the kernel's default (the runs before 2026-11-24)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="--testbed: the calibrated scenario; measured once and written here when missing")
     ap.add_argument("--sizes", default="4KiB..16MiB", help="--testbed: nbox calibrate --sizes")
@@ -154,8 +157,9 @@ def _testbed(args: argparse.Namespace) -> int:
         work.mkdir(parents=True, exist_ok=True)
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
-                                args.capture, args.live, args.lean)
-    print(f"\ntestbed: 2 nodes x 1 rank, pinned, {args.rate}; scenario {scenario}; prediction = virtual clock, "
+                                args.capture, args.live, args.lean, args.gloo_loop == "batch")
+    print(f"\ntestbed: 2 nodes x 1 rank, pinned, {args.rate}, gloo loop {args.gloo_loop}; scenario {scenario}; "
+          "prediction = virtual clock, "
           "recorded compute; --live: live replay across the nodes\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:
         print(json.dumps(rows))

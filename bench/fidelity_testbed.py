@@ -192,11 +192,11 @@ def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
 
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
-        live: bool = False, lean: int = 0) -> tuple[list[dict[str, Any]], Path]:
+        live: bool = False, lean: int = 0, gloo_loop_batch: bool = True) -> tuple[list[dict[str, Any]], Path]:
     from nbox_trace.testbed import Testbed
 
     rows = []
-    with Testbed(2, rate=rate) as tb:
+    with Testbed(2, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:
         if calibration is not None and calibration.exists():
             scenario = calibration
             print(f"calibration: reusing {scenario}", file=sys.stderr)

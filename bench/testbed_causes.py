@@ -47,12 +47,16 @@ def main() -> int:
     ap.add_argument("--sizes", default="1181952,526336")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
+                    help="gloo's device-loop threads at SCHED_BATCH (the testbed's default) or the kernel's default")
     ap.add_argument("--cpu-bytes", type=int, default=1638400)
     args = ap.parse_args()
     from nbox_trace.testbed import Testbed
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="nbox-causes-") as tmp, Testbed(2, rate=args.rate) as tb:
+    batch = args.gloo_loop == "batch"
+    with tempfile.TemporaryDirectory(prefix="nbox-causes-") as tmp, \
+            Testbed(2, rate=args.rate, gloo_loop_batch=batch) as tb:
         out = Path(tmp) / "causes.json"
         ep = f"{tb.node(0).addr}:29491"
         procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",

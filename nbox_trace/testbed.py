@@ -20,7 +20,11 @@ process that made it):
   delay: netem is not available on every kernel (not on the one this was written on). ``delay_ms`` asks for netem
   and is refused clearly where it is missing;
 * each node's processes pinned with ``taskset`` to its CPU set (default: node k on CPU k mod the CPUs this process
-  may use).
+  may use);
+* gloo's TCP device-loop threads (``gloo_tcp_loop``) of every process in the nodes given ``SCHED_BATCH``
+  (``gloo_loop_batch``, default on): on a one-CPU node the loop otherwise preempts the gloo worker that holds
+  its lock and spins until the scheduler tick, making 35-55% of the calls 2-4 ms late, which a real node with a
+  core per thread does not do (measurements: :mod:`nbox_trace.testbed_threads`).
 
 Tear-down always happens: :meth:`Testbed.close` (the ``with`` block's end, also on an error) stops every process
 started with :meth:`Testbed.run_on` (its whole process group: SIGTERM, then SIGKILL), then any process left in
@@ -51,6 +55,7 @@ from types import FrameType
 from typing import Any
 
 from nbox_trace.errors import NboxError, UsageError
+from nbox_trace.testbed_threads import ThreadPolicy, netns_inode
 
 __all__ = ["DEFAULT_PREFIX", "Node", "Testbed", "TestbedError", "cleanup_stale", "unavailable"]
 
@@ -235,13 +240,15 @@ class Testbed:
         cpus: per node, the CPUs its processes are pinned to (default: node k on CPU k mod the usable CPUs).
         subnet: the first three octets ``10.A.B`` of the nodes' /24 (node k is ``10.A.B.(k+1)``).
         prefix: first part of every namespace name (lowercase, <= 12 characters); :func:`cleanup_stale` uses it.
+        gloo_loop_batch: give the nodes' ``gloo_tcp_loop`` threads ``SCHED_BATCH`` while the testbed is up
+            (:class:`nbox_trace.testbed_threads.ThreadPolicy`); False keeps the kernel's default policy.
     """
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, nodes: int = 2, *, rate: str = "1gbit", burst: str | None = None, queue_ms: float = 50.0,
                  delay_ms: float = 0.0, cpus: Sequence[Sequence[int]] | None = None, subnet: str = "10.77.0",
-                 prefix: str = DEFAULT_PREFIX) -> None:
+                 prefix: str = DEFAULT_PREFIX, gloo_loop_batch: bool = True) -> None:
         _check_prefix(prefix)
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2 or nodes > 250:
             raise UsageError(f"testbed nodes: an integer in 2..250, got {nodes!r}")
@@ -259,6 +266,8 @@ class Testbed:
         self.nodes = [Node(k, f"{self.tag}-n{k}", f"tb{k}", f"{subnet}.{k + 1}", c)
                       for k, c in enumerate(_parse_cpus(cpus, nodes))]
         self.switch = f"{self.tag}-sw" if nodes > 2 else None
+        self.gloo_loop_batch = bool(gloo_loop_batch)
+        self._policy: ThreadPolicy | None = None
         self._procs: list[subprocess.Popen[Any]] = []
         self._made: list[str] = []
         self._closed = False
@@ -287,6 +296,8 @@ class Testbed:
         self._built = True
         try:
             self._build()
+            if self.gloo_loop_batch:
+                self._policy = ThreadPolicy(netns_inode(NETNS_DIR / node.netns) for node in self.nodes).start()
         except BaseException:
             self.close()
             raise
@@ -402,6 +413,8 @@ class Testbed:
         self._closed = True
         with _LOCK:
             _LIVE.discard(self)
+        if self._policy is not None:
+            self._policy.stop()
         for proc in self._procs:
             _stop(proc)
         for name in reversed(self._made):

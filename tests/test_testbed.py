@@ -158,3 +158,36 @@ def test_a_killed_runs_namespaces_are_removed_by_cleanup_stale_and_a_live_ones_a
         live.terminate()
         live.wait(timeout=30)
     assert not set(live_names) & set(T._namespaces())
+
+
+#: Initialises a 2-rank gloo group across the nodes (argv: rank, node 0's address), then prints the scheduling
+#: policy of each of this process's threads named gloo_tcp_loop once the testbed had time to scan (1.5 s).
+_GLOO_LOOP_POLICY = textwrap.dedent("""
+    import os, sys, time
+    import torch.distributed as dist
+    rank, master = int(sys.argv[1]), sys.argv[2]
+    dist.init_process_group("gloo", init_method=f"tcp://{master}:29511", rank=rank, world_size=2)
+    time.sleep(1.5)
+    tids = [int(t) for t in os.listdir("/proc/self/task")
+            if open(f"/proc/self/task/{t}/comm").read().strip() == "gloo_tcp_loop"]
+    print(sorted({os.sched_getscheduler(t) for t in tids}), os.sched_getscheduler(0))
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.testbed
+@pytest.mark.integration
+@pytest.mark.parametrize("batch", [True, False])
+def test_gloo_device_loop_threads_get_sched_batch_unless_asked_not_to(batch: bool) -> None:
+    with T.Testbed(2, gloo_loop_batch=batch) as tb:
+        master = tb.node(0).addr
+        procs = [tb.run_on(k, [sys.executable, "-c", _GLOO_LOOP_POLICY, str(k), master],
+                           {"OMP_NUM_THREADS": "1", **tb.node(k).env()}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE) for k in range(2)]
+        assert tb.wait_all(procs, timeout_s=120) == [0, 0], [p.stderr.read() for p in procs if p.stderr]
+        want = os.SCHED_BATCH if batch else os.SCHED_OTHER
+        for proc in procs:
+            assert proc.stdout is not None
+            # the loop threads have the policy; the rank's main thread keeps the default
+            assert proc.stdout.read().decode().split("\n")[0] == f"[{want}] {os.SCHED_OTHER}"
