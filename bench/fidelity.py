@@ -123,7 +123,7 @@ def main() -> int:
     ap.add_argument("--rate", default="1gbit", help="--testbed: the link's tbf rate")
     ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
                     help="--testbed: gloo's device-loop threads at SCHED_BATCH (the testbed's default; see "
-                         "nbox_trace/testbed_threads.py) or at the kernel's default (the runs before 2026-11-24)")
+                         "nbox_trace/testbed_threads.py) or at the kernel's default (README's runs J to T)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="--testbed: the calibrated scenario; measured once and written here when missing")
     ap.add_argument("--sizes", default="4KiB..16MiB", help="--testbed: nbox calibrate --sizes")
