@@ -184,9 +184,9 @@ class CollectiveLogger:
         self._lib = lib
         self._patch_wait()
 
-    def stop(self, settle_timeout_s: float = SETTLE_TIMEOUT_S) -> list[CollectiveRecord]:
-        """Unregister, restore ``Work.wait``, let the Works settle (:meth:`_settle`), release them; returns the
-        records. ``settle_timeout_s``: seconds to wait, in all, for Works still running."""
+    def stop(self) -> list[CollectiveRecord]:
+        """Unregister, restore ``Work.wait``, let the Works settle (:meth:`_settle`, :data:`SETTLE_TIMEOUT_S` in
+        all), release them; returns the records."""
         if self._lib is not None:
             self._lib._destroy()  # type: ignore[no-untyped-call]
             self._lib = None
@@ -196,7 +196,7 @@ class CollectiveLogger:
         with self._lock:
             works = [(work, record) for work, record in self._pending.values()]
             self._pending.clear()
-        self.unsettled = self._settle(works, settle_timeout_s)
+        self.unsettled = self._settle(works, SETTLE_TIMEOUT_S)
         return self.records
 
     @staticmethod

@@ -19,7 +19,7 @@ late by > 1.5 ms on 2% of calls instead of 34-45%.
 :class:`ThreadPolicy` is a daemon thread that scans ``/proc`` every ``interval_s`` seconds: each process whose
 network namespace is one of the testbed's, each of its threads named in ``names``, gets ``SCHED_BATCH``
 (``sched_setscheduler(2)`` on the thread id). The threads appear at ``init_process_group``, well before any timed
-iteration. Needs root like the testbed itself. Imports no torch.
+iteration. Another user's threads need root (the testbed runs as root). Imports no torch.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from nbox_trace.errors import UsageError
 
 __all__ = ["GLOO_LOOP_THREAD", "ThreadPolicy", "netns_inode"]
 
@@ -57,7 +59,7 @@ class ThreadPolicy:
     def __init__(self, netns_inodes: Iterable[int], names: Iterable[str] = (GLOO_LOOP_THREAD,),
                  interval_s: float = 0.1) -> None:
         if not interval_s > 0:
-            raise ValueError(f"ThreadPolicy interval_s must be > 0, got {interval_s!r}")
+            raise UsageError(f"ThreadPolicy interval_s must be > 0, got {interval_s!r}")
         self.netns_inodes = frozenset(netns_inodes)
         self.names = frozenset(names)
         self.interval_s = interval_s

@@ -191,3 +191,44 @@ def test_gloo_device_loop_threads_get_sched_batch_unless_asked_not_to(batch: boo
             assert proc.stdout is not None
             # the loop threads have the policy; the rank's main thread keeps the default
             assert proc.stdout.read().decode().split("\n")[0] == f"[{want}] {os.SCHED_OTHER}"
+
+
+def test_thread_policy_gives_sched_batch_to_named_threads_of_processes_in_its_namespaces_only() -> None:
+    # No root needed: this process's own network namespace, and its own threads (SCHED_OTHER -> SCHED_BATCH is
+    # allowed to any user). A thread renames itself as gloo does; another keeps its name.
+    import threading
+
+    from nbox_trace.testbed_threads import ThreadPolicy, netns_inode
+
+    ready, done = threading.Event(), threading.Event()
+    tids: dict[str, int] = {}
+
+    def named(name: str) -> None:
+        tids[name] = threading.get_native_id()
+        if name != "keep":
+            Path(f"/proc/self/task/{tids[name]}/comm").write_text(name)
+        ready.wait()
+        done.wait(10)
+
+    threads = [threading.Thread(target=named, args=(n,), daemon=True) for n in ("nboxtest_loop", "keep")]
+    for t in threads:
+        t.start()
+    while len(tids) < 2:
+        time.sleep(0.01)
+    ready.set()
+    try:
+        elsewhere = ThreadPolicy([netns_inode("/proc/self/ns/net") + 1], names=("nboxtest_loop",))
+        assert elsewhere.scan() == 0 and os.sched_getscheduler(tids["nboxtest_loop"]) == os.SCHED_OTHER
+        here = ThreadPolicy([netns_inode("/proc/self/ns/net")], names=("nboxtest_loop",))
+        assert here.scan() == 1 and here.scan() == 0  # once per thread
+        assert os.sched_getscheduler(tids["nboxtest_loop"]) == os.SCHED_BATCH
+        assert os.sched_getscheduler(tids["keep"]) == os.SCHED_OTHER
+    finally:
+        done.set()
+
+
+def test_thread_policy_refuses_a_scan_interval_that_is_not_positive() -> None:
+    from nbox_trace.testbed_threads import ThreadPolicy
+
+    with pytest.raises(UsageError, match="interval_s must be > 0, got 0"):
+        ThreadPolicy([1], interval_s=0)
