@@ -118,6 +118,14 @@ def _tensors(value: object) -> Iterator[torch.Tensor]:
                 yield from (t for t in item if isinstance(t, torch.Tensor))
 
 
+def _on_host(args: tuple[Any, ...]) -> bool:
+    """Whether a c10d call's tensors are CPU tensors (its first tensor argument's device; True if none)."""
+    for arg in args:
+        for tensor in _tensors(arg):
+            return tensor.device.type == "cpu"
+    return True
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -157,7 +165,8 @@ class CollectiveLogger:
         self.errors: list[str] = []
         self._lib: torch.library.Library | None = None
         self._orig_wait: Callable[..., Any] | None = None
-        self._pending: dict[int, tuple[Work, CollectiveRecord]] = {}
+        #: id(Work) -> (Work, record, whether stop() must let it settle: see :meth:`_track`)
+        self._pending: dict[int, tuple[Work, CollectiveRecord, bool]] = {}
         self._lock = threading.Lock()
         self._ranks_by_pg: dict[str, list[int]] = {}
         #: Records of the Works still running when :meth:`stop` gave up waiting for them.
@@ -194,7 +203,7 @@ class CollectiveLogger:
             Work.wait = self._orig_wait  # type: ignore[method-assign]
             self._orig_wait = None
         with self._lock:
-            works = [(work, record) for work, record in self._pending.values()]
+            works = [(work, record) for work, record, settle in self._pending.values() if settle]
             self._pending.clear()
         self.unsettled = self._settle(works, SETTLE_TIMEOUT_S)
         return self.records
@@ -211,13 +220,22 @@ class CollectiveLogger:
         freed observer's mutex and the process aborts (``pthread_mutex_lock: Assertion
         `mutex->__data.__owner == 0' failed``; 6 of 150 recordings of ``ddp_mlp`` on torch 2.13 + gloo, every
         core dump in ``onFunctionExit`` under ``finishWorkGloo``). ``Work::wait`` returns only after ``finish``
-        released the Work's lock, i.e. after the callback. Seen with gloo; with NCCL (not run here: no GPU)
-        a ``wait`` with a timeout holds the host until the GPU has run the captured collectives, which by the
-        end of the captured iteration costs little.
+        released the Work's lock, i.e. after the callback. Seen with gloo. Works on CUDA tensors are not settled:
+        ``ProcessGroupNCCL::collective`` marks the future completed at enqueue, on the calling thread, and runs
+        the record function's end callback there (no race), while a timed ``wait`` on a ``WorkNCCL`` that
+        expires reports a timeout the watchdog may act on.
+
+        Only the Works :meth:`_track` marked are passed here, and those already finished are not waited on:
+        a second timed ``wait`` on a gloo send/recv Work waits for a *new* completion of its buffer and, at its
+        timeout, signals an error to every pair of the context, breaking the script's process group (seen: a
+        recording of ``moe_alltoall.py`` blocked 10 s here, then hung).
         """
         deadline = time.monotonic() + timeout_s
         unsettled: list[CollectiveRecord] = []
         for work, record in works:
+            with contextlib.suppress(Exception):
+                if work.is_completed():  # finished: its record function has ended; never wait twice
+                    continue
             left_s = deadline - time.monotonic()
             # wait raises when it times out or when the collective failed (its exception, already the script's)
             with contextlib.suppress(Exception):
@@ -281,7 +299,7 @@ class CollectiveLogger:
             with torch._C._profiler._RecordFunctionFast(identity_marker(record)):
                 out = op.redispatch(below, *args, **kwargs)
             try:
-                self._track(out, record)
+                self._track(out, record, _on_host(args))
             except Exception as exc:
                 self.errors.append(f"{name} (work): {type(exc).__name__}: {exc}")
             return out
@@ -412,19 +430,26 @@ class CollectiveLogger:
             record["seq"] = len(self.records)
             self.records.append(record)
 
-    def _track(self, out: object, record: CollectiveRecord) -> None:
+    def _track(self, out: object, record: CollectiveRecord, on_host: bool) -> None:
+        """Keep the call's Work for the capture; ``on_host``: its tensors are CPU tensors.
+
+        :meth:`stop` settles (:meth:`_settle`) the Works that have a future and run on the host: those a
+        backend's worker thread finishes (gloo's collectives). Works without a future (gloo's send/recv)
+        finish inside the script's own ``wait``, on its thread; CUDA Works: see :meth:`_settle`."""
         items = out if isinstance(out, tuple) else (out,)
         script_work = next((o for o in items if isinstance(o, torch.ScriptObject)), None)
         if script_work is None:
             return
         work = Work.unbox(script_work)
-        # Keep the Python wrapper alive for the capture: pybind then hands the same object to the script,
-        # so the patched Work.wait finds the record by id().
-        with self._lock:
-            self._pending[id(work)] = (work, record)
         try:
             future = work.get_future()
         except RuntimeError:  # gloo send/recv, _reduce_scatter_base_: "Work::getFuture not implemented"
+            future = None
+        # Keep the Python wrapper alive for the capture: pybind then hands the same object to the script,
+        # so the patched Work.wait finds the record by id().
+        with self._lock:
+            self._pending[id(work)] = (work, record, on_host and future is not None)
+        if future is None:
             return
 
         def done(_: object, record: CollectiveRecord = record) -> None:

@@ -71,6 +71,52 @@ def test_stop_returns_only_after_gloo_finished_the_work_whose_future_the_script_
     assert outs[0][0].strip() == "False True 1 []"
 
 
+# Both ranks capture a waited send/recv pair (gloo's P2P Works: no future, finished by the script's own wait) and
+# an all-reduce, stop, then run one more all-reduce on the same group. A settle that waits on the P2P Works again
+# waits for a completion that never comes and, at its timeout, breaks every pair of the group.
+P2P_THEN_MORE = """
+    import sys
+    import torch, torch.distributed as dist
+    from nbox_record.commlog import CollectiveLogger
+    rank, store_path = int(sys.argv[1]), sys.argv[2]
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
+    logger = CollectiveLogger()
+    logger.start()
+    out, into = torch.full((16,), float(rank)), torch.empty(16)
+    ops = [dist.P2POp(dist.isend, out, 1 - rank), dist.P2POp(dist.irecv, into, 1 - rank)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    dist.all_reduce(torch.ones(4))
+    logger.stop()
+    after = torch.ones(4)
+    dist.all_reduce(after)
+    print(len(logger.records), logger.unsettled, float(into[0]), float(after[0]))
+    dist.destroy_process_group()
+"""
+
+
+def _run_two(script: str, tmp_path: Path) -> list[tuple[str, str]]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    store = str(tmp_path / "store")
+    ranks = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(rank), store], cwd=ROOT, env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
+    try:
+        outs = [rank.communicate(timeout=120) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    for rank, (_, err) in zip(ranks, outs, strict=True):
+        assert rank.returncode == 0, err[-2000:]
+    return outs
+
+
+@pytest.mark.integration
+def test_stop_leaves_waited_send_recv_works_alone_and_the_group_usable(tmp_path: Path) -> None:
+    outs = _run_two(P2P_THEN_MORE, tmp_path)
+    # 3 records (send, recv, all-reduce), nothing unsettled, the peer's data arrived, the group still works
+    assert [out.strip() for out, _ in outs] == ["3 [] 1.0 2.0", "3 [] 0.0 2.0"]
+
+
 class _FakeWork:
     """A Work that a thread finishes ``after_s`` seconds from now (never when None); ``fails``: wait raises."""
 
