@@ -90,8 +90,12 @@ P2P_THEN_MORE = """
     logger.stop()
     after = torch.ones(4)
     dist.all_reduce(after)
-    print(len(logger.records), logger.unsettled, float(into[0]), float(after[0]))
+    print(len(logger.records), logger.unsettled, float(into[0]), float(after[0]), flush=True)
     dist.destroy_process_group()
+    # torch 2.13 + gloo: a process that ran send/recv aborts at interpreter exit ("terminate called without an
+    # active exception") 12 times in 30 without nbox at all; skip the static teardown
+    import os
+    os._exit(0)
 """
 
 
