@@ -362,6 +362,7 @@ def main(argv: list[str]) -> int:
     try:
         if os.environ.get("OMP_NUM_THREADS") == "1":
             torch.set_num_threads(1)
+        torch.set_grad_enabled(False)  # replayed operators build no autograd graph (LiveOps.run then needs no context)
         where["phase"] = "loading the trace"
         g = load_rank(cfg["traces"][str(rank)], rank, keep_nodes=True)
         g = correct_graphs({rank: g}, from_worker_doc(cfg.get("profiler")))[rank]  # the parent's rule and figures

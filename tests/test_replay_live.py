@@ -95,6 +95,48 @@ def test_tensors_are_reused_by_id_and_an_in_place_output_is_its_input(tmp_path: 
     assert ops.coverage() == pytest.approx(1.0)
 
 
+def test_an_input_no_operator_made_is_a_view_of_the_live_output_on_its_storage(tmp_path: Path) -> None:
+    # A linear's saved input in backward: the producer's output (tensor 3, storage 1003) reached the next
+    # operators as views made inside other operators (tensors 5 and 6, same storage, offsets 0 and 4), so no
+    # recorded operator produced them. Replayed, they must be that memory (as the real run read it: hot in
+    # cache), not new tensors; a view that cannot fit the storage gets a new tensor.
+    mul = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
+    neg = "aten::neg(Tensor self) -> Tensor"
+    add_ = "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
+    g = graph_of(tmp_path, [
+        op_node(1, "aten::mul", mul, [tv(1, 8), tv(2, 8)], [[2, 4], [2, 4]], [F, F], [tv(3, 8)], [[2, 4]], [F]),
+        op_node(2, "aten::neg", neg, [[5, 1003, 0, 4, 4, "cpu"]], [[4]], [F], [tv(7, 4)], [[4]], [F]),
+        op_node(3, "aten::add_", add_, [[6, 1003, 4, 4, 4, "cpu"], tv(7, 4), 1], [[4], [4], []], [F, F, "Int"],
+                [[6, 1003, 4, 4, 4, "cpu"]], [[4]], [F]),
+        op_node(4, "aten::neg", neg, [[8, 1003, 6, 4, 4, "cpu"]], [[4]], [F], [tv(9, 4)], [[4]], [F]),
+        op_node(5, "aten::neg", neg, [[10, 1003, 0, 4, 8, "cpu"]], [[4]], ["Tensor(double)"], [tv(11, 4, 8)],
+                [[4]], ["Tensor(double)"]),
+    ])
+    ops = prepare(g, "cpu")
+    assert ops.pool.aliases == {5: (3, 0), 6: (3, 4), 8: (3, 6), 10: (3, 0)}
+    for i in range(5):
+        assert ops.run(i)
+    pool = ops.pool.tensors
+    product = ops.pool.tensors.get(3)
+    assert product is None  # made by the graph, dropped after its last use: the views kept it alive until then
+    ops.run(0)
+    product = pool[3].clone()
+    ops.run(1)
+    negated = pool[7]
+    assert torch.equal(negated, -product.flatten()[:4])  # read through the view of tensor 3's memory
+    base = pool[3]
+    ops.run(2)  # in place through the view at offset 4: the base's second row changes
+    assert torch.equal(base[1], product[1] + negated) and torch.equal(base[0], product[0])
+    assert 6 not in pool  # a view is made on use, never pooled
+    # offset 6 + 4 elements runs past the 8-element storage, a double view of a float storage: new tensors,
+    # made once (the first pass) and pooled like any outside input
+    ops.run(3)
+    ops.run(4)
+    assert ops.pool.created == 4  # tensors 1 and 2, and those two
+    assert pool[8].untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
+    assert pool[10].dtype == torch.float64
+
+
 def test_recorded_strides_dtype_and_valid_indices(tmp_path: Path) -> None:
     long_t = "Tensor(long int)"
     g = graph_of(tmp_path, [
