@@ -280,7 +280,7 @@ class Runnable:
         # The per-call path is the replay's own overhead, which the real run does not have: the operator's
         # C++ entry (OpOverload.__call__ only forwards to it), and the one-tensor output's id, found once.
         self._call: Callable[..., Any] = getattr(self.op, "_op", self.op)
-        single = self.outputs[0] if len(self.outputs) == 1 else None
+        single: Any = self.outputs[0] if len(self.outputs) == 1 else None
         self._out_tid: int | None = int(single[0]) if _is_tensor_value(single) else None
 
     def run(self, pool: TensorPool) -> None:
