@@ -89,15 +89,12 @@ def parse_dtype(type_text: str) -> torch.dtype:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor argument: id (for reuse), shape, strides (elements), dtype; the recorded storage id and
-    storage offset (elements; -1: not recorded), which make it a view of a live tensor (:class:`TensorPool`)."""
+    """A tensor argument: id (for reuse), shape, strides (elements), dtype."""
 
     tid: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: torch.dtype
-    storage: int = -1
-    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,6 +117,11 @@ def _ints(x: Any, what: str) -> tuple[int, ...]:
     if not isinstance(x, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in x):
         raise BuildError(f"{what} is not a list of integers: {str(x)[:60]}")
     return tuple(x)
+
+
+def _extent(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements of storage a tensor of ``shape`` and ``strides`` spans from its offset (0 when it is empty)."""
+    return 0 if any(d == 0 for d in shape) else 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
 
 
 def _is_tensor_value(v: Any) -> bool:
@@ -160,7 +162,7 @@ def _arg(value: Any, shape: Any, type_text: str, strides: Any, device: str) -> A
             else _contiguous(dims)
         if any(s < 0 for s in st):
             raise BuildError(f"negative tensor strides {list(st)}")
-        return TensorSpec(int(value[0]), dims, st, parse_dtype(t), int(value[1]), max(int(value[2]), 0))
+        return TensorSpec(int(value[0]), dims, st, parse_dtype(t))
     if t.startswith(("GenericList[", "Tuple[")):
         kinds = _split_list_type(t)
         if not isinstance(value, list) or len(value) != len(kinds):
@@ -221,9 +223,7 @@ class TensorPool:
 
     def make(self, spec: TensorSpec) -> torch.Tensor:
         """A new tensor of the spec's shape, strides and dtype with valid values (module docstring)."""
-        extent = 0 if any(s == 0 for s in spec.shape) else 1 + sum((d - 1) * s for d, s in
-                                                                  zip(spec.shape, spec.strides, strict=True))
-        base = torch.empty(extent, dtype=spec.dtype, device=self.device)
+        base = torch.empty(_extent(spec.shape, spec.strides), dtype=spec.dtype, device=self.device)
         if spec.dtype.is_floating_point and spec.dtype.itemsize > 1:
             base.uniform_(-1.0, 1.0)
         else:
@@ -239,17 +239,20 @@ class TensorPool:
         if base is None or base.dtype != spec.dtype:
             return None
         offset = base.storage_offset() + delta
-        extent = 0 if any(d == 0 for d in spec.shape) else 1 + sum((d - 1) * st for d, st in
-                                                                  zip(spec.shape, spec.strides, strict=True))
-        if offset < 0 or (offset + extent) * base.element_size() > base.untyped_storage().nbytes():
+        end = offset + _extent(spec.shape, spec.strides)
+        if offset < 0 or end * base.element_size() > base.untyped_storage().nbytes():
             return None
         return base.as_strided(spec.shape, spec.strides, offset)
+
+    def keep(self, tid: int, result: Any) -> None:
+        """Pool an operator's tensor ``result`` as tensor id ``tid`` (a view of another: made on use, not kept)."""
+        if isinstance(result, torch.Tensor) and tid not in self.aliases:
+            self.tensors[tid] = result
 
     def put(self, recorded: Any, result: Any) -> None:
         """Pool the tensors of an operator's ``result`` under the recorded output tensor ids."""
         if _is_tensor_value(recorded):
-            if isinstance(result, torch.Tensor) and int(recorded[0]) not in self.aliases:  # views: made on use
-                self.tensors[int(recorded[0])] = result
+            self.keep(int(recorded[0]), result)
             return
         if isinstance(recorded, list) and isinstance(result, (list, tuple)) and len(recorded) == len(result):
             for r, x in zip(recorded, result, strict=True):
@@ -291,10 +294,8 @@ class Runnable:
             result = self._call(*args, **{k: materialize(v) for k, v in self.kwargs.items()})
         else:
             result = self._call(*args)
-        tid = self._out_tid
-        if tid is not None:
-            if isinstance(result, torch.Tensor) and tid not in pool.aliases:
-                pool.tensors[tid] = result
+        if self._out_tid is not None:
+            pool.keep(self._out_tid, result)
         elif len(self.outputs) == 1:
             pool.put(self.outputs[0], result)
         else:

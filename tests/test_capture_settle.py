@@ -53,13 +53,11 @@ HELD_BEFORE_FINISH = """
 """
 
 
-@pytest.mark.integration
-def test_stop_returns_only_after_gloo_finished_the_work_whose_future_the_script_waited_on(tmp_path: Path) -> None:
+def _run_two(script: str, tmp_path: Path) -> list[tuple[str, str]]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    script = textwrap.dedent(HELD_BEFORE_FINISH)
     store = str(tmp_path / "store")
-    ranks = [subprocess.Popen([sys.executable, "-c", script, str(rank), store], cwd=ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
+    ranks = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(rank), store], cwd=ROOT, env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
     try:
         outs = [rank.communicate(timeout=120) for rank in ranks]
     finally:
@@ -67,6 +65,12 @@ def test_stop_returns_only_after_gloo_finished_the_work_whose_future_the_script_
             rank.kill()
     for rank, (_, err) in zip(ranks, outs, strict=True):
         assert rank.returncode == 0, err[-2000:]
+    return outs
+
+
+@pytest.mark.integration
+def test_stop_returns_only_after_gloo_finished_the_work_whose_future_the_script_waited_on(tmp_path: Path) -> None:
+    outs = _run_two(HELD_BEFORE_FINISH, tmp_path)
     # not finished when the future's wait returned; finished once stop() returned; nothing left unsettled
     assert outs[0][0].strip() == "False True 1 []"
 
@@ -97,21 +101,6 @@ P2P_THEN_MORE = """
     import os
     os._exit(0)
 """
-
-
-def _run_two(script: str, tmp_path: Path) -> list[tuple[str, str]]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    store = str(tmp_path / "store")
-    ranks = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(rank), store], cwd=ROOT, env=env,
-                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
-    try:
-        outs = [rank.communicate(timeout=120) for rank in ranks]
-    finally:
-        for rank in ranks:
-            rank.kill()
-    for rank, (_, err) in zip(ranks, outs, strict=True):
-        assert rank.returncode == 0, err[-2000:]
-    return outs
 
 
 @pytest.mark.integration
