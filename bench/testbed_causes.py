@@ -14,7 +14,8 @@ same calls' wall time on an idle core and while a thread of the rank computes on
 compute on its core, which the calibration, timed on an idle core, does not see); when an async all_reduce
 completes (gloo's completion callback) if its rank waits at once, computes past the call's end, or only its peer
 computes (whether a member's compute holds back a gloo collective, which needs every member's threads); and
-a large all_reduce right after the barrier against one after the link rested 3 ms (the shaper's bucket refills).
+an all_reduce after a call that drained the link and a rest of 0 to 3 ms (the shaper's bucket refills at the
+link's rate: ``burst_bytes``, emulator_core/answer.py), beside the scenario's price of a drained call.
 Medians are the slower rank's, except ``peer``: the waiting rank's.
 """
 
@@ -39,6 +40,12 @@ def price(scenario: Path, size: int) -> float:
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     doc = json.loads(out.stdout)
     return float(next(a["time_us"] for a in doc["algorithms"] if a["algorithm"] == doc["auto"]))
+
+
+def burst_of(scenario: Path) -> float:
+    from emulator_core.scenario_files import load_scenario
+
+    return load_scenario(scenario).topology.dims[0].burst_bytes
 
 
 def main() -> int:
@@ -102,10 +109,13 @@ def main() -> int:
                 [max(v) for v in zip(raw[0][f"done_{mode}_{n}"], raw[1][f"done_{mode}_{n}"], strict=True)]
             cells.append(f"{pct(xs, 50) / 1e3:6.2f} ({pct(xs, 10) / 1e3:.2f}-{pct(xs, 90) / 1e3:.2f})")
         print(f"{n:>10} {8.0 if n < 1_000_000 else 12.0:>10.1f} " + " ".join(f"{c:>20}" for c in cells))
-    print("a synchronous all_reduce right after the barrier against after the link rested 3 ms, ms, medians:")
-    for n in (1048576, 1708288):
-        b2b, rested = med[f"rest_b2b_{n}"], med[f"rest_rested_{n}"]
-        print(f"{n:>10} back to back {b2b / 1e3:6.2f}  rested {rested / 1e3:6.2f}  ({(rested / b2b - 1) * 100:+.0f}%)")
+    rests = sorted({float(k.split("_")[1]) for k in med if k.startswith("rest_")})
+    print("an all_reduce after a draining call and a rest of the link, ms, medians (the slower rank's); the "
+          f"scenario's burst_bytes: {burst_of(args.scenario):.0f}")
+    print(f"{'bytes':>10} " + " ".join(f"{f'rest {r:g} ms':>12}" for r in rests) + f" {'model':>12}")
+    for n in (262144, 1048576, 2097152):
+        cells = [f"{med[f'rest_{r:g}_{n}'] / 1e3:12.3f}" for r in rests]
+        print(f"{n:>10} " + " ".join(cells) + f" {price(args.scenario, n) / 1e3:12.3f}")
     return 0
 
 

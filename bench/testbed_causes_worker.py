@@ -10,8 +10,8 @@ completes the call, taken in its completion callback): an async all_reduce issue
 then ``idle``: waits for it at once; ``self``: computes (a matmul loop on the main thread, as a training step
 does after issuing a collective) for ``compute_ms`` before waiting, on both ranks; ``peer``: rank 0 computes,
 rank 1 waits at once (rank 1's figure is the one read: the peer's compute delaying its completion). And the
-link's rest (``rest_{b2b,rested}_{size}``): one synchronous all_reduce right after the barrier, or after the link
-idled 3 ms (the rank computing meanwhile), as a training step's calls follow compute.
+link's rest (``rest_{ms}_{size}``): an all_reduce that drains the link, then both ranks rest ``ms``
+(busy-waiting), then the timed all_reduce: the shaper's bucket refills while the link rests.
 Writes JSON to argv[1].rank<R>."""
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ def main() -> None:
     rank = dist.get_rank()
     for n in done_sizes:
         res.update({f"done_{m}_{n}": [] for m in ("idle", "self", "peer")})
-    for n in (1048576, 1708288):
-        res.update({f"rest_{m}_{n}": [] for m in ("b2b", "rested")})
+    rests_ms = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0)
+    for n in (262144, 1048576, 2097152):
+        res.update({f"rest_{r:g}_{n}": [] for r in rests_ms})
         done_bufs.setdefault(n, torch.ones(n // 4))
 
     def compute_for(ms: float) -> None:  # the main thread computes for ``ms`` (torch.mm releases the GIL)
@@ -121,14 +122,15 @@ def main() -> None:
                 while not stamp:
                     time.sleep(1e-4)
                 res[f"done_{mode}_{n}"].append((stamp[0] - t) * 1e6)
-        for n in (1048576, 1708288):
-            for mode in ("b2b", "rested"):
-                dist.barrier()
-                if mode == "rested":
-                    compute_for(3.0)
+        for n in (262144, 1048576, 2097152):
+            for r in rests_ms:  # a call that drains the link, both ranks rest r ms (busy-waiting), a timed call
+                dist.all_reduce(done_bufs[n])
+                end = time.perf_counter() + r / 1e3
+                while time.perf_counter() < end:
+                    pass
                 t = time.perf_counter()
                 dist.all_reduce(done_bufs[n])
-                res[f"rest_{mode}_{n}"].append((time.perf_counter() - t) * 1e6)
+                res[f"rest_{r:g}_{n}"].append((time.perf_counter() - t) * 1e6)
     stop.set()
     with open(f"{out}.rank{dist.get_rank()}", "w") as f:
         json.dump({k: statistics.median(v) for k, v in res.items()} | {"raw": res}, f)

@@ -16,7 +16,12 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    often (two-node testbed, 1 Gb/s: a 1 MiB all_reduce 2-3 ms late in 62% of the calls with one, 22% without;
    median 11.04 against 8.96 ms), and a training step does not barrier before its collectives;
 3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
-   min, max and the count over all rounds, and the per-round samples.
+   min, max and the count over all rounds, and the per-round samples;
+4. the link's rest (``--rest-ms`` > 0, all_reduce measured): at the largest all_reduce size whose warm-up took at
+   most :data:`REST_CALL_MAX_US` (else the smallest), pairs of one call right after another call (a drained
+   link) and one call after every rank slept ``--rest-ms`` (a rested one: a token-bucket shaper's bucket refilled
+   meanwhile), interleaved, at least :data:`REST_MIN_PAIRS` pairs; reported as ``rested`` (per-pair times, max
+   over ranks). ``emulator_core.calibrate`` turns the difference into the dimension's ``burst_bytes``.
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
@@ -46,6 +51,11 @@ from typing import Any
 RESULT = "result.json"
 PROGRESS = "progress.json"
 SCHEMA = "nbox.calibrate-result/1"
+#: The rest measurement's call takes at most this long back to back (microseconds): long enough against a
+#: bucket of a few milliseconds of the link, short enough that the link's noise does not hide the saving.
+REST_CALL_MAX_US = 20_000.0
+#: Fewest (drained, rested) pairs the rest measurement times.
+REST_MIN_PAIRS = 15
 #: Collectives the worker can time.
 SUPPORTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "send_recv")
 
@@ -120,23 +130,28 @@ def _make_op(collective: str, elems: int, rank: int, world: int, device: Any) ->
     raise ValueError(f"unsupported collective {collective!r} (supported: {', '.join(SUPPORTED)})")
 
 
-def _timed(op: Callable[[], object], iters: int, device: Any) -> list[float]:
-    """``iters`` timed iterations after one barrier, back to back (module docstring); per iteration the max over
-    ranks of ``t1 - t0``, microseconds."""
+def _timed_calls(op: Callable[[], object], iters: int, device: Any) -> list[float]:
+    """``iters`` calls back to back, each ``t0; op; t1`` (CUDA: synchronized); this rank's times, microseconds."""
     import torch
-    import torch.distributed as dist
 
     cuda = device.type == "cuda"
-    local = []
-    dist.barrier()
     if cuda:
         torch.cuda.synchronize(device)
+    local = []
     for _ in range(iters):
         t0 = time.perf_counter()
         op()
         if cuda:
             torch.cuda.synchronize(device)
         local.append((time.perf_counter() - t0) * 1e6)
+    return local
+
+
+def _max_over_ranks(local: list[float], device: Any) -> list[float]:
+    """Per entry, the max over ranks (every rank passes as many)."""
+    import torch
+    import torch.distributed as dist
+
     if not local:
         return []
     times = torch.tensor(local, dtype=torch.float64, device=device)
@@ -144,11 +159,35 @@ def _timed(op: Callable[[], object], iters: int, device: Any) -> list[float]:
     return [float(v) for v in times.cpu().tolist()]
 
 
-def _iterations(op: Callable[[], object], args: argparse.Namespace, device: Any) -> int:
-    """Warm up, then the timed iteration count every rank agrees on (from the slowest warm-up iteration)."""
+def _timed(op: Callable[[], object], iters: int, device: Any) -> list[float]:
+    """``iters`` timed iterations after one barrier, back to back (module docstring); per iteration the max over
+    ranks of ``t1 - t0``, microseconds."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    return _max_over_ranks(_timed_calls(op, iters, device), device)
+
+
+def _iterations(op: Callable[[], object], args: argparse.Namespace, device: Any) -> tuple[int, float]:
+    """Warm up, then the timed iteration count every rank agrees on (from the slowest warm-up iteration) and
+    that iteration's time (microseconds)."""
     warm = max(_timed(op, max(1, args.warmup), device))
     per_iter_s = max(warm * 1e-6, 1e-6)
-    return int(min(args.max_iters, max(args.min_iters, args.budget_s // per_iter_s)))
+    return int(min(args.max_iters, max(args.min_iters, args.budget_s // per_iter_s))), warm
+
+
+def _rested(op: Callable[[], object], pairs: int, rest_s: float, device: Any) -> tuple[list[float], list[float]]:
+    """``pairs`` x (a call right after a call, a call after ``rest_s`` of sleep on every rank): per pair the max over
+    ranks of each call's time, microseconds (module docstring, step 4). The calls end together on every rank (a
+    collective), so the sleeps overlap and the link rests for ``rest_s``."""
+    drained, rested = [], []
+    for _ in range(pairs):
+        op()  # drains the link
+        drained += _timed_calls(op, 1, device)
+        time.sleep(rest_s)
+        rested += _timed_calls(op, 1, device)
+    times = _max_over_ranks(drained + rested, device)
+    return times[:pairs], times[pairs:]
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -163,6 +202,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-iters", type=int, default=200)
     ap.add_argument("--budget-s", type=float, default=0.3, help="Timed seconds per point (about).")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="Process-group timeout per collective.")
+    ap.add_argument("--rest-ms", type=float, default=10.0, help="The link's rest before a rested call (0: none).")
     return ap.parse_args(argv)
 
 
@@ -186,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = [int(s) for s in args.sizes.split(",") if s]
         points = [(c, n) for c in args.collectives.split(",") if c for n in ([0] if c == "barrier" else sizes)]
         counts: dict[tuple[str, int], int] = {}
+        warm_us: dict[tuple[str, int], float] = {}
         samples: dict[tuple[str, int], list[list[float]]] = {pt: [] for pt in points}
         rounds = max(1, args.rounds)
         for r in range(-1, rounds):  # round -1: warm-up and iteration counts
@@ -195,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
                 op = _make_op(coll, element_count(coll, nbytes, world), dist.get_rank(), world, device)
                 if r < 0:
-                    counts[(coll, nbytes)] = _iterations(op, args, device)
+                    counts[(coll, nbytes)], warm_us[(coll, nbytes)] = _iterations(op, args, device)
                 else:
                     _timed(op, 1, device)
                     samples[(coll, nbytes)].append(_timed(op, -(-counts[(coll, nbytes)] // rounds), device))
@@ -209,6 +250,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "median_us": percentile(times, 0.5), "p10_us": percentile(times, 0.1),
                             "p90_us": percentile(times, 0.9), "min_us": min(times), "max_us": max(times),
                             "rounds_us": samples[(coll, nbytes)]})
+        rested: dict[str, Any] | None = None
+        reduce_sizes = [n for c, n in points if c == "all_reduce"]
+        if args.rest_ms > 0 and reduce_sizes:
+            fit_in = [n for n in reduce_sizes if warm_us[("all_reduce", n)] <= REST_CALL_MAX_US]
+            nbytes = max(fit_in) if fit_in else min(reduce_sizes)
+            where = {"collective": "all_reduce", "nbytes": nbytes, "phase": "rest"}
+            if writer:
+                _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
+            pair_s = 3 * warm_us[("all_reduce", nbytes)] * 1e-6 + args.rest_ms * 1e-3
+            pairs = int(min(args.max_iters, max(REST_MIN_PAIRS, args.min_iters, args.budget_s // pair_s)))
+            op = _make_op("all_reduce", element_count("all_reduce", nbytes, world), dist.get_rank(), world, device)
+            drained, rest_times = _rested(op, pairs, args.rest_ms * 1e-3, device)
+            del op
+            rested = {"collective": "all_reduce", "nbytes": element_count("all_reduce", nbytes, world) * 4,
+                      "rest_us": args.rest_ms * 1e3, "drained_us": drained, "rested_us": rest_times}
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()
         if writer:
@@ -218,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "hostname": socket.gethostname(), "machine": platform.machine(), "processor": platform.processor(),
                 "cpu_count": os.cpu_count(), "python": platform.python_version(),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                "results": results})
+                "results": results, **({"rested": rested} if rested is not None else {})})
         dist.destroy_process_group()
         return 0
     except BaseException as exc:  # report, then exit non-zero: torchrun stops the other ranks

@@ -6,7 +6,8 @@ module for the timing method); :func:`emulator_core.calibration_fit.fit` turns t
 :class:`~emulator_core.calibration_fit.Fit` per collective; :func:`scenario_fragment` and :func:`profile_toml` turn
 the fits into a scenario ("the fabric this was recorded on") whose single dimension carries the all_reduce figures
 and whose ``[[calibration]]`` entries carry every collective's factors and efficiency curve
-(``scenario.Calibration``).
+(``scenario.Calibration``), and whose ``burst_bytes`` is what a rested link saved an all_reduce (a token-bucket
+shaper's bucket; 0 where no saving is seen).
 
 Units: sizes are bytes in costmodels' convention (``nbytes`` = the per-rank input; all_gather: the per-rank
 shard; all_to_all: the whole per-rank send buffer; barrier: 0); times are microseconds; cost-model bandwidth
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator_core.calibration import CalibrateConfig, CalibrateInputError, CalibrationWriteError
-from emulator_core.calibration_fit import ALPHA_FLOOR_US, Fit, fit, significant
+from emulator_core.calibration_fit import ALPHA_FLOOR_US, BurstFit, Fit, fit, fit_burst, significant
 from emulator_core.calibration_run import measure_run
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology
 from emulator_core.scenario_toml import dump_toml
@@ -33,12 +34,16 @@ from nbox_trace.files import write_atomic
 
 
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
-                      world_size: int | None = None, library: str = "") -> Scenario:
+                      world_size: int | None = None, library: str = "", burst_saving_us: float = 0.0) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
     latency only). An all_to_all fit also calibrates all_to_all_v (the same algorithm family). Each entry records
     what it measured: ranks, ``library`` and the smallest and largest size.
+
+    ``burst_saving_us``: what a rested link saved an all_reduce (:func:`emulator_core.calibration_fit.fit_burst`);
+    the dimension's ``burst_bytes`` is that times the bandwidth the all_reduce is priced at, so that pricing gives
+    the saving back (``emulator_core.pricing.burst_us``).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -46,7 +51,11 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         (f for f in fits if f.bandwidth_bytes_per_us is not None), fits[0])
     bw_gbps = significant(ref.bandwidth_gbps) if ref.bandwidth_gbps is not None else 1.0
     latency = significant(ref.latency_us)
-    dim = Dimension(name=dimension, size=0, kind="switch", bandwidth_gbps=bw_gbps, latency_us=latency)
+    ar_factor = significant(ref.bandwidth_gbps / bw_gbps) if ref.collective == "all_reduce" and \
+        ref.bandwidth_gbps is not None else 1.0
+    burst = significant(burst_saving_us * bw_gbps * 125.0 * ar_factor, 4) if burst_saving_us > 0 else 0.0
+    dim = Dimension(name=dimension, size=0, kind="switch", bandwidth_gbps=bw_gbps, latency_us=latency,
+                    burst_bytes=burst)
     cals = []
     for f in fits:
         bw_factor = 1.0 if f.bandwidth_gbps is None else significant(f.bandwidth_gbps / bw_gbps)
@@ -87,7 +96,7 @@ def format_fits(fits: Sequence[Fit]) -> str:
 
 
 def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfig, info: Mapping[str, Any],
-                 *, command: str | None = None) -> str:
+                 *, command: str | None = None, burst: BurstFit | None = None) -> str:
     """The fragment as TOML with a header comment: command, machine, date, torch, backend, sizes, fit table."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cmd = command or (f"nbox calibrate -n {config.nproc} --backend {config.backend} "
@@ -104,6 +113,8 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
             "# bandwidth_gbps / latency_us: the all_reduce fit; [[calibration]]: per collective, factors x those",
             "# figures and an efficiency curve (see emulator_core/calibration_fit.py for the method). Fit:", "#"]
     head += [f"#   {line}" for line in format_fits(fits).splitlines()]
+    if burst is not None:
+        head += ["#", f"# {burst.describe(scenario.topology.dims[0].burst_bytes)}"]
     body = dump_toml(scenario)
     dims = scenario.topology.dims
     if len(dims) == 1:  # the stored scenario holds the resolved size; the fragment says "fill to world_size"
@@ -121,6 +132,7 @@ class CalibrateResult:
     fits: list[Fit]
     info: dict[str, Any]
     wall_s: float
+    burst: BurstFit | None = None
 
 
 def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None) -> CalibrateResult:
@@ -129,6 +141,9 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None)
     world = run.info.get("world_size")
     ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
     fits = fit(run.measurements, ranks, config.backend)
-    scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend)
-    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command), error=CalibrationWriteError)
-    return CalibrateResult(out, scenario, fits, run.info, run.wall_s)
+    burst = fit_burst(run.rested) if run.rested is not None else None
+    scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
+                                 burst_saving_us=burst.saving_us if burst is not None else 0.0)
+    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, burst=burst),
+                 error=CalibrationWriteError)
+    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, burst)

@@ -59,7 +59,7 @@ class CalibrateUsageError(UsageError, CalibrateInputError):
 
 #: CalibrateConfig field -> the ``nbox calibrate`` flag that sets it (messages name flags as typed).
 FLAGS = {"nproc": "--nproc", "backend": "--backend", "sizes": "--sizes", "collectives": "--collectives",
-         "budget_s": "--budget", "timeout_s": "--timeout", "dimension": "--dimension"}
+         "budget_s": "--budget", "timeout_s": "--timeout", "dimension": "--dimension", "rest_ms": "--rest"}
 
 
 def parse_size(text: str) -> int:
@@ -112,6 +112,8 @@ class CalibrateConfig:
         min_iters, max_iters: bounds on the timed iterations per point.
         budget_s: about this many seconds of timed iterations per point (> 0).
         timeout_s: deadline for the whole run in seconds; then every rank is stopped (> 0).
+        rest_ms: how long the link rests before the rested all_reduce calls that measure a shaper's bucket,
+            milliseconds (0: not measured, ``burst_bytes = 0``; at most 1000; ``_calibrate_worker`` step 4).
         dimension: the name of the topology dimension the fragment describes.
         nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: a measurement across nodes, as ``nbox record``
             takes them (:class:`nbox_trace.launch.Launch`): each node runs ``nbox calibrate`` with its node rank,
@@ -128,6 +130,7 @@ class CalibrateConfig:
     max_iters: int = 400
     budget_s: float = 0.3
     timeout_s: float = 600.0
+    rest_ms: float = 10.0
     dimension: str = "loopback"
     nnodes: str = "1"
     node_rank: int = 0
@@ -173,6 +176,9 @@ class CalibrateConfig:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise bad(key, v, "must be a number of seconds > 0")
+        v = self.rest_ms
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1000:
+            raise bad("rest_ms", v, "must be a number of milliseconds from 0 to 1000")
         if not isinstance(self.dimension, str) or not _NAME_RE.match(self.dimension):
             raise bad("dimension", self.dimension, "must be 1-64 letters, digits, '_' or '-', starting with a letter")
 
@@ -197,6 +203,24 @@ class Measurement:
     min_us: float
     max_us: float
     rounds_us: tuple[tuple[float, ...], ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Rested:
+    """The link's rest (``_calibrate_worker`` step 4): per pair, an all_reduce of ``nbytes`` right after another
+    (``drained_us``) and one after every rank slept ``rest_us`` (``rested_us``); microseconds, max over ranks."""
+
+    nbytes: int
+    rest_us: float
+    drained_us: tuple[float, ...]
+    rested_us: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.drained_us) != len(self.rested_us) or not self.drained_us:
+            raise CalibrateInputError(f"rest measurement: {len(self.drained_us)} drained and {len(self.rested_us)} "
+                                      "rested calls (needs as many of each, at least one)")
+        if not all(math.isfinite(t) and t >= 0 for t in (*self.drained_us, *self.rested_us, self.rest_us)):
+            raise CalibrateInputError("rest measurement: times must be finite and >= 0")
 
 
 def summarize(collective: str, nbytes: int, requested_bytes: int, ranks: int,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
-from emulator_core.calibration import ALGORITHMS, SUPPORTED, CalibrateInputError, Measurement
+from emulator_core.calibration import ALGORITHMS, SUPPORTED, CalibrateInputError, Measurement, Rested
 
 #: The smallest latency a fit gives, microseconds.
 ALPHA_FLOOR_US = 1e-3
@@ -284,3 +284,45 @@ def fit(measurements: Sequence[Measurement], nproc: int, backend: str = "gloo") 
             p = 2 if coll == "send_recv" else nproc
             out.append(_fit_one(coll, ALGORITHMS[backend][coll], p, groups[coll]))
     return out
+
+
+#: A rested call must be faster than its drained partner in at least this share of the pairs to count.
+BURST_MIN_FASTER = 0.75
+#: ... and faster by at least this share of the drained median (the link's run-to-run noise is below it).
+BURST_MIN_SAVING = 0.01
+
+
+@dataclass(frozen=True)
+class BurstFit:
+    """What the link's rest saved (``_calibrate_worker`` step 4): medians of the drained and rested calls of
+    ``nbytes`` (microseconds), ``faster`` of ``pairs`` rested calls faster than their drained partner, and
+    ``saving_us``: the difference of the medians when significant (:data:`BURST_MIN_FASTER`,
+    :data:`BURST_MIN_SAVING`), else 0 (no shaper seen: NVLink, InfiniBand, loopback)."""
+
+    nbytes: int
+    rest_us: float
+    pairs: int
+    faster: int
+    drained_us: float
+    rested_us: float
+    saving_us: float
+
+    def describe(self, burst_bytes: float) -> str:
+        """One line for the fit table and the TOML header."""
+        seen = (f"burst_bytes = {burst_bytes:.0f} (the saving x the link's bandwidth)" if self.saving_us > 0
+                else "not significant: burst_bytes = 0")
+        return (f"link rest: all_reduce of {self.nbytes} bytes, {self.drained_us:.0f} us right after a call, "
+                f"{self.rested_us:.0f} us after {self.rest_us / 1e3:g} ms of rest (medians; {self.faster} of "
+                f"{self.pairs} faster): {seen}")
+
+
+def fit_burst(rested: Rested) -> BurstFit:
+    """The saving a rested link gives (see :class:`BurstFit`). A lower bound on a shaper's bucket when the call's
+    bytes or the rest are smaller than it (the worker picks a call of up to 20 ms and rests 10 ms by default)."""
+    pairs = len(rested.drained_us)
+    drained = worker.percentile(rested.drained_us, 0.5)
+    rest = worker.percentile(rested.rested_us, 0.5)
+    faster = sum(1 for d, r in zip(rested.drained_us, rested.rested_us, strict=True) if r < d)
+    saving = drained - rest
+    ok = faster >= math.ceil(BURST_MIN_FASTER * pairs) and saving > BURST_MIN_SAVING * drained
+    return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, significant(saving) if ok else 0.0)

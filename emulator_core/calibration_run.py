@@ -14,17 +14,26 @@ from pathlib import Path
 from typing import Any
 
 from emulator_core import _calibrate_worker as worker
-from emulator_core.calibration import CalibrateConfig, CalibrateInputError, CalibrationError, Measurement, summarize
+from emulator_core.calibration import (
+    CalibrateConfig,
+    CalibrateInputError,
+    CalibrationError,
+    Measurement,
+    Rested,
+    summarize,
+)
 from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 
 
 @dataclass(frozen=True)
 class MeasureRun:
-    """:func:`measure_run`'s result: the measurements and the worker's facts (torch, host, device)."""
+    """:func:`measure_run`'s result: the measurements, the worker's facts (torch, host, device), the link's rest
+    measurement (``None``: not taken)."""
 
     measurements: list[Measurement]
     info: dict[str, Any]
     wall_s: float
+    rested: Rested | None = None
 
 
 def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
@@ -34,7 +43,8 @@ def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
     args = ("--out", str(work), "--backend", config.backend, "--collectives", ",".join(config.collectives),
             "--sizes", ",".join(map(str, config.sizes)), "--warmup", str(config.warmup), "--rounds",
             str(config.rounds), "--min-iters", str(config.min_iters), "--max-iters", str(config.max_iters),
-            "--budget-s", repr(float(config.budget_s)), "--timeout-s", repr(pg_timeout))
+            "--budget-s", repr(float(config.budget_s)), "--timeout-s", repr(pg_timeout),
+            "--rest-ms", repr(float(config.rest_ms)))
     return Launch("emulator_core._calibrate_worker", work / "logs", module=True, args=args,
                   nproc_per_node=config.nproc, nnodes=config.nnodes, node_rank=config.node_rank,
                   rdzv_endpoint=config.rdzv_endpoint, local_addr=config.local_addr, rdzv_host=config.rdzv_host,
@@ -80,6 +90,17 @@ def _measurements(doc: Any) -> list[Measurement]:
     return out
 
 
+def _rested(doc: dict[str, Any]) -> Rested | None:
+    r = doc.get("rested")
+    if r is None:
+        return None
+    try:
+        return Rested(int(r["nbytes"]), float(r["rest_us"]), tuple(float(t) for t in r["drained_us"]),
+                      tuple(float(t) for t in r["rested_us"]))
+    except (KeyError, TypeError, ValueError, CalibrateInputError) as exc:
+        raise CalibrationError(f"the worker's result has a malformed rest measurement: {exc!r}") from None
+
+
 def measure_run(config: CalibrateConfig) -> MeasureRun:
     """Launch the ranks, wait at most ``config.timeout_s`` seconds, return the measurements and worker facts.
 
@@ -95,8 +116,8 @@ def measure_run(config: CalibrateConfig) -> MeasureRun:
             raise _failure(config, work, result)
         doc = _read_json(work / worker.RESULT)
         measurements = _measurements(doc)
-        info = {k: v for k, v in doc.items() if k != "results"}
-        return MeasureRun(measurements, info, time.monotonic() - started)
+        info = {k: v for k, v in doc.items() if k not in ("results", "rested")}
+        return MeasureRun(measurements, info, time.monotonic() - started, _rested(doc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -14,6 +14,10 @@ microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.w
   message is forwarded only once whole: each further link costs its size / bandwidth again).
 * ``in_network_reduction`` (switch only): the switch reduces (NVLink SHARP / InfiniBand SHARP, FRED's in-switch
   collectives), so an all-reduce sends and receives its buffer once.
+* ``burst_bytes``: the link is shaped by a token bucket (Linux ``tc tbf``, a cloud NIC's burst allowance) of this
+  many bytes that refills at the link's bandwidth while the link rests: a collective that starts ``r``
+  microseconds after its group's previous one ended sends up to ``min(burst_bytes, r x bandwidth)`` bytes at
+  once (``emulator_core.answer``). ``nbox calibrate`` measures it; default 0: no shaper (NVLink, InfiniBand).
 
 ``[network]`` holds what applies to every dimension: ``congestion`` (``aware``: links are shared, a step lasts
 as long as its busiest link; ``unaware``: every message runs alone on its path, ASTRA-sim's
@@ -52,7 +56,7 @@ CONGESTION = ("aware", "unaware")
 LIBRARIES = ("generic", "nccl")
 TOPOLOGY_KEYS = ("dims",)
 DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank", "forwarding",
-            "in_network_reduction")
+            "in_network_reduction", "burst_bytes")
 NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library")
 #: Most chunks a collective may be cut into.
 MAX_CHUNKS = 4096
@@ -74,6 +78,8 @@ class Dimension:
             (fully_connected); they multiply ``bandwidth_gbps``.
         forwarding: ``"cut_through"`` (default) or ``"store_and_forward"``.
         in_network_reduction: the switch reduces (``kind = "switch"`` only).
+        burst_bytes: the link's token bucket, bytes (>= 0; 0: none): what a rested link sends at once (module
+            docstring; the effective figure ``nbox calibrate`` measures, not necessarily the shaper's setting).
     """
 
     name: str
@@ -84,6 +90,7 @@ class Dimension:
     links_per_rank: int = 1
     forwarding: str = "cut_through"
     in_network_reduction: bool = False
+    burst_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -98,6 +105,7 @@ class Dimension:
             raise bad("in_network_reduction", self.in_network_reduction, "must be true or false")
         if self.in_network_reduction and self.kind != "switch":
             raise bad("in_network_reduction", True, f"needs kind = \"switch\" (this dimension is {self.kind!r})")
+        object.__setattr__(self, "burst_bytes", check_float("burst_bytes", self.burst_bytes, ge=0))
 
     @property
     def link_bytes_per_us(self) -> float:
@@ -111,7 +119,7 @@ class Dimension:
         return self.link_bytes_per_us * self.links_per_rank
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form; ``forwarding`` and ``in_network_reduction`` only when not the defaults."""
+        """Plain form; ``forwarding``, ``in_network_reduction`` and ``burst_bytes`` only when not the defaults."""
         out: dict[str, Any] = {"name": self.name, "size": self.size, "kind": self.kind,
                                "bandwidth_gbps": self.bandwidth_gbps, "latency_us": self.latency_us,
                                "links_per_rank": self.links_per_rank}
@@ -119,6 +127,8 @@ class Dimension:
             out["forwarding"] = self.forwarding
         if self.in_network_reduction:
             out["in_network_reduction"] = True
+        if self.burst_bytes:
+            out["burst_bytes"] = self.burst_bytes
         return out
 
     @classmethod

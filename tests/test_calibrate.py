@@ -144,7 +144,8 @@ def test_parse_sizes_lists_and_ranges() -> None:
     ({"sizes": ()}, "sizes"), ({"collectives": ("gather",)}, "collectives"),
     ({"collectives": ("barrier", "barrier")}, "collectives"), ({"budget_s": 0}, "budget_s"),
     ({"timeout_s": math.inf}, "timeout_s"), ({"min_iters": 5, "max_iters": 2}, "max_iters"),
-    ({"rounds": 0}, "rounds"), ({"dimension": "9x"}, "dimension"),
+    ({"rounds": 0}, "rounds"), ({"dimension": "9x"}, "dimension"), ({"rest_ms": -1}, "rest_ms"),
+    ({"rest_ms": 5000}, "rest_ms"),
 ])
 def test_config_errors_name_the_setting(kw: dict[str, object], key: str) -> None:
     """Issue 13: 'messages say "pass overwrite" instead of `--overwrite`' and a bad argument must exit 2: a
@@ -161,6 +162,9 @@ def test_config_sorts_sizes_and_builds_the_launch_command(tmp_path: Path) -> Non
     assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
     assert "emulator_core._calibrate_worker" in cmd and "1024,65536" in cmd
     assert float(cmd[cmd.index("--timeout-s") + 1]) < 60  # a collective fails before the run deadline
+    assert float(cmd[cmd.index("--rest-ms") + 1]) == 10.0
+    off = command(cr.launch_spec(replace(cfg, rest_ms=0), tmp_path))
+    assert float(off[off.index("--rest-ms") + 1]) == 0.0
 
 
 def test_a_node_of_several_measures_with_one_rank_and_the_record_flags(tmp_path: Path) -> None:
@@ -200,6 +204,56 @@ def test_worker_times_its_calls_back_to_back_after_one_barrier(monkeypatch: pyte
     times = worker._timed(lambda: events.append("op"), 5, torch.device("cpu"))
     assert events == ["barrier"] + ["op"] * 5 + ["max over ranks"]
     assert len(times) == 5 and all(t >= 0 for t in times)
+
+
+def test_worker_times_drained_and_rested_calls_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 4: per pair, a draining call, a timed call right after it, a rest, a timed call; one max over ranks."""
+    import torch
+    import torch.distributed as dist
+
+    events: list[str] = []
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: events.append(f"max over {len(t)}"))
+    monkeypatch.setattr(worker.time, "sleep", lambda s: events.append(f"rest {s}"))
+    drained, rested = worker._rested(lambda: events.append("op"), 3, 0.01, torch.device("cpu"))
+    assert events == ["op", "op", "rest 0.01", "op"] * 3 + ["max over 6"]
+    assert len(drained) == len(rested) == 3
+
+
+def test_the_link_rest_fit_takes_a_significant_saving_only() -> None:
+    """A shaper's saving is the difference of the medians when the rested call is faster in >= 75% of the pairs
+    and by >= 1%; loopback's cold caches (rested slower) or noise give 0."""
+    drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
+    shaper = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, tuple(d - 730.0 for d in drained)))
+    assert shaper.saving_us == pytest.approx(730.0) and shaper.faster == 15
+    assert "burst_bytes = 113" in shaper.describe(113_000.0)
+    slower = cf.fit_burst(cc.Rested(1 << 22, 10_000.0, drained, tuple(d + 400.0 for d in drained)))
+    assert slower.saving_us == 0.0 and "not significant" in slower.describe(0.0)
+    tiny = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, tuple(d - 20.0 for d in drained)))  # 0.2%
+    assert tiny.saving_us == 0.0
+    mixed = tuple(d - 730.0 if i % 2 else d + 5.0 for i, d in enumerate(drained))  # 7 of 15 faster
+    assert cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, mixed)).saving_us == 0.0
+    with pytest.raises(cc.CalibrateInputError, match="as many of each"):
+        cc.Rested(1, 1.0, (1.0,), ())
+    with pytest.raises(cc.CalibrateInputError, match="finite"):
+        cc.Rested(1, 1.0, (1.0,), (math.nan,))
+
+
+def test_the_fragment_burst_gives_the_measured_saving_back_through_pricing() -> None:
+    """burst_bytes = saving x the bandwidth the all_reduce is priced at, so a rested all_reduce on the written
+    scenario saves what the calibration measured; without a saving the key stays out of the file."""
+    from emulator_core.answer import Fabric
+
+    fits = cf.fit(synthetic("all_reduce", "ring", 2, cm.Link(70.0, 150.0), SIZES[2:7]), 2)
+    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", burst_saving_us=730.0)
+    dim = frag.topology.dims[0]
+    assert dim.burst_bytes == pytest.approx(730.0 * 150.0, rel=1e-3)
+    assert loads_scenario(dump_toml(frag)) == frag and "burst_bytes = " in dump_toml(frag)
+    fabric = Fabric(frag)
+    g = fabric.group(None, [0, 1])
+    price_us = fabric.price(g, "all_reduce", 1 << 20)[1]
+    assert fabric.answer(g, "all_reduce", 1 << 20, [0.0, 0.0]).cost_us == pytest.approx(price_us - 730.0, rel=1e-3)
+    plain = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo")
+    assert plain.topology.dims[0].burst_bytes == 0 and "burst_bytes" not in dump_toml(plain)
 
 
 def test_failure_names_the_rank_collective_and_size(tmp_path: Path) -> None:
@@ -399,6 +453,8 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     s = load_scenario(out)
     assert s.world_size == 2 and s.calibrated("all_gather", "loopback") is not None
     assert doc["scenario"] == s.to_dict()
+    rest = doc["link_rest"]  # the largest all_reduce size, at least 15 pairs (no figure asserted: loopback)
+    assert rest["nbytes"] == 65536 and rest["pairs"] >= 15 and rest["burst_bytes"] == s.topology.dims[0].burst_bytes
 
 
 def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:

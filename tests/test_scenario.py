@@ -197,6 +197,8 @@ def test_override_bad_path(tmp_path: Path, override: str, msg: str) -> None:
     ("topology.dims.1.bandwidth_gbps=-3", "topology.dims[1].bandwidth_gbps = -3: must be > 0"),
     ("topology.dims.1.bandwidth_gbps=nan", "topology.dims[1].bandwidth_gbps = nan: must be finite"),
     ("topology.dims.0.latency_us=-1", "topology.dims[0].latency_us = -1: must be >= 0"),
+    ("topology.dims.0.burst_bytes=-1", "topology.dims[0].burst_bytes = -1: must be >= 0"),
+    ("topology.dims.0.burst_bytes=big", "topology.dims[0].burst_bytes = \"big\": must be a number"),
     ("topology.dims.0.kind=torus", "topology.dims[0].kind = \"torus\": must be one of"),
     ("topology.dims.0.links_per_rank=0", "topology.dims[0].links_per_rank = 0: must be >= 1"),
     ("topology.dims.0.size=0", "topology.dims[0].size = 0: only the last dimension may have size 0"),
@@ -280,7 +282,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     names = draw(st.lists(_names, min_size=len(sizes), max_size=len(sizes), unique=True))
     dims = tuple(
         Dimension(name=n, size=s, kind=draw(st.sampled_from(DIMENSION_KINDS)), bandwidth_gbps=draw(_pos),
-                  latency_us=draw(st.floats(0, 1e4, allow_nan=False)), links_per_rank=draw(st.integers(1, 64)))
+                  latency_us=draw(st.floats(0, 1e4, allow_nan=False)), links_per_rank=draw(st.integers(1, 64)),
+                  burst_bytes=draw(st.sampled_from((0.0, 65536.0, 113100.0))))
         for n, s in zip(names, sizes, strict=True)
     )
     world = 1

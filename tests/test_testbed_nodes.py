@@ -110,6 +110,11 @@ def test_two_node_calibrate_measures_the_shaped_link(tmp_path: Path) -> None:
     assert 0.1 < dim.bandwidth_gbps < 0.3, dim.bandwidth_gbps
     assert scenario.calibrated("send_recv", "network") is not None
     assert "2 ranks on 2 nodes (1 per node)" in (tmp_path / "node1.toml").read_text()
+    # the shaper's bucket (tbf burst 65536 bytes at 200 Mb/s): a rested 256 KiB all_reduce (10.5 ms drained) ran
+    # about 2 ms faster; what TCP gets of the bucket, not the setting itself
+    rest = docs[0]["link_rest"]
+    assert rest["nbytes"] == 262144 and rest["faster"] >= 12, rest
+    assert 10_000 < dim.burst_bytes < 4 * 65536, rest
 
 
 def test_a_node_killed_mid_run_ends_the_job_with_an_error_naming_it_and_its_rank(tmp_path: Path) -> None:

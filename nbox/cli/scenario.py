@@ -165,6 +165,8 @@ def calibrate_cmd(
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
     = 600.0,
+    rest: Annotated[float, typer.Option(help="Milliseconds the link rests before the all_reduce calls that measure "
+                                             "a shaper's burst (burst_bytes); 0: skip.")] = 10.0,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
     = None,
@@ -199,7 +201,8 @@ def calibrate_cmd(
 
     cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
                           collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
-                          timeout_s=timeout, dimension=dimension or ("loopback" if nnodes == "1" else "network"),
+                          timeout_s=timeout, rest_ms=rest,
+                          dimension=dimension or ("loopback" if nnodes == "1" else "network"),
                           nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, local_addr=local_addr,
                           rdzv_host=rdzv_host)  # bad input is refused before torch loads
     check_outputs([Output("-o/--out", out, "file")])  # and a bad output before any rank starts
@@ -222,11 +225,15 @@ def calibrate_cmd(
                "fits": [{"collective": f.collective, "algorithm": f.algorithm, "ranks": f.ranks,
                          "latency_us": f.latency_us, "bandwidth_gbps": f.bandwidth_gbps,
                          "median_abs_error_pct": f.median_abs_error_pct(),
-                         "points": [vars(p) for p in f.points]} for f in result.fits]}
+                         "points": [vars(p) for p in f.points]} for f in result.fits],
+               "link_rest": None if result.burst is None else {
+                   **vars(result.burst), "burst_bytes": result.scenario.topology.dims[0].burst_bytes}}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     from emulator_core.calibrate import format_fits
 
     sys.stdout.write(format_fits(result.fits) + "\n")
+    if result.burst is not None:
+        sys.stdout.write(result.burst.describe(result.scenario.topology.dims[0].burst_bytes) + "\n")
     sys.stderr.write(f"nbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
 
