@@ -113,7 +113,8 @@ class CalibrateConfig:
         budget_s: about this many seconds of timed iterations per point (> 0).
         timeout_s: deadline for the whole run in seconds; then every rank is stopped (> 0).
         rest_ms: how long the link rests before the rested all_reduce calls that measure a shaper's bucket,
-            milliseconds (0: not measured, ``burst_bytes = 0``; at most 1000; ``_calibrate_worker`` step 4).
+            milliseconds (0, the default: not measured, ``burst_bytes = 0``; at most 1000; ``_calibrate_worker``
+            step 4; off by default: see the README's ``nbox calibrate`` for what it did to the testbed's figures).
         dimension: the name of the topology dimension the fragment describes.
         nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: a measurement across nodes, as ``nbox record``
             takes them (:class:`nbox_trace.launch.Launch`): each node runs ``nbox calibrate`` with its node rank,
@@ -130,7 +131,7 @@ class CalibrateConfig:
     max_iters: int = 400
     budget_s: float = 0.3
     timeout_s: float = 600.0
-    rest_ms: float = 10.0
+    rest_ms: float = 0.0
     dimension: str = "loopback"
     nnodes: str = "1"
     node_rank: int = 0

@@ -162,9 +162,9 @@ def test_config_sorts_sizes_and_builds_the_launch_command(tmp_path: Path) -> Non
     assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
     assert "emulator_core._calibrate_worker" in cmd and "1024,65536" in cmd
     assert float(cmd[cmd.index("--timeout-s") + 1]) < 60  # a collective fails before the run deadline
-    assert float(cmd[cmd.index("--rest-ms") + 1]) == 10.0
-    off = command(cr.launch_spec(replace(cfg, rest_ms=0), tmp_path))
-    assert float(off[off.index("--rest-ms") + 1]) == 0.0
+    assert float(cmd[cmd.index("--rest-ms") + 1]) == 0.0  # off unless asked for (README: why)
+    on = command(cr.launch_spec(replace(cfg, rest_ms=10), tmp_path))
+    assert float(on[on.index("--rest-ms") + 1]) == 10.0
 
 
 def test_a_node_of_several_measures_with_one_rank_and_the_record_flags(tmp_path: Path) -> None:
@@ -445,7 +445,7 @@ def test_calibrate_command_refuses_bad_input_and_writes_nothing(tmp_path: Path, 
 def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "tmp" / "profile.toml"
     proc = _nbox("calibrate", "-n", "2", "--sizes", "1KiB,64KiB", "--collectives", "all_reduce,all_gather",
-                 "--budget", "0.05", "-o", str(out), "--json", timeout=120)
+                 "--budget", "0.05", "--rest", "5", "-o", str(out), "--json", timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [f["collective"] for f in doc["fits"]] == ["all_reduce", "all_gather"]

@@ -96,8 +96,8 @@ def test_two_node_calibrate_measures_the_shaped_link(tmp_path: Path) -> None:
         endpoint = f"{tb.node(0).addr}:{PORT}"
         done = on_both(tb, tmp_path, lambda k: nbox_cmd(
             "calibrate", "-n", 1, "--nnodes", 2, "--node-rank", k, "--rdzv-endpoint", endpoint, "--sizes",
-            "256KiB..4MiB", "--collectives", "all_reduce,send_recv", "--budget", 0.1, "--timeout", 240, "-o",
-            tmp_path / f"node{k}.toml", "--json"))
+            "256KiB..4MiB", "--collectives", "all_reduce,send_recv", "--budget", 0.1, "--rest", 10, "--timeout", 240,
+            "-o", tmp_path / f"node{k}.toml", "--json"))
     for k, res in enumerate(done):
         assert res.returncode == 0, f"node {k}: {res.stderr[-3000:]}"
     docs = [json.loads(res.stdout) for res in done]

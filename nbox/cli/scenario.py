@@ -166,7 +166,8 @@ def calibrate_cmd(
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
     = 600.0,
     rest: Annotated[float, typer.Option(help="Milliseconds the link rests before the all_reduce calls that measure "
-                                             "a shaper's burst (burst_bytes); 0: skip.")] = 10.0,
+                                             "a shaper's burst and write it as burst_bytes (e.g. 10); 0: skip.")]
+    = 0.0,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
     = None,
