@@ -16,7 +16,7 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
 * **a rested link (token-bucket shaper).** On a dimension with ``burst_bytes`` (a ``tc tbf`` link, a cloud
   NIC's burst allowance), a collective that starts ``rest = start - free`` microseconds after the group's
   previous one ended (the bucket is full before the first) costs ``cost - min(rest, burst_us)``, never less
-  than the collective's zero-byte price, with ``burst_us = burst_bytes / bandwidth``
+  than the collective's zero-byte price, with ``burst_us = burst_bytes / the dimension's bandwidth``
   (:func:`emulator_core.pricing.burst_us`): the bucket refills at the link's rate while it rests, and its bytes
   then leave at once. The calibration's calls run back to back (an empty bucket), so ``cost`` is the
   drained link's. Measured on the namespace testbed (1 Gb/s, tbf burst 125000 bytes, gloo all_reduce,
@@ -232,7 +232,7 @@ class Fabric:
         zero-byte price no saving goes below (module docstring)."""
         hit = group._credit.get(collective)
         if hit is None:
-            most = burst_us(self.scenario, collective, group.shape)
+            most = burst_us(self.scenario, group.shape)
             hit = group._credit[collective] = (most, self.price(group, collective, 0)[1] if most > 0 else 0.0)
         return hit
 

@@ -42,8 +42,8 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
     what it measured: ranks, ``library`` and the smallest and largest size.
 
     ``burst_saving_us``: what a rested link saved an all_reduce (:func:`emulator_core.calibration_fit.fit_burst`);
-    the dimension's ``burst_bytes`` is that times the bandwidth the all_reduce is priced at, so that pricing gives
-    the saving back (``emulator_core.pricing.burst_us``).
+    the dimension's ``burst_bytes`` is that times the dimension's bandwidth, so that pricing gives the saving back
+    (``emulator_core.pricing.burst_us``).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -51,9 +51,7 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         (f for f in fits if f.bandwidth_bytes_per_us is not None), fits[0])
     bw_gbps = significant(ref.bandwidth_gbps) if ref.bandwidth_gbps is not None else 1.0
     latency = significant(ref.latency_us)
-    ar_factor = significant(ref.bandwidth_gbps / bw_gbps) if ref.collective == "all_reduce" and \
-        ref.bandwidth_gbps is not None else 1.0
-    burst = significant(burst_saving_us * bw_gbps * 125.0 * ar_factor, 4) if burst_saving_us > 0 else 0.0
+    burst = significant(burst_saving_us * bw_gbps * 125.0, 4) if burst_saving_us > 0 else 0.0
     dim = Dimension(name=dimension, size=0, kind="switch", bandwidth_gbps=bw_gbps, latency_us=latency,
                     burst_bytes=burst)
     cals = []
