@@ -202,7 +202,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-iters", type=int, default=200)
     ap.add_argument("--budget-s", type=float, default=0.3, help="Timed seconds per point (about).")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="Process-group timeout per collective.")
-    ap.add_argument("--rest-ms", type=float, default=10.0, help="The link's rest before a rested call (0: none).")
+    ap.add_argument("--rest-ms", type=float, default=0.0, help="The link's rest before a rested call (0: none).")
     return ap.parse_args(argv)
 
 
@@ -260,10 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
             pair_s = 3 * warm_us[("all_reduce", nbytes)] * 1e-6 + args.rest_ms * 1e-3
             pairs = int(min(args.max_iters, max(REST_MIN_PAIRS, args.min_iters, args.budget_s // pair_s)))
-            op = _make_op("all_reduce", element_count("all_reduce", nbytes, world), dist.get_rank(), world, device)
+            elems = element_count("all_reduce", nbytes, world)
+            op = _make_op("all_reduce", elems, dist.get_rank(), world, device)
             drained, rest_times = _rested(op, pairs, args.rest_ms * 1e-3, device)
             del op
-            rested = {"collective": "all_reduce", "nbytes": element_count("all_reduce", nbytes, world) * 4,
+            rested = {"collective": "all_reduce", "nbytes": elems * 4,
                       "rest_us": args.rest_ms * 1e3, "drained_us": drained, "rested_us": rest_times}
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -51,9 +51,9 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         (f for f in fits if f.bandwidth_bytes_per_us is not None), fits[0])
     bw_gbps = significant(ref.bandwidth_gbps) if ref.bandwidth_gbps is not None else 1.0
     latency = significant(ref.latency_us)
-    burst = significant(burst_saving_us * bw_gbps * 125.0, 4) if burst_saving_us > 0 else 0.0
-    dim = Dimension(name=dimension, size=0, kind="switch", bandwidth_gbps=bw_gbps, latency_us=latency,
-                    burst_bytes=burst)
+    dim = Dimension(name=dimension, size=0, kind="switch", bandwidth_gbps=bw_gbps, latency_us=latency)
+    if burst_saving_us > 0:  # the inverse of pricing.burst_us: the saving at the dimension's bandwidth
+        dim = replace(dim, burst_bytes=significant(burst_saving_us * dim.bandwidth_bytes_per_us, 4))
     cals = []
     for f in fits:
         bw_factor = 1.0 if f.bandwidth_gbps is None else significant(f.bandwidth_gbps / bw_gbps)

@@ -318,7 +318,7 @@ class BurstFit:
 
 def fit_burst(rested: Rested) -> BurstFit:
     """The saving a rested link gives (see :class:`BurstFit`). A lower bound on a shaper's bucket when the call's
-    bytes or the rest are smaller than it (the worker picks a call of up to 20 ms and rests 10 ms by default)."""
+    bytes or the rest are smaller than it (the worker picks a call of up to 20 ms; the rest is ``--rest``)."""
     pairs = len(rested.drained_us)
     drained = worker.percentile(rested.drained_us, 0.5)
     rest = worker.percentile(rested.rested_us, 0.5)
