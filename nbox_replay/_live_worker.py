@@ -7,24 +7,24 @@ replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_D
 answered with the emulator core's modeled delays; the replayed ranks exchange only their arrival times (the
 buffers carry no information, and a real transfer slower than the model would set the answer).
 
-The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node
-that depends on a comm node first waits on its work (a comm node that depends on another comm node does
-not: a group's collectives are ordered by the group itself); a compute node runs live
-(:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or on fallback, waits its recorded duration (with
-``compute="recorded"``, after the recorded gap before it: the training framework's work between operators,
-which a live re-execution replaces by the worker's own) times the rank's compute factor
-(``config["factors"]``: the straggler slowdown divided by the scenario's ``compute_scale``, decided by the
-parent); a live node with a factor above 1 is padded to factor x its measured time (the parent refuses factors
-below 1 for live compute: an operator cannot run faster than it does). With ``config["host_cpu_us"]``
-(``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's own time per
-iteration, and each timed one stretches every live operator by the rank's host-work factor planned from the
-repetition before it (reported as ``host_pad``: the last timed repetition's). With ``config["serialize"]``
-(the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before the next compute
-node, so communication never overlaps compute on the rank. A comm node is issued with ``async_op=True`` on
-buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is waited on at
-once. A repetition ends when its last work has completed. Warm-up repetitions run first (not timed), then the
-timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent removes the compute
-keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
+The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that
+depends on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's
+collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.ops`) or, with
+``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
+gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
+own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
+``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured
+time (the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
+``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
+own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned
+from the repetition before it (reported as ``host_pad``: the last timed repetition's). The worker holds its heap
+first (:mod:`nbox_replay.allocator`; ``host_pad.heap_not_held`` says why not where it could not). With
+``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for
+before the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
+``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is
+waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first (not timed),
+then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent removes the
+compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
 time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
@@ -48,6 +48,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ import torch
 import torch.distributed as dist
 
 from emulator_core.delay import sleep_until
+from nbox_replay.allocator import hold_heap
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations, load_rank
 from nbox_replay.hostwork import plan_pad
 from nbox_replay.ops import LiveOps, prepare
@@ -359,6 +361,7 @@ def main(argv: list[str]) -> int:
     out = Path(cfg["result_dir"])
     where: dict[str, Any] = {"phase": "start", "node": None}
     replayer: Replayer | None = None
+    heap = hold_heap()  # before any tensor: operators re-run without page faults the real run did not take
     try:
         if os.environ.get("OMP_NUM_THREADS") == "1":
             torch.set_num_threads(1)
@@ -387,7 +390,7 @@ def main(argv: list[str]) -> int:
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
             if rep >= int(cfg["warmup"]) and host_clean is not None:
-                pad = plan_pad(host_clean.get(str(rank)), previous, replayer.captured)
+                pad = replace(plan_pad(host_clean.get(str(rank)), previous, replayer.captured), heap=heap)
                 replayer.pad = pad.factor
             replayer.live_ns = replayer.fallback_ns = 0
             cpu0 = _busy_ns()

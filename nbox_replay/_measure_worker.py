@@ -4,7 +4,8 @@
 run live (:mod:`nbox_replay.ops`) in node order, with no communication, ``warmup`` untimed passes then
 ``iterations`` timed ones; each node's duration is the median of its timed passes (microseconds; on CUDA the
 device is synchronized around each node). Writes ``{"ranks": {rank: {"duration_us": [per position: the
-median, or null when not compute or a fallback], "fallbacks": {op: nodes}}}}`` to ``config["result"]``; on an
+median, or null when not compute or a fallback], "fallbacks": {op: nodes}}}}`` to ``config["result"]`` (its
+heap held first, :mod:`nbox_replay.allocator`); on an
 exception writes ``error.json`` beside it and exits with code 1.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 
+from nbox_replay.allocator import hold_heap
 from nbox_replay.graph import COMPUTE, load_rank
 from nbox_replay.ops import prepare
 
@@ -53,6 +55,7 @@ def main(argv: list[str]) -> int:
     cfg = json.loads(Path(argv[1]).read_text())
     out = Path(cfg["result"])
     rank = None
+    hold_heap()  # as the live worker does (nbox_replay.allocator): the operators' own time, without extra faults
     try:
         if os.environ.get("OMP_NUM_THREADS") == "1":
             torch.set_num_threads(1)

@@ -24,6 +24,9 @@ of nbox_record/leantiming.py measured the gaps and found them dominated by waits
 operators in proportion to their time. A bundle recorded before the run-queue figure existed pads to the
 CPU time alone.
 
+Each worker holds its heap first (:mod:`nbox_replay.allocator`: no trimming, a fixed mmap threshold), so its
+operators do not page-fault more than the real run's did: the pad then starts from the operators' own time.
+
 The first repetition of a worker is slow (its tensors are made, caches are cold: ddp_mlp's operators took
 about 10 ms per iteration in it and about 2 ms after it; FSDP2's 26.8 ms per iteration over two warm-ups
 against 20.5 ms in the timed repetitions), so a warm figure needs ``--warmup`` 2 or more (the default of
@@ -60,6 +63,9 @@ class HostPad:
         pad_us: ``max(0, clean_us - replay_us)``; 0 with a reason in ``why_not`` when not applied.
         factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none).
         why_not: why no padding was planned ('' when it was, even a zero one).
+        heap: why the worker's heap was not held (:func:`nbox_replay.allocator.hold_heap`; '' when it was): a
+            replay whose operators page-fault more than the real run's is slower than its operators, which the pad
+            cannot take back.
     """
 
     clean_us: float
@@ -68,10 +74,12 @@ class HostPad:
     pad_us: float
     factor: float
     why_not: str = ""
+    heap: str = ""
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {"clean_us": self.clean_us, "replay_us": self.replay_us, "live_us": self.live_us,
-                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None}
+                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None,
+                "heap_not_held": self.heap or None}
 
     @staticmethod
     def from_dict(doc: object) -> HostPad | None:
@@ -80,7 +88,8 @@ class HostPad:
             return None
         try:
             return HostPad(float(doc["clean_us"]), float(doc["replay_us"]), float(doc["live_us"]),
-                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""))
+                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""),
+                           str(doc.get("heap_not_held") or ""))
         except (KeyError, TypeError, ValueError):
             return None
 

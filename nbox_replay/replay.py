@@ -465,6 +465,8 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str) -> dict[str, Any]:
             parts.append(f"rank {r} +{p.pad_us / 1e3:.2f} ms per iteration (x{p.factor:.2f}: the real thread "
                          f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one, the replay's "
                          f"{p.replay_us / 1e3:.2f} ms)")
+        if p.heap:
+            parts[-1] += f", its heap not held ({p.heap})"
     return {"line": "live operators padded for the host work the replay does not re-run (--host-work pad): "
                     + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
             "why_not": None}

@@ -1,0 +1,75 @@
+"""The live workers' held heap (nbox_replay.allocator): operators re-run without page faults of their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbox_replay import allocator
+from nbox_replay.hostwork import HostPad, plan_pad
+from nbox_replay.replay import host_work_doc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+# Re-runs one rank's recorded operators the way the live worker does (its heap held first, or not), and prints
+# the minor page faults each pass took: the steady passes must take none.
+_PASSES = """
+import json, resource, sys
+from nbox_replay.allocator import hold_heap
+why = hold_heap() if sys.argv[2] == "hold" else "not asked"
+import torch
+from nbox_replay.graph import COMPUTE, load_rank
+from nbox_replay.ops import prepare
+torch.set_num_threads(1)
+torch.set_grad_enabled(False)
+g = load_rank(sys.argv[1], 0, keep_nodes=True)
+ops = prepare(g, "cpu")
+nodes = [i for i in range(len(g)) if g.kind[i] == COMPUTE]
+faults = []
+for _ in range(12):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for i in nodes:
+        ops.run(i)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps({"why": why, "faults": faults}))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's mallopt is what hold_heap sets")
+def test_a_held_heap_lets_the_replayed_operators_run_without_page_faults() -> None:
+    trace = ROOT / "traces" / "ddp_transformer" / "trace" / "trace.0.et"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("LD_PRELOAD", None)
+    out = subprocess.run([sys.executable, "-c", _PASSES, str(trace), "hold"], capture_output=True, text=True,
+                         env=env, timeout=300, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["why"] == ""
+    faults = doc["faults"]
+    assert faults[0] > 100  # the first pass makes the tensors (the check sees faults at all)
+    steady = sorted(faults[4:])
+    assert steady[len(steady) // 2] == 0, faults  # the operators' own time, not the kernel's page zeroing
+
+
+def test_hold_heap_says_why_not_where_it_cannot_act(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")
+    assert "another allocator is preloaded" in allocator.hold_heap()
+    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("musl", "1.2"))
+    assert allocator.hold_heap() == "the C library is not glibc (musl)"
+
+
+def test_a_heap_not_held_is_reported_with_the_pad() -> None:
+    pad = HostPad(**{**plan_pad(10_000.0, (6_000.0, 5_000.0), 1).__dict__, "heap": "the C library is not glibc"})
+    assert HostPad.from_dict(json.loads(json.dumps(pad.to_dict()))) == pad
+    line = host_work_doc({0: pad}, "")["line"]
+    assert line.endswith("the replay's 6.00 ms), its heap not held (the C library is not glibc)")
+    held = plan_pad(10_000.0, (6_000.0, 5_000.0), 1)
+    assert held.to_dict()["heap_not_held"] is None and "heap" not in host_work_doc({0: held}, "")["line"]
