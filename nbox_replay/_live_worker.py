@@ -220,7 +220,8 @@ class Replayer:
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
         self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.hostwork), set after the warm-up
-        self.live_ns = self.fallback_ns = 0  # live operators' own time, fallbacks' waits (since the last reset)
+        # live operators' own time, fallbacks' waits, the CPU time of the walk's waits (since the last reset)
+        self.live_ns = self.fallback_ns = self.wait_cpu_ns = 0
         self.gaps = g.gaps_us()
         self.iteration_of, self.captured, _ = captured_iterations(g)
         self.ops: LiveOps | None = prepare(g, self.device) if self.live else None
@@ -256,14 +257,24 @@ class Replayer:
                                                            f"({self.g.comm[i].collective}): {err}") from err
 
     def _wait_for(self, works: dict[int, Any], which: list[int]) -> int:
-        """Wait for the works of comm nodes ``which`` (those still outstanding); the time it took, ns."""
-        t0 = time.perf_counter_ns()
+        """Wait for the works of comm nodes ``which`` (those still outstanding); the time it took, ns. The thread's
+        CPU time meanwhile (the backend's wait spins its last microseconds, where the real thread blocks) is added
+        to :attr:`wait_cpu_ns`."""
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         for j in which:
             w = works.pop(j, None)
             if w is not None:
                 self.node = j
                 self._wait(w, j)
+        self.wait_cpu_ns += time.thread_time_ns() - c0
         return time.perf_counter_ns() - t0
+
+    def _idle_until(self, deadline_ns: int) -> None:
+        """Wait until ``deadline_ns`` (``perf_counter_ns``); the CPU time its last spin takes goes to
+        :attr:`wait_cpu_ns` (a padding or a recorded duration is time the rank's thread is not computing)."""
+        c0 = time.thread_time_ns()
+        sleep_until(deadline_ns)
+        self.wait_cpu_ns += time.thread_time_ns() - c0
 
     def _compute(self, i: int) -> None:
         """Run compute node ``i`` live, or wait its recorded duration (module docstring)."""
@@ -277,10 +288,10 @@ class Replayer:
             t1 = clock()
             self.live_ns += t1 - t0
             if stretch > 1.0:
-                sleep_until(t0 + int((t1 - t0) * stretch))
+                self._idle_until(t0 + int((t1 - t0) * stretch))
         else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
             gap = 0.0 if self.live else self.gaps[i]
-            sleep_until(t0 + int((gap + self.g.duration_us[i]) * self.factor * 1000))
+            self._idle_until(t0 + int((gap + self.g.duration_us[i]) * self.factor * 1000))
             self.fallback_ns += clock() - t0
 
     def repetition(self) -> tuple[float, float, float]:
@@ -306,9 +317,10 @@ class Replayer:
             k = g.kind[i]
             is_comm = COLLECTIVE <= k <= RECV
             if not is_comm:
-                wait_ns += self._wait_for(works, list(works) if self.serialize and k == COMPUTE
-                                          else self.comm_deps[i])
-                self.node = i
+                deps = list(works) if self.serialize and k == COMPUTE else self.comm_deps[i]
+                if deps:  # most nodes wait for nothing: no call, no clock read
+                    wait_ns += self._wait_for(works, deps)
+                    self.node = i
             if k == COMPUTE:
                 t0 = clock()
                 self._compute(i)
@@ -319,7 +331,7 @@ class Replayer:
                 issue = self.issues[i]
                 if issue is None:  # unpriced: its recorded duration on this rank alone
                     t0 = clock()
-                    sleep_until(t0 + int(g.duration_us[i] * 1000))
+                    self._idle_until(t0 + int(g.duration_us[i] * 1000))
                     at = (t0 - start) / 1000.0
                     unpriced.append([at, at, (clock() - start) / 1000.0])
                     continue
@@ -392,10 +404,11 @@ def main(argv: list[str]) -> int:
             if rep >= int(cfg["warmup"]) and host_clean is not None:
                 pad = replace(plan_pad(host_clean.get(str(rank)), previous, replayer.captured), heap=heap)
                 replayer.pad = pad.factor
-            replayer.live_ns = replayer.fallback_ns = 0
+            replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = 0
             cpu0 = _busy_ns()
             wall, comp, waited = replayer.repetition()
-            previous = ((_busy_ns() - cpu0 + replayer.fallback_ns) / 1000.0, replayer.live_ns / 1000.0)
+            previous = ((_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0,
+                        replayer.live_ns / 1000.0)
             if rep >= int(cfg["warmup"]):
                 iteration_us.append(wall)
                 ends_us.append(replayer.iteration_ends)

@@ -6,12 +6,13 @@ bookkeeping, the optimizer's loop) is not re-run, and neither is the CPU the rea
 from it (gloo's threads and the kernel's network work on the rank's core, which leave the training thread
 runnable but waiting). The replayed rank's thread ends each iteration sooner than the real one did.
 
-The recorder measures, per clean (un-instrumented) iteration, the real training thread's time on a CPU and its
-time runnable but waiting for one (``observed.thread_cpu_us``: ``clean`` and ``clean_run_queue``,
+The recorder measures, per clean (un-instrumented) iteration, the real training thread's time on a CPU and its time
+runnable but waiting for one (``observed.thread_cpu_us``: ``clean`` and ``clean_run_queue``,
 :mod:`nbox_trace.threadtime`). A live worker measures the same two for its own thread per iteration in every
 repetition (the operators, its own walk and the nbox backend's calls; a fallback operator's recorded duration
-counts as spent), and pads each timed repetition by what the one before it measured (the padding is a wait,
-so it does not change what is measured):
+counts as spent; the CPU time of its waits does not: a wait for a collective, a fallback's or a padding's wait
+spins its last 200 us to wake on time, where the real thread blocks in gloo's wait), and pads each timed repetition
+by what the one before it measured (the padding is a wait, so it does not change what is measured):
 
     pad_us = (clean_us + clean_run_queue_us) - replay_us     (per iteration, microseconds; 0 when negative)
 

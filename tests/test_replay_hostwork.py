@@ -61,6 +61,32 @@ def test_host_work_is_refused_where_it_cannot_act() -> None:
         run_replay(ReplayConfig(str(MLP), clock="real", compute="recorded", host_work="off", iterations=1))
 
 
+def test_a_walks_waits_are_not_counted_as_its_busy_time() -> None:
+    """A padding's, a fallback's or a collective's wait spins its last 200 us on the rank's thread; that CPU time
+    is gathered in Replayer.wait_cpu_ns, which the worker takes off its busy figure (a wait is not host work; left
+    in, it under-planned the next repetition's pad)."""
+    import time
+
+    from nbox_replay._live_worker import Replayer
+
+    walk = Replayer.__new__(Replayer)  # only the wait accounting: no graph, no process group
+    walk.wait_cpu_ns = 0
+    for _ in range(5):
+        walk._idle_until(time.perf_counter_ns() + 1_000_000)
+    assert walk.wait_cpu_ns > 0  # five spins of up to 200 us each
+    assert walk.wait_cpu_ns < 5_000_000  # the sleeping part is not CPU time
+
+    class Work:
+        def wait(self, timeout: object = None) -> bool:
+            time.sleep(0.001)
+            return True
+
+    walk._wait = lambda work, node: work.wait()  # type: ignore[method-assign, assignment]
+    before = walk.wait_cpu_ns
+    took_ns = walk._wait_for({3: Work(), 4: Work()}, [3, 4, 9])
+    assert took_ns >= 2_000_000 and walk.wait_cpu_ns >= before
+
+
 def _with_clean_cpu(tmp: Path, clean_us: float) -> Path:
     out = tmp / "ddp_mlp"
     shutil.copytree(MLP, out)
