@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int) -> list[dict[
             rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", iterations=2, warmup=1))
             coverage = rep.coverage
             obs = statistics.median(real)
-            row = {"example": ex, "observed_median_us": obs, "observed_p10_us": pct(real, 10),
+            row: dict[str, Any] = {"example": ex, "observed_median_us": obs, "observed_p10_us": pct(real, 10),
                    "observed_p90_us": pct(real, 90), "n_observed": len(real),
                    "live_median_us": statistics.median(live), "recorded_median_us": statistics.median(recorded),
                    "virtual_us": virtual, "coverage": coverage}
@@ -121,6 +122,8 @@ def main() -> int:
     ap.add_argument("--testbed", action="store_true",
                     help="2 nodes x 1 rank on the namespace testbed (root): bench/fidelity_testbed.py")
     ap.add_argument("--rate", default="1gbit", help="--testbed: the link's tbf rate")
+    ap.add_argument("--world", type=int, default=2, choices=(2, 4),
+                    help="--testbed: nodes x 1 rank (4: two nodes per CPU on a 2-CPU machine, named in the table)")
     ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
                     help="--testbed: gloo's device-loop threads at SCHED_BATCH (the testbed's default; see "
                          "nbox_trace/testbed_threads.py) or at the kernel's default (README's runs J to T)")
@@ -157,8 +160,11 @@ def _testbed(args: argparse.Namespace) -> int:
         work.mkdir(parents=True, exist_ok=True)
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
-                                args.capture, args.live, args.lean, args.gloo_loop == "batch")
-    print(f"\ntestbed: 2 nodes x 1 rank, pinned, {args.rate}, gloo loop {args.gloo_loop}; scenario {scenario}; "
+                                args.capture, args.live, args.lean, args.gloo_loop == "batch", args.world)
+    cpus = len(os.sched_getaffinity(0))
+    shared = f" on {cpus} CPU(s), oversubscribed" if args.world > cpus else ""
+    print(f"\ntestbed: {args.world} nodes x 1 rank{shared}, pinned, {args.rate}, gloo loop {args.gloo_loop}; "
+          f"scenario {scenario}; "
           "prediction = virtual clock, "
           "recorded compute; --live: live replay across the nodes\n" + tb.format_rows(rows), file=sys.stderr)
     if args.json:

@@ -1,9 +1,12 @@
 """Replay fidelity on the namespace testbed (``bench/fidelity.py --testbed``; issue 15).
 
 Two nodes x one rank (network namespaces, each node pinned to its own CPU, one tbf-shaped link, 1 Gb/s by
-default: :mod:`nbox_trace.testbed`). Once per bench run (or read from ``--calibration``, then reused):
+default: :mod:`nbox_trace.testbed`); with ``--world 4``, four nodes x one rank behind one switch, every link shaped,
+on the machine's CPUs (on this 2-CPU VM two nodes share each CPU: real runs, recordings and live replays are all
+oversubscribed alike, and the calibration measures the four-node fabric from the same nodes). Once per bench run
+(or read from ``--calibration``, then reused):
 
-1. ``nbox calibrate -n 1 --nnodes 2`` across the two nodes: the scenario of the shaped link.
+1. ``nbox calibrate -n 1 --nnodes N`` across the nodes: the scenario of the shaped links.
 
 Then for each built-in example:
 
@@ -194,11 +197,13 @@ def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
 
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
-        live: bool = False, lean: int = 0, gloo_loop_batch: bool = True) -> tuple[list[dict[str, Any]], Path]:
+        live: bool = False, lean: int = 0, gloo_loop_batch: bool = True,
+        world: int = 2) -> tuple[list[dict[str, Any]], Path]:
+    """The rows of the table (module docstring), ``world`` nodes x one rank."""
     from nbox_trace.testbed import Testbed
 
     rows = []
-    with Testbed(2, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:
+    with Testbed(world, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:
         if calibration is not None and calibration.exists():
             scenario = calibration
             print(f"calibration: reusing {scenario}", file=sys.stderr)
