@@ -1,7 +1,7 @@
 """Replay fidelity: a recorded 2-rank gloo run replayed under the calibrated baseline vs fresh real runs.
 
     python bench/fidelity.py [--rounds R] [--examples ddp_mlp,...] [--json]
-    python bench/fidelity.py --testbed [--rate 1gbit] [--calibration CACHE.toml] ...   # bench/fidelity_testbed.py
+    python bench/fidelity.py --testbed [--world 2|4] [--rate 1gbit] [--calibration CAL.toml] ...  # fidelity_testbed.py
 
 For each built-in example:
 
