@@ -120,7 +120,7 @@ def main() -> int:
     ap.add_argument("--examples", default=",".join(EXAMPLES))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--testbed", action="store_true",
-                    help="2 nodes x 1 rank on the namespace testbed (root): bench/fidelity_testbed.py")
+                    help="2 (or --world) nodes x 1 rank on the namespace testbed (root): bench/fidelity_testbed.py")
     ap.add_argument("--rate", default="1gbit", help="--testbed: the link's tbf rate")
     ap.add_argument("--world", type=int, default=2, choices=(2, 4),
                     help="--testbed: nodes x 1 rank (4: two nodes per CPU on a 2-CPU machine, named in the table)")

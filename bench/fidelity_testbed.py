@@ -10,16 +10,16 @@ oversubscribed alike, and the calibration measures the four-node fabric from the
 
 Then for each built-in example:
 
-2. ``nbox record -n 1 --nnodes 2`` on both nodes through torchrun's c10d rendezvous, ``nbox bundle merge``;
+2. ``nbox record -n 1 --nnodes N`` on every node through torchrun's c10d rendezvous, ``nbox bundle merge``;
 3. the prediction: ``nbox replay`` of the merged bundle under the calibrated scenario, virtual clock, recorded
    compute. It is deterministic (same bundle, same scenario, same answer), so it is computed once, with the
    default profiler correction (``nbox_replay.profiler``) and also with each rule and with none, so that the
    rules are compared against the same real runs (the last lines of the table). With
    ``live`` (``--live``), each round also replays it live (real clock, operators re-executed and padded for the
    host work the replay does not re-run, nbox_replay/hostwork.py; collectives answered by the calibrated
-   scenario) across the two nodes: ``nbox replay --nnodes 2`` on each node, one
+   scenario) across the nodes: ``nbox replay --nnodes N`` on each node, one
    replayed rank per node, pinned in its namespace like the real ranks;
-4. R rounds of a fresh plain run across the two nodes (``torch.distributed.run --nnodes 2``, no nbox,
+4. R rounds of a fresh plain run across the nodes (``torch.distributed.run --nnodes N``, no nbox,
    ``--report-times``): per iteration the slowest rank's wall time after warm-up. Each round's median is
    printed against the prediction, and the pooled median and p10-p90.
 
@@ -80,7 +80,7 @@ def calibrate(tb: Any, tmp: Path, sizes: str, collectives: str, budget: float) -
 
 def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, capture: int,
            lean: int = 0) -> tuple[Path, float]:
-    """The merged bundle of a two-node recording (``capture`` iterations captured: the replay's median over them
+    """The merged bundle of a recording across the nodes (``capture`` iterations captured: the replay's median over them
     keeps one slow captured operator from setting the prediction), and its observed median (us)."""
     ep = f"{tb.node(0).addr}:{PORT}"
     parts = [tmp / f"{example}.n{k}.bundle" for k in range(len(tb.nodes))]
@@ -195,6 +195,13 @@ def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
             "profiler_correction": rep.profiler.describe() if rep.profiler is not None else None}
 
 
+def _world_size(scenario: Path) -> int:
+    """The world size a calibrated scenario file was measured at (its ``world_size`` key)."""
+    from emulator_core.scenario_files import load_scenario
+
+    return int(load_scenario(scenario).world_size)
+
+
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
         live: bool = False, lean: int = 0, gloo_loop_batch: bool = True,
@@ -206,6 +213,10 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
     with Testbed(world, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:
         if calibration is not None and calibration.exists():
             scenario = calibration
+            measured = _world_size(scenario)
+            if measured != world:
+                raise SystemExit(f"--calibration {scenario}: measured at world size {measured}, the bench runs "
+                                 f"{world} nodes (a fabric of another size would be priced; measure one here)")
             print(f"calibration: reusing {scenario}", file=sys.stderr)
         else:
             scenario = calibrate(tb, tmp, sizes, collectives, budget)

@@ -425,6 +425,7 @@ def main(argv: list[str]) -> int:
             "fallbacks": dict(ops.fallbacks) if ops is not None else {},
             "fallback_reasons": ops.reasons_by_op() if ops is not None else {},
             "host_pad": pad.to_dict() if pad is not None else None,
+            "heap_not_held": heap or None,  # also without a pad (nbox_replay.replay.host_work_doc)
             "nodes": len(g)}
         where["phase"] = "sharing the results"  # every node's launcher reports the whole job (nbox_trace.share)
         every = share_results(dist.distributed_c10d._get_default_store(), "nbox_live/result", local,

@@ -26,7 +26,6 @@ returned, and the worker reports it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 
@@ -48,7 +47,7 @@ def hold_heap() -> str:
     """Fix glibc's mmap threshold and stop heap trimming in this process (module docstring).
 
     Returns:
-        '' when done, else why not (one line).
+        '' when done, else why not (one line). Never raises.
     """
     preload = os.environ.get("LD_PRELOAD", "")
     if any(name in preload for name in ("jemalloc", "tcmalloc", "mimalloc")):
@@ -56,14 +55,13 @@ def hold_heap() -> str:
     libc_name, _ = platform.libc_ver()
     if libc_name != "glibc":
         return f"the C library is not glibc ({libc_name or platform.system()})"
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError) as err:
-        return f"glibc's mallopt is not reachable: {err}"
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    if mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) != 1:
-        return f"mallopt(M_MMAP_THRESHOLD, {MMAP_THRESHOLD_BYTES}) refused"
-    if mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES) != 1:
-        return f"mallopt(M_TRIM_THRESHOLD, {_TRIM_THRESHOLD_BYTES}) refused"
+    try:  # the process's own symbols: glibc's mallopt, without find_library's ldconfig subprocess
+        mallopt = ctypes.CDLL(None).mallopt
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        if mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) != 1:
+            return f"mallopt(M_MMAP_THRESHOLD, {MMAP_THRESHOLD_BYTES}) refused"
+        if mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES) != 1:
+            return f"mallopt(M_TRIM_THRESHOLD, {_TRIM_THRESHOLD_BYTES}) refused"
+    except Exception as err:  # never fatal: a worker without a held heap still replays (and says so)
+        return f"glibc's mallopt is not reachable: {type(err).__name__}: {err}"
     return ""

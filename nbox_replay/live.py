@@ -205,6 +205,7 @@ class LiveResult:
             they disagree: then a repetition is one iteration).
         host_pad: per rank, the padding for host work its worker applied (:mod:`nbox_replay.hostwork`; empty
             when none was asked).
+        heap_not_held: per rank whose worker could not hold its heap, why (:mod:`nbox_replay.allocator`).
     """
 
     world_size: int
@@ -221,6 +222,7 @@ class LiveResult:
     rank_breakdown: dict[int, list[Breakdown]] = field(default_factory=dict)
     per_repetition: int = 1
     host_pad: dict[int, HostPad] = field(default_factory=dict)
+    heap_not_held: dict[int, str] = field(default_factory=dict)
 
 
 def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayError:
@@ -331,7 +333,9 @@ def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: flo
         fallbacks=dict(fallbacks), fallback_reasons=reasons, wall_s=wall_s,
         rank_breakdown={r: _breakdowns(r, d, windows) for r, d in results.items()},
         per_repetition=len(windows[0]) if windows else 1,
-        host_pad={r: p for r, d in results.items() if (p := HostPad.from_dict(d.get("host_pad"))) is not None})
+        host_pad={r: p for r, d in results.items() if (p := HostPad.from_dict(d.get("host_pad"))) is not None},
+        heap_not_held={r: str(d["heap_not_held"])[:300] for r, d in results.items()
+                       if isinstance(d.get("heap_not_held"), str) and d["heap_not_held"]})
 
 
 def _breakdowns(rank: int, doc: dict[str, Any], windows: Sequence[Sequence[tuple[float, float]]]) -> list[Breakdown]:
@@ -387,7 +391,8 @@ def _join(parts: Sequence[LiveResult]) -> LiveResult:
     return LiveResult(first.world_size, first.compute, cat("rank_end_us"),
                       [x for p in parts for x in p.iteration_us], cat("rank_compute_us"), cat("rank_wait_us"),
                       min(p.coverage for p in parts), first.rank_coverage, fallbacks, reasons,
-                      sum(p.wall_s for p in parts), cat("rank_breakdown"), first.per_repetition, first.host_pad)
+                      sum(p.wall_s for p in parts), cat("rank_breakdown"), first.per_repetition, first.host_pad,
+                      first.heap_not_held)
 
 
 def replay_paired(baseline: LiveConfig, what_if: LiveConfig, pairs: int,

@@ -427,7 +427,8 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     _apply_live(report.what_if, paired.what_if)
     report.paired_speedups = paired.speedups()
     if compute == "live":
-        report.host_work = host_work_doc(paired.baseline.host_pad, why_not)  # the first baseline launch's
+        report.host_work = host_work_doc(paired.baseline.host_pad, why_not,  # the first baseline launch's
+                                         paired.baseline.heap_not_held)
         report.coverage = paired.what_if.coverage
         report.fallbacks = dict(paired.what_if.fallbacks)
 
@@ -453,10 +454,17 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
     return host, ""
 
 
-def host_work_doc(pads: Mapping[int, HostPad], why_not: str) -> dict[str, Any]:
-    """The report's host-work line and figures: per rank, the padding its worker applied."""
+def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
+                  heap_not_held: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """The report's host-work line and figures: per rank, the padding its worker applied, and why a worker's
+    heap was not held (:mod:`nbox_replay.allocator`; from the pad, or from the worker's own report when no pad
+    was planned)."""
+    heap = {r: p.heap for r, p in pads.items() if p.heap} | dict(heap_not_held or {})
+    heap_doc = {str(r): why for r, why in sorted(heap.items())}
     if not pads:
-        return {"line": f"live operators not padded for host work: {why_not}", "ranks": {}, "why_not": why_not}
+        line = f"live operators not padded for host work: {why_not}"
+        line += "".join(f"; rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()))
+        return {"line": line, "ranks": {}, "why_not": why_not, "heap_not_held": heap_doc}
     parts = []
     for r, p in sorted(pads.items()):
         if p.why_not:
@@ -465,11 +473,12 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str) -> dict[str, Any]:
             parts.append(f"rank {r} +{p.pad_us / 1e3:.2f} ms per iteration (x{p.factor:.2f}: the real thread "
                          f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one, the replay's "
                          f"{p.replay_us / 1e3:.2f} ms)")
-        if p.heap:
-            parts[-1] += f", its heap not held ({p.heap})"
+        if r in heap:
+            parts[-1] += f", its heap not held ({heap[r]})"
+    parts += [f"rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()) if r not in pads]
     return {"line": "live operators padded for the host work the replay does not re-run (--host-work pad): "
                     + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
-            "why_not": None}
+            "why_not": None, "heap_not_held": heap_doc}
 
 
 def _apply_live(summary: RunSummary, live: LiveResult) -> None:

@@ -64,6 +64,13 @@ def test_hold_heap_says_why_not_where_it_cannot_act(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("LD_PRELOAD")
     monkeypatch.setattr(platform, "libc_ver", lambda: ("musl", "1.2"))
     assert allocator.hold_heap() == "the C library is not glibc (musl)"
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.36"))
+
+    def broken(name: object) -> object:
+        raise RuntimeError("no symbols")
+
+    monkeypatch.setattr(allocator.ctypes, "CDLL", broken)
+    assert allocator.hold_heap() == "glibc's mallopt is not reachable: RuntimeError: no symbols"  # never raises
 
 
 def test_a_heap_not_held_is_reported_with_the_pad() -> None:
@@ -73,3 +80,15 @@ def test_a_heap_not_held_is_reported_with_the_pad() -> None:
     assert line.endswith("the replay's 6.00 ms), its heap not held (the C library is not glibc)")
     held = plan_pad(10_000.0, (6_000.0, 5_000.0), 1)
     assert held.to_dict()["heap_not_held"] is None and "heap" not in host_work_doc({0: held}, "")["line"]
+
+
+def test_a_heap_not_held_is_reported_without_a_pad_too() -> None:
+    """--host-work off, CUDA, --warmup 0 or a bundle without the clean figures plan no pad; the worker's heap
+    reason still reaches the report (the worker sends it on its own)."""
+    doc = host_work_doc({}, "--host-work off", {1: "the C library is not glibc (musl)"})
+    assert doc["line"] == ("live operators not padded for host work: --host-work off; rank 1's heap not held "
+                           "(the C library is not glibc (musl))")
+    assert doc["heap_not_held"] == {"1": "the C library is not glibc (musl)"}
+    padded = host_work_doc({0: plan_pad(10_000.0, (6_000.0, 5_000.0), 1)}, "", {0: "mallopt refused"})
+    assert padded["line"].endswith("its heap not held (mallopt refused)")
+    assert host_work_doc({}, "--host-work off")["heap_not_held"] == {}
