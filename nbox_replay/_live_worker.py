@@ -18,7 +18,7 @@ time (the parent refuses factors below 1 for live compute: an operator cannot ru
 ``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
 own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned
 from the repetition before it (reported as ``host_pad``: the last timed repetition's). The worker holds its heap
-first (:mod:`nbox_replay.allocator`; ``host_pad.heap_not_held`` says why not where it could not). With
+first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
 ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for
 before the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
 ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is

@@ -92,3 +92,18 @@ def test_a_heap_not_held_is_reported_without_a_pad_too() -> None:
     padded = host_work_doc({0: plan_pad(10_000.0, (6_000.0, 5_000.0), 1)}, "", {0: "mallopt refused"})
     assert padded["line"].endswith("its heap not held (mallopt refused)")
     assert host_work_doc({}, "--host-work off")["heap_not_held"] == {}
+
+
+@pytest.mark.integration
+def test_a_live_replay_says_when_its_workers_heap_was_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the real workers, with no pad planned (--host-work off): a preloaded allocator (named in
+    LD_PRELOAD; the loader ignores a missing file) leaves the heap alone, and the report says so per rank."""
+    from nbox_replay.replay import ReplayConfig, run_replay
+
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent/libjemalloc.so.2")
+    rep = run_replay(ReplayConfig(str(ROOT / "traces" / "ddp_mlp"), clock="real", compute="live", iterations=1,
+                                  warmup=1, timeout_s=120.0, host_work="off")).to_dict()
+    doc = rep["host_work"]
+    assert set(doc["heap_not_held"]) == {"0", "1"}
+    assert all("another allocator is preloaded" in why for why in doc["heap_not_held"].values())
+    assert "rank 0's heap not held (another allocator is preloaded" in doc["line"]
