@@ -48,7 +48,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -402,7 +401,7 @@ def main(argv: list[str]) -> int:
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
             if rep >= int(cfg["warmup"]) and host_clean is not None:
-                pad = replace(plan_pad(host_clean.get(str(rank)), previous, replayer.captured), heap=heap)
+                pad = plan_pad(host_clean.get(str(rank)), previous, replayer.captured)
                 replayer.pad = pad.factor
             replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = 0
             cpu0 = _busy_ns()
@@ -425,7 +424,7 @@ def main(argv: list[str]) -> int:
             "fallbacks": dict(ops.fallbacks) if ops is not None else {},
             "fallback_reasons": ops.reasons_by_op() if ops is not None else {},
             "host_pad": pad.to_dict() if pad is not None else None,
-            "heap_not_held": heap or None,  # also without a pad (nbox_replay.replay.host_work_doc)
+            "heap_not_held": heap or None,  # why not held (nbox_replay.replay.host_work_doc reports it)
             "nodes": len(g)}
         where["phase"] = "sharing the results"  # every node's launcher reports the whole job (nbox_trace.share)
         every = share_results(dist.distributed_c10d._get_default_store(), "nbox_live/result", local,

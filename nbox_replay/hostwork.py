@@ -64,9 +64,6 @@ class HostPad:
         pad_us: ``max(0, clean_us - replay_us)``; 0 with a reason in ``why_not`` when not applied.
         factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none).
         why_not: why no padding was planned ('' when it was, even a zero one).
-        heap: why the worker's heap was not held (:func:`nbox_replay.allocator.hold_heap`; '' when it was): a
-            replay whose operators page-fault more than the real run's is slower than its operators, which the pad
-            cannot take back.
     """
 
     clean_us: float
@@ -75,12 +72,10 @@ class HostPad:
     pad_us: float
     factor: float
     why_not: str = ""
-    heap: str = ""
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {"clean_us": self.clean_us, "replay_us": self.replay_us, "live_us": self.live_us,
-                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None,
-                "heap_not_held": self.heap or None}
+                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None}
 
     @staticmethod
     def from_dict(doc: object) -> HostPad | None:
@@ -89,8 +84,7 @@ class HostPad:
             return None
         try:
             return HostPad(float(doc["clean_us"]), float(doc["replay_us"]), float(doc["live_us"]),
-                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""),
-                           str(doc.get("heap_not_held") or ""))
+                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""))
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -457,9 +457,8 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
 def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
                   heap_not_held: Mapping[int, str] | None = None) -> dict[str, Any]:
     """The report's host-work line and figures: per rank, the padding its worker applied, and why a worker's
-    heap was not held (:mod:`nbox_replay.allocator`; from the pad, or from the worker's own report when no pad
-    was planned)."""
-    heap = {r: p.heap for r, p in pads.items() if p.heap} | dict(heap_not_held or {})
+    heap was not held (:mod:`nbox_replay.allocator`; with or without a pad)."""
+    heap = dict(heap_not_held or {})
     heap_doc = {str(r): why for r, why in sorted(heap.items())}
     if not pads:
         line = f"live operators not padded for host work: {why_not}"
