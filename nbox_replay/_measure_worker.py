@@ -4,9 +4,9 @@
 run live (:mod:`nbox_replay.ops`) in node order, with no communication, ``warmup`` untimed passes then
 ``iterations`` timed ones; each node's duration is the median of its timed passes (microseconds; on CUDA the
 device is synchronized around each node). Writes ``{"ranks": {rank: {"duration_us": [per position: the
-median, or null when not compute or a fallback], "fallbacks": {op: nodes}}}}`` to ``config["result"]`` (its
-heap held first, :mod:`nbox_replay.allocator`); on an
-exception writes ``error.json`` beside it and exits with code 1.
+median, or null when not compute or a fallback], "fallbacks": {op: nodes}}}, "heap_not_held": why or null}``
+to ``config["result"]`` (its heap held first, :mod:`nbox_replay.allocator`, and why not where it could not);
+on an exception writes ``error.json`` beside it and exits with code 1.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     cfg = json.loads(Path(argv[1]).read_text())
     out = Path(cfg["result"])
     rank = None
-    hold_heap()  # as the live worker does (nbox_replay.allocator): the operators' own time, without extra faults
+    heap = hold_heap()  # as the live worker does (nbox_replay.allocator): the operators' own time, without extra faults
     try:
         if os.environ.get("OMP_NUM_THREADS") == "1":
             torch.set_num_threads(1)
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
             result[str(rank)] = measure_rank(cfg["traces"][str(rank)], int(rank), str(cfg["device"]),
                                              int(cfg["warmup"]), int(cfg["iterations"]))
         tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"ranks": result}))
+        tmp.write_text(json.dumps({"ranks": result, "heap_not_held": heap or None}))
         tmp.replace(out)
     except BaseException as err:  # the parent words the error from this file
         (out.parent / "error.json").write_text(json.dumps({

@@ -36,11 +36,13 @@ class Measured:
         graphs: rank -> its graph, compute durations measured (fallbacks keep the recorded ones).
         coverage: share of the recorded compute time that was measured live (0..1).
         fallbacks: fallback nodes per operator name (all ranks).
+        heap_not_held: why the measuring worker could not hold its heap (:mod:`nbox_replay.allocator`), or ''.
     """
 
     graphs: dict[int, RankGraph]
     coverage: float
     fallbacks: dict[str, int]
+    heap_not_held: str = ""
 
 
 def measure_compute(graphs: Mapping[int, RankGraph], files: Mapping[int, Path], *, device: str, warmup: int,
@@ -83,6 +85,8 @@ def measure_compute(graphs: Mapping[int, RankGraph], files: Mapping[int, Path], 
         measured[r] = dataclasses.replace(g, duration_us=durations)
         for k, v in (per.get("fallbacks") or {}).items():
             fallbacks[str(k)] = fallbacks.get(str(k), 0) + int(v)
-    return Measured(measured, live / recorded if recorded > 0 else 0.0, fallbacks)
+    heap = out.get("heap_not_held")
+    return Measured(measured, live / recorded if recorded > 0 else 0.0, fallbacks,
+                    str(heap)[:300] if isinstance(heap, str) else "")
 
 

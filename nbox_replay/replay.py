@@ -288,6 +288,9 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
         measured = measure_compute(graphs, {r: source.trace_set.files[r] for r in graphs}, device=device,
                                    warmup=config.warmup, iterations=config.iterations, timeout_s=config.timeout_s)
         graphs, coverage, fallbacks = measured.graphs, measured.coverage, measured.fallbacks
+        if measured.heap_not_held:
+            notices.append(f"the measuring worker's heap not held ({measured.heap_not_held}): its operator times "
+                           f"may include page faults the real run did not take (nbox_replay.allocator)")
     reps = config.iterations
     say("virtual replay: baseline")
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)

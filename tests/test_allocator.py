@@ -107,3 +107,20 @@ def test_a_live_replay_says_when_its_workers_heap_was_not_held(monkeypatch: pyte
     assert set(doc["heap_not_held"]) == {"0", "1"}
     assert all("another allocator is preloaded" in why for why in doc["heap_not_held"].values())
     assert "rank 0's heap not held (another allocator is preloaded" in doc["line"]
+
+
+@pytest.mark.integration
+def test_a_virtual_replay_of_live_operators_says_when_its_measuring_heap_was_not_held(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--clock virtual --compute live measures the operators in one worker; it holds its heap like the live
+    workers, and where it could not, the report's notices say so (its durations may carry page faults)."""
+    from nbox_replay.replay import ReplayConfig, run_replay
+
+    config = ReplayConfig(str(ROOT / "traces" / "ddp_mlp"), clock="virtual", compute="live", iterations=1,
+                          warmup=1, timeout_s=120.0)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    held = run_replay(config).to_dict()
+    assert not any("heap not held" in n for n in held["notices"])
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent/libjemalloc.so.2")
+    notices = [n for n in run_replay(config).to_dict()["notices"] if "measuring worker's heap not held" in n]
+    assert len(notices) == 1 and "another allocator is preloaded" in notices[0], notices
