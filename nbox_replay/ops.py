@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,6 +268,10 @@ class TensorPool:
         return arg
 
 
+#: How :meth:`Runnable.run` builds an argument (:meth:`Runnable.bind`).
+_POOLED, _CONSTANT, _BUILT = 0, 1, 2
+
+
 @dataclass
 class Runnable:
     """One recorded operator call, ready to run on a :class:`TensorPool`."""
@@ -285,12 +290,39 @@ class Runnable:
         self._call: Callable[..., Any] = getattr(self.op, "_op", self.op)
         single: Any = self.outputs[0] if len(self.outputs) == 1 else None
         self._out_tid: int | None = int(single[0]) if _is_tensor_value(single) else None
+        self.bind(None)
+
+    def bind(self, aliased: AbstractSet[int] | None) -> None:
+        """Plan the argument building once the pool's aliased tensor ids are known (:class:`LiveOps`; None: not
+        known, every tensor through :meth:`TensorPool.get`): a tensor that is no view is looked up in the pool
+        inline (its shape and dtype checked, else :meth:`TensorPool.get`); a constant is passed as is; a view or a
+        list goes through :meth:`TensorPool.materialize`. Measured: the walk spent ~6 us of Python per operator
+        call before this (ddp_transformer rank 0: 0.8-0.9 ms of a 14 ms iteration)."""
+        plan: list[tuple[int, Any, Any, Any, Any]] = []
+        for a in self.args:
+            if type(a) is TensorSpec and aliased is not None and a.tid not in aliased:
+                plan.append((_POOLED, a.tid, a.shape, a.dtype, a))
+            elif isinstance(a, (TensorSpec, ListSpec)):
+                plan.append((_BUILT, None, None, None, a))
+            else:
+                plan.append((_CONSTANT, None, None, None, a))
+        self._plan = tuple(plan)
 
     def run(self, pool: TensorPool) -> None:
         """Build the arguments (reusing pooled tensors) and call the operator; its outputs join the pool."""
-        get, materialize = pool.get, pool.materialize
-        args = [get(a) if type(a) is TensorSpec else materialize(a) for a in self.args]
+        tensors = pool.tensors
+        args: list[Any] = []
+        append = args.append
+        for kind, tid, shape, dtype, a in self._plan:
+            if kind == _POOLED:
+                t = tensors.get(tid)
+                append(t if t is not None and t.shape == shape and t.dtype == dtype else pool.get(a))
+            elif kind == _CONSTANT:
+                append(a)
+            else:
+                append(pool.materialize(a))
         if self.kwargs:
+            materialize = pool.materialize
             result = self._call(*args, **{k: materialize(v) for k, v in self.kwargs.items()})
         else:
             result = self._call(*args)
@@ -471,6 +503,10 @@ class LiveOps:
         for tid, produced in first_seen.items():
             if produced:
                 self.release.setdefault(last_use[tid], []).append(tid)
+        aliased = frozenset(aliases)
+        for built in self.runnables:
+            for leaf in built.children if isinstance(built, CompositeRunnable) else [built] if built else []:
+                leaf.bind(aliased)
 
     def _fall_back(self, i: int, reason: str) -> None:
         self.runnables[i] = None

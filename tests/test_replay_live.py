@@ -137,6 +137,29 @@ def test_an_input_no_operator_made_is_a_view_of_the_live_output_on_its_storage(t
     assert pool[10].dtype == torch.float64
 
 
+def test_the_inline_pool_lookup_keeps_views_and_mismatched_tensors_on_the_checked_path(tmp_path: Path) -> None:
+    """Runnable.bind plans each argument once: a view (an aliased tensor id) is still made on use, and a pooled
+    tensor whose shape or dtype is not the recorded one is still replaced (the inline lookup checks both)."""
+    from nbox_replay.ops import Runnable
+
+    neg = "aten::neg(Tensor self) -> Tensor"
+    mul = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
+    g = graph_of(tmp_path, [
+        op_node(1, "aten::mul", mul, [tv(1, 8), tv(2, 8)], [[2, 4], [2, 4]], [F, F], [tv(3, 8)], [[2, 4]], [F]),
+        op_node(2, "aten::neg", neg, [[5, 1003, 4, 4, 4, "cpu"]], [[4]], [F], [tv(7, 4)], [[4]], [F]),
+    ])
+    ops = prepare(g, "cpu")
+    mul_op, neg_op = ops.runnables
+    assert isinstance(mul_op, Runnable) and isinstance(neg_op, Runnable)
+    assert [step[0] for step in mul_op._plan] == [0, 0] and [step[0] for step in neg_op._plan] == [2]
+    ops.release.clear()  # keep the graph's own tensors to look at
+    assert ops.run(0) and ops.run(1)
+    assert torch.equal(ops.pool.tensors[7], -ops.pool.tensors[3].flatten()[4:])  # read through the view
+    ops.pool.tensors[1] = torch.zeros(3, dtype=torch.float64)  # a stale tensor under the id: replaced, not used
+    assert ops.run(0)
+    assert ops.pool.tensors[1].shape == (2, 4) and ops.pool.tensors[1].dtype == torch.float32
+
+
 def test_recorded_strides_dtype_and_valid_indices(tmp_path: Path) -> None:
     long_t = "Tensor(long int)"
     g = graph_of(tmp_path, [
