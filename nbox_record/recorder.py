@@ -61,6 +61,8 @@ class Recorder:
         self._device: str | None = None
         self._lock = threading.RLock()
         self._first_boundary = threading.Event()
+        self._progress_wake = threading.Event()  # wakes the progress thread for its last write (_end_progress)
+        self._progress: threading.Thread | None = None
         self._peers_known = False
         self._prev_excepthook: Callable[..., Any] = sys.excepthook
 
@@ -74,7 +76,8 @@ class Recorder:
         atexit.register(self._at_exit)
         start_daemon(lambda: watch_first_boundary(self._first_boundary, self.config.boundary_timeout_s,
                                                   self._no_boundary_in_time), "nbox-boundary-watchdog")
-        start_daemon(lambda: report_progress(self.out_dir, lambda: (self.phase, self.clock.count)), "nbox-progress")
+        self._progress = start_daemon(lambda: report_progress(self.out_dir, lambda: (self.phase, self.clock.count),
+                                                              self._progress_wake), "nbox-progress")
         if "torch" in sys.modules:
             self.on_torch_imported(sys.modules["torch"])
         else:
@@ -238,6 +241,7 @@ class Recorder:
             except Exception as exc:  # the launcher names the rank that never reported
                 print(f"nbox: rank {self.rank}: {exc}", file=sys.stderr)
         self.phase = "done"
+        self._end_progress()
         if self._hook_handle is not None:
             self._hook_handle.remove()
             self._hook_handle = None
@@ -253,14 +257,24 @@ class Recorder:
         print(f"nbox: rank {self.rank}: {kind}: {message}", file=sys.stderr)
         self.lean.abort()
         self.session.abort()
+        self._end_progress()
         flush_everything()
         os._exit(EXIT_FAILURE)
+
+    def _end_progress(self, timeout_s: float = 2.0) -> None:
+        """Let the progress thread write the final phase and return before this process may exit (a daemon
+        thread is killed where it stands; mid-write, its temporary file stayed in the rank's folder)."""
+        thread = self._progress
+        self._progress_wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     def _excepthook(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         if os.getpid() == self.pid and self.phase != "done":
             self.phase = "failed"
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             self.errors.write(exc_type.__name__, str(exc), text)
+            self._end_progress()
         self._prev_excepthook(exc_type, exc, tb)
 
     def _at_exit(self) -> None:
