@@ -134,12 +134,6 @@ def main() -> int:
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
     ap.add_argument("--live", action="store_true", help="--testbed: also replay live each round (on one node)")
-    ap.add_argument("--live-unscaled", action="store_true",
-                    help="--testbed --live: also replay live, each round, a copy of the recording without its host "
-                         "probe (the pad unscaled by the core's speed now; nbox_trace/hostprobe.py)")
-    ap.add_argument("--record-load", action="store_true",
-                    help="--testbed: a busy process shares the last node's CPU while it records (a recording made in "
-                         "a slow moment); the real runs and replays run without it")
     ap.add_argument("--capture", type=int, default=5, help="--testbed: nbox record --capture (iterations captured)")
     ap.add_argument("--lean", type=int, default=0,
                     help="--testbed: nbox record --lean-iterations (the prediction's 'off' column then plays the "
@@ -166,12 +160,10 @@ def _testbed(args: argparse.Namespace) -> int:
         work.mkdir(parents=True, exist_ok=True)
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
-                                args.capture, args.live, args.lean, args.gloo_loop == "batch", args.world,
-                                args.live_unscaled, args.record_load)
+                                args.capture, args.live, args.lean, args.gloo_loop == "batch", args.world)
     cpus = len(os.sched_getaffinity(0))
     shared = f" on {cpus} CPU(s), oversubscribed" if args.world > cpus else ""
-    load = "; recorded with a busy process on the last node's CPU (--record-load)" if args.record_load else ""
-    print(f"\ntestbed: {args.world} nodes x 1 rank{shared}, pinned, {args.rate}, gloo loop {args.gloo_loop}{load}; "
+    print(f"\ntestbed: {args.world} nodes x 1 rank{shared}, pinned, {args.rate}, gloo loop {args.gloo_loop}; "
           f"scenario {scenario}; "
           "prediction = virtual clock, "
           "recorded compute; --live: live replay across the nodes\n" + tb.format_rows(rows), file=sys.stderr)

@@ -79,22 +79,16 @@ def calibrate(tb: Any, tmp: Path, sizes: str, collectives: str, budget: float) -
 
 
 def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, capture: int,
-           lean: int = 0, load: bool = False) -> tuple[Path, float]:
+           lean: int = 0) -> tuple[Path, float]:
     """The merged bundle of a recording across the nodes (``capture`` iterations captured: the replay's median over them
-    keeps one slow captured operator from setting the prediction), and its observed median (us). ``load``: a busy
-    process runs on the last node's CPU while it records (a recording made in a slow moment of its core)."""
+    keeps one slow captured operator from setting the prediction), and its observed median (us)."""
     ep = f"{tb.node(0).addr}:{PORT}"
     parts = [tmp / f"{example}.n{k}.bundle" for k in range(len(tb.nodes))]
-    hog = tb.run_on(len(tb.nodes) - 1, [sys.executable, "-c", "while True: pass"]) if load else None
-    try:
-        on_nodes(tb, tmp, f"record-{example}", lambda k: _nbox(
-            "record", "--example", example, "-n", 1, "--nnodes", len(tb.nodes), "--node-rank", k,
-            "--rdzv-endpoint", ep, "--warmup", warmup, "--iterations", iterations, "--capture", capture,
-            "--lean-iterations", lean, "--timeout", 500, "-o", parts[k], "--overwrite"))
-    finally:
-        if hog is not None:
-            hog.kill()
-            hog.wait()
+    on_nodes(tb, tmp, f"record-{example}", lambda k: _nbox(
+        "record", "--example", example, "-n", 1, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep,
+        "--warmup", warmup, "--iterations", iterations, "--capture", capture, "--lean-iterations", lean,
+        "--timeout", 500, "-o", parts[k],
+        "--overwrite"))
     merged = tmp / f"{example}.bundle"
     subprocess.run(_nbox("bundle", "merge", *parts, "-o", merged, "--overwrite"), check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=300)
@@ -167,21 +161,6 @@ def captured(bundle: Path) -> dict[str, float]:
     return {"captured_compute_us": statistics.median(comps), "captured_span_us": statistics.median(spans)}
 
 
-def unscaled_copy(bundle: Path) -> Path:
-    """A copy of ``bundle`` without the recorder's host probe: its live replay pads to the recorded figure as it
-    was, unscaled by the core's speed now (the ablation of nbox_trace/hostprobe.py, ``--live-unscaled``)."""
-    import shutil
-
-    out = bundle.with_name(f"{bundle.stem}-unscaled.bundle")
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(bundle, out)
-    manifest = json.loads((out / "manifest.json").read_text())
-    for figures in (manifest.get("observed") or {}).get("thread_cpu_us", {}).values():
-        figures.pop("probe", None)
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    return out
-
-
 def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> list[float]:
     """``nbox replay --clock real --compute live`` across the nodes (one replayed rank per node, in its namespace
     and on its CPU, through the same rendezvous as the real runs): the baseline's measured iteration times (us) as
@@ -226,10 +205,8 @@ def _world_size(scenario: Path) -> int:
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
         live: bool = False, lean: int = 0, gloo_loop_batch: bool = True,
-        world: int = 2, live_unscaled: bool = False, record_load: bool = False) -> tuple[list[dict[str, Any]], Path]:
-    """The rows of the table (module docstring), ``world`` nodes x one rank. ``live_unscaled``: each round also
-    replays live a copy of the recording without its host probe (the pad unscaled by the core's speed now), right
-    after the scaled one; ``record_load``: a busy process shares the last node's CPU while it records."""
+        world: int = 2) -> tuple[list[dict[str, Any]], Path]:
+    """The rows of the table (module docstring), ``world`` nodes x one rank."""
     from nbox_trace.testbed import Testbed
 
     rows = []
@@ -248,15 +225,13 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                 scenario = calibration
             print(f"calibration: measured -> {scenario}", file=sys.stderr)
         for ex in examples:
-            bundle, recorder_obs = record(tb, tmp, ex, warmup, steps - warmup, capture, lean, record_load)
-            unscaled = unscaled_copy(bundle) if live and live_unscaled else None
+            bundle, recorder_obs = record(tb, tmp, ex, warmup, steps - warmup, capture, lean)
             pred = predict(bundle, scenario) | captured(bundle)
             p = pred["predicted_us"]
             real: list[float] = []
             per_round = []
             cpu_us: list[float] = []
             live_us: list[float] = []
-            unscaled_us: list[float] = []
             for rnd in range(rounds):
                 job, splits = plain_run(tb, tmp, ex, steps, warmup, rnd)
                 real += job
@@ -264,8 +239,6 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                 cpu_us += [s[0] for rank in splits for s in rank]
                 if live:
                     live_us += live_replay(tb, tmp, bundle, scenario, rnd)
-                if unscaled is not None:
-                    unscaled_us += live_replay(tb, tmp, unscaled, scenario, rnd)
             obs = statistics.median(real)
             row = {"example": ex, "observed_median_us": obs, "observed_p10_us": pct(real, 10),
                    "observed_p90_us": pct(real, 90), "n_observed": len(real), "round_medians_us": per_round,
@@ -275,9 +248,6 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
             if live_us:
                 row["live_us"] = statistics.median(live_us)
                 row["live_error_pct"] = (row["live_us"] - obs) / obs * 100
-            if unscaled_us:
-                row["live_unscaled_us"] = statistics.median(unscaled_us)
-                row["live_unscaled_error_pct"] = (row["live_unscaled_us"] - obs) / obs * 100
             row["in_spread"] = row["observed_p10_us"] <= p <= row["observed_p90_us"]
             rows.append(row)
             print(format_rows([row]), file=sys.stderr)
@@ -301,9 +271,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         if "live_us" in r:
             lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed): "
-                         f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%"
-                         + (f"; its pad unscaled by the host probe (--live-unscaled): {r['live_unscaled_us'] / 1e3:.2f}"
-                            f" ms, {r['live_unscaled_error_pct']:+.1f}%" if "live_unscaled_us" in r else ""))
+                         f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
     lines.append("prediction by --profiler-correction (error against the observed median; on: the lean pass's times "
                  "and gaps; a named rule: the profiled times under it, as without a lean pass):")
     for r in rows:

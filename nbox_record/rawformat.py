@@ -115,8 +115,6 @@ class RankTimings(_RankTimingsRequired, total=False):
     capture_iteration_us: list[float]
     capture_cpu_us: list[float]
     capture_run_queue_us: list[float]
-    # the host probe's samples at the warm-up boundaries and right after the clean iterations (nbox_trace/hostprobe.py)
-    probe_us: list[float]
     # the job this rank belonged to: the same on every rank of one run, on every node (recordfacts.job_identity)
     job: dict[str, str | int | None]
 

@@ -69,7 +69,6 @@ class IterationClock:
         self.capture_us: list[float] = []  # per captured iteration: wall
         self.capture_split_us: list[tuple[float, float]] = []  # per captured iteration: (on CPU, run queue)
         self._cap_prev: tuple[float, ThreadTimes | None] | None = None
-        self.probe_us: list[float] = []  # the host probe around the timed iterations (nbox_trace/hostprobe.py)
 
     def restart(self, kind: str) -> None:
         """Count again from zero with boundaries of ``kind`` (the first marker call)."""
@@ -77,7 +76,6 @@ class IterationClock:
         self.count = 0
         self.iteration_us, self.split_us = [], []
         self.capture_us, self.capture_split_us = [], []
-        self.probe_us = []
         self._t_prev, self._tt_prev, self._cap_prev = None, None, None
 
     def take(self, n: int, now: float, tt: ThreadTimes | None) -> None:

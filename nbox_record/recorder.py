@@ -31,7 +31,6 @@ from nbox_record.recordsession import CaptureSession, LeanSession, mark_boundary
 from nbox_record.recordwatch import report_progress, start_daemon, watch_first_boundary
 from nbox_record.scriptprofiler import install as install_script_profiler
 from nbox_trace.files import write_json_atomic
-from nbox_trace.hostprobe import probe_samples_us
 from nbox_trace.threadtime import thread_times_ns
 
 MARKER_HINT = (
@@ -158,9 +157,6 @@ class Recorder:
             self._first_boundary.set()
             n = self.clock.count
         self.clock.take(n, now, tt)
-        warmup = self.config.effective_warmup
-        if (n < warmup or n == warmup + self.config.iterations) and not self.config.no_capture:
-            self._probe()
         if n == 1:
             announce(self.rank)  # multi-node runs only; in the warm-up, like the read below
         elif n <= self.config.effective_warmup:
@@ -184,19 +180,6 @@ class Recorder:
                           traceback.format_exc())
 
         return action
-
-    def _probe(self) -> None:
-        """Time the host probe at a warm-up boundary before the clean iterations' clock starts, or right after
-        them (before the capture): the core's speed around the clean figures, for the live replay's pad
-        (nbox_trace/hostprobe.py; a core's speed moves within seconds, so it is sampled more than once)."""
-        torch_module = sys.modules.get("torch")
-        if torch_module is None:
-            return
-        try:
-            self.clock.probe_us += probe_samples_us(torch_module)
-        except Exception as exc:  # a figure the replay can do without: say so, record on
-            print(f"nbox: rank {self.rank}: the host probe failed ({type(exc).__name__}: {exc}); a live replay will "
-                  f"pad to the recorded figure unscaled", file=sys.stderr)
 
     # -- capture steps ---------------------------------------------------------------------------------
 

@@ -99,7 +99,6 @@ def rank_timings(clock: IterationClock, config: Config, rank: int, local_rank: i
         "capture_iteration_us": list(clock.capture_us),
         "capture_cpu_us": [c for c, _ in clock.capture_split_us],
         "capture_run_queue_us": [q for _, q in clock.capture_split_us],
-        "probe_us": list(clock.probe_us),
         "torch": str(torch.__version__),
         "cuda": torch.version.cuda,
         "nccl": _nccl_version(),

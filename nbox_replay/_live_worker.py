@@ -17,9 +17,7 @@ own) times the rank's compute factor (``config["factors"]``: the straggler slowd
 time (the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
 ``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
 own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned
-from the repetition before it (reported as ``host_pad``: the last timed repetition's), the recorded figure scaled
-by this core's speed now (``config["host_probe_us"]``: the host probe timed before each warm-up repetition against
-the recording's, :mod:`nbox_trace.hostprobe`). The worker holds its heap
+from the repetition before it (reported as ``host_pad``: the last timed repetition's). The worker holds its heap
 first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
 ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for
 before the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
@@ -46,7 +44,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -66,7 +63,6 @@ from nbox_replay.ops import LiveOps, prepare
 from nbox_replay.profiler import correct_graphs, from_worker_doc
 from nbox_replay.virtual import retarget
 from nbox_trace.chakra.attrs import attr_map
-from nbox_trace.hostprobe import probe_samples_us
 from nbox_trace.share import share_results
 from nbox_trace.threadtime import thread_times_ns
 
@@ -400,19 +396,12 @@ def main(argv: list[str]) -> int:
         wait_us: list[float] = []
         spans: list[dict[str, Any]] = []
         host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
-        recorded_probe = (cfg.get("host_probe_us") or {}).get(str(rank)) if host_clean is not None else None
-        probes: list[float] = []  # the host probe before each warm-up repetition: this core's speed now
         previous: tuple[float, float] | None = None  # the last repetition's (replay, live) time, for the pad
         pad = None
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
-            if recorded_probe and rep < int(cfg["warmup"]):
-                # not before a timed repetition: the ranks' walks would start apart by their probes' difference
-                where["phase"] = "the host probe"
-                probes += probe_samples_us(torch)
             where["phase"] = f"repetition {rep}"
             if rep >= int(cfg["warmup"]) and host_clean is not None:
-                probe = (float(recorded_probe), statistics.median(probes)) if recorded_probe and probes else None
-                pad = plan_pad(host_clean.get(str(rank)), previous, replayer.captured, probe)
+                pad = plan_pad(host_clean.get(str(rank)), previous, replayer.captured)
                 replayer.pad = pad.factor
             replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = 0
             cpu0 = _busy_ns()

@@ -14,7 +14,7 @@ counts as spent; the CPU time of its waits does not: a wait for a collective, a 
 spins its last 200 us to wake on time, where the real thread blocks in gloo's wait), and pads each timed repetition
 by what the one before it measured (the padding is a wait, so it does not change what is measured):
 
-    pad_us = (clean_us + clean_run_queue_us) * hour - replay_us     (per iteration, microseconds; 0 when negative)
+    pad_us = (clean_us + clean_run_queue_us) - replay_us     (per iteration, microseconds; 0 when negative)
 
 and each live operator is stretched by ``1 + pad_us / live_us`` (``live_us``: the operators' own time per
 iteration in that repetition), so the rank's thread is busy per iteration as long as the real one was. The
@@ -24,16 +24,6 @@ factor (a straggler's factor multiplies it). Where the framework's work sits in 
 of nbox_record/leantiming.py measured the gaps and found them dominated by waits), so it is spread over the
 operators in proportion to their time. A bundle recorded before the run-queue figure existed pads to the
 CPU time alone.
-
-``hour`` is this core's speed now against the recording's (:mod:`nbox_trace.hostprobe`): the recorder times a
-fixed probe at its warm-up boundaries and right after its clean iterations, each live worker before each of its
-warm-up repetitions, and ``hour = probe_now / probe_recorded`` (medians of all samples; 1 where either is
-missing: a bundle recorded before the probe, a ratio outside 0.25-4). Without it, a recording made in a slow
-moment of a shared machine pads every later replay by its slowness: on the testbed (run G, README) a
-ddp_transformer rank recorded at 24.4 ms per clean iteration, on a core where the other rank's same work took
-18.7 ms, was padded by 9.8 ms in a replay whose operators ran fast (13.9 ms per iteration); that live replay
-was 25% over the real runs. The probe's work is not the training's (a matrix product, small operators and
-Python): it tracks a core's speed, not the workload's own contention (gloo's threads are idle when it runs).
 
 Each worker holds its heap first (:mod:`nbox_replay.allocator`: no trimming, a fixed mmap threshold), so its
 operators do not page-fault more than the real run's did: the pad then starts from the operators' own time.
@@ -55,8 +45,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nbox_trace.hostprobe import hour_ratio
-
 __all__ = ["HOST_WORK_MODES", "HostPad", "plan_pad"]
 
 #: ``--host-work``: ``pad`` (the default with live compute) or ``off``.
@@ -73,13 +61,9 @@ class HostPad:
         replay_us: the replaying thread's time per iteration in the repetition before (on a CPU and waiting for
             one, plus fallbacks' recorded durations).
         live_us: the live operators' own time per iteration in it.
-        pad_us: ``max(0, clean_us * hour - replay_us)``; 0 with a reason in ``why_not`` when not applied.
+        pad_us: ``max(0, clean_us - replay_us)``; 0 with a reason in ``why_not`` when not applied.
         factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none).
         why_not: why no padding was planned ('' when it was, even a zero one).
-        hour: this core's speed now against the recording's (``probe_now_us / probe_recorded_us``; 1.0 where
-            either is missing: :func:`~nbox_trace.hostprobe.hour_ratio`).
-        probe_recorded_us: the host probe's median right after the recording's clean iterations (0: none).
-        probe_now_us: the host probe's median in this worker before its warm-up (0: none).
     """
 
     clean_us: float
@@ -88,25 +72,10 @@ class HostPad:
     pad_us: float
     factor: float
     why_not: str = ""
-    hour: float = 1.0
-    probe_recorded_us: float = 0.0
-    probe_now_us: float = 0.0
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {"clean_us": self.clean_us, "replay_us": self.replay_us, "live_us": self.live_us,
-                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None, "hour": self.hour,
-                "probe_recorded_us": self.probe_recorded_us, "probe_now_us": self.probe_now_us}
-
-    def hour_text(self) -> str:
-        """", x0.78 for this core's speed now (host probe 1.02 ms, 1.31 ms when recorded)"; '' without a probe."""
-        if not (self.probe_recorded_us and self.probe_now_us):
-            return ""
-        if hour_ratio(self.probe_recorded_us, self.probe_now_us) is None:
-            scaled = "not scaled: the ratio is outside 0.25-4"
-        else:
-            scaled = f"x{self.hour:.2f} for this core's speed now"
-        return (f", {scaled} (host probe {self.probe_now_us / 1e3:.2f} ms, {self.probe_recorded_us / 1e3:.2f} ms "
-                f"when recorded)")
+                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None}
 
     @staticmethod
     def from_dict(doc: object) -> HostPad | None:
@@ -115,32 +84,24 @@ class HostPad:
             return None
         try:
             return HostPad(float(doc["clean_us"]), float(doc["replay_us"]), float(doc["live_us"]),
-                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""),
-                           float(doc.get("hour", 1.0)), float(doc.get("probe_recorded_us", 0.0)),
-                           float(doc.get("probe_now_us", 0.0)))
+                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""))
         except (KeyError, TypeError, ValueError):
             return None
 
 
-def plan_pad(clean_us: float | None, previous: tuple[float, float] | None, per_repetition: int,
-             probe_us: tuple[float, float] | None = None) -> HostPad:
+def plan_pad(clean_us: float | None, previous: tuple[float, float] | None, per_repetition: int) -> HostPad:
     """The padding of one rank from the real thread's time on or waiting for a CPU per clean iteration
     (``clean_us``; None: the bundle has none for this rank) and the ``(replay_us, live_us)`` totals of the
     repetition before (None: there was none; module docstring), each repetition holding ``per_repetition``
-    captured iterations; ``probe_us``: the host probe's ``(recorded, now)`` medians (None: no scaling)."""
+    captured iterations."""
     k = max(1, per_repetition)
-    recorded, now = probe_us if probe_us is not None else (0.0, 0.0)
-    ratio = hour_ratio(recorded, now)
-    hour = 1.0 if ratio is None else ratio
-    probe_rec, probe_now = recorded or 0.0, now or 0.0
     if not clean_us or clean_us <= 0:
-        return HostPad(0.0, 0.0, 0.0, 0.0, 1.0, "the bundle carries no clean CPU time for this rank", hour,
-                       probe_rec, probe_now)
+        return HostPad(0.0, 0.0, 0.0, 0.0, 1.0, "the bundle carries no clean CPU time for this rank")
     if previous is None:
         return HostPad(clean_us, 0.0, 0.0, 0.0, 1.0, "no repetition before to measure the replay's own time on "
-                                                     "(--warmup 0)", hour, probe_rec, probe_now)
+                                                     "(--warmup 0)")
     replay_us, live_us = previous[0] / k, previous[1] / k
     if live_us <= 0:
-        return HostPad(clean_us, replay_us, live_us, 0.0, 1.0, "no operator ran live", hour, probe_rec, probe_now)
-    pad_us = max(0.0, clean_us * hour - replay_us)
-    return HostPad(clean_us, replay_us, live_us, pad_us, 1.0 + pad_us / live_us, "", hour, probe_rec, probe_now)
+        return HostPad(clean_us, replay_us, live_us, 0.0, 1.0, "no operator ran live")
+    pad_us = max(0.0, clean_us - replay_us)
+    return HostPad(clean_us, replay_us, live_us, pad_us, 1.0 + pad_us / live_us)

@@ -125,9 +125,6 @@ class LiveConfig:
             iteration (microseconds; the CPU time alone for a bundle without the run-queue figure):
             each worker pads its live operators for the host work the replay does not re-run
             (:mod:`nbox_replay.hostwork`; needs ``warmup`` >= 1). None: no padding.
-        host_probe_us: per replayed rank, the host probe's median right after the recording's clean iterations
-            (microseconds, :mod:`nbox_trace.hostprobe`): each worker times the probe once before its warm-up and
-            scales ``host_cpu_us`` by the ratio (a rank left out: not scaled). None: no scaling.
     """
 
     files: Mapping[int, Path]
@@ -142,7 +139,6 @@ class LiveConfig:
     nodes: Nodes = field(default_factory=Nodes)
     profiler: Mapping[str, Any] | None = None
     host_cpu_us: Mapping[int, float] | None = None
-    host_probe_us: Mapping[int, float] | None = None
 
     def __post_init__(self) -> None:
         if not self.files:
@@ -286,9 +282,7 @@ def replay_live(config: LiveConfig) -> LiveResult:
                "warmup": config.warmup, "iterations": config.iterations, "timeout_s": config.timeout_s,
                "result_dir": str(work), "profiler": config.profiler,
                "host_cpu_us": None if config.host_cpu_us is None else
-               {str(r): float(v) for r, v in config.host_cpu_us.items()},
-               "host_probe_us": None if config.host_probe_us is None else
-               {str(r): float(v) for r, v in config.host_probe_us.items()}}
+               {str(r): float(v) for r, v in config.host_cpu_us.items()}}
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
         result = run(launch_spec(config, work, config_path, scenario_path))

@@ -102,7 +102,6 @@ from typing import Any
 from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations
 from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import UsageError
-from nbox_trace.hostprobe import PROBE_KEY
 
 __all__ = ["DEFAULT_RULE", "MODES", "PER_OP_FLOOR", "RULES", "Correction", "RankFigures", "correct_durations",
            "correct_graph", "correct_graphs", "from_worker_doc", "plan_correction", "read_figures"]
@@ -118,14 +117,12 @@ _MAX_SAMPLES = 100_000
 
 @dataclass(frozen=True)
 class RankFigures:
-    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; its
-    time runnable but waiting for a CPU per clean iteration, and the host probe's median right after the clean
-    iterations (None: the bundle has none; nbox_replay.hostwork, nbox_trace/hostprobe.py)."""
+    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; and its
+    time runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.hostwork)."""
 
     clean_cpu_us: float
     captured_cpu_us: float
     clean_run_queue_us: float | None = None
-    probe_us: float | None = None
 
     @property
     def overhead_us(self) -> float:
@@ -209,9 +206,7 @@ def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
             continue
         clean, captured = _median(entry.get("clean")), _median(entry.get("captured"))
         if clean is not None and captured is not None and clean > 0 and captured > 0:
-            probe = _median(entry.get(PROBE_KEY))
-            out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")),
-                                         probe if probe else None)
+            out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")))
     return out
 
 

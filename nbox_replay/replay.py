@@ -417,11 +417,11 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
 
     compute = report.compute
     files = {r: source.trace_set.files[r] for r in graphs}
-    host, probe, why_not = _host_cpu(config, source, graphs, compute, device)
+    host, why_not = _host_cpu(config, source, graphs, compute, device)
     configs = [LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
                           scenario=scenario, compute=compute, device=device, warmup=config.warmup,
                           iterations=1, timeout_s=config.timeout_s, nodes=config.nodes,
-                          profiler=correction.worker_doc(), host_cpu_us=host, host_probe_us=probe)
+                          profiler=correction.worker_doc(), host_cpu_us=host)
                for scenario in (base, what_if)]
     say(f"live replay ({compute} compute, {device}): baseline at world size {base.world_size} and what-if at "
         f"world size {what_if.world_size}, {config.iterations} interleaved pairs")
@@ -437,26 +437,24 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
 
 
 def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, RankGraph], compute: str,
-              device: str) -> tuple[dict[int, float] | None, dict[int, float] | None, str]:
+              device: str) -> tuple[dict[int, float] | None, str]:
     """Per replayed rank, the real training thread's time on a CPU and waiting for one per clean iteration (the
-    CPU time alone for a bundle without the run-queue figure) and the recording's host probe (ranks without one
-    left out; :mod:`nbox_trace.hostprobe`) for the host-work padding (:mod:`nbox_replay.hostwork`), or None, None
-    and why it is not applied."""
+    CPU time alone for a bundle without the run-queue figure) for the host-work padding
+    (:mod:`nbox_replay.hostwork`), or None and why it is not applied."""
     if compute != "live":
-        return None, None, ""
+        return None, ""
     if config.host_work == "off":
-        return None, None, "--host-work off"
+        return None, "--host-work off"
     if device != "cpu":
-        return None, None, f"compute runs on {device}, where the host thread's CPU time is not the operators' time"
+        return None, f"compute runs on {device}, where the host thread's CPU time is not the operators' time"
     if config.warmup < 1:
-        return None, None, "--warmup 0 leaves no repetition to measure the replay's own time on"
+        return None, "--warmup 0 leaves no repetition to measure the replay's own time on"
     figures = read_figures(source.manifest.observed if source.manifest is not None else None)
     host = {r: f.clean_cpu_us + (f.clean_run_queue_us or 0.0) for r, f in figures.items() if r in graphs}
     if not host:
-        return None, None, (f"the bundle carries no clean CPU time per iteration for the replayed ranks "
-                            f"(observed.{THREAD_CPU_KEY})")
-    probe = {r: f.probe_us for r, f in figures.items() if r in host and f.probe_us}
-    return host, probe, ""
+        return None, (f"the bundle carries no clean CPU time per iteration for the replayed ranks "
+                      f"(observed.{THREAD_CPU_KEY})")
+    return host, ""
 
 
 def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
@@ -475,7 +473,7 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
             parts.append(f"rank {r} not padded ({p.why_not})")
         else:
             parts.append(f"rank {r} +{p.pad_us / 1e3:.2f} ms per iteration (x{p.factor:.2f}: the real thread "
-                         f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one{p.hour_text()}, the replay's "
+                         f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one, the replay's "
                          f"{p.replay_us / 1e3:.2f} ms)")
         if r in heap:
             parts[-1] += f", its heap not held ({heap[r]})"

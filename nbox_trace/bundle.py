@@ -15,9 +15,8 @@ median, p10, p90 and every sample per rank); how the capture was made; whether i
 bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the training thread's time on a
 CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
 wall time (``captured_wall``), and (since 2026-11-24) its time runnable but waiting for a CPU per clean
-iteration (``clean_run_queue``), and the host probe's samples right after the clean iterations (``probe``,
-nbox_trace/hostprobe.py), microseconds. The replay corrects the recorded compute for the profiler's overhead with
-them (``nbox_replay.profiler``; a bundle without them is replayed uncorrected, and says so), and
+iteration (``clean_run_queue``), microseconds. The replay corrects the recorded compute for the profiler's
+overhead with them (``nbox_replay.profiler``; a bundle without them is replayed uncorrected, and says so), and
 a live replay pads its re-executed operators for the host work it does not re-run (``nbox_replay.hostwork``).
 
 Writing goes to a temporary directory beside the target, renamed into place at the end, so an
@@ -128,24 +127,22 @@ def observed_summary(per_rank_us: Mapping[int, list[float]]) -> dict[str, Any]:
 
 #: ``observed`` key of the per-rank thread CPU figures (module docstring) and the lists each rank may carry.
 THREAD_CPU_KEY = "thread_cpu_us"
-THREAD_CPU_LISTS = ("clean", "captured", "captured_wall", "clean_run_queue", "probe")
+THREAD_CPU_LISTS = ("clean", "captured", "captured_wall", "clean_run_queue")
 
 
 def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
     """``observed.thread_cpu_us`` from each rank's ``timings.json`` (``iteration_cpu_us``, ``capture_cpu_us``,
-    ``capture_iteration_us``, ``iteration_run_queue_us`` as ``clean_run_queue``: the training thread's time
-    runnable but waiting for a CPU per clean iteration, nbox_trace/threadtime.py; and ``probe_us`` as ``probe``:
-    the host probe's samples right after the clean iterations, nbox_trace/hostprobe.py); ranks that lack the clean
-    or the captured CPU times are left out."""
+    ``capture_iteration_us``, and ``iteration_run_queue_us`` as ``clean_run_queue``: the training thread's time
+    runnable but waiting for a CPU per clean iteration, nbox_trace/threadtime.py); ranks that lack the clean or
+    the captured CPU times are left out."""
     out: dict[str, dict[str, list[float]]] = {}
     for rank, t in sorted(per_rank.items()):
         clean, captured, wall = t.get("iteration_cpu_us"), t.get("capture_cpu_us"), t.get("capture_iteration_us")
-        queued, probe = t.get("iteration_run_queue_us"), t.get("probe_us")
+        queued = t.get("iteration_run_queue_us")
         if isinstance(clean, list) and clean and isinstance(captured, list) and captured:
             out[str(rank)] = {"clean": [float(x) for x in clean], "captured": [float(x) for x in captured],
                               "captured_wall": [float(x) for x in wall] if isinstance(wall, list) else [],
-                              "clean_run_queue": [float(x) for x in queued] if isinstance(queued, list) else [],
-                              "probe": [float(x) for x in probe] if isinstance(probe, list) else []}
+                              "clean_run_queue": [float(x) for x in queued] if isinstance(queued, list) else []}
     return out
 
 

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from nbox_record import bootstrap, rawformat, recordenv
-from nbox_trace.hostprobe import PROBE_REPEATS
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECT = ROOT / "nbox_record" / "_inject"
@@ -119,9 +118,6 @@ def _check_common(run: Run) -> list[list[dict[str, Any]]]:
         assert len(timings["capture_iteration_us"]) == 1
         assert len(timings["capture_cpu_us"]) == len(timings["capture_run_queue_us"]) == 1
         assert 0 < timings["capture_cpu_us"][0] <= timings["capture_iteration_us"][0] * 1.05 + 1000
-        # the host probe (nbox_trace/hostprobe.py; the live replay's pad): one per warm-up boundary before the clock
-        probe = timings["probe_us"]  # and one after the clean iterations
-        assert len(probe) == PROBE_REPEATS * WARMUP and all(t > 0 for t in probe)
 
         log = run.json(rank, rawformat.COLLECTIVES)
         assert set(log) == set(rawformat.CollectiveLog.__annotations__)

@@ -21,7 +21,6 @@ from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
 from nbox_trace.chakra import pb, read_et
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.check import inspect_trace
-from nbox_trace.hostprobe import PROBE_REPEATS
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +59,6 @@ def check_bundle(bundle: Path) -> None:
     for figures in cpu.values():
         assert len(figures["clean"]) == 3 and len(figures["captured"]) == len(figures["captured_wall"]) == 1
         assert all(v > 0 for v in figures["clean"] + figures["captured"])
-        # the host probe at the warm-up boundaries and after the clean iterations (nbox_trace/hostprobe.py)
-        probe = figures["probe"]
-        assert len(probe) >= PROBE_REPEATS and len(probe) % PROBE_REPEATS == 0 and all(v > 0 for v in probe)
     assert manifest.producer["backend"] == "gloo" and manifest.producer["torch"]
     report = inspect_trace(trace_prefix(bundle))
     assert report.problem_count() == 0, [p.message for p in report.all_problems()][:5]  # --strict clean
