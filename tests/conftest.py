@@ -12,6 +12,7 @@ paths relative to the samples folder):
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,7 @@ RANK_FILES = {"test_anonymize_record.py", "test_backend.py", "test_calibrate.py"
               "test_record_gpu.py", "test_replay_live.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the group into the node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     testbed_skip = None
     for item in items:
@@ -89,3 +91,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 testbed_skip = unavailable() or ""
             if testbed_skip:
                 item.add_marker(pytest.mark.skip(reason=f"testbed: {testbed_skip}"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse ``--dist loadgroup`` under pytest >= 9.2, which makes pytest-xdist drop every group silently
+    (pytest-dev/pytest-xdist#1386): the rank-launching tests would run two at once on this 2-core machine."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or config.getoption("dist", "no") != "loadgroup":
+        return
+    version = tuple(int(p) for p in pytest.__version__.split(".")[:2] if p.isdigit())
+    if version >= (9, 2):
+        raise pytest.UsageError(f"pytest {pytest.__version__} with --dist loadgroup: pytest-xdist drops every "
+                                f"xdist_group (pytest-dev/pytest-xdist#1386), so rank-launching tests would run two "
+                                f"at once; install the pinned range (pip install -e '.[dev]': pytest < 9.2)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run when pytest-xdist did not apply the ``ranks`` group after all (it writes the group into each
+    grouped test's node id, which pytest 9.2 ignores): a backstop to :func:`pytest_configure`'s version check."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and session.config.getvalue("loadgroup")):
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and not item.nodeid.endswith("@ranks")]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist did not group {len(lost)} rank-launching test(s), e.g. {lost[0]}: "
+                                f"rank launches would run two at once (pytest-dev/pytest-xdist#1386; pyproject.toml "
+                                f"pins pytest < 9.2)")
