@@ -96,7 +96,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     """Refuse ``--dist loadgroup`` under pytest >= 9.2, which makes pytest-xdist drop every group silently
     (pytest-dev/pytest-xdist#1386): the rank-launching tests would run two at once on this 2-core machine."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or config.getoption("dist", "no") != "loadgroup":
+    if (os.environ.get("PYTEST_XDIST_WORKER") or config.getoption("dist", "no") != "loadgroup"
+            or not config.getoption("numprocesses", None)):  # -n 0: one process, nothing to group
         return
     version = tuple(int(p) for p in pytest.__version__.split(".")[:2] if p.isdigit())
     if version >= (9, 2):
