@@ -145,9 +145,9 @@ def test_the_report_prints_the_paired_spread() -> None:
     assert spread["p10"] <= 1.0 <= spread["p90"] and spread["values"] == rep.paired_speedups
 
 
-def _launch(seconds_us: float) -> LiveResult:
-    """A one-launch LiveResult whose one timed iteration took ``seconds_us`` (only what replay_paired joins)."""
-    return LiveResult(world_size=2, compute="recorded", rank_end_us={0: [seconds_us]}, iteration_us=[seconds_us],
+def _launch(iteration_us: float) -> LiveResult:
+    """A one-launch LiveResult whose one timed iteration took ``iteration_us`` (only what replay_paired joins)."""
+    return LiveResult(world_size=2, compute="recorded", rank_end_us={0: [iteration_us]}, iteration_us=[iteration_us],
                       rank_compute_us={0: [0.0]}, rank_wait_us={0: [0.0]}, coverage=0.0, rank_coverage={0: 0.0},
                       fallbacks={}, fallback_reasons={}, wall_s=1.0, rank_breakdown={0: []}, per_repetition=1)
 
@@ -284,7 +284,7 @@ def test_an_identical_what_if_prints_one_inside_the_paired_spread() -> None:
     test_counterbalanced_pairs_cancel_an_order_effect).
 
     10 pairs: for an identical what-if each pair's side of 1.0 is a coin flip, and all ten land on one side in
-    about 0.2% of runs. (15 pairs and p10-p90 held 1.0 but for about 0.1%; the 10 launches fewer are 50 s of a
+    about 0.2% of runs. (15 pairs and p10-p90 held 1.0 but for about 0.1%; the 10 fewer launches are 50 s of a
     CI whose rank-launching tests run one at a time.)"""
     rep = run_replay(ReplayConfig(str(MLP), compute="recorded", clock="real", ranks=(0,), iterations=10,
                                   warmup=1, timeout_s=400.0))
