@@ -38,9 +38,11 @@ def build_model(in_dim: int = IN_DIM, hidden: int = HIDDEN, out_dim: int = OUT_D
 
 
 def thread_times_ns() -> tuple[int, int] | None:
-    """This thread's (time on a CPU, time runnable waiting for one) in ns, from Linux's schedstat; for
-    --report-times (bench/emulate_fidelity.py splits the real iteration as nbox emulate does)."""
-    try:  # the CPU time from the thread clock: schedstat's own lags up to a scheduler tick (nbox_trace/threadtime.py)
+    """This thread's (time on a CPU, time runnable waiting for one) in ns: the thread clock and Linux's schedstat,
+    read as nbox_trace/threadtime.py reads them (schedstat's own CPU field lags up to a scheduler tick), copied
+    here because the examples are plain scripts that import torch only; for --report-times
+    (bench/emulate_fidelity.py splits the real iteration as nbox emulate does)."""
+    try:
         with open("/proc/thread-self/schedstat", "rb") as f:
             run_queue = f.read(256).split()[1]
         return time.thread_time_ns(), int(run_queue)
