@@ -1,9 +1,9 @@
 """One rank of ``nbox calibrate``: time real collectives and report them (launched by
 ``emulator_core.calibration_run``).
 
-Run by ``python -m torch.distributed.run --standalone --nproc-per-node N -m emulator_core._calibrate_worker
---out DIR ...``; the process group comes from torchrun's environment (``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``) and every collective waits at most ``--timeout-s``.
+Run as N ranks of ``python -m emulator_core._calibrate_worker --out DIR ...`` (:mod:`nbox_trace.launch`; torchrun
+across nodes); the process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``/``MASTER_PORT``) and every collective waits at most ``--timeout-s``.
 
 For each collective x size (a "point"; bytes, costmodels' convention: the per-rank input; all_gather: the shard):
 
@@ -278,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "results": results, **({"rested": rested} if rested is not None else {})})
         dist.destroy_process_group()
         return 0
-    except BaseException as exc:  # report, then exit non-zero: torchrun stops the other ranks
+    except BaseException as exc:  # report, then exit non-zero: the launcher stops the other ranks
         with contextlib.suppress(OSError):
             _write_json(error_file(args.out, rank), {**where, "rank": rank, "type": type(exc).__name__,
                                                       "message": str(exc)[:2000],

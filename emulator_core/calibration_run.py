@@ -1,5 +1,5 @@
 """The measuring run of ``nbox calibrate``: launch ``emulator_core._calibrate_worker`` on N ranks of this machine
-(gloo or NCCL) through nbox's one torchrun launcher (:mod:`nbox_trace.launch`), wait with a deadline, and read the
+(gloo or NCCL) through nbox's one launcher (:mod:`nbox_trace.launch`), wait with a deadline, and read the
 per-(collective, size) timings it reports (see that module for the timing method). Times in microseconds.
 """
 
@@ -105,8 +105,8 @@ def measure_run(config: CalibrateConfig) -> MeasureRun:
     """Launch the ranks, wait at most ``config.timeout_s`` seconds, return the measurements and worker facts.
 
     Raises:
-        CalibrationError: a rank failed (named with its collective and size), the run timed out (the process
-            group of torchrun and every rank is terminated), or it produced no result.
+        CalibrationError: a rank failed (named with its collective and size), the run timed out (the ranks'
+            process group is terminated), or it produced no result.
     """
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="nbox-calibrate-"))

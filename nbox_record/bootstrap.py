@@ -3,10 +3,10 @@
 How it gets in
 --------------
 The launcher puts :func:`inject_dir` (``nbox_record/_inject``, holding a ``sitecustomize.py``) first on
-``PYTHONPATH`` of ``python -m torch.distributed.run``. Every Python process started with that path
+``PYTHONPATH`` of the ranks (and of torchrun's agent across nodes). Every Python process started with that path
 imports the ``sitecustomize``, which first runs any ``sitecustomize`` it shadows, then, only when
 ``NBOX_RECORD_DIR`` is set, calls :func:`install`. :func:`install` does nothing in a process without
-``RANK`` (the torchrun agent) and nothing in a child of an already recording rank (DataLoader workers
+``RANK`` (torchrun's agent) and nothing in a child of an already recording rank (DataLoader workers
 inherit the environment: :data:`ENV_OWNER` names the recording process). It does not import torch: it
 waits for the script to import it (a one-shot import hook), so a script that sets environment variables
 before ``import torch`` (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``) behaves as without nbox.

@@ -1,16 +1,17 @@
-"""``nbox record``: launch a script through torch.distributed.run with the capture bootstrap
-injected, wait with a deadline, convert each rank's raw capture to Chakra ET, and write a bundle.
+"""``nbox record``: launch a script's ranks with the capture bootstrap injected, wait with a deadline, convert
+each rank's raw capture to Chakra ET, and write a bundle.
 
 The script is not edited: ``nbox_record/_inject`` goes first on ``PYTHONPATH``, so its
 ``sitecustomize`` starts :mod:`nbox_record.bootstrap` in every rank when ``NBOX_RECORD_DIR`` is set
-(see ``rawformat`` for what each rank writes). The launch is nbox's one torchrun launcher
-(:mod:`nbox_trace.launch`), so ``--nnodes/--node-rank/--rdzv-endpoint`` work the way users already
-launch multi-node jobs; each node's ``nbox record`` writes a bundle of its own ranks.
+(see ``rawformat`` for what each rank writes). The launch is nbox's one launcher (:mod:`nbox_trace.launch`:
+the ranks get torchrun's environment on one node, and go through torchrun's rendezvous across nodes), so
+``--nnodes/--node-rank/--rdzv-endpoint`` work the way users already launch multi-node jobs; each node's
+``nbox record`` writes a bundle of its own ranks.
 
-Faults never hang: the whole run has a deadline, after which the process group of torchrun and every rank is
+Faults never hang: the whole run has a deadline, after which the ranks' process group (torchrun's, across nodes) is
 terminated (SIGTERM, then SIGKILL); the error names the ranks that had not finished and what each last reported. A
 rank that raises writes ``error.json``; the root cause among them (:func:`nbox_trace.launch.root_error`, or the
-rank torchrun saw die first) is reported with its rank. No bundle is written unless every rank's capture is
+rank the launcher saw die first) is reported with its rank. No bundle is written unless every rank's capture is
 complete (``keep_partial`` writes one marked ``complete: false``).
 """
 

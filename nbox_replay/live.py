@@ -1,7 +1,7 @@
 """Live replay (``--clock real``): re-execute a bundle's ranks on this machine, collectives emulated.
 
-:func:`replay_live` launches one process per replayed rank with nbox's one torchrun launcher
-(:mod:`nbox_trace.launch`: ``--standalone --nproc-per-node N -m nbox_replay._live_worker``); each walks its rank's
+:func:`replay_live` launches one process per replayed rank with nbox's one launcher
+(:mod:`nbox_trace.launch`: N ranks of ``python -m nbox_replay._live_worker``); each walks its rank's
 graph on the real clock (:mod:`nbox_replay._live_worker`): compute nodes run live (:mod:`nbox_replay.ops`) or wait
 their recorded durations (``compute="recorded"``, and every fallback), and collectives go through the ``nbox``
 ``torch.distributed`` backend, which presents the what-if world of W ranks and completes each collective at the
@@ -28,7 +28,7 @@ it, so a factor below 1 with ``compute="live"`` is refused before any rank start
 in counterbalanced pairs (A B, B A, A B, ...), so slow drifts of a shared machine hit both sides alike, and
 each pair gives one what-if/baseline ratio per captured iteration (iteration j of one side against iteration j
 of the other).
-Every run has a deadline (``timeout_s``): past it, torchrun's whole process group is terminated and a
+Every run has a deadline (``timeout_s``): past it, the ranks' whole process group is terminated and a
 :class:`LiveReplayError` names the ranks that had not finished; a rank that fails writes an error file and
 the error names the rank, the node and what went wrong. Temporary files live in a temporary directory that
 is removed afterwards. This module does not import torch (the workers do).
@@ -117,7 +117,7 @@ class LiveConfig:
         iterations: timed repetitions (>= 1).
         timeout_s: deadline for the whole run, seconds (> 0); each wait for a collective gives up after 3/4 of it.
         nodes: several nodes (:class:`nbox_trace.launch.Nodes`): run the same replay on each; this node starts
-            its share of the replayed ranks (torchrun's global rank i replays ``sorted(files)[i]``), each node
+            its share of the replayed ranks (global rank i replays ``sorted(files)[i]``), each node
             reports the whole job, and the ranks' clocks need not agree (:mod:`emulator_core.clocksync`).
         profiler: the correction of recorded durations for the profiler's overhead
             (:meth:`nbox_replay.profiler.Correction.worker_doc`; None: none), applied by each worker to its graph.
@@ -226,7 +226,7 @@ class LiveResult:
 
 
 def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayError:
-    """The error of a failed run; torchrun's rank i replays ``sorted(cfg.files)[i]``."""
+    """The error of a failed run; global rank i replays ``sorted(cfg.files)[i]``."""
     ranks = sorted(cfg.files)
     f = result.failure({i: work / f"error{r}.json" for i, r in enumerate(ranks)})
     others = [ranks[i] for i in f.others]

@@ -1,7 +1,7 @@
 """Live-measured compute for virtual time (``--compute live --clock virtual``).
 
 :func:`measure_compute` re-executes every replayed rank's compute nodes on this device, without any
-communication, in one worker process launched by nbox's one torchrun launcher (``nbox_replay._measure_worker``:
+communication, in one worker process launched by nbox's one launcher (``nbox_replay._measure_worker``:
 ranks one after another, so they never compete for the cores), and returns each rank's graph with the measured
 durations in place of the recorded ones: per compute node, the median over ``iterations`` timed passes after
 ``warmup`` untimed ones (microseconds). A node that cannot run live keeps its recorded duration and is counted

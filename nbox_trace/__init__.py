@@ -3,8 +3,8 @@
 The error family (``errors``), the Chakra ET model (``chakra``), the format contract the writers and the checker
 share (``contract``), the trace checker (``check``), the bundle format and what is done with bundles (``bundle``,
 ``archive``, ``bundle_verify``, ``bundle_inspect``, ``bundle_diff``, ``anonymize``), bounded JSON reading and atomic
-writing (``jsonio``), the one torchrun launcher (``launch``) and, for tests and benches, a cluster of network
-namespaces on one machine (``testbed``). It imports neither torch nor typer nor rich,
+writing (``jsonio``), the one launcher of ranks (``launch``, ``localrun``) and, for tests and benches, a cluster of
+network namespaces on one machine (``testbed``). It imports neither torch nor typer nor rich,
 and nothing of nbox above it.
 """
 

@@ -1,21 +1,24 @@
-"""The one torchrun launcher: ``nbox record``, ``nbox emulate``, ``nbox calibrate`` and ``nbox replay --clock real``
-all start their ranks here.
+"""The one launcher: ``nbox record``, ``nbox emulate``, ``nbox calibrate`` and ``nbox replay --clock real`` all
+start their ranks here.
 
 A :class:`Launch` (frozen) says what to run: a script or a module, its arguments, the ranks per node, the nodes and
 rendezvous, the environment added for the ranks, the deadline (seconds) and the log folder. :func:`command` and
-:func:`environment` build the ``python -m torch.distributed.run`` command line and the ranks' environment;
-:func:`run` runs it with the deadline and returns a :class:`LaunchResult`, whose :meth:`LaunchResult.failure`
-reads what the ranks left behind (their error files, their stderr logs, torchrun's own verdict) into a
-:class:`Failure` that names the root cause by the one :func:`root_error` rule. Each caller words its own error
-from that (its own error class, and what its error files say beyond type and message).
+:func:`environment` build the command line and the ranks' environment; :func:`run` runs it with the deadline and
+returns a :class:`LaunchResult`, whose :meth:`LaunchResult.failure` reads what the ranks left behind (their error
+files, their stderr logs, the launcher's verdict) into a :class:`Failure` that names the root cause by the one
+:func:`root_error` rule. Each caller words its own error from that (its own error class, and what its error files
+say beyond type and message).
 
 The rules, the same for every caller:
 
-* torchrun runs with ``--max-restarts 0`` and ``--redirects 3``: each rank's stdout/stderr go to
-  ``<log_dir>/<run>/attempt_0/<local rank>/std{out,err}.log``; torchrun's own stderr is captured (and kept in
-  ``<log_dir>/torchrun.stderr.log``), its stdout is discarded (a command's stdout is its ``--json`` document).
-* Rendezvous: with an ``rdzv_endpoint``, torchrun's c10d rendezvous there (multi-node); without one,
-  ``--standalone`` (a c10d store on a port torchrun binds itself: no race for a port chosen in advance).
+* One node (no ``rdzv_endpoint``): nbox starts the ranks itself (:mod:`nbox_trace.localrun`: torchrun's
+  ``--standalone`` without its agent process, which imported torch before each launch, 2.2-2.8 s), with the
+  environment torchrun's agent gives its workers and rank 0's store on a port held for it.
+* Several nodes: ``python -m torch.distributed.run`` with torchrun's c10d rendezvous at the endpoint,
+  ``--max-restarts 0`` and ``--redirects 3``; torchrun's own stderr is captured, its stdout discarded.
+* Either way each rank's stdout/stderr go to ``<log_dir>/<run>/attempt_0/<local rank>/std{out,err}.log``
+  (torchrun's layout), the launcher's own lines to ``<log_dir>/launcher.log`` (a command's stdout is its
+  ``--json`` document, never a rank's).
 * A node of a multi-node run (:func:`settle`, called by :func:`run`): torchrun guesses whether it hosts the
   rendezvous store, and the address its workers advertise, from the machine's hostname; where the hostname does not
   resolve to the address the other nodes reach (a network namespace, a second NIC), no node hosts the store or the
@@ -29,10 +32,11 @@ The rules, the same for every caller:
   installed), the inherited one; ``OMP_NUM_THREADS=1`` unless set (two ranks x two threads on two cores run ~50x
   slower); ``PYTHONUNBUFFERED=1``; ``PYTHONFAULTHANDLER=1`` unless set (a rank that dies of SIGSEGV or SIGABRT
   writes its Python stack to its stderr log, which the failure report quotes).
-* Deadline: past ``timeout_s`` seconds, or if the caller is interrupted, torchrun's whole process group (it runs
-  in its own session) is stopped: SIGTERM, then SIGKILL.
+* Deadline: past ``timeout_s`` seconds, or if the caller is interrupted, the ranks' whole process group (torchrun's,
+  in a session of its own; or the ranks', likewise) is stopped: SIGTERM, then SIGKILL. A rank that fails stops the
+  others the same way (torchrun's agent does so too).
 
-This module does not import torch: torchrun runs as a child process.
+This module does not import torch: the ranks (and torchrun) run as child processes.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ import ipaddress
 import json
 import os
 import re
-import signal
 import socket
 import struct
 import subprocess
@@ -56,6 +59,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nbox_trace.errors import InvalidInputError, UsageError
+from nbox_trace.localrun import exit_text, run_local, stop_group
 
 __all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchResult", "Nodes",
            "RankError", "check_nodes", "command", "environment", "interface_of", "is_consequence", "is_local_address",
@@ -79,7 +83,7 @@ class LaunchConfigError(InvalidInputError):
 
 @dataclass(frozen=True)
 class Launch:
-    """What to run under ``python -m torch.distributed.run``.
+    """What to run: ranks of a script or module on this node (and, with an endpoint, on the others).
 
     Attributes:
         program: the script's path, or the module's name when ``module`` is true.
@@ -93,7 +97,7 @@ class Launch:
         env: variables added to the ranks' environment (they win over inherited ones).
         pythonpath: folders put first on ``PYTHONPATH``, before the nbox packages' folder.
         timeout_s: deadline for the whole run, seconds (> 0).
-        log_dir: torchrun's ``--log-dir`` (each rank's stdout/stderr), and its own stderr.
+        log_dir: each rank's stdout/stderr (torchrun's ``--log-dir`` layout), and the launcher's own lines.
     """
 
     program: str
@@ -125,20 +129,20 @@ class Launch:
 
 
 def command(launch: Launch) -> list[str]:
-    """The ``python -m torch.distributed.run`` command line of ``launch`` (see the module docstring)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
-    if launch.rdzv_endpoint:
-        cmd += ["--nnodes", launch.nnodes, "--node-rank", str(launch.node_rank),
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", launch.rdzv_endpoint]
-        if launch.rdzv_host is not None:
-            cmd += ["--rdzv-conf", f"is_host={int(launch.rdzv_host)}"]
-        if launch.local_addr:
-            cmd += ["--local-addr", launch.local_addr]
-    else:
-        cmd += ["--standalone"]
+    """The command line of ``launch`` (module docstring): on one node, each rank's own (``python [-m] program
+    args``; nbox starts ``nproc_per_node`` of them); across nodes, ``python -m torch.distributed.run ...``."""
+    program = [*(["-m"] if launch.module else []), launch.program, *launch.args]
+    if not launch.rdzv_endpoint:
+        return [sys.executable, *program]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", launch.nnodes, "--node-rank",
+           str(launch.node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", launch.rdzv_endpoint]
+    if launch.rdzv_host is not None:
+        cmd += ["--rdzv-conf", f"is_host={int(launch.rdzv_host)}"]
+    if launch.local_addr:
+        cmd += ["--local-addr", launch.local_addr]
     cmd += ["--nproc-per-node", str(launch.nproc_per_node), "--max-restarts", "0", "--log-dir", str(launch.log_dir),
             "--redirects", "3"]
-    return [*cmd, *(["-m"] if launch.module else []), launch.program, *launch.args]
+    return [*cmd, *program]
 
 
 def python_path(prefix: Sequence[str], inherited: str | None) -> str:
@@ -311,16 +315,7 @@ def settle(launch: Launch, base_env: Mapping[str, str] | None = None) -> Launch:
 
 def terminate_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
     """SIGTERM ``proc``'s whole process group, wait up to ``grace_s`` seconds, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_group([proc], grace_s)
 
 
 def _run_with_deadline(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int | None, bool, str]:
@@ -342,23 +337,25 @@ def _run_with_deadline(cmd: Sequence[str], env: Mapping[str, str], timeout_s: fl
 
 @dataclass(frozen=True)
 class LaunchResult:
-    """How a launch ended: torchrun's exit code (None when stopped at the deadline) and its own stderr."""
+    """How a launch ended: the launcher's exit code (None when stopped at the deadline), its own stderr, and, from
+    nbox's own launcher, the first rank seen to fail (torchrun's verdict is read from its stderr instead)."""
 
     launch: Launch
     returncode: int | None
     timed_out: bool
     stderr: str
+    first_failure: tuple[int, str] | None = None
 
     @property
     def ok(self) -> bool:
-        """Whether torchrun exited with 0 before the deadline."""
+        """Whether the launch exited with 0 before the deadline."""
         return self.returncode == 0 and not self.timed_out
 
     def failure(self, error_files: Mapping[int, Path]) -> Failure:
-        """What went wrong, from the ranks' error files (torchrun rank -> path; see :class:`RankError`), their
-        stderr logs and torchrun's verdict (see :class:`Failure` for the rule)."""
+        """What went wrong, from the ranks' error files (global rank -> path; see :class:`RankError`), their
+        stderr logs and the launcher's verdict (see :class:`Failure` for the rule)."""
         errors = [e for rank, path in sorted(error_files.items()) if (e := read_rank_error(rank, path)) is not None]
-        verdict = _verdict(self.stderr)
+        verdict = self.first_failure or _verdict(self.stderr)
         tails = rank_tails(self.launch.log_dir)
         launcher_tail = _tail(self.stderr)
         nproc = self.launch.nproc_per_node
@@ -374,13 +371,19 @@ class LaunchResult:
 
 
 def run(launch: Launch) -> LaunchResult:
-    """Run ``launch`` with its deadline (module docstring); torchrun's stderr is kept in
-    ``<log_dir>/torchrun.stderr.log``."""
+    """Run ``launch`` with its deadline (module docstring); the launcher's own lines are kept in
+    ``<log_dir>/launcher.log``."""
     launch = settle(launch)
-    rc, timed_out, err = _run_with_deadline(command(launch), environment(launch), launch.timeout_s)
     launch.log_dir.mkdir(parents=True, exist_ok=True)
-    (launch.log_dir / "torchrun.stderr.log").write_text(err, encoding="utf-8", errors="replace")
-    return LaunchResult(launch, rc, timed_out, err)
+    first: tuple[int, str] | None = None
+    if launch.rdzv_endpoint:
+        rc, timed_out, err = _run_with_deadline(command(launch), environment(launch), launch.timeout_s)
+    else:
+        local = run_local(command(launch), environment(launch), launch.nproc_per_node, launch.log_dir,
+                          launch.timeout_s)
+        rc, timed_out, err, first = local.returncode, local.timed_out, local.log, local.first_failure
+    (launch.log_dir / "launcher.log").write_text(err, encoding="utf-8", errors="replace")
+    return LaunchResult(launch, rc, timed_out, err, first)
 
 
 # ------------------------------------------------------------------------------------------- failures
@@ -452,7 +455,7 @@ def _verdict(torchrun_stderr: str) -> tuple[int, str] | None:
     if match is None:
         return None
     rank, code, sig = match.groups()
-    return int(rank), f"exited with code {code}" + (f" ({sig})" if sig else "")
+    return int(rank), (exit_text(int(code)) if sig else f"exited with code {code}")
 
 
 def root_cause(torchrun_stderr: str) -> tuple[int, str] | None:
@@ -509,20 +512,21 @@ def rank_tails(log_dir: Path) -> dict[int, str]:
 
 @dataclass(frozen=True)
 class Failure:
-    """What a failed launch left behind. Ranks are torchrun's (0 .. nnodes x nproc_per_node - 1).
+    """What a failed launch left behind. Ranks are global ones (0 .. nnodes x nproc_per_node - 1).
 
-    The root cause: when torchrun names a rank that left no error file (killed by a signal, ``os._exit``), that
-    rank (``exit_text`` says how it ended); otherwise the error file chosen by :func:`root_error`; otherwise
-    none is known (``root_rank`` is None: a deadline, or an exit without any report).
+    The root cause: when the launcher (nbox's own, or torchrun's verdict) names a rank that left no error file
+    (killed by a signal, ``os._exit``), that rank (``exit_text`` says how it ended); otherwise the error file
+    chosen by :func:`root_error`; otherwise none is known (``root_rank`` is None: a deadline, or an exit without
+    any report).
 
     Attributes:
         root_rank: the root cause's rank, or None.
         root_error: its error file, or None (it left none, or no root is known).
-        exit_text: torchrun's "exited with code -9 (SIGKILL)" for a root without an error file.
+        exit_text: "exited with code -9 (SIGKILL)" for a root without an error file.
         failed_ranks: every rank known to have failed, sorted.
         timed_out, returncode: as in :class:`LaunchResult`.
         stderr_tails: each rank's last stderr lines, by local rank (ranks that wrote nothing are left out).
-        launcher_tail: torchrun's own last stderr lines.
+        launcher_tail: the launcher's own last lines (torchrun's stderr across nodes).
         nproc_per_node: ranks per node (a rank's local rank is its rank modulo this: torchrun's numbering).
     """
 
@@ -542,10 +546,10 @@ class Failure:
         return [r for r in self.failed_ranks if r != self.root_rank]
 
     def tail_text(self) -> str:
-        """The first rank's last stderr lines (torchrun's when no rank wrote any), as an indented block that
+        """The first rank's last stderr lines (the launcher's when no rank wrote any), as an indented block that
         starts on a new line; empty when there are none."""
         name, tail = next(((f"local rank {r}", t) for r, t in self.stderr_tails.items()),
-                          ("torchrun", self.launcher_tail))
+                          ("the launcher", self.launcher_tail))
         return _block(f"{name}'s", tail)
 
     def root_tail_text(self) -> str:

@@ -55,6 +55,7 @@ from types import FrameType
 from typing import Any
 
 from nbox_trace.errors import NboxError, UsageError
+from nbox_trace.localrun import stop_group
 from nbox_trace.testbed_threads import ThreadPolicy, netns_inode
 
 __all__ = ["DEFAULT_PREFIX", "Node", "Testbed", "TestbedError", "cleanup_stale", "unavailable"]
@@ -429,21 +430,8 @@ class Testbed:
 
 
 def _stop(proc: subprocess.Popen[Any]) -> None:
-    """SIGTERM ``proc``'s process group, wait up to a grace period, then SIGKILL it."""
-    if proc.poll() is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # its children may outlive it
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=_GRACE_S)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM ``proc``'s process group, wait up to a grace period, then SIGKILL it (its children may outlive it)."""
+    stop_group([proc], _GRACE_S)
 
 
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")

@@ -1,4 +1,4 @@
-"""The one torchrun launcher (nbox_trace.launch) without launching ranks: the command line, the environment, the
+"""The one launcher (nbox_trace.launch) without launching ranks: the command line, the environment, the
 deadline, and how a failure is read. Each test pins a rule on which record, calibrate and live replay used to
 disagree (issue 12)."""
 
@@ -40,16 +40,19 @@ def spec(tmp_path: Path, **kw: object) -> L.Launch:
 
 def test_every_caller_gets_the_same_command_line(tmp_path: Path) -> None:
     """Record used ``--master-port`` of a port probed in advance (another process can take it before torchrun
-    binds it); calibrate and live used ``--standalone``. Now: ``--standalone`` unless an rdzv endpoint is given."""
+    binds it); calibrate and live used ``--standalone``. Then: ``--standalone`` unless an rdzv endpoint is given.
+    Now: on one node every caller's ranks are started by nbox itself (nbox_trace.localrun holds the store's
+    port), across nodes by torchrun's c10d rendezvous."""
     rcfg = record_launcher.RecordConfig(out=tmp_path / "o.bundle")
     record = L.command(record_launcher.launch_spec(rcfg, tmp_path / "w", "gloo", tmp_path / "logs"))
     calib = L.command(calibration_run.launch_spec(CalibrateConfig(), tmp_path))
+    assert record[0] == calib[0] == sys.executable and calib[1:3] == ["-m", "emulator_core._calibrate_worker"]
     for cmd in (record, calib):
-        assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
-        assert "--master-port" not in cmd and "--master-addr" not in cmd
-        assert cmd[cmd.index("--max-restarts") + 1] == "0" and cmd[cmd.index("--redirects") + 1] == "3"
+        assert "torch.distributed.run" not in cmd and "--master-port" not in cmd
     multi = L.command(spec(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400", args=("a",)))
-    assert "--standalone" not in multi and multi[multi.index("--rdzv-backend") + 1] == "c10d"
+    assert multi[1:3] == ["-m", "torch.distributed.run"] and multi[multi.index("--rdzv-backend") + 1] == "c10d"
+    assert "--standalone" not in multi and multi[multi.index("--max-restarts") + 1] == "0"
+    assert multi[multi.index("--redirects") + 1] == "3"
     assert multi[-3:] == ["-m", "pkg.worker", "a"]
     with pytest.raises(L.LaunchConfigError, match="nnodes"):
         spec(tmp_path, nnodes="2")  # several nodes cannot meet at a standalone (local) rendezvous
@@ -77,9 +80,7 @@ def test_live_replay_launches_its_worker_with_the_what_if_world(tmp_path: Path) 
     trace.write_bytes(b"")
     cfg = live.LiveConfig(files={3: trace}, groups={}, recorded_world=2, scenario=load_scenario(None, ["world_size=8"]))
     launch = live.launch_spec(cfg, tmp_path, tmp_path / "c.json", tmp_path / "s.toml")
-    cmd = L.command(launch)
-    assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
-    assert cmd[-3:] == ["-m", "nbox_replay._live_worker", str(tmp_path / "c.json")]
+    assert L.command(launch) == [sys.executable, "-m", "nbox_replay._live_worker", str(tmp_path / "c.json")]
     env = L.environment(launch, {"NBOX_RECORD_DIR": "/x"})
     assert (env["NBOX_WORLD_SIZE"], env["NBOX_REAL_RANKS"]) == ("8", "3") and "NBOX_RECORD_DIR" not in env
 
@@ -144,7 +145,7 @@ def test_an_undated_error_file_is_dated_by_its_mtime(tmp_path: Path) -> None:
 def test_messages_are_capped_and_tails_come_from_the_ranks_first(tmp_path: Path) -> None:
     """Record kept whole messages, calibrate 500 characters, live 600: now 500. Tails: record and calibrate
     read the ranks' stderr.log (6 lines; calibrate then torchrun's), live only torchrun's (8 lines); now each
-    rank's last 8 lines, torchrun's when no rank wrote any."""
+    rank's last 8 lines, the launcher's when no rank wrote any."""
     _error(tmp_path / "e0.json", "x" * 2000, 1.0)
     log = tmp_path / "logs" / "run" / "attempt_0" / "1" / "stderr.log"
     log.parent.mkdir(parents=True)
@@ -155,7 +156,7 @@ def test_messages_are_capped_and_tails_come_from_the_ranks_first(tmp_path: Path)
     assert f.stderr_tails == {1: "\n".join(f"line {i}" for i in range(12, 20))}
     assert "last lines of local rank 1's stderr:\n    line 12" in f.tail_text()
     log.write_text("")
-    assert "last lines of torchrun's stderr:\n    torchrun said" in result.failure({}).tail_text()
+    assert "last lines of the launcher's stderr:\n    torchrun said" in result.failure({}).tail_text()
 
 
 def test_a_deadline_reads_the_same_for_every_caller(tmp_path: Path) -> None:

@@ -48,18 +48,17 @@ def test_config_names_the_bad_value(tmp_path: Path, kw: dict[str, object], match
     assert err.value.exit_code == 2
 
 
-def test_launch_goes_through_torchrun_with_no_restarts(tmp_path: Path) -> None:
+def test_launch_starts_the_script_per_rank_and_goes_through_torchrun_across_nodes(tmp_path: Path) -> None:
     c = cfg(tmp_path, nproc_per_node=3, script_args=("--lr", "0.1"))
     cmd = launch_command(c, tmp_path / "logs")
-    assert cmd[1:3] == ["-m", "torch.distributed.run"]
-    assert cmd[cmd.index("--nproc-per-node") + 1] == "3"
-    assert cmd[cmd.index("--max-restarts") + 1] == "0"
+    assert L.launch_spec(c, tmp_path, "gloo", tmp_path / "logs").nproc_per_node == 3
     assert cmd[-5:] == [str(L._EXAMPLES_DIR / "ddp_mlp.py"), "--steps", str(3 + 10 + 1 + 2), "--lr", "0.1"]
     user = launch_command(cfg(tmp_path, script=Path(__file__), script_args=("--x",)), tmp_path)
     assert user[-2:] == [__file__, "--x"]  # a user's script gets its own arguments only
     multi = launch_command(cfg(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400"), tmp_path)
     assert multi[multi.index("--rdzv-endpoint") + 1] == "h:29400" and "--master-port" not in multi
-    assert multi[multi.index("--node-rank") + 1] == "1"
+    assert multi[multi.index("--node-rank") + 1] == "1" and multi[multi.index("--max-restarts") + 1] == "0"
+    assert multi[1:3] == ["-m", "torch.distributed.run"]
 
 
 def test_missing_script_is_not_found(tmp_path: Path) -> None:

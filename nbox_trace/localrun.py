@@ -1,0 +1,180 @@
+"""nbox's own launcher for the ranks of one machine: what ``torchrun --standalone --max-restarts 0 --redirects 3``
+did for a single-node launch, without torchrun's agent process.
+
+Why: the agent imports torch before it starts a rank (2.2-2.8 s on the 2-core development VM, measured), and it
+does nothing a single-node nbox launch needs beyond starting the ranks, watching them and stopping the rest when
+one fails. ``python -m torch.distributed.run`` of two ranks of a script that only joins a gloo group and
+all-reduces once took 5.2-5.9 s; the same two ranks started directly, 3.0-3.5 s (three launches each). A
+multi-node launch still goes through torchrun (its c10d rendezvous assigns the nodes' ranks).
+
+What the ranks see is what torchrun's ``LocalElasticAgent`` gives its workers (torch 2.13,
+``local_elastic_agent.py`` ``_start_workers``): ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+``GROUP_RANK``, ``ROLE_RANK``, ``ROLE_NAME``, ``GROUP_WORLD_SIZE``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT``, ``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``, ``TORCHELASTIC_RUN_ID``,
+``TORCHELASTIC_USE_AGENT_STORE`` (False: rank 0 hosts the store, as under any launcher without an agent store),
+``TORCH_NCCL_ASYNC_ERROR_HANDLING`` (the caller's, default 1) and ``TORCHELASTIC_ERROR_FILE`` (where
+``torch.distributed.elastic``'s ``@record`` writes a rank's exception).
+
+The rules:
+
+* The store's port: torchrun's ``--standalone`` binds its own store; here rank 0's ``init_process_group`` binds it,
+  so the port is chosen before the ranks start. :func:`reserved_port` holds it, bound but not listening, with
+  ``SO_REUSEADDR`` until the run ends: rank 0's store binds it too (libuv's TCP bind and c10d's own socket set
+  ``SO_REUSEADDR``; checked with both ``USE_LIBUV=1`` and ``0``), while a plain bind by another process, and an
+  outgoing connection's ephemeral port, cannot take it (Linux refuses a bind unless every socket on the port set
+  ``SO_REUSEADDR`` and none listens). ``MASTER_ADDR`` is ``127.0.0.1``.
+* Logs: rank ``i``'s stdout and stderr go to ``<log_dir>/<run id>/attempt_0/<i>/std{out,err}.log``, torchrun's
+  layout; this launcher's own lines (what it started, who failed first) are its "stderr".
+* Ranks run in one new process group, led by rank 0 (not the terminal's foreground group: Ctrl-C at the terminal
+  reaches nbox, which stops them; a new session, as torchrun's agent gets, would not do: a process cannot join a
+  group of another session). Every :data:`POLL_S` seconds the launcher looks at them: when one has exited
+  non-zero, that is the first failure (the lowest rank when several are seen at once); the rest of the group gets
+  SIGTERM, then SIGKILL after ``grace_s`` seconds (torchrun's agent does the same, ``pcontext.close``). Past the
+  deadline, or if the caller is interrupted, likewise.
+* The exit code: 0 when every rank exited 0, 1 when one failed (torchrun's ``ChildFailedError`` exit), None when
+  stopped at the deadline.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["POLL_S", "LocalRun", "exit_text", "rank_environment", "reserved_port", "run_local", "stop_group"]
+
+#: How often the launcher looks at its ranks, seconds: torchrun's agent's ``--monitor-interval`` default, so a
+#: failed rank's peers get as long as they had under torchrun to write their own error files before they are stopped.
+POLL_S = 0.1
+#: The address ranks reach rank 0's store at.
+MASTER_ADDR = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """How a local launch ended.
+
+    Attributes:
+        returncode: 0 (every rank exited 0), 1 (one failed), None (stopped at the deadline).
+        timed_out: stopped at the deadline.
+        first_failure: (local rank, "exited with code -9 (SIGKILL)") of the first rank seen to fail, or None.
+        log: this launcher's own lines (what it started, who failed first, what it stopped).
+        run_dir: ``<log_dir>/<run id>/attempt_0``.
+    """
+
+    returncode: int | None
+    timed_out: bool
+    first_failure: tuple[int, str] | None
+    log: str
+    run_dir: Path
+
+
+def exit_text(code: int) -> str:
+    """How a rank ended, as torchrun's verdict words it: ``exited with code 1``, ``exited with code -9 (SIGKILL)``."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"exited with code {code} ({signal.Signals(-code).name})"
+    return f"exited with code {code}"
+
+
+@contextlib.contextmanager
+def reserved_port() -> Iterator[int]:
+    """A free TCP port, held for rank 0's store until the block ends (module docstring: bound, not listening,
+    ``SO_REUSEADDR``)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", 0))
+        yield int(sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+def rank_environment(env: Mapping[str, str], local_rank: int, nproc: int, port: int, run_id: str,
+                     error_file: Path) -> dict[str, str]:
+    """``env`` plus what torchrun's agent gives worker ``local_rank`` of ``nproc`` on one node (module docstring)."""
+    n = str(nproc)
+    return {**env, "RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": n, "LOCAL_WORLD_SIZE": n,
+            "GROUP_RANK": "0", "ROLE_RANK": str(local_rank), "ROLE_NAME": "default", "GROUP_WORLD_SIZE": "1",
+            "ROLE_WORLD_SIZE": n, "MASTER_ADDR": MASTER_ADDR, "MASTER_PORT": str(port),
+            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": run_id,
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+            "TORCHELASTIC_ERROR_FILE": str(error_file)}
+
+
+def _group_kwargs(pgid: int) -> dict[str, Any]:
+    """Popen arguments that put a rank in process group ``pgid`` (0: a new group, led by this rank)."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": pgid}
+    return {"preexec_fn": lambda: os.setpgid(0, pgid)}  # pragma: no cover - Python 3.10
+
+
+def stop_group(procs: Sequence[subprocess.Popen[Any]], grace_s: float = 10.0) -> None:
+    """SIGTERM the process group ``procs[0]`` leads, wait up to ``grace_s`` seconds for ``procs`` to exit, then
+    SIGKILL the group: what is left of it, children that outlived their parent included."""
+    if not procs:
+        return
+    pgid = procs[0].pid
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):  # the group is gone: every member has exited
+            break
+        end = time.monotonic() + grace_s
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, end - time.monotonic()))
+
+
+def run_local(cmd: Sequence[str], env: Mapping[str, str], nproc: int, log_dir: Path, timeout_s: float,
+              grace_s: float = 10.0) -> LocalRun:
+    """Start ``nproc`` ranks of ``cmd`` (each with :func:`rank_environment`), watch them until they have all
+    exited, one has failed, or ``timeout_s`` seconds have passed; see the module docstring for the rules."""
+    run_id = str(uuid.uuid4())
+    run_dir = log_dir / f"{run_id}_local" / "attempt_0"
+    log: list[str] = []
+    procs: list[subprocess.Popen[Any]] = []
+    with reserved_port() as port:
+        try:
+            for local in range(nproc):
+                folder = run_dir / str(local)
+                folder.mkdir(parents=True)
+                renv = rank_environment(env, local, nproc, port, run_id, folder / "error.json")
+                with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
+                    procs.append(subprocess.Popen(list(cmd), env=renv, stdin=subprocess.DEVNULL, stdout=out,
+                                                  stderr=err, **_group_kwargs(procs[0].pid if procs else 0)))
+            log.append(f"started {nproc} rank(s), pids {[p.pid for p in procs]}, store port {port}, run id {run_id}")
+            end = time.monotonic() + timeout_s
+            while True:
+                codes = [p.poll() for p in procs]
+                failed = [(i, c) for i, c in enumerate(codes) if c is not None and c != 0]
+                if failed:
+                    rank, code = failed[0]
+                    first = (rank, exit_text(code))
+                    running = [i for i, c in enumerate(codes) if c is None]
+                    log.append(f"rank {rank} (pid {procs[rank].pid}) {first[1]}: first failure; stopping "
+                               f"{'rank(s) ' + str(running) if running else 'its process group'}")
+                    stop_group(procs, grace_s)
+                    return LocalRun(1, False, first, "\n".join(log), run_dir)
+                if all(c is not None for c in codes):
+                    return LocalRun(0, False, None, "\n".join(log), run_dir)
+                if time.monotonic() >= end:
+                    log.append(f"deadline of {timeout_s:g} s passed: stopping every rank")
+                    stop_group(procs, grace_s)
+                    return LocalRun(None, True, None, "\n".join(log), run_dir)
+                time.sleep(POLL_S)
+        except BaseException:
+            stop_group(procs, grace_s)
+            raise
