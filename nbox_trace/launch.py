@@ -58,10 +58,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from nbox_trace.errors import InvalidInputError, UsageError
+from nbox_trace.errors import InvalidInputError, NboxError, UsageError
 from nbox_trace.localrun import exit_text, run_local, stop_group
 
-__all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchResult", "Nodes",
+__all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "LaunchConfigError", "LaunchError",
+           "LaunchResult", "Nodes",
            "RankError", "check_nodes", "command", "environment", "interface_of", "is_consequence", "is_local_address",
            "parse_endpoint", "python_path", "rank_tails", "read_rank_error", "root_cause", "root_error",
            "route_source", "run", "seconds_text", "settle", "terminate_group", "then_failed"]
@@ -79,6 +80,10 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 class LaunchConfigError(InvalidInputError):
     """A launch setting is invalid (the message names it)."""
+
+
+class LaunchError(NboxError):
+    """The ranks (or torchrun) could not be started: the operating system refused (the message says what)."""
 
 
 @dataclass(frozen=True)
@@ -374,15 +379,18 @@ def run(launch: Launch) -> LaunchResult:
     """Run ``launch`` with its deadline (module docstring); the launcher's own lines are kept in
     ``<log_dir>/launcher.log``."""
     launch = settle(launch)
-    launch.log_dir.mkdir(parents=True, exist_ok=True)
     first: tuple[int, str] | None = None
-    if launch.rdzv_endpoint:
-        rc, timed_out, err = _run_with_deadline(command(launch), environment(launch), launch.timeout_s)
-    else:
-        local = run_local(command(launch), environment(launch), launch.nproc_per_node, launch.log_dir,
-                          launch.timeout_s)
-        rc, timed_out, err, first = local.returncode, local.timed_out, local.log, local.first_failure
-    (launch.log_dir / "launcher.log").write_text(err, encoding="utf-8", errors="replace")
+    cmd = command(launch)
+    try:
+        launch.log_dir.mkdir(parents=True, exist_ok=True)
+        if launch.rdzv_endpoint:
+            rc, timed_out, err = _run_with_deadline(cmd, environment(launch), launch.timeout_s)
+        else:
+            local = run_local(cmd, environment(launch), launch.nproc_per_node, launch.log_dir, launch.timeout_s)
+            rc, timed_out, err, first = local.returncode, local.timed_out, local.log, local.first_failure
+        (launch.log_dir / "launcher.log").write_text(err, encoding="utf-8", errors="replace")
+    except OSError as exc:  # a rank that started was stopped before this propagates (run_local)
+        raise LaunchError(f"could not start {cmd[0]} {' '.join(cmd[1:3])} ...: {exc}") from None
     return LaunchResult(launch, rc, timed_out, err, first)
 
 

@@ -191,3 +191,15 @@ def test_torchs_store_binds_the_held_port(use_libuv: bool) -> None:
 def test_exit_text_names_the_signal() -> None:
     assert localrun.exit_text(-int(signal.SIGKILL)) == "exited with code -9 (SIGKILL)"
     assert localrun.exit_text(3) == "exited with code 3" and localrun.exit_text(-999) == "exited with code -999"
+
+
+def test_a_launch_the_system_refuses_is_an_nbox_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library raises only NboxError: a Python that cannot be executed, a log folder that cannot be made."""
+    script = _script(tmp_path, "pass\n")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    with pytest.raises(L.LaunchError, match=r"could not start .*no-such-python.*No such file"):
+        L.run(L.Launch(str(script), tmp_path / "logs", nproc_per_node=2, timeout_s=30))
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(L.LaunchError, match="Not a directory"):
+        L.run(L.Launch(str(script), tmp_path / "file" / "logs", timeout_s=30))
