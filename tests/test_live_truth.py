@@ -257,9 +257,9 @@ def test_compute_scale_acts_in_real_clock_replay(tmp_path: Path) -> None:
     fast = run_replay(ReplayConfig(str(MLP), overrides=("compute_scale=2",), compute="recorded", clock="real",
                                    ranks=(0,), iterations=1, timeout_s=120.0))
     assert 0.3 < fast.what_if.compute_us / fast.baseline.compute_us < 0.75
-    # live operators on a shared machine are noisy (one repetition ran 3.5x its usual time): medians of 3 pairs
+    # live operators on a shared machine are noisy (one repetition ran 3.5x its usual time): medians of 5 pairs
     slow = run_replay(ReplayConfig(str(MLP), overrides=("compute_scale=0.5",), compute="live", clock="real",
-                                   ranks=(0,), iterations=3, timeout_s=200.0))
+                                   ranks=(0,), iterations=5, timeout_s=200.0))
     assert 1.3 < slow.what_if.compute_us / slow.baseline.compute_us < 3.5
 
 
@@ -283,14 +283,15 @@ def test_an_identical_what_if_prints_one_inside_the_paired_spread() -> None:
     lie on both sides of 1.0 on real launches (the mechanism against an order effect is
     test_counterbalanced_pairs_cancel_an_order_effect).
 
-    10 pairs: for an identical what-if each pair's side of 1.0 is a coin flip, and all ten land on one side in
-    about 0.2% of runs. (15 pairs and p10-p90 held 1.0 but for about 0.1%; the 10 fewer launches are 50 s of a
-    CI whose rank-launching tests run one at a time.)"""
-    rep = run_replay(ReplayConfig(str(MLP), compute="recorded", clock="real", ranks=(0,), iterations=10,
+    15 pairs: for an identical what-if each pair's side of 1.0 is a coin flip, and p10-p90 of 15 ratios misses
+    1.0 only when at most one ratio lies on one side (about 0.1%); with 7 pairs that was about 12%. (It ran at 10
+    pairs, min <= 1 <= max, while each launch paid torchrun's agent's import of torch; 30 launches now take about
+    75 s.)"""
+    rep = run_replay(ReplayConfig(str(MLP), compute="recorded", clock="real", ranks=(0,), iterations=15,
                                   warmup=1, timeout_s=400.0))
     spread = rep.paired_spread()
     ratios = rep.paired_speedups or []
-    assert spread is not None and spread["pairs"] == 10
+    assert spread is not None and spread["pairs"] == 15
     assert all(math.isfinite(x) for x in ratios)
-    assert min(ratios) <= 1.0 <= max(ratios), ratios
-    assert ("1.00x inside" in rep.format_text()) == (spread["p10"] <= 1.0 <= spread["p90"])
+    assert spread["p10"] <= 1.0 <= spread["p90"], ratios
+    assert "1.00x inside" in rep.format_text()
