@@ -1,10 +1,10 @@
 """``nbox emulate``: run an unmodified training script on N real ranks as if the world were W.
 
-The launch is ``nbox record``'s (:func:`nbox_record.launcher.launch_spec` run by :mod:`nbox_trace.launch`:
-torch.distributed.run, the injected ``sitecustomize``, deadline, failure reports), with two switches of the in-rank
-bootstrap (:mod:`nbox_record.bootstrap`): ``NBOX_EMULATE=1`` turns whatever backend the script passes to
-``init_process_group`` / ``new_group`` into ``nbox`` (:mod:`emulator_core.backend`: the script sees world size W,
-its collectives complete at the modeled time), and ``NBOX_NO_CAPTURE=1`` times the iterations at the optimizer-step
+The launch is ``nbox record``'s (:func:`nbox_record.launcher.launch_spec` run by :mod:`nbox_trace.launch`: the ranks
+with torchrun's environment, the injected ``sitecustomize``, deadline, failure reports), with two switches of the
+in-rank bootstrap (:mod:`nbox_record.bootstrap`): ``NBOX_EMULATE=1`` turns whatever backend the script passes to
+``init_process_group`` / ``new_group`` into ``nbox`` (:mod:`emulator_core.backend`: the script sees world size W, its
+collectives complete at the modeled time), and ``NBOX_NO_CAPTURE=1`` times the iterations at the optimizer-step
 boundaries without any profiler and stops the ranks after the timed ones.
 
 The emulated world reaches the ranks as ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO`` (the

@@ -1,6 +1,6 @@
 """The raw per-rank capture that the in-rank bootstrap writes and the converter reads.
 
-``nbox record`` launches the user's script through torch.distributed.run with nbox's bootstrap
+``nbox record`` launches the user's script's ranks (:mod:`nbox_trace.launch`) with nbox's bootstrap
 injected. Each rank writes, into ``<work_dir>/rank<R>/``:
 
 ``host_et.json``

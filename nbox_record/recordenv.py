@@ -139,7 +139,7 @@ def record_env(
     no_capture: bool = False,
     emulate: bool = False,
 ) -> dict[str, str]:
-    """The environment variables a launcher adds for ``python -m torch.distributed.run``.
+    """The environment variables a launcher adds for the ranks (:mod:`nbox_trace.launch`).
 
     ``PYTHONPATH`` = the inject folder, the folder holding ``nbox_record`` (so a non-installed checkout
     works; skipped for an installed nbox), then ``pythonpath`` (pass the caller's own ``PYTHONPATH`` to

@@ -1,4 +1,4 @@
-"""One replayed rank of a live replay (``--clock real``), launched by ``torch.distributed.run``.
+"""One replayed rank of a live replay (``--clock real``), launched by :mod:`nbox_trace.launch`.
 
 Started by :func:`nbox_replay.live.replay_live` as ``python -m nbox_replay._live_worker CONFIG.json`` in
 each of N processes; process ``RANK`` replays global rank ``config["ranks"][RANK]``. The parent sets the

@@ -32,9 +32,9 @@ The rules, the same for every caller:
   installed), the inherited one; ``OMP_NUM_THREADS=1`` unless set (two ranks x two threads on two cores run ~50x
   slower); ``PYTHONUNBUFFERED=1``; ``PYTHONFAULTHANDLER=1`` unless set (a rank that dies of SIGSEGV or SIGABRT
   writes its Python stack to its stderr log, which the failure report quotes).
-* Deadline: past ``timeout_s`` seconds, or if the caller is interrupted, the ranks' whole process group (torchrun's,
-  in a session of its own; or the ranks', likewise) is stopped: SIGTERM, then SIGKILL. A rank that fails stops the
-  others the same way (torchrun's agent does so too).
+* Deadline: past ``timeout_s`` seconds, or if the caller is interrupted, the ranks are stopped: SIGTERM, then
+  SIGKILL, to torchrun's process group (it runs in a session of its own) or to each rank's (each runs in a session
+  of its own, as under torchrun). A rank that fails stops the others the same way (torchrun's agent does so too).
 
 This module does not import torch: the ranks (and torchrun) run as child processes.
 """
@@ -343,13 +343,14 @@ def _run_with_deadline(cmd: Sequence[str], env: Mapping[str, str], timeout_s: fl
 @dataclass(frozen=True)
 class LaunchResult:
     """How a launch ended: the launcher's exit code (None when stopped at the deadline), its own stderr, and, from
-    nbox's own launcher, the first rank seen to fail (torchrun's verdict is read from its stderr instead)."""
+    nbox's own launcher, the ranks seen failed first (``localrun.LocalRun.failures``; torchrun's verdict, one rank,
+    is read from its stderr instead)."""
 
     launch: Launch
     returncode: int | None
     timed_out: bool
     stderr: str
-    first_failure: tuple[int, str] | None = None
+    first_failures: tuple[tuple[int, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -360,18 +361,22 @@ class LaunchResult:
         """What went wrong, from the ranks' error files (global rank -> path; see :class:`RankError`), their
         stderr logs and the launcher's verdict (see :class:`Failure` for the rule)."""
         errors = [e for rank, path in sorted(error_files.items()) if (e := read_rank_error(rank, path)) is not None]
-        verdict = self.first_failure or _verdict(self.stderr)
+        verdict = _verdict(self.stderr)
+        seen = self.first_failures or ((verdict,) if verdict is not None else ())
         tails = rank_tails(self.launch.log_dir)
         launcher_tail = _tail(self.stderr)
         nproc = self.launch.nproc_per_node
-        if verdict is not None and verdict[0] not in {e.rank for e in errors}:
+        reported = {e.rank for e in errors}
+        failed = tuple(sorted(reported | {rank for rank, _ in seen}))
+        silent = [f for f in seen if f[0] not in reported]
+        if silent:
             # The first rank to fail left no error file (a signal, os._exit): the others' errors are consequences.
-            return Failure(verdict[0], None, verdict[1], tuple(sorted({verdict[0], *(e.rank for e in errors)})),
-                           self.timed_out, self.returncode, tails, launcher_tail, nproc)
+            return Failure(silent[0][0], None, silent[0][1], failed, self.timed_out, self.returncode, tails,
+                           launcher_tail, nproc)
         if errors:
             root = errors[root_error([(e.time_us, e.rank, e.message) for e in errors])]
-            return Failure(root.rank, root, None, tuple(e.rank for e in errors), self.timed_out, self.returncode,
-                           tails, launcher_tail, nproc)
+            return Failure(root.rank, root, None, failed, self.timed_out, self.returncode, tails, launcher_tail,
+                           nproc)
         return Failure(None, None, None, (), self.timed_out, self.returncode, tails, launcher_tail, nproc)
 
 
@@ -379,7 +384,7 @@ def run(launch: Launch) -> LaunchResult:
     """Run ``launch`` with its deadline (module docstring); the launcher's own lines are kept in
     ``<log_dir>/launcher.log``."""
     launch = settle(launch)
-    first: tuple[int, str] | None = None
+    first: tuple[tuple[int, str], ...] = ()
     cmd = command(launch)
     try:
         launch.log_dir.mkdir(parents=True, exist_ok=True)
@@ -387,10 +392,11 @@ def run(launch: Launch) -> LaunchResult:
             rc, timed_out, err = _run_with_deadline(cmd, environment(launch), launch.timeout_s)
         else:
             local = run_local(cmd, environment(launch), launch.nproc_per_node, launch.log_dir, launch.timeout_s)
-            rc, timed_out, err, first = local.returncode, local.timed_out, local.log, local.first_failure
-        (launch.log_dir / "launcher.log").write_text(err, encoding="utf-8", errors="replace")
-    except OSError as exc:  # a rank that started was stopped before this propagates (run_local)
+            rc, timed_out, err, first = local.returncode, local.timed_out, local.log, local.failures
+    except (OSError, subprocess.SubprocessError) as exc:  # ranks that started are stopped first (run_local)
         raise LaunchError(f"could not start {cmd[0]} {' '.join(cmd[1:3])} ...: {exc}") from None
+    with contextlib.suppress(OSError):  # the launch's result matters more than its log
+        (launch.log_dir / "launcher.log").write_text(err, encoding="utf-8", errors="replace")
     return LaunchResult(launch, rc, timed_out, err, first)
 
 

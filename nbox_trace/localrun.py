@@ -25,18 +25,20 @@ The rules:
   ``SO_REUSEADDR`` and none listens). ``MASTER_ADDR`` is ``127.0.0.1``.
 * Logs: rank ``i``'s stdout and stderr go to ``<log_dir>/<run id>/attempt_0/<i>/std{out,err}.log``, torchrun's
   layout; this launcher's own lines (what it started, who failed first) are its "stderr".
-* Ranks run in one new process group, led by rank 0 (not the terminal's foreground group: Ctrl-C at the terminal
-  reaches nbox, which stops them; a new session, as torchrun's agent gets, would not do: a process cannot join a
-  group of another session). Every :data:`POLL_S` seconds the launcher looks at them: when one has exited
-  non-zero, that is the first failure (the lowest rank when several are seen at once); the rest of the group gets
-  SIGTERM, then SIGKILL after ``grace_s`` seconds (torchrun's agent does the same, ``pcontext.close``). Past the
-  deadline, or if the caller is interrupted, likewise.
-* One difference from torchrun's layout: torchrun ran in a session of its own, so its agent and ranks formed one
-  CFS autogroup (``/proc/sys/kernel/sched_autogroup_enabled``) apart from the caller's; here the ranks stay in the
-  caller's session and share its autogroup. It changes the ranks' CPU share only against busy processes of other
-  sessions. Measured on the 2-vCPU VM, ``nbox emulate --example ddp_transformer --world-size 2 -n 1`` pinned to
-  one CPU, this launcher against torchrun's, 16 alternating launches (10 counterbalanced): median iteration ratio
-  1.02 (0.90-1.25), 11 of 16 above 1: no difference the launches' own noise can show.
+* Each rank runs in a session of its own (a new process group it leads, no controlling terminal), as torchrun
+  2.13 starts its workers (``subprocess_handler.py``, ``start_new_session=True``): Ctrl-C at the terminal reaches
+  nbox, which stops them; a rank that opens ``/dev/tty`` gets no terminal, as under torchrun; each is its own CFS
+  autogroup, as under torchrun. Every :data:`POLL_S` seconds the launcher looks at them without reaping them (a
+  rank that has exited stays a zombie until the launch ends, so its process-group id cannot be reused by another
+  process while the launcher may still signal it). When one has exited non-zero, that poll's failures are the
+  verdict: killed by a signal first, then by rank (a rank killed by SIGSEGV and a peer that reported losing it
+  in the same 0.1 s: the killed rank); every rank's group then gets SIGTERM, and SIGKILL after ``grace_s``
+  seconds (10; torchrun's agent does the same with 30, ``pcontext.close``), which reaches a rank's children too.
+  Past the deadline, or if the caller is interrupted, likewise.
+* Rank 0 hosts the store (``TORCHELASTIC_USE_AGENT_STORE=False``; under ``torchrun --standalone`` the agent hosts
+  it): when rank 0's process ends, store calls of ranks still running fail. nbox's own ranks leave the store
+  last from rank 0 (:func:`nbox_trace.share.leave_last`); a user's script that uses the store after rank 0 may
+  have exited behaves as under any launcher without an agent store (``srun``, ``mpirun``).
 * The exit code: 0 when every rank exited 0, 1 when one failed (torchrun's ``ChildFailedError`` exit), None when
   stopped at the deadline.
 
@@ -50,7 +52,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,7 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POLL_S", "LocalRun", "exit_text", "rank_environment", "reserved_port", "run_local", "stop_group"]
+__all__ = ["POLL_S", "LocalRun", "exit_code", "exit_text", "rank_environment", "reserved_port", "run_local",
+           "stop_group"]
 
 #: How often the launcher looks at its ranks, seconds: torchrun's agent's ``--monitor-interval`` default, so a
 #: failed rank's peers get as long as they had under torchrun to write their own error files before they are stopped.
@@ -74,14 +76,15 @@ class LocalRun:
     Attributes:
         returncode: 0 (every rank exited 0), 1 (one failed), None (stopped at the deadline).
         timed_out: stopped at the deadline.
-        first_failure: (local rank, "exited with code -9 (SIGKILL)") of the first rank seen to fail, or None.
+        failures: (local rank, "exited with code -9 (SIGKILL)") of the ranks seen failed in the first poll that saw
+            any, killed by a signal first, then by rank; empty when none failed.
         log: this launcher's own lines (what it started, who failed first, what it stopped).
         run_dir: ``<log_dir>/<run id>/attempt_0``.
     """
 
     returncode: int | None
     timed_out: bool
-    first_failure: tuple[int, str] | None
+    failures: tuple[tuple[int, str], ...]
     log: str
     run_dir: Path
 
@@ -120,28 +123,44 @@ def rank_environment(env: Mapping[str, str], local_rank: int, nproc: int, port: 
             "TORCHELASTIC_ERROR_FILE": str(error_file)}
 
 
-def _group_kwargs(pgid: int) -> dict[str, Any]:
-    """Popen arguments that put a rank in process group ``pgid`` (0: a new group, led by this rank)."""
-    if sys.version_info >= (3, 11):
-        return {"process_group": pgid}
-    return {"preexec_fn": lambda: os.setpgid(0, pgid)}  # pragma: no cover - Python 3.10
+def exit_code(proc: subprocess.Popen[Any]) -> int | None:
+    """``proc``'s exit code (negative: the signal that killed it), or None while it runs, without reaping it: an
+    exited process stays a zombie, which keeps its pid and process-group id from being reused (Linux ``waitid``
+    with ``WNOWAIT``; elsewhere ``poll``, which reaps)."""
+    if proc.returncode is not None:
+        return proc.returncode
+    if not hasattr(os, "waitid"):  # pragma: no cover - not Linux
+        return proc.poll()
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped elsewhere
+        return proc.poll()
+    if info is None:
+        return None
+    killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+    return -info.si_status if killed else info.si_status
 
 
 def stop_group(procs: Sequence[subprocess.Popen[Any]], grace_s: float = 10.0) -> None:
-    """SIGTERM the process group ``procs[0]`` leads, wait up to ``grace_s`` seconds for ``procs`` to exit, then
-    SIGKILL the group: what is left of it, children that outlived their parent included."""
-    if not procs:
-        return
-    pgid = procs[0].pid
+    """SIGTERM the process group each of ``procs`` leads, wait up to ``grace_s`` seconds for ``procs`` to exit, then
+    SIGKILL those groups (what is left of them: children that outlived their parent included) and reap ``procs``.
+    Nothing is reaped before the SIGKILL (:func:`exit_code`), so no group id can have been reused by then."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):  # the group is gone: every member has exited
-            break
-        end = time.monotonic() + grace_s
         for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, end - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+                os.killpg(proc.pid, sig)
+        end = time.monotonic() + grace_s
+        while any(exit_code(p) is None for p in procs) and time.monotonic() < end:
+            time.sleep(0.02)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+
+
+def _failures(codes: Sequence[int | None]) -> tuple[tuple[int, str], ...]:
+    """The ranks of ``codes`` that exited non-zero, killed by a signal first, then by rank."""
+    failed = [(i, c) for i, c in enumerate(codes) if c is not None and c != 0]
+    return tuple((i, exit_text(c)) for i, c in sorted(failed, key=lambda f: (f[1] > 0, f[0])))
 
 
 def run_local(cmd: Sequence[str], env: Mapping[str, str], nproc: int, log_dir: Path, timeout_s: float,
@@ -160,26 +179,26 @@ def run_local(cmd: Sequence[str], env: Mapping[str, str], nproc: int, log_dir: P
                 renv = rank_environment(env, local, nproc, port, run_id, folder / "error.json")
                 with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
                     procs.append(subprocess.Popen(list(cmd), env=renv, stdin=subprocess.DEVNULL, stdout=out,
-                                                  stderr=err, **_group_kwargs(procs[0].pid if procs else 0)))
+                                                  stderr=err, start_new_session=True))
             log.append(f"started {nproc} rank(s), pids {[p.pid for p in procs]}, store port {port}, run id {run_id}")
             end = time.monotonic() + timeout_s
             while True:
-                codes = [p.poll() for p in procs]
-                failed = [(i, c) for i, c in enumerate(codes) if c is not None and c != 0]
-                if failed:
-                    rank, code = failed[0]
-                    first = (rank, exit_text(code))
+                codes = [exit_code(p) for p in procs]
+                failures = _failures(codes)
+                if failures:
                     running = [i for i, c in enumerate(codes) if c is None]
-                    log.append(f"rank {rank} (pid {procs[rank].pid}) {first[1]}: first failure; stopping "
-                               f"{'rank(s) ' + str(running) if running else 'its process group'}")
+                    log.append(f"rank(s) failed: {'; '.join(f'rank {r} {t}' for r, t in failures)}; stopping "
+                               f"{'rank(s) ' + str(running) if running else 'what is left of their groups'}")
                     stop_group(procs, grace_s)
-                    return LocalRun(1, False, first, "\n".join(log), run_dir)
+                    return LocalRun(1, False, failures, "\n".join(log), run_dir)
                 if all(c is not None for c in codes):
-                    return LocalRun(0, False, None, "\n".join(log), run_dir)
+                    for proc in procs:  # reap (as torchrun, a child a rank left running is left alone)
+                        proc.wait()
+                    return LocalRun(0, False, (), "\n".join(log), run_dir)
                 if time.monotonic() >= end:
                     log.append(f"deadline of {timeout_s:g} s passed: stopping every rank")
                     stop_group(procs, grace_s)
-                    return LocalRun(None, True, None, "\n".join(log), run_dir)
+                    return LocalRun(None, True, (), "\n".join(log), run_dir)
                 time.sleep(POLL_S)
         except BaseException:
             stop_group(procs, grace_s)

@@ -3,20 +3,23 @@
 A run over several nodes leaves each rank's files on its own node, but each node's nbox command must report the
 whole job (the slowest rank per iteration is on whichever node). So, at its end, every rank puts its result in the
 store that torch.distributed already shares (``set``), waits until every rank has (``wait``) and reads them all
-(``get``): no collective is added to the job, and the store is the one the ranks rendezvoused through. Used by
+(``get``): no collective is added to the job, and the store is the one the ranks rendezvoused through. Rank 0
+leaves last (:func:`leave_last`): on one node its process hosts the store (``nbox_trace.localrun``: no agent store),
+and a rank still reading when rank 0 exits would lose it. Used by
 ``nbox emulate`` (:mod:`nbox_record.emulaterank`) and live replay (:mod:`nbox_replay._live_worker`); this module
 takes the store as an argument and imports no torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 from typing import Any, Protocol
 
 from nbox_trace.errors import NboxError
 
-__all__ = ["ResultsMissing", "Store", "share_results"]
+__all__ = ["ResultsMissing", "Store", "leave_last", "share_results"]
 
 
 class ResultsMissing(NboxError):
@@ -30,6 +33,7 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
     def check(self, keys: list[str]) -> bool: ...
     def wait(self, keys: list[str], timeout: datetime.timedelta) -> None: ...
+    def add(self, key: str, amount: int) -> int: ...
 
 
 def share_results(store: Store, prefix: str, rank: int, nranks: int, doc: Any, timeout_s: float) -> dict[int, Any]:
@@ -46,11 +50,27 @@ def share_results(store: Store, prefix: str, rank: int, nranks: int, doc: Any, t
         missing = [r for r, k in enumerate(keys) if not store.check([k])]
         raise ResultsMissing(f"the results of rank(s) {missing} did not arrive within {timeout_s:g} s "
                              f"({type(exc).__name__})") from None
-    out = {}
+    out: dict[int, Any] = {}
     for r, k in enumerate(keys):
         raw = store.get(k)
         try:
             out[r] = json.loads(raw)
         except ValueError:
-            raise ResultsMissing(f"the result of rank {r} in the store is not JSON") from None
+            out.clear()
+            bad = r
+            break
+    leave_last(store, f"{prefix}/read", rank, nranks, timeout_s)
+    if not out:
+        raise ResultsMissing(f"the result of rank {bad} in the store is not JSON")
     return out
+
+
+def leave_last(store: Store, key: str, rank: int, nranks: int, timeout_s: float) -> None:
+    """Count this rank out under ``key``; rank 0 then waits (at most ``timeout_s`` seconds) until all ``nranks``
+    have, so that its process, which may host the store, does not exit while another rank still uses it. A rank
+    that never arrives costs rank 0 the timeout, not an error: it has its results."""
+    if store.add(key, 1) >= nranks:
+        store.set(f"{key}/all", "1")
+    if rank == 0:  # torch's timeout error: the others went away, there is nothing left to protect
+        with contextlib.suppress(Exception):
+            store.wait([f"{key}/all"], datetime.timedelta(seconds=timeout_s))

@@ -66,8 +66,8 @@ def record_cmd(
 ) -> None:
     """Record a short real run of an unmodified training script into a Chakra trace bundle.
 
-    Launches the script through torch.distributed.run with nbox's capture injected: W warm-up
-    iterations, K clean timed iterations (the observed iteration time), L lean iterations (Kineto
+    Launches the script's ranks (as torchrun would; across nodes, through torchrun) with nbox's capture
+    injected: W warm-up iterations, K clean timed iterations (the observed iteration time), L lean iterations (Kineto
     alone, --lean-iterations, default none), then the captured iteration(s) with the execution-trace observer
     and Kineto (the graph); then the run stops (--run-to-end
     lets it finish). Iterations end at each optimizer step; a script without one can call
