@@ -94,11 +94,9 @@ def _store_barrier(world_size: int, timeout_s: float) -> None:
 
     import torch.distributed as dist
 
-    from nbox_trace.share import leave_last
+    from nbox_trace.share import count_in, leave_last
 
     store: Any = dist.distributed_c10d._get_default_store()
     key = "nbox_record/capture_done"
-    if store.add(key, 1) >= world_size:
-        store.set(key + "/all", "1")
-    store.wait([key + "/all"], datetime.timedelta(seconds=timeout_s))
+    store.wait([count_in(store, key, world_size)], datetime.timedelta(seconds=timeout_s))
     leave_last(store, key + "/left", dist.get_rank(), world_size, timeout_s)  # rank 0 may host the store

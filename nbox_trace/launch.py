@@ -65,7 +65,7 @@ __all__ = ["DROPPED", "MESSAGE_CHARS", "TAIL_LINES", "Failure", "Launch", "Launc
            "LaunchResult", "Nodes",
            "RankError", "check_nodes", "command", "environment", "interface_of", "is_consequence", "is_local_address",
            "parse_endpoint", "python_path", "rank_tails", "read_rank_error", "root_cause", "root_error",
-           "route_source", "run", "seconds_text", "settle", "terminate_group", "then_failed"]
+           "route_source", "run", "seconds_text", "settle", "then_failed"]
 
 #: Inherited variables that belong to an enclosing nbox run and must not reach a new run's ranks: a rank that
 #: inherits ``NBOX_RECORD_DIR`` would capture into that run's folder, ``NBOX_SCENARIO_SET`` would override
@@ -318,11 +318,6 @@ def settle(launch: Launch, base_env: Mapping[str, str] | None = None) -> Launch:
 # ------------------------------------------------------------------------------------------- running
 
 
-def terminate_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
-    """SIGTERM ``proc``'s whole process group, wait up to ``grace_s`` seconds, then SIGKILL what is left."""
-    stop_group([proc], grace_s)
-
-
 def _run_with_deadline(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int | None, bool, str]:
     """Run ``cmd`` in its own session, stdout discarded, stderr captured; past ``timeout_s`` seconds, or if the
     caller is interrupted, stop its whole process group. Returns (exit code or None when stopped, timed out,
@@ -332,10 +327,10 @@ def _run_with_deadline(cmd: Sequence[str], env: Mapping[str, str], timeout_s: fl
     try:
         _, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        terminate_group(proc)
+        stop_group([proc])
         return None, True, ""
     except BaseException:
-        terminate_group(proc)
+        stop_group([proc])
         raise
     return proc.returncode, False, (err or b"").decode(errors="replace")
 

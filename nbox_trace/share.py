@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from nbox_trace.errors import NboxError
 
-__all__ = ["ResultsMissing", "Store", "leave_last", "share_results"]
+__all__ = ["ResultsMissing", "Store", "count_in", "leave_last", "share_results"]
 
 
 class ResultsMissing(NboxError):
@@ -50,27 +50,31 @@ def share_results(store: Store, prefix: str, rank: int, nranks: int, doc: Any, t
         missing = [r for r, k in enumerate(keys) if not store.check([k])]
         raise ResultsMissing(f"the results of rank(s) {missing} did not arrive within {timeout_s:g} s "
                              f"({type(exc).__name__})") from None
-    out: dict[int, Any] = {}
-    for r, k in enumerate(keys):
-        raw = store.get(k)
+    raws = [store.get(k) for k in keys]
+    leave_last(store, f"{prefix}/read", rank, nranks, timeout_s)
+    out = {}
+    for r, raw in enumerate(raws):
         try:
             out[r] = json.loads(raw)
         except ValueError:
-            out.clear()
-            bad = r
-            break
-    leave_last(store, f"{prefix}/read", rank, nranks, timeout_s)
-    if not out:
-        raise ResultsMissing(f"the result of rank {bad} in the store is not JSON")
+            raise ResultsMissing(f"the result of rank {r} in the store is not JSON") from None
     return out
+
+
+def count_in(store: Store, key: str, nranks: int) -> str:
+    """Add this rank to the count under ``key``; the last of ``nranks`` sets ``<key>/all``, which is returned (the
+    key to wait for)."""
+    done = f"{key}/all"
+    if store.add(key, 1) >= nranks:
+        store.set(done, "1")
+    return done
 
 
 def leave_last(store: Store, key: str, rank: int, nranks: int, timeout_s: float) -> None:
     """Count this rank out under ``key``; rank 0 then waits (at most ``timeout_s`` seconds) until all ``nranks``
     have, so that its process, which may host the store, does not exit while another rank still uses it. A rank
     that never arrives costs rank 0 the timeout, not an error: it has its results."""
-    if store.add(key, 1) >= nranks:
-        store.set(f"{key}/all", "1")
+    done = count_in(store, key, nranks)
     if rank == 0:  # torch's timeout error: the others went away, there is nothing left to protect
         with contextlib.suppress(Exception):
-            store.wait([f"{key}/all"], datetime.timedelta(seconds=timeout_s))
+            store.wait([done], datetime.timedelta(seconds=timeout_s))
