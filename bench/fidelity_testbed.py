@@ -23,7 +23,11 @@ Then for each built-in example:
    ``--report-times``): per iteration the slowest rank's wall time after warm-up. Each round's median is
    printed against the prediction, and the pooled median and p10-p90.
 
-The recorder's own observed figure (its un-instrumented iterations) is printed beside it. Nothing is asserted.
+The recorder's own observed figure (its un-instrumented iterations) is printed beside it, with the prediction's
+error against it (``vs rec``): the recording's clean iterations ran in the same launch, minutes before the
+prediction's inputs were captured, so that error is the model's own, without the drift of this VM between the
+recording's moment and the real runs' (medians of back-to-back launches of one example move by up to 30% here,
+README, run D). The rules' line gives both errors. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -243,6 +247,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
             row = {"example": ex, "observed_median_us": obs, "observed_p10_us": pct(real, 10),
                    "observed_p90_us": pct(real, 90), "n_observed": len(real), "round_medians_us": per_round,
                    "recorder_observed_us": recorder_obs, "predicted_us": p, "error_pct": (p - obs) / obs * 100,
+                   "error_vs_recorder_pct": (p - recorder_obs) / recorder_obs * 100 if recorder_obs > 0 else None,
                    "round_errors_pct": [(p - m) / m * 100 for m in per_round],
                    "rank_cpu_median_us": statistics.median(cpu_us) if cpu_us else None, **pred}
             if live_us:
@@ -254,9 +259,14 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
     return rows, scenario
 
 
+def _vs(us: float, ref_us: float) -> str:
+    """``us``'s error against ``ref_us`` as "+1.2%"; "-" when the reference is missing (a bundle without it)."""
+    return f"{(us - ref_us) / ref_us * 100:+.1f}%" if ref_us > 0 else "-"
+
+
 def format_rows(rows: list[dict[str, Any]]) -> str:
     head = (f"{'example':<18} {'observed ms (p10-p90)':>24} {'recorder ms':>11} {'predicted ms':>12} {'err':>7} "
-            f"{'exposed comm':>12} {'rank CPU ms':>11}  per-round err  target |err| <= 5%")
+            f"{'vs rec':>7} {'exposed comm':>12} {'rank CPU ms':>11}  per-round err  target |err| <= 5%")
     lines = [head]
     for r in rows:
         o, lo, hi = r["observed_median_us"] / 1e3, r["observed_p10_us"] / 1e3, r["observed_p90_us"] / 1e3
@@ -267,18 +277,20 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         rounds = " ".join(f"{e:+.0f}%" for e in r["round_errors_pct"])
         lines.append(f"{r['example']:<18} {f'{o:.2f} ({lo:.2f}-{hi:.2f})':>24} "
                      f"{r['recorder_observed_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
-                     f"{r['error_pct']:+6.1f}% {exp:>12} {cpu:>11}  {rounds:<13}  {met}")
+                     f"{r['error_pct']:+6.1f}% {_vs(r['predicted_us'], r['recorder_observed_us']):>7} {exp:>12} "
+                     f"{cpu:>11}  {rounds:<13}  {met}")
     for r in rows:
         if "live_us" in r:
             lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed): "
                          f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
-    lines.append("prediction by --profiler-correction (error against the observed median; on: the lean pass's times "
-                 "and gaps; a named rule: the profiled times under it, as without a lean pass):")
+    lines.append("prediction by --profiler-correction (error against the observed median / against the recorder's; "
+                 "on: the lean pass's times and gaps; a named rule: the profiled times under it, as without a lean "
+                 "pass):")
     for r in rows:
         by = r.get("predicted_by_rule_us") or {}
-        obs = r["observed_median_us"]
-        lines.append(f"  {r['example']:<18} " + "  ".join(f"{mode} {us / 1e3:.2f} ms ({(us - obs) / obs * 100:+.1f}%)"
-                                                          for mode, us in by.items()))
+        obs, rec = r["observed_median_us"], r["recorder_observed_us"]
+        lines.append(f"  {r['example']:<18} " + "  ".join(
+            f"{mode} {us / 1e3:.2f} ms ({(us - obs) / obs * 100:+.1f}% / {_vs(us, rec)})" for mode, us in by.items()))
         if r.get("profiler_correction"):
             lines.append(f"  {'':<18} {r['profiler_correction']}")
     lines.append("captured iterations (profiler on) against the recorder's un-instrumented median:")
