@@ -66,14 +66,15 @@ recordings, replayed again under CAL, the calibration of runs I-K; error of the 
 -10.2 / -17.6 / -13.6% with ``proportional``, -6.8 / -13.4 / -7.6% with ``to_clean``; ddp_transformer -2.0 /
 +6.5 / -4.5% against -2.9 / +3.7 / -1.0%; ddp_mlp +8.6 / +5.4 / +9.7% against +9.6 / +6.5 / +10.7%.
 
-Eight later testbed runs (B, B0, C to G, I of 2026-11-24/25, README; their saved recordings replayed again under
-each rule, 2026-11-25) say more, once the VM's drift between moments is taken out: against the recording's own
-un-instrumented iterations (the same launch, so the same moment of this VM), ``proportional`` is low on every
-DDP example and run but one (median error ddp_mlp -4.0%, ddp_transformer -2.2%, fsdp2_transformer -5.3%; mean
-absolute 4.0 / 3.0 / 5.1%; 17 of 24 within 5%), ``to_clean`` is not (-1.1 / +0.6 / +2.6%; mean absolute 1.5 /
-1.5 / 3.6%; 21 of 24): ``proportional`` leaves out the framework's work between operators, which the virtual
-replay has nowhere else to play. Against the fresh real runs (what the bench's target counts, drift included)
-the two tie (mean absolute 4.65% and 4.59%; 16 of 24 within 5% each). Still not the default, for two reasons:
+Nine later testbed runs (B, B0, C to G, I and K of 2026-11-24/25, README; the first eight's saved recordings
+replayed again under each rule, 2026-11-25) say more, once the drift between launches is taken out: against the
+recording's own un-instrumented iterations (the same launch, so the same memory layout and moment of this VM),
+``proportional`` is low on 17 of the 18 DDP example-runs (median error ddp_mlp -3.9%, ddp_transformer -2.4%,
+fsdp2_transformer -7.2%; mean absolute 3.8 / 3.1 / 5.4%; 19 of 27 within 5%), ``to_clean`` is not (-1.0 / -0.2 /
++1.9%; mean absolute 1.4 / 1.4 / 3.3%; 24 of 27): ``proportional`` leaves out the framework's work between
+operators, which the virtual replay has nowhere else to play. Against the fresh real runs (what the bench's
+target counts, launch drift included) the two tie (mean absolute 5.10% and 4.87%; 18 and 17 of 27 within 5%).
+Still not the default, for two reasons:
 at W = 4 on two CPUs (two nodes per CPU) ``to_clean`` is 22-42% low against the recording's own iterations
 (``proportional`` 2-12%): the thread's CPU time leaves out its turns waiting for the CPU, which there are most
 of its iteration (adding the run-queue time back, as the live pad does, nbox_replay/hostwork.py, gives -9 / -6 /
