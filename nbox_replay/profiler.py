@@ -28,9 +28,15 @@ which neither rule sees. ``proportional`` assumes the overhead is spread like th
 
 The rule chosen (:data:`DEFAULT_RULE`)
 --------------------------------------
-``proportional``, by fidelity on the namespace testbed: ``bench/fidelity.py --testbed --rounds 3`` (2 nodes x
-1 rank, pinned, 1 Gb/s, 5 captured iterations), each rule's virtual-clock prediction of the same recording
-against the same fresh real runs (error of the predicted median against the observed one, 2026-11-23):
+``to_clean`` since 2026-11-25, for a rank whose work is its host thread's: a rank with device compute (GPU
+stream nodes: its host thread's CPU time holds its spins in synchronizing calls, not operator work) or with
+lean-timed operators (their figures and gaps already hold part of the thread's time) gets
+:data:`FALLBACK_RULE`, ``proportional``, and the report's line names it. Why, and the history, below.
+
+It was ``proportional`` before, by fidelity on the namespace testbed: ``bench/fidelity.py --testbed --rounds 3``
+(2 nodes x 1 rank, pinned, 1 Gb/s, 5 captured iterations), each rule's virtual-clock prediction of the same
+recording against the same fresh real runs (error of the predicted median against the observed one,
+2026-11-23):
 
 =================  ==============  ===========  ============  ======
 example            observed ms     uncorrected  proportional  per_op
@@ -73,13 +79,18 @@ recording's own un-instrumented iterations (the same launch, so the same memory 
 fsdp2_transformer -7.2%; mean absolute 3.8 / 3.1 / 5.4%; 19 of 27 within 5%), ``to_clean`` is not (-1.0 / -0.2 /
 +1.9%; mean absolute 1.4 / 1.4 / 3.3%; 24 of 27): ``proportional`` leaves out the framework's work between
 operators, which the virtual replay has nowhere else to play. Against the fresh real runs (what the bench's
-target counts, launch drift included) the two tie (mean absolute 5.10% and 4.87%; 18 and 17 of 27 within 5%).
-Still not the default, for two reasons:
-at W = 4 on two CPUs (two nodes per CPU) ``to_clean`` is 22-42% low against the recording's own iterations
-(``proportional`` 2-12%): the thread's CPU time leaves out its turns waiting for the CPU, which there are most
-of its iteration (adding the run-queue time back, as the live pad does, nbox_replay/hostwork.py, gives -9 / -6 /
-+7% there, and +5% median on FSDP2 at W = 2); and on a GPU the host thread's CPU time holds its spins in
-synchronizing calls (not measured: no GPU has been lent), which ``to_clean`` would play as operator time.
+target counts, launch drift included) the two tie (mean absolute 5.10% and 4.87%; 18 and 17 of 27 within 5%):
+there a launch's luck (about 5-9% per launch on this VM, README) is larger than the difference. So ``to_clean``
+became the default, with two limits. On a GPU the host thread's CPU time holds its spins in synchronizing
+calls (not measured: no GPU has been lent), which ``to_clean`` would play as operator time: such ranks keep
+``proportional``. And where the recording machine was oversubscribed (W = 4 on two CPUs, two nodes per CPU:
+each training thread waited for a CPU 68-103% as long as it ran, against 1-8% at W = 2), ``to_clean`` is
+22-42% low against the recording's own iterations (``proportional`` 2-12%), because the thread's CPU time
+leaves out its turns waiting for the CPU, which a node with a CPU of its own does not take; adding the
+run-queue time back (as the live pad does, nbox_replay/hostwork.py) gives -9 / -6 / +7% there but +5% median on
+FSDP2 at W = 2, where that wait is mostly gloo's own threads, whose work the calibrated collectives already
+hold. The report names such ranks (a wait of :data:`OVERSUBSCRIBED_SHARE` or more of the CPU time) instead of
+guessing which machine the user meant.
 
 A correction by ``proportional`` or ``per_op`` never lengthens compute: a rank whose captured CPU time is not
 above its clean one keeps its recorded durations (factor 1).
@@ -91,7 +102,8 @@ why it is not the default: its wall-clock times carry the thread's communication
 scaling: its captured host operators carry the median duration of the same operator call profiled by
 Kineto alone (no ET observer), and the gap before each (the framework's work between operators). Those nodes
 need no correction and get none under ``on`` (the default); only host operators the lean pass did not find are
-corrected by the default rule. Naming a rule (``proportional`` / ``per_op``) plays every host operator's
+corrected, by :data:`FALLBACK_RULE` (``to_clean`` would charge them the whole thread time, the lean figures'
+and gaps' share included). Naming a rule (``proportional`` / ``per_op``) plays every host operator's
 *profiled* duration under that rule, the lean figures and gaps set aside: the prediction a recording without a
 lean pass would give, to compare on the same bundle. ``off`` plays the nodes as the bundle carries them (lean
 figures where measured, profiled durations elsewhere, uncorrected).
@@ -117,12 +129,20 @@ from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations
 from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import UsageError
 
-__all__ = ["DEFAULT_RULE", "MODES", "PER_OP_FLOOR", "RULES", "Correction", "RankFigures", "correct_durations",
-           "correct_graph", "correct_graphs", "from_worker_doc", "plan_correction", "read_figures"]
+__all__ = ["DEFAULT_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES", "Correction",
+           "RankFigures", "correct_durations", "correct_graph", "correct_graphs", "from_worker_doc",
+           "plan_correction", "read_figures", "rank_rule"]
 
 RULES = ("proportional", "per_op", "to_clean")
 MODES = ("on", "off", *RULES)
-DEFAULT_RULE = "proportional"
+#: ``on``: the rule of a rank whose work is its host thread's (module docstring) ...
+DEFAULT_RULE = "to_clean"
+#: ... and of a rank with device compute or lean-timed operators.
+FALLBACK_RULE = "proportional"
+#: A rank whose training thread waited for a CPU at least this share of its CPU time per clean iteration is
+#: named in the report as recorded on an oversubscribed machine (W = 2 on the testbed: 1-8%; W = 4 on 2 CPUs:
+#: 68-103%).
+OVERSUBSCRIBED_SHARE = 0.25
 #: ``per_op``: a node keeps at least this share of its recorded duration.
 PER_OP_FLOOR = 0.1
 #: Caps on what a manifest may carry per rank (untrusted input).
@@ -156,6 +176,8 @@ class Correction:
     uncorrected: list[int] = field(default_factory=list)  # replayed ranks without figures (kept as recorded)
     use_lean: bool = True  # lean-timed nodes keep the lean pass's figures (False: a named rule, module docstring)
     lean: dict[int, tuple[int, int]] = field(default_factory=dict)  # per rank: (lean-timed, all) host operators
+    #: per rank corrected by another rule than :attr:`rule` (``on``: :func:`rank_rule`): (rule, why)
+    rank_rules: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def _lean_counts(self) -> str:
         """"N of M (rank R), ...": each rank's lean-timed host operators; empty when there are none."""
@@ -173,15 +195,34 @@ class Correction:
         if lean and self.use_lean and all(n == total for n, total in self.lean.values()):
             return f"{lean}: no profiler correction needed"
         ranks = sorted(self.factors)
-        factors = ", ".join(f"x{self.factors[r]:.2f} (rank {r})" for r in ranks)
+
+        def one(r: int) -> str:
+            other = self.rank_rules.get(r)
+            return f"x{self.factors[r]:.2f} (rank {r}" + (f", {other[0]} rule: {other[1]})" if other else ")")
+
+        factors = ", ".join(one(r) for r in ranks)
         clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
         captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
         text = (f"recorded compute corrected for the profiler ({self.rule} rule): {factors}, from clean {clean} ms "
                 f"vs captured {captured} ms CPU per iteration (median; --profiler-correction off: as recorded)"
-                + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else ""))
+                + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
+                + self._oversubscribed(ranks))
         if not self.use_lean:
             return text + (f"; the lean pass's figures set aside (a named rule): {counts}" if counts else "")
         return f"{lean}; the rest {text}" if lean else text
+
+    def _oversubscribed(self, ranks: list[int]) -> str:
+        """"; rank(s) ... waited for a CPU ..." for the ranks corrected to their CPU time whose recording machine
+        was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`); empty when none was."""
+        shares = {r: (f.clean_run_queue_us or 0.0) / f.clean_cpu_us for r in ranks
+                  if (f := self.figures[r]).clean_cpu_us > 0 and self.rank_rules.get(r, (self.rule,))[0] == "to_clean"}
+        over = sorted(r for r, x in shares.items() if x >= OVERSUBSCRIBED_SHARE)
+        if not over:
+            return ""
+        low, high = min(shares[r] for r in over), max(shares[r] for r in over)
+        span = f"{high:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low * 100:.0f}-{high:.0%}"
+        return (f"; rank(s) {over} waited for a CPU {span} as long as they ran per clean iteration (the recording "
+                f"machine oversubscribed): their compute is their CPU time, as on a node with a CPU for each")
 
     def worker_doc(self) -> dict[str, Any] | None:
         """What a live worker needs to apply the same correction (:func:`from_worker_doc`); None: none."""
@@ -194,6 +235,8 @@ class Correction:
         return {"rule": self.rule, "why_not": self.why_not or None, "use_lean": self.use_lean,
                 "lean_timed": {str(r): {"lean": n, "host_operators": t} for r, (n, t) in sorted(self.lean.items())},
                 "factors": {str(r): f for r, f in sorted(self.factors.items())}, "uncorrected": self.uncorrected,
+                "rank_rules": {str(r): {"rule": rule, "why": why}
+                               for r, (rule, why) in sorted(self.rank_rules.items())},
                 "clean_cpu_us": {str(r): f.clean_cpu_us for r, f in sorted(self.figures.items())},
                 "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())}}
 
@@ -293,6 +336,20 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGr
     return dataclasses.replace(g, duration_us=new), (after / before if before > 0 else 1.0)
 
 
+def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str] | None:
+    """The rule for ``rank`` (its graph ``g``) when it is not ``correction.rule``, and why (``on`` only: a named
+    rule applies to every rank): :data:`FALLBACK_RULE` for a rank with device compute or lean-timed host
+    operators (module docstring); None when the correction's rule applies."""
+    if correction.rule != DEFAULT_RULE or not correction.use_lean:
+        return None
+    device = [not name.startswith("thread:") for name in g.resources]
+    if any(k == COMPUTE and device[res] for k, res in zip(g.kind, g.resource, strict=True)):
+        return FALLBACK_RULE, "device compute"
+    if correction.lean.get(rank, (0, 0))[0]:
+        return FALLBACK_RULE, "lean-timed operators"
+    return None
+
+
 def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> dict[int, RankGraph]:
     """``graphs`` with each rank that has figures corrected (:func:`correct_graph`); fills ``correction.factors``.
     A rank without figures is kept as recorded (and named in the correction's line)."""
@@ -309,7 +366,10 @@ def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> d
     for rank, g in graphs.items():
         figures = correction.figures.get(rank)
         if figures is not None:
-            out[rank], correction.factors[rank] = correct_graph(g, figures, correction.rule)
+            other = rank_rule(rank, g, correction)
+            if other is not None:
+                correction.rank_rules[rank] = other
+            out[rank], correction.factors[rank] = correct_graph(g, figures, other[0] if other else correction.rule)
         else:
             correction.uncorrected.append(rank)
     if not correction.factors:

@@ -106,6 +106,66 @@ def test_the_graph_rule_touches_host_compute_only_and_reports_the_effective_fact
     assert 0 < f2 < 1 and per_op.compute_us() == pytest.approx(g.compute_us() * f2)
 
 
+def _host(g: Any) -> list[int]:
+    return [i for i, k in enumerate(g.kind) if k == COMPUTE and g.resources[g.resource[i]].startswith("thread:")]
+
+
+def test_the_default_rule_plays_each_captured_iterations_host_compute_as_the_clean_thread_time() -> None:
+    from nbox_replay.graph import captured_iterations
+
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    c = plan_correction("on", {"thread_cpu_us": FIGURES})
+    out = correct_graphs({0: g}, c)[0]
+    assert DEFAULT_RULE == "to_clean" and c.rule == "to_clean" and c.rank_rules == {}
+    labels, _, _ = captured_iterations(g)
+    sums: dict[int, float] = {}
+    for i in _host(g):
+        sums[labels[i]] = sums.get(labels[i], 0.0) + out.duration_us[i]
+    assert sums and all(v == pytest.approx(8000.0) for v in sums.values())  # rank 0's clean median
+    assert c.factors[0] == pytest.approx(8000.0 * len(sums) / sum(g.duration_us[i] for i in _host(g)))
+    assert "(to_clean rule): x" in c.describe() and "waited for a CPU" not in c.describe()
+
+
+def test_a_rank_with_device_compute_or_lean_timed_operators_keeps_the_fallback_rule_and_is_named() -> None:
+    import dataclasses
+
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    host = _host(g)
+    # one compute node moved onto a GPU stream: the rank's host thread's CPU time is no longer its work
+    resource = list(g.resource)
+    resource[host[0]] = len(g.resources)
+    device = dataclasses.replace(g, resources=[*g.resources, "stream:7"], resource=resource)
+    c = plan_correction("on", {"thread_cpu_us": FIGURES})
+    out = correct_graphs({0: device}, c)[0]
+    assert c.rank_rules == {0: ("proportional", "device compute")} and c.factors[0] == pytest.approx(0.8)
+    assert out.duration_us[host[0]] == g.duration_us[host[0]]  # the device node is not touched
+    assert "x0.80 (rank 0, proportional rule: device compute)" in c.describe()
+    assert c.to_dict()["rank_rules"] == {"0": {"rule": "proportional", "why": "device compute"}}
+    # one host operator lean-timed: the rest corrected by the fallback rule, the lean one kept
+    lean = dataclasses.replace(g, lean=[i == host[0] for i in range(len(g))])
+    c = plan_correction("on", {"thread_cpu_us": FIGURES})
+    out = correct_graphs({0: lean}, c)[0]
+    assert c.rank_rules == {0: ("proportional", "lean-timed operators")}
+    assert out.duration_us[host[0]] == g.duration_us[host[0]]
+    assert all(out.duration_us[i] == pytest.approx(0.8 * g.duration_us[i]) for i in host[1:])
+    # a named rule applies to every rank, device compute or not
+    named = plan_correction("to_clean", {"thread_cpu_us": FIGURES})
+    correct_graphs({0: device}, named)
+    assert named.rank_rules == {} and named.factors[0] != pytest.approx(0.8)
+
+
+@pytest.mark.parametrize(("waited", "named"), [(0.05, False), (0.9, True)])
+def test_an_oversubscribed_recording_is_named_in_the_line(waited: float, named: bool) -> None:
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    figures = {"0": {"clean": [8000.0], "captured": [10000.0], "clean_run_queue": [8000.0 * waited]}}
+    c = plan_correction("on", {"thread_cpu_us": figures})
+    correct_graphs({0: g}, c)
+    line = "rank(s) [0] waited for a CPU 90% as long as they ran per clean iteration (the recording machine " \
+           "oversubscribed)"
+    assert (line in c.describe()) is named
+    assert "waited for a CPU" not in Correction("proportional", c.figures, {0: 0.8}).describe()
+
+
 def test_the_worker_doc_round_trips_to_the_same_correction() -> None:
     c = Correction("per_op", {0: RankFigures(8000.0, 10000.0), 3: RankFigures(1.0, 2.0)})
     back = from_worker_doc(json.loads(json.dumps(c.worker_doc())))
@@ -223,12 +283,18 @@ def test_sweep_cli_says_which_correction(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         return proc
 
-    # in worker processes too (--jobs 2), the line names each rank's factor
-    assert "(proportional rule): x0.80 (rank 0), x0.60 (rank 1)" in sweep("--jobs", "2").stderr
+    # in worker processes too (--jobs 2), the line names each rank's factor: the same as the library's
+    c = plan_correction("on", {"thread_cpu_us": FIGURES})
+    correct_graphs({r: load_rank(bundle / "trace" / f"trace.{r}.et", r) for r in (0, 1)}, c)
+    assert c.rule == DEFAULT_RULE and c.factors[0] != pytest.approx(0.8)  # not proportional's clean / captured
+    line = f"({DEFAULT_RULE} rule): x{c.factors[0]:.2f} (rank 0), x{c.factors[1]:.2f} (rank 1)"
+    assert line in sweep("--jobs", "2").stderr
+    assert "(proportional rule): x0.80 (rank 0), x0.60 (rank 1)" in sweep(
+        "--jobs", "2", "--profiler-correction", "proportional").stderr
     doc = json.loads(sweep("--json", "--profiler-correction", "off").stdout)
     assert doc["profiler_correction"]["rule"] is None
     on = json.loads(sweep("--json").stdout)
-    assert on["profiler_correction"]["factors"] == pytest.approx({"0": 0.8, "1": 0.6})
+    assert on["profiler_correction"]["factors"] == pytest.approx({str(r): f for r, f in c.factors.items()})
     assert on["rows"][0]["compute_us"] < doc["rows"][0]["compute_us"]
 
 

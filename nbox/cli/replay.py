@@ -61,8 +61,9 @@ def replay_cmd(
     profiler_correction: Annotated[str, typer.Option(
         help="on | off | proportional | per_op | to_clean: recorded compute without the profiler's overhead. on: "
              "the lean pass's times and gaps where the bundle has them, else the default rule from the bundle's "
-             "clean vs captured CPU times; a named rule: every operator's profiled time under it (lean figures set "
-             "aside); off: as the bundle carries them.")]
+             "clean vs captured CPU times (to_clean; proportional for a rank with GPU work or lean-timed operators); "
+             "a named rule: every rank's operators' profiled times under it (lean figures set aside); off: as the "
+             "bundle carries them.")]
     = "on",
     host_work: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="pad | off (--clock real --compute live): pad the re-executed operators for the training thread's "
