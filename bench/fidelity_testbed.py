@@ -284,8 +284,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed): "
                          f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
     lines.append("prediction by --profiler-correction (error against the observed median / against the recorder's; "
-                 "on: the lean pass's times and gaps; a named rule: the profiled times under it, as without a lean "
-                 "pass):")
+                 "with a lean pass, off plays its times and gaps; a named rule: the profiled times under it, as "
+                 "without a lean pass; the table's prediction is the default, on):")
     for r in rows:
         by = r.get("predicted_by_rule_us") or {}
         obs, rec = r["observed_median_us"], r["recorder_observed_us"]

@@ -6,9 +6,10 @@ The captured iterations run under the execution-trace observer and Kineto with `
 observer serializes every operator (its inputs, outputs, ids) as it runs, and that cost lands inside the
 recorded durations: measured on the FSDP2 example (one rank, thread CPU per iteration, torch 2.13 CPU,
 2026-11-23), plain 26.8 ms, Kineto alone 27.8 ms (+4%), Kineto with shapes 31.8 ms (+18%), the observer
-with Kineto 49.4-50.6 ms (+84-89%). ``nbox_replay.profiler`` scales the recorded durations back by the
-thread's clean / captured CPU time, one factor per rank, which is only as good as that ratio is stable
-(it read x0.28 to x0.70 on the testbed across runs). The lean pass measures instead: ``L`` iterations
+with Kineto 49.4-50.6 ms (+84-89%). ``nbox_replay.profiler`` scales the recorded durations back from the
+thread's clean CPU time (each captured iteration's operators to it, or by clean / captured CPU time: one
+factor per rank either way), which is only as good as those figures are stable (the ratio read x0.28 to x0.70
+on the testbed across runs). The lean pass measures instead: ``L`` iterations
 before the capture run under Kineto only (CPU activity, no shapes, no observer), and each captured
 top-level operator takes the median duration of its counterpart in them.
 
@@ -53,7 +54,8 @@ all-gathers and reduce-scatters inside operators (``evaluate_function: RegisterP
 and those waits, 19 ms of gaps and most of the operators' 46 ms, are played as compute on top of the
 collectives the replay models. What is missing is each operator's and gap's time on a CPU (the thread's CPU
 clock at every operator boundary), which Kineto does not record; until then the default is no lean pass, and
-the proportional rule of ``nbox_replay.profiler`` (a CPU-time ratio, which leaves waits out of the scale).
+the default rule of ``nbox_replay.profiler`` (built on the thread's CPU time, which leaves waits out; with a
+lean pass, the operators it did not time are corrected by the ``proportional`` rule).
 
 All times microseconds. Nothing here reads files: :mod:`nbox_record.kineto` does.
 """

@@ -11,14 +11,18 @@ its captured ones (``nbox_record/recordclock.py``); the bundle carries them per 
 (``observed.thread_cpu_us``, :mod:`nbox_trace.bundle`). With ``clean`` = the median clean CPU time per
 iteration and ``captured`` = the median captured one, the profiler cost the thread ``captured - clean`` per
 iteration, and the rank's host compute nodes (those on a ``thread:`` resource; GPU stream nodes are not
-touched) are corrected by one of two rules:
+touched) are corrected by one of three rules:
 
 * ``proportional``: every duration times ``clean / captured``;
 * ``per_op``: every compute node of captured iteration j loses ``(captured - clean) / n_j``, n_j its number
   of host compute nodes (with a duration), floored at :data:`PER_OP_FLOOR` of its recorded duration.
 
-* ``to_clean``: the host compute nodes of captured iteration j times ``clean / recorded_j``, recorded_j their
-  recorded sum: each captured iteration's host compute adds up to the clean iteration's thread CPU time.
+* ``to_clean``: the training thread's compute nodes of captured iteration j times ``clean / recorded_j``,
+  recorded_j their recorded sum: each captured iteration's compute on that thread adds up to the clean
+  iteration's thread CPU time (which may lengthen it: a factor above 1 where the operators took less than the
+  thread). The training thread is the host thread with the most recorded compute (the recorder's figures are
+  its); compute on another host thread (FSDP2 has a few nodes on one, 0.3-0.6% of its compute) is corrected
+  by ``proportional``.
 
 Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
 observer's and Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never
@@ -103,7 +107,8 @@ scaling: its captured host operators carry the median duration of the same opera
 Kineto alone (no ET observer), and the gap before each (the framework's work between operators). Those nodes
 need no correction and get none under ``on`` (the default); only host operators the lean pass did not find are
 corrected, by :data:`FALLBACK_RULE` (``to_clean`` would charge them the whole thread time, the lean figures'
-and gaps' share included). Naming a rule (``proportional`` / ``per_op``) plays every host operator's
+and gaps' share included). Naming a rule (``proportional`` / ``per_op`` / ``to_clean``) plays every host
+operator's
 *profiled* duration under that rule, the lean figures and gaps set aside: the prediction a recording without a
 lean pass would give, to compare on the same bundle. ``off`` plays the nodes as the bundle carries them (lean
 figures where measured, profiled durations elsewhere, uncorrected).
@@ -113,7 +118,13 @@ Old bundles
 A bundle without ``observed.thread_cpu_us`` (recorded before the figures existed, imported, a bare ET) or
 without figures for a replayed rank is replayed uncorrected for that rank, and the report says so. The
 correction is on by default (``--profiler-correction on``); ``off`` plays the recorded durations as they are;
-``proportional`` / ``per_op`` name a rule.
+``proportional`` / ``per_op`` / ``to_clean`` name one rule for every rank. Under ``on`` a capture whose
+iterations the recorder did not mark (one span, however many iterations it holds) is corrected by
+``proportional`` too: ``to_clean`` needs each captured iteration's operators to scale them to one clean
+iteration.
+
+The live worker of ``--clock real --compute recorded`` waits each node's corrected duration, so it plays the same
+rule; its own walk between nodes (0.5-0.8 ms per ddp_transformer iteration, README) comes on top under either.
 """
 
 from __future__ import annotations
@@ -131,7 +142,7 @@ from nbox_trace.errors import UsageError
 
 __all__ = ["DEFAULT_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES", "Correction",
            "RankFigures", "correct_durations", "correct_graph", "correct_graphs", "from_worker_doc",
-           "plan_correction", "read_figures", "rank_rule"]
+           "plan_correction", "rank_rule", "read_figures", "training_thread"]
 
 RULES = ("proportional", "per_op", "to_clean")
 MODES = ("on", "off", *RULES)
@@ -192,18 +203,23 @@ class Correction:
         if self.rule is None:
             text = f"recorded compute not corrected for the profiler: {self.why_not}"
             return f"{lean}; the rest {text}" if lean else text
-        if lean and self.use_lean and all(n == total for n, total in self.lean.values()):
+        if (lean and self.use_lean and all(n == total for n, total in self.lean.values())
+                and set(self.factors) <= set(self.lean)):
             return f"{lean}: no profiler correction needed"
         ranks = sorted(self.factors)
+        used = {self.rule_of(r) for r in ranks}
+        headline = used.pop() if len(used) == 1 else self.rule
 
         def one(r: int) -> str:
             other = self.rank_rules.get(r)
-            return f"x{self.factors[r]:.2f} (rank {r}" + (f", {other[0]} rule: {other[1]})" if other else ")")
+            why = f", {other[0]} rule: {other[1]})" if other and other[0] != headline else \
+                f": {other[1]})" if other else ")"
+            return f"x{self.factors[r]:.2f} (rank {r}" + why
 
         factors = ", ".join(one(r) for r in ranks)
         clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
         captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
-        text = (f"recorded compute corrected for the profiler ({self.rule} rule): {factors}, from clean {clean} ms "
+        text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, from clean {clean} ms "
                 f"vs captured {captured} ms CPU per iteration (median; --profiler-correction off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
                 + self._oversubscribed(ranks))
@@ -211,12 +227,25 @@ class Correction:
             return text + (f"; the lean pass's figures set aside (a named rule): {counts}" if counts else "")
         return f"{lean}; the rest {text}" if lean else text
 
+    def rule_of(self, rank: int) -> str | None:
+        """The rule rank ``rank`` was corrected by (None: no correction)."""
+        other = self.rank_rules.get(rank)
+        return other[0] if other is not None else self.rule
+
+    def _shares(self, ranks: list[int]) -> dict[int, float]:
+        """Per rank corrected to its CPU time (``to_clean``): its clean run-queue time over its clean CPU time."""
+        return {r: (f.clean_run_queue_us or 0.0) / f.clean_cpu_us for r in ranks
+                if (f := self.figures[r]).clean_cpu_us > 0 and self.rule_of(r) == "to_clean"}
+
+    def oversubscribed(self) -> list[int]:
+        """The corrected ranks whose recording machine was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`)."""
+        return sorted(r for r, x in self._shares(sorted(self.factors)).items() if x >= OVERSUBSCRIBED_SHARE)
+
     def _oversubscribed(self, ranks: list[int]) -> str:
         """"; rank(s) ... waited for a CPU ..." for the ranks corrected to their CPU time whose recording machine
         was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`); empty when none was."""
-        shares = {r: (f.clean_run_queue_us or 0.0) / f.clean_cpu_us for r in ranks
-                  if (f := self.figures[r]).clean_cpu_us > 0 and self.rank_rules.get(r, (self.rule,))[0] == "to_clean"}
-        over = sorted(r for r, x in shares.items() if x >= OVERSUBSCRIBED_SHARE)
+        shares = self._shares(ranks)
+        over = [r for r in self.oversubscribed() if r in shares]
         if not over:
             return ""
         low, high = min(shares[r] for r in over), max(shares[r] for r in over)
@@ -237,6 +266,9 @@ class Correction:
                 "factors": {str(r): f for r, f in sorted(self.factors.items())}, "uncorrected": self.uncorrected,
                 "rank_rules": {str(r): {"rule": rule, "why": why}
                                for r, (rule, why) in sorted(self.rank_rules.items())},
+                "rule_by_rank": {str(r): self.rule_of(r) for r in sorted(self.factors)},
+                "clean_run_queue_us": {str(r): f.clean_run_queue_us for r, f in sorted(self.figures.items())},
+                "oversubscribed": self.oversubscribed(),
                 "clean_cpu_us": {str(r): f.clean_cpu_us for r, f in sorted(self.figures.items())},
                 "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())}}
 
@@ -330,16 +362,32 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGr
     observer) is left as it is."""
     flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
     labels, _, _ = captured_iterations(g)
-    new = correct_durations(g.duration_us, flags, labels, figures, rule)
+    if rule == "to_clean":  # the training thread's nodes to its clean time; another thread's by proportional
+        main = training_thread(g)
+        on_main = [c and g.resource[i] == main for i, c in enumerate(flags)]
+        new = correct_durations(g.duration_us, on_main, labels, figures, rule)
+        new = correct_durations(new, [c and not m for c, m in zip(flags, on_main, strict=True)], labels, figures,
+                                "proportional")
+    else:
+        new = correct_durations(g.duration_us, flags, labels, figures, rule)
     before = sum(d for d, c in zip(g.duration_us, flags, strict=True) if c)
     after = sum(d for d, c in zip(new, flags, strict=True) if c)
     return dataclasses.replace(g, duration_us=new), (after / before if before > 0 else 1.0)
 
 
+def training_thread(g: RankGraph) -> int | None:
+    """The resource index of the host thread with the most recorded compute (None: no host compute)."""
+    totals: dict[int, float] = {}
+    for k, res, d in zip(g.kind, g.resource, g.duration_us, strict=True):
+        if k == COMPUTE and g.resources[res].startswith("thread:"):
+            totals[res] = totals.get(res, 0.0) + d
+    return max(totals, key=lambda r: (totals[r], -r)) if totals else None
+
+
 def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str] | None:
     """The rule for ``rank`` (its graph ``g``) when it is not ``correction.rule``, and why (``on`` only: a named
-    rule applies to every rank): :data:`FALLBACK_RULE` for a rank with device compute or lean-timed host
-    operators (module docstring); None when the correction's rule applies."""
+    rule applies to every rank): :data:`FALLBACK_RULE` for a rank with device compute, lean-timed host operators
+    or unmarked captured iterations (module docstring); None when the correction's rule applies."""
     if correction.rule != DEFAULT_RULE or not correction.use_lean:
         return None
     device = [not name.startswith("thread:") for name in g.resources]
@@ -347,6 +395,8 @@ def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str
         return FALLBACK_RULE, "device compute"
     if correction.lean.get(rank, (0, 0))[0]:
         return FALLBACK_RULE, "lean-timed operators"
+    if not captured_iterations(g)[2]:
+        return FALLBACK_RULE, "captured iterations not marked"
     return None
 
 

@@ -94,9 +94,10 @@ class ReplayConfig:
         nodes: ``--clock real`` across several nodes (:class:`nbox_trace.launch.Nodes`): run the same command on
             each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
             rendezvouses at the endpoint's port + k; every node reports the whole job.
-        profiler_correction: ``on`` (the default rule), ``off``, or a rule by name (``proportional``,
-            ``per_op``): how recorded compute is corrected for the profiler's overhead (:mod:`nbox_replay.profiler`;
-            recorded compute only, bundles that carry the figures only).
+        profiler_correction: ``on`` (the default rule, ``to_clean``, and ``proportional`` for a rank with GPU
+            work, lean-timed operators or unmarked iterations), ``off``, or a rule by name (``proportional``,
+            ``per_op``, ``to_clean``) for every rank: how recorded compute is corrected for the profiler's overhead
+            (:mod:`nbox_replay.profiler`; recorded compute only, bundles that carry the figures only).
         host_work: ``pad`` or ``off``: whether a live replay with live compute pads its operators for the host
             work it does not re-run (:mod:`nbox_replay.hostwork`). None: ``pad`` where it applies; named, it is
             refused where it cannot act (a virtual clock, recorded compute).

@@ -139,7 +139,7 @@ def test_a_rank_with_device_compute_or_lean_timed_operators_keeps_the_fallback_r
     out = correct_graphs({0: device}, c)[0]
     assert c.rank_rules == {0: ("proportional", "device compute")} and c.factors[0] == pytest.approx(0.8)
     assert out.duration_us[host[0]] == g.duration_us[host[0]]  # the device node is not touched
-    assert "x0.80 (rank 0, proportional rule: device compute)" in c.describe()
+    assert "(proportional rule): x0.80 (rank 0: device compute)" in c.describe()  # the rule every rank used
     assert c.to_dict()["rank_rules"] == {"0": {"rule": "proportional", "why": "device compute"}}
     # one host operator lean-timed: the rest corrected by the fallback rule, the lean one kept
     lean = dataclasses.replace(g, lean=[i == host[0] for i in range(len(g))])
@@ -154,16 +154,97 @@ def test_a_rank_with_device_compute_or_lean_timed_operators_keeps_the_fallback_r
     assert named.rank_rules == {} and named.factors[0] != pytest.approx(0.8)
 
 
-@pytest.mark.parametrize(("waited", "named"), [(0.05, False), (0.9, True)])
-def test_an_oversubscribed_recording_is_named_in_the_line(waited: float, named: bool) -> None:
+def test_an_oversubscribed_recording_is_named_in_the_line_and_the_json() -> None:
+    import dataclasses
+
+    graphs = {r: load_rank(TRACES / "ddp_mlp" / "trace" / f"trace.{r}.et", r) for r in (0, 1)}
+
+    def line(waited: dict[str, float], device: int | None = None) -> Correction:
+        figures = {r: {"clean": [8000.0], "captured": [10000.0], "clean_run_queue": [8000.0 * w]}
+                   for r, w in waited.items()}
+        c = plan_correction("on", {"thread_cpu_us": figures})
+        gs = dict(graphs)
+        if device is not None:  # one compute node on a GPU stream: that rank keeps proportional
+            g = gs[device]
+            resource = list(g.resource)
+            resource[g.kind.index(COMPUTE)] = len(g.resources)
+            gs[device] = dataclasses.replace(g, resources=[*g.resources, "stream:7"], resource=resource)
+        correct_graphs(gs, c)
+        return c
+
+    quiet = line({"0": 0.05, "1": 0.249})
+    assert "waited for a CPU" not in quiet.describe() and quiet.to_dict()["oversubscribed"] == []
+    both = line({"0": 0.75, "1": 1.0})
+    assert "rank(s) [0, 1] waited for a CPU 75-100% as long as they ran per clean iteration (the recording " \
+           "machine oversubscribed)" in both.describe()
+    assert both.to_dict()["oversubscribed"] == [0, 1]
+    assert both.to_dict()["clean_run_queue_us"] == {"0": 6000.0, "1": 8000.0}
+    one = line({"0": 0.25, "1": 0.9}, device=1)  # at the share exactly: named; a proportional rank: not
+    assert "rank(s) [0] waited for a CPU 25% as long" in one.describe() and one.to_dict()["oversubscribed"] == [0]
+    named = Correction("proportional", both.figures, {0: 0.8, 1: 0.8})
+    assert "waited for a CPU" not in named.describe() and named.oversubscribed() == []
+
+
+def test_to_clean_scales_the_training_threads_compute_and_another_threads_by_proportional() -> None:
+    import dataclasses
+
+    from nbox_replay.graph import captured_iterations
+    from nbox_replay.profiler import training_thread
+
     g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
-    figures = {"0": {"clean": [8000.0], "captured": [10000.0], "clean_run_queue": [8000.0 * waited]}}
-    c = plan_correction("on", {"thread_cpu_us": figures})
-    correct_graphs({0: g}, c)
-    line = "rank(s) [0] waited for a CPU 90% as long as they ran per clean iteration (the recording machine " \
-           "oversubscribed)"
-    assert (line in c.describe()) is named
-    assert "waited for a CPU" not in Correction("proportional", c.figures, {0: 0.8}).describe()
+    host = _host(g)
+    main = training_thread(g)
+    assert main is not None and all(g.resource[i] == main for i in host)
+    # the last host node moved to a second host thread
+    resource = list(g.resource)
+    resource[host[-1]] = len(g.resources)
+    two = dataclasses.replace(g, resources=[*g.resources, "thread:999"], resource=resource)
+    assert training_thread(two) == main
+    out, _ = correct_graph(two, RankFigures(8000.0, 10000.0), "to_clean")
+    assert out.duration_us[host[-1]] == pytest.approx(0.8 * g.duration_us[host[-1]])
+    labels, _, _ = captured_iterations(two)
+    on_main: dict[int, float] = {}
+    for i in host[:-1]:
+        on_main[labels[i]] = on_main.get(labels[i], 0.0) + out.duration_us[i]
+    assert all(v == pytest.approx(8000.0) for v in on_main.values())
+
+
+def test_under_on_an_unmarked_capture_is_corrected_by_proportional() -> None:
+    import dataclasses
+
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    unmarked = dataclasses.replace(g, iteration=[0] * len(g))
+    c = plan_correction("on", {"thread_cpu_us": FIGURES})
+    correct_graphs({0: unmarked}, c)
+    assert c.rank_rules == {0: ("proportional", "captured iterations not marked")}
+    assert c.factors[0] == pytest.approx(0.8)
+    assert "(proportional rule): x0.80 (rank 0: captured iterations not marked)" in c.describe()
+
+
+def test_a_gpu_rank_through_the_cli_and_sweep_workers_keeps_proportional_and_says_so(tmp_path: Path) -> None:
+    from nbox_trace.chakra import et_def_pb2 as pb
+    from nbox_trace.chakra.attrs import make_attr
+    from nbox_trace.chakra.codec import EtReader, write_et
+
+    bundle = with_figures(tmp_path, FIGURES)
+    path = bundle / "trace" / "trace.1.et"
+    with EtReader(path) as reader:
+        meta, nodes = reader.metadata, list(reader)
+    kernel = next(n for n in nodes if n.type == pb.COMP_NODE and any(a.name == "tid" for a in n.attr))
+    kernel.attr.append(make_attr("nbox_stream", 7))  # rank 1's first host operator becomes a GPU kernel
+    write_et(path, meta, nodes)
+    proc = subprocess.run([sys.executable, "-m", "nbox", "replay", str(bundle), "--clock", "virtual", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pc = json.loads(proc.stdout)["profiler_correction"]
+    assert pc["rule_by_rank"] == {"0": "to_clean", "1": "proportional"}
+    assert pc["rank_rules"] == {"1": {"rule": "proportional", "why": "device compute"}}
+    assert pc["factors"]["1"] == pytest.approx(0.6)
+    proc = subprocess.run([sys.executable, "-m", "nbox", "sweep", str(bundle), "--vary", "world_size=2,4", "--jobs",
+                           "2", "--out", str(tmp_path / "sweep")], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "x0.60 (rank 1, proportional rule: device compute)" in proc.stderr
 
 
 def test_the_worker_doc_round_trips_to_the_same_correction() -> None:
@@ -213,10 +294,12 @@ def test_the_correction_is_on_by_default_moves_the_answer_and_off_restores_it(tm
     assert on["baseline"]["breakdown_us"]["compute"] < off["baseline"]["breakdown_us"]["compute"]
     assert on["baseline"]["iteration_us"]["median"] < off["baseline"]["iteration_us"]["median"]
     pc = on["profiler_correction"]
-    assert pc["rule"] == DEFAULT_RULE
+    assert pc["rule"] == DEFAULT_RULE and pc["rule_by_rank"] == {"0": "to_clean", "1": "to_clean"}
     assert pc["clean_cpu_us"] == {"0": 8000.0, "1": 6000.0} and pc["captured_cpu_us"] == {"0": 10000.0, "1": 10000.0}
-    if DEFAULT_RULE == "proportional":
-        assert pc["factors"] == pytest.approx({"0": 0.8, "1": 0.6})
+    c = plan_correction("on", {"thread_cpu_us": FIGURES})  # the library's factors, by the same function
+    correct_graphs({r: load_rank(bundle / "trace" / f"trace.{r}.et", r) for r in (0, 1)}, c)
+    assert pc["factors"] == pytest.approx({str(r): f for r, f in c.factors.items()})
+    assert pc["oversubscribed"] == [] and pc["rank_rules"] == {}
     assert off["profiler_correction"]["rule"] is None
     assert off["profiler_correction"]["why_not"] == "--profiler-correction off"
     rules = {rule: virtual(bundle, profiler_correction=rule)["baseline"]["breakdown_us"]["compute"]
