@@ -124,7 +124,10 @@ iterations the recorder did not mark (one span, however many iterations it holds
 iteration.
 
 The live worker of ``--clock real --compute recorded`` waits each node's corrected duration, so it plays the same
-rule; its own walk between nodes (0.5-0.8 ms per ddp_transformer iteration, README) comes on top under either.
+rule; its own walk between nodes comes on top under either. Measured on run L's recordings across the testbed
+(2026-11-25, two interleaved rounds, the medians' mean): against the recording's own iterations ``to_clean``
++0.9% / -1.3% / +0.7% (ddp_mlp / ddp_transformer / fsdp2_transformer), ``proportional`` -1.6% / -4.9% / -8.5%;
+2-3% above the same bundle's virtual replay.
 """
 
 from __future__ import annotations
