@@ -41,7 +41,7 @@ from nbox_record.launcher import (
     script_path,
 )
 from nbox_trace.errors import UsageError
-from nbox_trace.files import Output, check_outputs
+from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Nodes, run
 from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
 
@@ -103,6 +103,7 @@ class EmulateConfig:
 
     def __post_init__(self) -> None:
         """Raises UsageError (exit 2) naming the ``nbox emulate`` flag as typed."""
+        as_paths(self, "script", "scenario", "out")
         w, n = self.world_size, self.nproc
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
             raise UsageError(f"--world-size must be an integer >= 1, got {w!r}")

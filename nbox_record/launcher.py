@@ -34,7 +34,7 @@ from nbox_record.recordenv import record_env
 from nbox_record.recordpeers import read_peers
 from nbox_trace import __version__
 from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
-from nbox_trace.files import Output, check_outputs
+from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Launch, LaunchResult, check_nodes, is_consequence, run, seconds_text, then_failed
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer", "tp_dp_mlp")
@@ -75,6 +75,7 @@ class RecordConfig:
 
     def __post_init__(self) -> None:
         """Raises UsageError (exit 2) naming the ``nbox record`` flag as typed."""
+        as_paths(self, "out", "script")
         if self.nproc_per_node < 1:
             raise UsageError(f"-n/--nproc-per-node must be >= 1, got {self.nproc_per_node}")
         check_nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.local_addr)

@@ -45,7 +45,7 @@ from nbox_replay.virtual import simulate
 from nbox_trace.archive import traces_directory
 from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import InvalidInputError, UsageError
-from nbox_trace.files import Output, check_outputs
+from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Nodes
 from nbox_trace.mesh import RecordedMesh, parse_names
 
@@ -127,6 +127,7 @@ class ReplayConfig:
     host_work: str | None = None
 
     def __post_init__(self) -> None:
+        as_paths(self, "what_if", "baseline", "out")
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
                                      ("--device", self.device, DEVICES),
                                      ("--profiler-correction", self.profiler_correction, PROFILER_MODES)):

@@ -20,7 +20,16 @@ from pathlib import Path
 
 from nbox_trace.errors import OutputWriteError, UsageError
 
-__all__ = ["Output", "check_outputs", "write_atomic", "write_json_atomic"]
+__all__ = ["Output", "as_paths", "check_outputs", "write_atomic", "write_json_atomic"]
+
+
+def as_paths(config: object, *names: str) -> None:
+    """Turn the ``str`` values of a frozen config's path fields ``names`` into ``Path`` (a library caller's str,
+    where the CLI passes a Path), so a missing file is the usual error naming it, never an AttributeError."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, str):
+            object.__setattr__(config, name, Path(value))
 
 
 @dataclass(frozen=True)

@@ -46,3 +46,21 @@ def test_a_path_under_a_file_is_an_output_error_with_the_callers_class(tmp_path:
         with pytest.raises(cls, match=re.escape("file/sub/out.txt: cannot write")) as info:
             write_atomic(blocker / "sub" / "out.txt", "x", error=cls)
         assert isinstance(info.value, NboxError) and info.value.exit_code == 5
+
+
+def test_a_configs_path_fields_given_as_strings_become_paths(tmp_path: Path) -> None:
+    """Library callers may pass str where the CLI passes Path: every command's config turns them into Paths, so a
+    missing file is the command's clear error naming it (before: an AttributeError from ``str.read_text``)."""
+    from nbox_record.emulate import EmulateConfig
+    from nbox_record.launcher import RecordConfig
+    from nbox_replay.replay import ReplayConfig
+    from nbox_trace.errors import InputNotFoundError
+
+    rec = RecordConfig(out=str(tmp_path / "b"), script="train.py")  # type: ignore[arg-type]
+    assert rec.out == tmp_path / "b" and rec.script == Path("train.py")
+    rep = ReplayConfig("bundle", what_if="w.toml", baseline="b.toml", out="o")  # type: ignore[arg-type]
+    assert (rep.what_if, rep.baseline, rep.out) == (Path("w.toml"), Path("b.toml"), Path("o"))
+    with pytest.raises(InputNotFoundError, match=r"nowhere\.toml: scenario file not found"):
+        EmulateConfig(world_size=4, nproc=1, scenario=str(tmp_path / "nowhere.toml"))  # type: ignore[arg-type]
+    emu = EmulateConfig(world_size=4, nproc=1, script="t.py", out="o")  # type: ignore[arg-type]
+    assert emu.script == Path("t.py") and emu.out == Path("o")

@@ -195,3 +195,15 @@ def test_a_run_of_zero_time_is_as_fast_as_its_zero_time_baseline(tmp_path: Path)
     assert rep.baseline.median_us == rep.what_if.median_us == 0.0
     assert rep.speedup is None and "what-if vs baseline: n/a" in rep.format_text()
     assert any(n.startswith("WARNING: the trace holds no durations") for n in rep.notices)
+
+
+def test_a_scenario_path_given_as_a_string_is_a_path() -> None:
+    """A library caller's str for a Path field (the CLI passes Paths): coerced, so a missing file is the usual
+    clear error naming it, not an AttributeError."""
+    cfg = ReplayConfig(str(TRACES / "ddp_mlp"), clock="virtual",
+                       baseline=str(SCENARIOS_DIR / "loopback_cpu.toml"),  # type: ignore[arg-type]
+                       what_if="missing.toml", out="o")  # type: ignore[arg-type]
+    assert cfg.baseline == SCENARIOS_DIR / "loopback_cpu.toml" and cfg.what_if == Path("missing.toml")
+    assert cfg.out == Path("o")
+    with pytest.raises(InputNotFoundError, match=r"missing\.toml"):
+        run_replay(cfg)
