@@ -11,10 +11,13 @@ calibrated on the testbed's own link (``nbox calibrate -n 1 --nnodes 2``, or ``-
   across nodes 0 and 1 (multi-node emulate: 2 real ranks on 2 nodes, 2 emulated).
 
 ``--variant NAME:K=V,...`` (repeatable) makes one emulated side per variant with those scenario overrides,
-e.g. ``--variant median:jitter=off --variant jitter:jitter=calibrated``. Rounds are interleaved (real, each
-emulated side, real, ...). Per side: median and p10-p90 of the job's
+e.g. ``--variant median:jitter=off --variant jitter:jitter=calibrated``. Rounds are interleaved, the real run first in
+even rounds and last in odd ones. Per side: median and p10-p90 of the job's
 per-iteration time (slowest real rank), the error of the emulated median against the real one, and whether it
-lies inside the real spread. Target: |error| <= 5% and inside the spread. Nothing is asserted.
+lies inside the real spread. Target: |error| <= 5% and inside the spread. Below, the paired figure
+(:mod:`roundstats`): each round's emulated median against that round's real one, their geometric mean error and
+its 90% interval over the rounds (each side is a fresh launch every round, so each pair carries both launches'
+luck once). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from fidelity_testbed import PORT, calibrate, on_nodes, pct, plain_run  # noqa: E402
+from roundstats import Paired, paired  # noqa: E402
 
 
 def _nbox(*args: object) -> list[str]:
@@ -94,14 +98,15 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
             emu: dict[str, list[float]] = {name: [] for name, _, _ in sides}
             per_round: dict[str, list[float]] = {name: [] for name in ["real", *emu]}
             for rnd in range(rounds):
+                # counterbalanced: the real run first in even rounds, last in odd ones (a drift within a round
+                # then favours neither side)
+                if rnd % 2 == 1:
+                    _emulate_round(tb, tmp, ex, world, scenario, warmup, steps, sides, rnd, emu, per_round)
                 job, _ = plain_run(tb, tmp, ex, steps, warmup, rnd)
                 real += job
                 per_round["real"].append(statistics.median(job))
-                for i, (name, nodes, sets) in enumerate(sides):
-                    got = emulate_on(tb, tmp, f"emu-{ex}-{i}-{rnd}", ex, world, nodes, scenario, warmup,
-                                     steps - warmup, sets)
-                    emu[name] += got
-                    per_round[name].append(statistics.median(got))
+                if rnd % 2 == 0:
+                    _emulate_round(tb, tmp, ex, world, scenario, warmup, steps, sides, rnd, emu, per_round)
             obs = statistics.median(real)
             row: dict[str, Any] = {"example": ex, "world": world, "nodes": shared, "observed_median_us": obs,
                                    "observed_p10_us": pct(real, 10), "observed_p90_us": pct(real, 90),
@@ -112,10 +117,21 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
                                       "error_pct": (m - obs) / obs * 100,
                                       "round_errors_pct": [(e - r) / r * 100 for e, r in
                                                            zip(per_round[name], per_round["real"], strict=True)],
+                                      "paired": paired(per_round[name], per_round["real"]).as_dict(),
                                       "in_spread": row["observed_p10_us"] <= m <= row["observed_p90_us"]}
             rows.append(row)
             print(format_rows([row]), file=sys.stderr)
     return rows
+
+
+def _emulate_round(tb: Any, tmp: Path, ex: str, world: int, scenario: Path, warmup: int, steps: int,
+                   sides: list[tuple[str, int, tuple[str, ...]]], rnd: int, emu: dict[str, list[float]],
+                   per_round: dict[str, list[float]]) -> None:
+    """One round's emulated sides, their iterations appended to ``emu`` and their medians to ``per_round``."""
+    for i, (name, nodes, sets) in enumerate(sides):
+        got = emulate_on(tb, tmp, f"emu-{ex}-{i}-{rnd}", ex, world, nodes, scenario, warmup, steps - warmup, sets)
+        emu[name] += got
+        per_round[name].append(statistics.median(got))
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
@@ -130,5 +146,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             emu = f"{s['median_us'] / 1e3:.2f} ({s['p10_us'] / 1e3:.2f}-{s['p90_us'] / 1e3:.2f})"
             lines.append(f"{r['example']:<18} {r['world']:>2} {real:>22} {name:<30} {emu:>22} "
                          f"{s['error_pct']:+6.1f}%  {rounds:<18}  {met}")
+        for name, s in r["sides"].items():
+            if "paired" in s:
+                lines.append(f"  paired rounds, {name}: {Paired.from_dict(s['paired']).describe()}")
         lines.append(f"  real side: {r['nodes']}, 1 rank per node")
     return "\n".join(lines)

@@ -33,6 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from nbox_replay.replay import ReplayConfig, run_replay  # noqa: E402
 
@@ -138,6 +139,9 @@ def main() -> int:
     ap.add_argument("--lean", type=int, default=0,
                     help="--testbed: nbox record --lean-iterations (the prediction's 'off' column then plays the "
                          "lean pass's times and gaps, 'proportional' the profiled times)")
+    ap.add_argument("--one-recording", action="store_true",
+                    help="--testbed: record once before the rounds (the bench until 2026-11-26) instead of a fresh "
+                         "recording every round, paired with that round's real run (bench/roundstats.py)")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="--testbed: keep the bundles and logs here (default: a temporary directory)")
     args = ap.parse_args()
@@ -160,7 +164,8 @@ def _testbed(args: argparse.Namespace) -> int:
         work.mkdir(parents=True, exist_ok=True)
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
-                                args.capture, args.live, args.lean, args.gloo_loop == "batch", args.world)
+                                args.capture, args.live, args.lean, args.gloo_loop == "batch", args.world,
+                                not args.one_recording)
     cpus = len(os.sched_getaffinity(0))
     shared = f" on {cpus} CPU(s), oversubscribed" if args.world > cpus else ""
     print(f"\ntestbed: {args.world} nodes x 1 rank{shared}, pinned, {args.rate}, gloo loop {args.gloo_loop}; "

@@ -8,20 +8,27 @@ oversubscribed alike, and the calibration measures the four-node fabric from the
 
 1. ``nbox calibrate -n 1 --nnodes N`` across the nodes: the scenario of the shaped links.
 
-Then for each built-in example:
+Then for each built-in example, R rounds; each round, in an order that alternates (the real run first in even
+rounds, last in odd ones):
 
-2. ``nbox record -n 1 --nnodes N`` on every node through torchrun's c10d rendezvous, ``nbox bundle merge``;
-3. the prediction: ``nbox replay`` of the merged bundle under the calibrated scenario, virtual clock, recorded
-   compute. It is deterministic (same bundle, same scenario, same answer), so it is computed once, with the
-   default profiler correction (``nbox_replay.profiler``) and also with each rule and with none, so that the
-   rules are compared against the same real runs (the last lines of the table). With
-   ``live`` (``--live``), each round also replays it live (real clock, operators re-executed and padded for the
-   host work the replay does not re-run, nbox_replay/hostwork.py; collectives answered by the calibrated
-   scenario) across the nodes: ``nbox replay --nnodes N`` on each node, one
-   replayed rank per node, pinned in its namespace like the real ranks;
-4. R rounds of a fresh plain run across the nodes (``torch.distributed.run --nnodes N``, no nbox,
-   ``--report-times``): per iteration the slowest rank's wall time after warm-up. Each round's median is
-   printed against the prediction, and the pooled median and p10-p90.
+2. ``nbox record -n 1 --nnodes N`` on every node through torchrun's c10d rendezvous, ``nbox bundle merge`` (a
+   fresh recording every round; ``--one-recording``: one before the rounds, as the bench did until 2026-11-26);
+3. the prediction: ``nbox replay`` of that round's merged bundle under the calibrated scenario, virtual clock,
+   recorded compute (deterministic: same bundle, same scenario, same answer), with the default profiler
+   correction (``nbox_replay.profiler``) and also with each rule and with none (the last recording's, in the
+   last lines of the table). With ``live`` (``--live``), the round also replays its bundle live (real clock,
+   operators re-executed and padded for the host work the replay does not re-run, nbox_replay/hostwork.py;
+   collectives answered by the calibrated scenario) across the nodes: ``nbox replay --nnodes N`` on each node,
+   one replayed rank per node, pinned in its namespace like the real ranks;
+4. a fresh plain run across the nodes (``torch.distributed.run --nnodes N``, no nbox, ``--report-times``): per
+   iteration the slowest rank's wall time after warm-up.
+
+The table's figures are the issue's: the rounds' median prediction against the pooled real iterations' median,
+with their p10-p90. Below it, the paired figure (:mod:`roundstats`): each round's prediction against that round's
+real run, their geometric mean error and its 90% interval over the rounds. A launch's median is a draw here (a
+standard deviation of 7-9% between back-to-back launches, half of it the address-space layout), so one recording
+against a few real launches cannot tell a 5% error from launch luck; fresh recordings put each recording's luck
+into one pair, where the interval counts it.
 
 The recorder's own observed figure (its un-instrumented iterations) is printed beside it, with the prediction's
 error against it (``vs rec``): the recording's clean iterations ran in the same launch, minutes before the
@@ -41,6 +48,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from roundstats import Paired, paired
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 29481
@@ -209,8 +218,9 @@ def _world_size(scenario: Path) -> int:
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
         live: bool = False, lean: int = 0, gloo_loop_batch: bool = True,
-        world: int = 2) -> tuple[list[dict[str, Any]], Path]:
-    """The rows of the table (module docstring), ``world`` nodes x one rank."""
+        world: int = 2, fresh: bool = True) -> tuple[list[dict[str, Any]], Path]:
+    """The rows of the table (module docstring), ``world`` nodes x one rank. ``fresh``: a new recording (and its
+    prediction) every round, paired with that round's real run; else one recording before the rounds."""
     from nbox_trace.testbed import Testbed
 
     rows = []
@@ -229,30 +239,59 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                 scenario = calibration
             print(f"calibration: measured -> {scenario}", file=sys.stderr)
         for ex in examples:
-            bundle, recorder_obs = record(tb, tmp, ex, warmup, steps - warmup, capture, lean)
-            pred = predict(bundle, scenario) | captured(bundle)
-            p = pred["predicted_us"]
+            rounds_out: list[dict[str, Any]] = []
             real: list[float] = []
-            per_round = []
             cpu_us: list[float] = []
             live_us: list[float] = []
+            once: tuple[Path, float, dict[str, Any]] | None = None
             for rnd in range(rounds):
-                job, splits = plain_run(tb, tmp, ex, steps, warmup, rnd)
-                real += job
-                per_round.append(statistics.median(job))
-                cpu_us += [s[0] for rank in splits for s in rank]
-                if live:
-                    live_us += live_replay(tb, tmp, bundle, scenario, rnd)
+                # counterbalanced: the real run first in even rounds, after the recording (and its live replay)
+                # in odd ones, so that a drift of the machine within a round does not favour one side
+                steps_in = ("real", "record") if rnd % 2 == 0 else ("record", "real")
+                got: dict[str, Any] = {"round": rnd}
+                for step in steps_in:
+                    if step == "real":
+                        job, splits = plain_run(tb, tmp, ex, steps, warmup, rnd)
+                        real += job
+                        got["observed_us"] = statistics.median(job)
+                        cpu_us += [s[0] for rank in splits for s in rank]
+                    else:
+                        if once is None or fresh:
+                            where = tmp / f"r{rnd}" if fresh else tmp
+                            where.mkdir(exist_ok=True)
+                            made, made_obs = record(tb, where, ex, warmup, steps - warmup, capture, lean)
+                            once = (made, made_obs, predict(made, scenario) | captured(made))
+                        bundle, rec_obs, pred = once
+                        got |= {"recorder_observed_us": rec_obs, "predicted_us": pred["predicted_us"]}
+                        if live:
+                            lv = live_replay(tb, tmp, bundle, scenario, rnd)
+                            live_us += lv
+                            got["live_us"] = statistics.median(lv)
+                rounds_out.append(got)
+            assert once is not None
             obs = statistics.median(real)
+            preds = [r["predicted_us"] for r in rounds_out]
+            p = statistics.median(preds)
+            recs = [r["recorder_observed_us"] for r in rounds_out]
+            pred = once[2]  # the last recording's details (breakdown, rules); the figures are the rounds' medians
             row = {"example": ex, "observed_median_us": obs, "observed_p10_us": pct(real, 10),
-                   "observed_p90_us": pct(real, 90), "n_observed": len(real), "round_medians_us": per_round,
-                   "recorder_observed_us": recorder_obs, "predicted_us": p, "error_pct": (p - obs) / obs * 100,
-                   "error_vs_recorder_pct": (p - recorder_obs) / recorder_obs * 100 if recorder_obs > 0 else None,
-                   "round_errors_pct": [(p - m) / m * 100 for m in per_round],
-                   "rank_cpu_median_us": statistics.median(cpu_us) if cpu_us else None, **pred}
+                   "observed_p90_us": pct(real, 90), "n_observed": len(real), "fresh_recordings": fresh,
+                   "rounds": rounds_out, "round_medians_us": [r["observed_us"] for r in rounds_out],
+                   "recorder_observed_us": statistics.median(recs), **pred, "predicted_us": p,
+                   "error_pct": (p - obs) / obs * 100,
+                   "error_vs_recorder_pct": statistics.median(
+                       (r["predicted_us"] - r["recorder_observed_us"]) / r["recorder_observed_us"] * 100
+                       for r in rounds_out if r["recorder_observed_us"] > 0) if any(x > 0 for x in recs) else None,
+                   "round_errors_pct": [(r["predicted_us"] - r["observed_us"]) / r["observed_us"] * 100
+                                        for r in rounds_out],
+                   "paired": paired(preds, [r["observed_us"] for r in rounds_out]).as_dict(),
+                   "rank_cpu_median_us": statistics.median(cpu_us) if cpu_us else None}
             if live_us:
                 row["live_us"] = statistics.median(live_us)
                 row["live_error_pct"] = (row["live_us"] - obs) / obs * 100
+                row["live_in_spread"] = row["observed_p10_us"] <= row["live_us"] <= row["observed_p90_us"]
+                row["live_paired"] = paired([r["live_us"] for r in rounds_out],
+                                            [r["observed_us"] for r in rounds_out]).as_dict()
             row["in_spread"] = row["observed_p10_us"] <= p <= row["observed_p90_us"]
             rows.append(row)
             print(format_rows([row]), file=sys.stderr)
@@ -281,8 +320,18 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                      f"{cpu:>11}  {rounds:<13}  {met}")
     for r in rows:
         if "live_us" in r:
+            met = "met" if abs(r["live_error_pct"]) <= 5 and r["live_in_spread"] else "NOT met"
             lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed): "
-                         f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%")
+                         f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%  {met}")
+    lines.append("paired rounds (each round's prediction against that round's real run; "
+                 + ("a fresh recording every round" if all(r.get("fresh_recordings", False) for r in rows)
+                    else "one recording for all rounds: its launch's luck is in every pair, not in the interval")
+                 + "): geometric mean error, 90% CI")
+    for r in rows:
+        if "paired" in r:
+            lines.append(f"  {r['example']:<18} virtual {Paired.from_dict(r['paired']).describe()}")
+        if "live_paired" in r:
+            lines.append(f"  {'':<18} live    {Paired.from_dict(r['live_paired']).describe()}")
     lines.append("prediction by --profiler-correction (error against the observed median / against the recorder's; "
                  "with a lean pass, off plays its times and gaps; a named rule: the profiled times under it, as "
                  "without a lean pass; the table's prediction is the default, on):")
