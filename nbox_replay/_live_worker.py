@@ -55,6 +55,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from emulator_core._autoload import register as register_nbox_backend
 from emulator_core.delay import sleep_until
 from nbox_replay.allocator import hold_heap
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations, load_rank
@@ -382,6 +383,9 @@ def main(argv: list[str]) -> int:
         g = correct_graphs({rank: g}, from_worker_doc(cfg.get("profiler")))[rank]  # the parent's rule and figures
         factor = float(cfg["factors"][str(rank)])
         where["phase"] = "init_process_group"
+        # `import torch` registers the backend through nbox's entry point, which exists only where nbox is
+        # installed; from a checkout on PYTHONPATH (bench/gpu_check.py on a lent GPU machine) it does not.
+        register_nbox_backend()
         dist.init_process_group("nbox", timeout=timedelta(seconds=float(cfg["timeout_s"])))
         if dist.get_rank() != rank or dist.get_world_size() != int(cfg["world"]):
             raise RuntimeError(f"the nbox backend gave rank {dist.get_rank()} of {dist.get_world_size()}, "

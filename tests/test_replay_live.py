@@ -412,7 +412,10 @@ def test_ddp_mlp_two_ranks_live() -> None:
 
 
 @pytest.mark.integration
-def test_one_replayed_rank_at_world_size_eight() -> None:
+def test_one_replayed_rank_at_world_size_eight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without torch's entry-point autoload, as where nbox runs from a checkout on PYTHONPATH (not installed):
+    # the worker registers the backend itself (seen on the first GPU machine: "Unknown backend type nbox").
+    monkeypatch.setenv("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     res = replay_live(_config(ranks=(0,), world=8))
     assert res.world_size == 8 and set(res.rank_end_us) == {0}
     assert _sane(res.iteration_us) and res.coverage > 0
