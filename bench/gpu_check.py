@@ -1,6 +1,6 @@
 """Every CUDA/NCCL path of nbox in one go, for the first machine with a GPU (issue 16).
 
-    python bench/gpu_check.py [--workdir DIR] [--json] [--budget-s 480]
+    python bench/gpu_check.py [--workdir DIR] [--logs DIR] [--json] [--budget-s 480]
 
 Steps, each a row of one table (what ran, pass / FAIL / skipped with the reason, seconds, figures):
 
@@ -52,8 +52,9 @@ class Row:
 class Check:
     """Runs the steps, keeps the rows, watches the budget."""
 
-    def __init__(self, work: Path, budget_s: float) -> None:
+    def __init__(self, work: Path, budget_s: float, logs: Path | None = None) -> None:
         self.work, self.budget_s, self.started = work, budget_s, time.monotonic()
+        self.logs = logs
         self.rows: list[Row] = []
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -71,10 +72,12 @@ class Check:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=self.env, cwd=ROOT,
                                   timeout=min(timeout_s, self.left_s()))
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
+            self.keep_log(step, cmd, -1, _text(exc.stdout), _text(exc.stderr))
             self.rows.append(Row(step, "FAIL", time.monotonic() - t0, note="timed out"))
             return None
         took = time.monotonic() - t0
+        self.keep_log(step, cmd, proc.returncode, proc.stdout, proc.stderr)
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
             self.rows.append(Row(step, "FAIL", took, note=f"exit {proc.returncode}: {last[:300]}"))
@@ -87,8 +90,22 @@ class Check:
         self.rows.append(Row(step, "pass", took))
         return doc
 
+    def keep_log(self, step: str, cmd: list[str], rc: int, stdout: str, stderr: str) -> None:
+        """With ``--logs DIR``: the step's command, exit status and whole output in DIR/NN-step.txt."""
+        if self.logs is None:
+            return
+        self.logs.mkdir(parents=True, exist_ok=True)
+        name = "".join(c if c.isalnum() else "-" for c in step)[:60]
+        text = f"$ {' '.join(cmd)}\nexit {rc}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n"
+        (self.logs / f"{len(self.rows):02d}-{name}.txt").write_text(text)
+
     def figure(self, **values: Any) -> None:
         self.rows[-1].figures.update(values)
+
+
+def _text(out: str | bytes | None) -> str:
+    """A timed-out child's partial output (``TimeoutExpired`` may hold bytes even with ``text=True``)."""
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
 
 
 def environment() -> tuple[Row, dict[str, Any]]:
@@ -172,9 +189,15 @@ def gpu_tests(chk: Check, cuda: bool) -> None:
         chk.rows.append(Row("pytest -m gpu", "skipped", note="no CUDA device (torch.cuda.is_available() is False)"))
         return
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu",
-                           str(ROOT / "tests")], capture_output=True, text=True, env=chk.env, cwd=ROOT,
-                          timeout=max(30.0, chk.left_s()))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "gpu", str(ROOT / "tests")]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=chk.env, cwd=ROOT,
+                              timeout=max(30.0, chk.left_s()))
+    except subprocess.TimeoutExpired as exc:
+        chk.keep_log("pytest -m gpu", cmd, -1, _text(exc.stdout), _text(exc.stderr))
+        chk.rows.append(Row("pytest -m gpu", "FAIL", time.monotonic() - t0, note="timed out"))
+        return
+    chk.keep_log("pytest -m gpu", cmd, proc.returncode, proc.stdout, proc.stderr)
     last = (proc.stdout.strip().splitlines() or [""])[-1]
     chk.rows.append(Row("pytest -m gpu", "pass" if proc.returncode == 0 else "FAIL", time.monotonic() - t0,
                         note=last[:200]))
@@ -193,6 +216,8 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="keep bundles here (default: a temporary folder)")
     ap.add_argument("--budget-s", type=float, default=480.0, help="the whole run's budget (default 480 s)")
     ap.add_argument("--no-cpu-standin", action="store_true", help="without CUDA, skip the CPU stand-in pipeline")
+    ap.add_argument("--logs", type=Path, default=None,
+                    help="write each step's command and whole output to DIR/NN-step.txt (for a run on a lent machine)")
     ap.add_argument("--json", action="store_true", help="also print the rows as one JSON document on stdout")
     args = ap.parse_args()
     tmp = None
@@ -200,7 +225,7 @@ def main() -> int:
         tmp = tempfile.mkdtemp(prefix="nbox-gpu-check-")
     work = args.workdir or Path(tmp or ".")
     work.mkdir(parents=True, exist_ok=True)
-    chk = Check(work, args.budget_s)
+    chk = Check(work, args.budget_s, args.logs)
     try:
         row, facts = environment()
         chk.rows.append(row)
