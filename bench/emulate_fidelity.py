@@ -170,6 +170,9 @@ def main() -> int:
                          "nbox_trace/testbed_threads.py) or at the kernel's default (README's runs J to T)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="--testbed: the calibrated scenario; measured on two nodes and written here when missing")
+    ap.add_argument("--max-of-nodes", action="store_true",
+                    help="--testbed: one more side, a diagnostic: a one-rank emulate on every node at once, each on "
+                         "its own, the slowest node's time per iteration (what each rank's own CPU adds)")
     ap.add_argument("--sizes", default="4KiB..16MiB", help="--testbed: nbox calibrate --sizes")
     ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
                     help="--testbed: nbox calibrate --collectives")
@@ -197,7 +200,7 @@ def _testbed(args: argparse.Namespace, variants: tuple[tuple[str, tuple[str, ...
     with tempfile.TemporaryDirectory(prefix="nbox-emulate-tb-") as tmp:
         rows = tb.run([e for e in args.examples.split(",") if e], args.world, args.rounds, args.steps, args.warmup,
                       args.rate, args.calibration, args.sizes, args.collectives, args.budget, Path(tmp), variants,
-                      args.gloo_loop == "batch")
+                      args.gloo_loop == "batch", args.max_of_nodes)
     print(f"\ntestbed: real W = {args.world} ({args.world} nodes x 1 rank, pinned, {args.rate} per link, gloo loop "
           f"{args.gloo_loop}) against "
           f"nbox emulate under the testbed's calibrated scenario\n" + tb.format_rows(rows), file=sys.stderr)

@@ -10,6 +10,11 @@ calibrated on the testbed's own link (``nbox calibrate -n 1 --nnodes 2``, or ``-
   against ``nbox emulate --world-size 4 -n 1`` on node 0 and ``nbox emulate --world-size 4 -n 1 --nnodes 2``
   across nodes 0 and 1 (multi-node emulate: 2 real ranks on 2 nodes, 2 emulated).
 
+``--max-of-nodes`` adds a diagnostic side: a one-rank ``nbox emulate`` on every node at once, each on its own, and
+per iteration the slowest node's time. It is what emulate would answer if each emulated peer carried the luck of
+a CPU of its own, as the real job's ranks do; its distance from ``emulate -n 1`` is what the mirror rule (an
+emulated member arrives with its mirror) leaves out on this machine.
+
 ``--variant NAME:K=V,...`` (repeatable) makes one emulated side per variant with those scenario overrides,
 e.g. ``--variant median:jitter=off --variant jitter:jitter=calibrated``. Rounds are interleaved, the real run first in
 even rounds and last in odd ones. Per side: median and p10-p90 of the job's
@@ -40,6 +45,10 @@ def _nbox(*args: object) -> list[str]:
     return [sys.executable, "-m", "nbox", *map(str, args)]
 
 
+#: The diagnostic side's name (``--max-of-nodes``).
+MAX_OF_NODES = "slowest of W x emulate -n 1 (diagnostic)"
+
+
 def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: int, scenario: Path, warmup: int,
                iterations: int, sets: tuple[str, ...] = ()) -> list[float]:
     """``nbox emulate`` of ``example`` as a world of ``world``, one real rank on each of the first ``nodes`` nodes,
@@ -67,12 +76,26 @@ def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: in
     return [float(x) for x in docs[0]["iteration_time_us"]["values"]]
 
 
+def emulate_max_of_nodes(tb: Any, tmp: Path, tag: str, example: str, world: int, scenario: Path, warmup: int,
+                         iterations: int) -> list[float]:
+    """A diagnostic, not a prediction: ``nbox emulate --world-size W -n 1`` on every node at once, each on its own
+    (no rendezvous: W independent one-rank emulations, each node's CPU busy as in the real job); per iteration,
+    the slowest node's time (us). What emulate would answer if each emulated peer carried the luck of a CPU of its
+    own, as the real job's ranks do (README, "Emulate and the slowest of two CPUs")."""
+    outs = on_nodes(tb, tmp, tag, lambda k: _nbox(
+        "emulate", "--example", example, "--world-size", world, "-n", 1, "--what-if", scenario, "--warmup", warmup,
+        "--iterations", iterations, "--timeout", 400, "--json"), timeout_s=500)
+    per_node = [[float(x) for x in json.loads(o)["iteration_time_us"]["values"]] for o in outs]
+    return [max(xs) for xs in zip(*per_node, strict=False)]
+
+
 def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path,
         variants: tuple[tuple[str, tuple[str, ...]], ...] = (("", ()),),
-        gloo_loop_batch: bool = True) -> list[dict[str, Any]]:
+        gloo_loop_batch: bool = True, max_of_nodes: bool = False) -> list[dict[str, Any]]:
     """The rows of the table (module docstring); each of ``variants`` ((name, ``--set`` overrides)) is one more
-    emulated side per real-rank layout, named ``emulate -n 1 [NAME]``."""
+    emulated side per real-rank layout, named ``emulate -n 1 [NAME]``; ``max_of_nodes`` adds the diagnostic side
+    of :func:`emulate_max_of_nodes`."""
     from nbox_trace.testbed import Testbed
 
     rows = []
@@ -81,9 +104,9 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
             scenario = calibration
             print(f"calibration: reusing {scenario}", file=sys.stderr)
         else:
-            scenario = calibrate(tb, tmp, sizes, collectives, budget) if world == 2 else None
-            if scenario is None:
+            if world != 2:
                 raise SystemExit("--world 4 needs --calibration FILE (measured on two nodes: run --world 2 first)")
+            scenario = calibrate(tb, tmp, sizes, collectives, budget)
             if calibration is not None:
                 calibration.write_text(scenario.read_text())
                 scenario = calibration
@@ -91,6 +114,8 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
         layouts = [("emulate -n 1", 1)] + ([("emulate -n 1 --nnodes 2", 2)] if world > 2 else [])
         sides = [(f"{label} [{name}]" if name else label, nodes, sets)
                  for label, nodes in layouts for name, sets in variants]
+        if max_of_nodes:
+            sides.append((MAX_OF_NODES, 0, ()))
         cpus = sorted({c for n in tb.nodes for c in n.cpus})
         shared = f"{world} nodes on {len(cpus)} CPU(s)" + (" (oversubscribed)" if world > len(cpus) else "")
         for ex in examples:
@@ -129,7 +154,9 @@ def _emulate_round(tb: Any, tmp: Path, ex: str, world: int, scenario: Path, warm
                    per_round: dict[str, list[float]]) -> None:
     """One round's emulated sides, their iterations appended to ``emu`` and their medians to ``per_round``."""
     for i, (name, nodes, sets) in enumerate(sides):
-        got = emulate_on(tb, tmp, f"emu-{ex}-{i}-{rnd}", ex, world, nodes, scenario, warmup, steps - warmup, sets)
+        tag = f"emu-{ex}-{i}-{rnd}"
+        got = (emulate_max_of_nodes(tb, tmp, tag, ex, world, scenario, warmup, steps - warmup) if nodes == 0 else
+               emulate_on(tb, tmp, tag, ex, world, nodes, scenario, warmup, steps - warmup, sets))
         emu[name] += got
         per_round[name].append(statistics.median(got))
 
