@@ -86,8 +86,11 @@ operators, which the virtual replay has nowhere else to play. Against the fresh 
 target counts, launch drift included) the two tie (mean absolute 5.10% and 4.87%; 18 and 17 of 27 within 5%):
 there a launch's luck (about 5-9% per launch on this VM, README) is larger than the difference. So ``to_clean``
 became the default, with two limits. On a GPU the host thread's CPU time holds its spins in synchronizing
-calls (not measured: no GPU has been lent), which ``to_clean`` would play as operator time: such ranks keep
-``proportional``. And where the recording machine was oversubscribed (W = 4 on two CPUs, two nodes per CPU:
+calls, which ``to_clean`` would play as operator time: such ranks keep ``proportional``. Neither rule is right
+there (measured on one H100, 2026-11-26, README "The GPU kit"): the captured ddp_mlp iteration took 12.2 ms of
+wall time against 1.45 ms clean with its thread on a CPU for 2.1 ms of it; CUDA activity tracing blocks the
+thread inside operators, and blocked time is not in the CPU-time figures either rule scales by (virtual replay
++284%). And where the recording machine was oversubscribed (W = 4 on two CPUs, two nodes per CPU:
 each training thread waited for a CPU 68-103% as long as it ran, against 1-8% at W = 2), ``to_clean`` is
 22-42% low against the recording's own iterations (``proportional`` 2-12%), because the thread's CPU time
 leaves out its turns waiting for the CPU, which a node with a CPU of its own does not take; adding the
