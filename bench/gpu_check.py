@@ -1,6 +1,6 @@
 """Every CUDA/NCCL path of nbox in one go, for the first machine with a GPU (issue 16).
 
-    python bench/gpu_check.py [--workdir DIR] [--logs DIR] [--json] [--budget-s 480]
+    python bench/gpu_check.py [--workdir DIR] [--logs DIR] [--lean auto|on|off] [--json] [--budget-s 480]
 
 Steps, each a row of one table (what ran, pass / FAIL / skipped with the reason, seconds, figures):
 
@@ -8,7 +8,8 @@ Steps, each a row of one table (what ran, pass / FAIL / skipped with the reason,
    ``PYTHONPATH`` for every command it starts, nothing is installed or fetched) and its dependencies present.
 2. per workload (``ddp_mlp``, ``ddp_transformer``): ``nbox record -n G --backend nccl`` (G = the GPUs, at most 2),
    ``nbox bundle verify``, ``nbox replay --clock virtual`` (recorded compute) and ``nbox replay --clock real
-   --compute live --device cuda``, each with its error against the recording's observed iteration time.
+   --compute live --device cuda``, each with its error against the recording's observed iteration time; on CUDA
+   (``--lean``) the same again for a recording with ``--lean-iterations 5 --capture 3``, fsdp2_transformer too.
 3. ``nbox emulate --world-size 8 -n 1`` on the GPU: the iteration time.
 4. ``nbox calibrate --backend nccl -n G``: the fitted bandwidth (needs two GPUs: NCCL does not put two ranks on one
    device, so one GPU skips it, saying so).
@@ -37,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ("ddp_mlp", "ddp_transformer")
+LEAN_ONLY = ("fsdp2_transformer",)  # recorded with the lean variant only (one more minute on a GPU)
 NEEDED = ("torch", "numpy", "typer", "rich", "google.protobuf")
 
 
@@ -140,30 +142,55 @@ def err_pct(predicted: float | None, observed: float | None) -> float | None:
     return round((predicted - observed) / observed * 100, 1)
 
 
-def pipeline(chk: Check, device: str, gpus: int, label: str) -> None:
-    """Record, verify, replay (virtual and live), emulate and calibrate on ``device`` ("cuda" or "cpu")."""
+#: The lean variant's recording flags: Kineto-alone operator times over 5 iterations, 3 captured iterations. On the
+#: first GPU (README, "The GPU kit") a one-iteration capture ran 8x its clean time (the thread blocked inside the
+#: operators under CUDA activity tracing) and replayed +41% to +284%; this variant replayed live within 1.3% on
+#: the DDP examples, so the kit measures both.
+LEAN_FLAGS: tuple[object, ...] = ("--lean-iterations", 5, "--capture", 3)
+
+
+def pipeline(chk: Check, device: str, gpus: int, label: str, lean: bool = False) -> None:
+    """Record, verify, replay (virtual and live), emulate and calibrate on ``device`` ("cuda" or "cpu"); with
+    ``lean``, each workload is also recorded with :data:`LEAN_FLAGS` and replayed both ways."""
     backend = "nccl" if device == "cuda" else "gloo"
     nproc = max(1, min(gpus, 2)) if device == "cuda" else 2
-    for wl in WORKLOADS:
-        bundle = chk.work / f"{wl}.{device}.bundle"
-        rec = chk.nbox(f"{label}record {wl} ({nproc} x {device}, {backend})", "record", "--example", wl, "-n", nproc,
-                       "--backend", backend, "--warmup", 3, "--iterations", 10, "-o", bundle, "--overwrite",
-                       "--timeout", 200)
-        if rec is None:
-            continue
-        observed = rec.get("observed_iteration_median_us")
-        chk.figure(observed_ms=round(observed / 1e3, 3) if observed else None)
-        chk.nbox(f"{label}verify {wl}", "bundle", "verify", bundle, timeout_s=120)
-        virt = chk.nbox(f"{label}replay {wl} virtual", "replay", bundle, "--clock", "virtual", "--compute",
-                        "recorded", "--iterations", 1)
-        if virt is not None:
-            pred = virt["baseline"]["iteration_us"]["median"]
-            chk.figure(predicted_ms=round(pred / 1e3, 3), error_pct=err_pct(pred, observed))
-        live = chk.nbox(f"{label}replay {wl} live ({device})", "replay", bundle, "--clock", "real", "--compute", "live",
-                        "--device", device, "--iterations", 3, "--warmup", 1, "--timeout", 200)
-        if live is not None:
-            meas = live["baseline"]["iteration_us"]["median"]
-            chk.figure(replayed_ms=round(meas / 1e3, 3), error_pct=err_pct(meas, observed))
+    variants: list[tuple[str, tuple[object, ...]]] = [("", ())] + ([("lean ", LEAN_FLAGS)] if lean else [])
+    for wl in WORKLOADS + (LEAN_ONLY if lean else ()):
+        for tag, flags in variants:
+            if wl in LEAN_ONLY and not tag:
+                continue
+            _one_workload(chk, device, backend, nproc, label + tag, wl, flags)
+    _emulate_and_calibrate(chk, device, gpus, label)
+
+
+def _one_workload(chk: Check, device: str, backend: str, nproc: int, label: str, wl: str,
+                  flags: tuple[object, ...]) -> None:
+    """Record ``wl`` (with ``flags``), verify it, replay it virtual and live: a row each."""
+    bundle = chk.work / f"{wl}.{device}.{label.strip().replace(' ', '-') or 'default'}.bundle"
+    rec = chk.nbox(f"{label}record {wl} ({nproc} x {device}, {backend})", "record", "--example", wl, "-n", nproc,
+                   "--backend", backend, "--warmup", 3, "--iterations", 10, *flags, "-o", bundle, "--overwrite",
+                   "--timeout", 200)
+    if rec is None:
+        return
+    observed = rec.get("observed_iteration_median_us")
+    chk.figure(observed_ms=round(observed / 1e3, 3) if observed else None)
+    chk.nbox(f"{label}verify {wl}", "bundle", "verify", bundle, timeout_s=120)
+    virt = chk.nbox(f"{label}replay {wl} virtual", "replay", bundle, "--clock", "virtual", "--compute",
+                    "recorded", "--iterations", 1)
+    if virt is not None:
+        pred = virt["baseline"]["iteration_us"]["median"]
+        chk.figure(predicted_ms=round(pred / 1e3, 3), error_pct=err_pct(pred, observed))
+    live = chk.nbox(f"{label}replay {wl} live ({device})", "replay", bundle, "--clock", "real", "--compute", "live",
+                    "--device", device, "--iterations", 3, "--warmup", 1, "--timeout", 200)
+    if live is not None:
+        meas = live["baseline"]["iteration_us"]["median"]
+        chk.figure(replayed_ms=round(meas / 1e3, 3), error_pct=err_pct(meas, observed))
+
+
+def _emulate_and_calibrate(chk: Check, device: str, gpus: int, label: str) -> None:
+    """``nbox emulate --world-size 8 -n 1`` and ``nbox calibrate`` rows."""
+    backend = "nccl" if device == "cuda" else "gloo"
+    nproc = max(1, min(gpus, 2)) if device == "cuda" else 2
     emu = chk.nbox(f"{label}emulate ddp_mlp --world-size 8 -n 1 ({device})", "emulate", "--world-size", 8, "-n", 1,
                    "--warmup", 3, "--iterations", 10, "--timeout", 200)
     if emu is not None:
@@ -216,6 +243,8 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="keep bundles here (default: a temporary folder)")
     ap.add_argument("--budget-s", type=float, default=480.0, help="the whole run's budget (default 480 s)")
     ap.add_argument("--no-cpu-standin", action="store_true", help="without CUDA, skip the CPU stand-in pipeline")
+    ap.add_argument("--lean", choices=("auto", "on", "off"), default="auto",
+                    help="also record each workload with a lean pass and 3 captured iterations (auto: on CUDA only)")
     ap.add_argument("--logs", type=Path, default=None,
                     help="write each step's command and whole output to DIR/NN-step.txt (for a run on a lent machine)")
     ap.add_argument("--json", action="store_true", help="also print the rows as one JSON document on stdout")
@@ -231,12 +260,12 @@ def main() -> int:
         chk.rows.append(row)
         if row.status == "pass":
             if facts.get("cuda"):
-                pipeline(chk, "cuda", int(facts.get("gpus", 1)), "")
+                pipeline(chk, "cuda", int(facts.get("gpus", 1)), "", lean=args.lean != "off")
             else:
                 chk.rows.append(Row("CUDA steps (record/replay/emulate/calibrate on the GPU)", "skipped",
                                     note="no CUDA device (torch.cuda.is_available() is False)"))
                 if not args.no_cpu_standin:
-                    pipeline(chk, "cpu", 0, "cpu stand-in: ")
+                    pipeline(chk, "cpu", 0, "cpu stand-in: ", lean=args.lean == "on")
             gpu_tests(chk, bool(facts.get("cuda")))
     finally:
         if tmp is not None:
