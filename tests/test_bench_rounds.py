@@ -1,0 +1,184 @@
+"""The benches' round design, with the testbed and every launch faked (no ranks, no namespaces, no torch).
+
+What the flags promise: ``bench/fidelity.py --testbed`` records afresh every round (``--one-recording``: once) and
+alternates which side runs first; ``bench/emulate_fidelity.py --testbed --max-of-nodes`` adds a diagnostic side
+that runs on every node and carries no target; ``bench/gpu_check.py --lean`` records each workload again with a
+lean pass, and ``--logs`` keeps each step's whole output.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import emulate_fidelity_testbed as eft  # noqa: E402
+import fidelity_testbed as ft  # noqa: E402
+import gpu_check as gc  # noqa: E402
+
+
+class FakeNode:
+    def __init__(self, k: int) -> None:
+        self.cpus = (k % 2,)
+        self.addr = f"10.0.0.{k + 1}"
+
+
+class FakeTestbed:
+    def __init__(self, world: int, rate: str = "1gbit", gloo_loop_batch: bool = True) -> None:
+        self.nodes = [FakeNode(k) for k in range(world)]
+
+    def __enter__(self) -> FakeTestbed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@pytest.fixture
+def fake_testbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbox_trace.testbed
+
+    monkeypatch.setattr(nbox_trace.testbed, "Testbed", FakeTestbed)
+
+
+def _replay_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh: bool) -> tuple[list[str], dict[str, Any]]:
+    events: list[str] = []
+    made = iter(range(100))
+
+    def record(tb: Any, where: Path, ex: str, warmup: int, iterations: int, capture: int,
+               lean: int = 0) -> tuple[Path, float]:
+        k = next(made)
+        events.append(f"record{k}")
+        return where / f"{ex}.{k}.bundle", 1000.0 + k
+
+    def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
+        return {"predicted_us": 1000.0 + 10 * int(bundle.name.split(".")[1])}
+
+    def plain_run(tb: Any, tmp: Path, ex: str, steps: int, warmup: int, rnd: int) -> tuple[list[float], list[Any]]:
+        events.append(f"real{rnd}")
+        return [1000.0, 1000.0], [[(500.0, 0.0)]]
+
+    def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> list[float]:
+        events.append(f"live{rnd}")
+        return [1050.0]
+
+    cal = tmp_path / "cal.toml"
+    monkeypatch.setattr(ft, "record", record)
+    monkeypatch.setattr(ft, "predict", predict)
+    monkeypatch.setattr(ft, "captured", lambda bundle: {})
+    monkeypatch.setattr(ft, "plain_run", plain_run)
+    monkeypatch.setattr(ft, "live_replay", live_replay)
+    monkeypatch.setattr(ft, "calibrate", lambda *a: cal)
+    rows, scenario = ft.run(["ddp_mlp"], 4, 13, 3, "1gbit", None, "4KiB..1MiB", "all_reduce", 0.2, tmp_path,
+                            live=True, fresh=fresh)
+    assert scenario == cal and len(rows) == 1
+    return events, rows[0]
+
+
+def test_the_replay_bench_records_every_round_and_alternates_the_order(fake_testbed: None,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    events, row = _replay_bench(monkeypatch, tmp_path, fresh=True)
+    assert events == ["real0", "record0", "live0", "record1", "live1", "real1",
+                      "real2", "record2", "live2", "record3", "live3", "real3"]
+    assert [r["predicted_us"] for r in row["rounds"]] == [1000.0, 1010.0, 1020.0, 1030.0]  # each round its own
+    assert row["predicted_us"] == 1015.0 and row["fresh_recordings"] is True
+    assert row["paired"]["rounds"] == 4 and row["paired"]["round_errors_pct"] == pytest.approx([0, 1, 2, 3])
+    assert row["live_paired"]["mean_error_pct"] == pytest.approx(5.0)
+    assert "a fresh recording every round" in ft.format_rows([row])
+
+
+def test_one_recording_is_made_once_and_paired_with_every_round(fake_testbed: None,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    events, row = _replay_bench(monkeypatch, tmp_path, fresh=False)
+    assert [e for e in events if e.startswith("record")] == ["record0"]
+    assert [r["predicted_us"] for r in row["rounds"]] == [1000.0] * 4
+    assert row["fresh_recordings"] is False
+    assert "one recording for all rounds" in ft.format_rows([row])
+
+
+def test_max_of_nodes_adds_a_diagnostic_side_on_every_node_without_a_target(fake_testbed: None,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            tmp_path: Path) -> None:
+    events: list[str] = []
+
+    def plain_run(tb: Any, tmp: Path, ex: str, steps: int, warmup: int, rnd: int) -> tuple[list[float], list[Any]]:
+        events.append(f"real{rnd}")
+        return [1000.0] * 3, []
+
+    def emulate_on(tb: Any, tmp: Path, tag: str, ex: str, world: int, nodes: int, scenario: Path, warmup: int,
+                   iterations: int, sets: tuple[str, ...] = ()) -> list[float]:
+        events.append(f"emulate{tag[-1]}")
+        return [1000.0] * 3
+
+    def max_of_nodes(tb: Any, tmp: Path, tag: str, ex: str, world: int, scenario: Path, warmup: int,
+                     iterations: int) -> list[float]:
+        events.append(f"max{tag[-1]}")
+        return [1200.0] * 3
+
+    cal = tmp_path / "cal.toml"
+    cal.write_text("")
+    monkeypatch.setattr(eft, "plain_run", plain_run)
+    monkeypatch.setattr(eft, "emulate_on", emulate_on)
+    monkeypatch.setattr(eft, "emulate_max_of_nodes", max_of_nodes)
+    rows = eft.run(["ddp_transformer"], 2, 2, 13, 3, "1gbit", cal, "", "", 0.2, tmp_path, max_of_nodes=True)
+    assert events == ["real0", "emulate0", "max0", "emulate1", "max1", "real1"]
+    sides = rows[0]["sides"]
+    assert sides[eft.MAX_OF_NODES]["error_pct"] == pytest.approx(20.0)
+    assert sides["emulate -n 1"]["paired"]["mean_error_pct"] == pytest.approx(0.0)
+    table = eft.format_rows(rows)
+    assert "(no target: a diagnostic)" in table and " met" in table
+    without = eft.run(["ddp_transformer"], 2, 1, 13, 3, "1gbit", cal, "", "", 0.2, tmp_path)
+    assert list(without[0]["sides"]) == ["emulate -n 1"]
+
+
+class FakeCheck(gc.Check):
+    """gpu_check's Check with every nbox command answered here; remembers the commands."""
+
+    def __init__(self, work: Path) -> None:
+        super().__init__(work, 480.0)
+        self.calls: list[tuple[object, ...]] = []
+
+    def nbox(self, step: str, *args: object, timeout_s: float = 240) -> dict[str, Any] | None:
+        self.calls.append(args)
+        self.rows.append(gc.Row(step, "pass"))
+        docs: dict[str, dict[str, Any]] = {
+                "record": {"observed_iteration_median_us": 1000.0},
+                "replay": {"baseline": {"iteration_us": {"median": 1100.0}}},
+                "emulate": {"iteration_time_us": {"median": 900.0}, "world_size_seen": 8},
+                "calibrate": {"fits": [{"collective": "all_reduce", "bandwidth_gbps": 10.0}]},
+                "bundle": {}}
+        return docs[str(args[0])]
+
+
+def test_gpu_check_lean_records_each_workload_again_with_a_lean_pass(tmp_path: Path) -> None:
+    plain = FakeCheck(tmp_path)
+    gc.pipeline(plain, "cpu", 0, "", lean=False)
+    lean = FakeCheck(tmp_path)
+    gc.pipeline(lean, "cpu", 0, "", lean=True)
+    records = [c for c in lean.calls if c[0] == "record"]
+    assert [c[2] for c in records] == ["ddp_mlp", "ddp_mlp", "ddp_transformer", "ddp_transformer",
+                                       "fsdp2_transformer"]
+    assert ["--lean-iterations" in c for c in records] == [False, True, False, True, True]
+    assert all(c[c.index("--capture") + 1] == 3 for c in records if "--lean-iterations" in c)
+    assert len([c for c in plain.calls if c[0] == "record"]) == 2
+    assert len({c[c.index("-o") + 1] for c in records}) == 5  # one bundle each
+    assert [r.step for r in lean.rows if r.step.startswith("lean replay ddp_mlp")] == [
+        "lean replay ddp_mlp virtual", "lean replay ddp_mlp live (cpu)"]
+
+
+def test_gpu_check_logs_keep_each_steps_command_and_output(tmp_path: Path) -> None:
+    chk = gc.Check(tmp_path, 480.0, tmp_path / "logs")
+    chk.keep_log("record ddp_mlp (1 x cuda, nccl)", ["python", "-m", "nbox", "record"], 1, "out", "boom")
+    (f,) = (tmp_path / "logs").iterdir()
+    assert f.name == "00-record-ddp-mlp--1-x-cuda--nccl-.txt"
+    assert f.read_text() == "$ python -m nbox record\nexit 1\n--- stdout\nout\n--- stderr\nboom\n"
+    assert gc._text(b"partial \xff") == "partial \ufffd" and gc._text(None) == ""
+    gc.Check(tmp_path, 480.0).keep_log("x", [], 0, "", "")  # without --logs: nothing written
+    assert len(list((tmp_path / "logs").iterdir())) == 1
