@@ -424,3 +424,101 @@ def test_the_bucket_saves_link_time_whatever_a_collectives_calibrated_bandwidth(
     n = 1 << 22
     first = fabric.answer(g, "reduce_scatter", n, [0.0, 0.0])
     assert first.cost_us == pytest.approx(fabric.price(g, "reduce_scatter", n)[1] - 800.0)
+
+
+# ------------------------------------------------------------------------------------------------ compute noise
+def _iterations(s: Scenario, group_ranks: range, real: list[int], intervals: list[list[float]],
+                sites: list[list[float]] | None = None, with_positions: bool = True) -> list[list[Answer]]:
+    """Iteration i issues one all-reduce per entry of ``intervals[i]`` on ``group_ranks`` (of size
+    ``sites[i][p]``, default 1 MiB); every real member arrives ``intervals[i][p]`` after the previous completion."""
+    fabric = Fabric(s)
+    g = fabric.group(group_ranks, real)
+    out: list[list[Answer]] = []
+    free = 0.0
+    for i, row in enumerate(intervals):
+        out.append([])
+        for p, d in enumerate(row):
+            nbytes = sites[i][p] if sites is not None else float(1 << 20)
+            a = fabric.answer(g, "all_reduce", nbytes, [free + d] * len(real),
+                              position=(i, p) if with_positions else None)
+            out[-1].append(a)
+            free = a.end_us
+    return out
+
+
+def _waits(answers: list[list[Answer]], intervals: list[list[float]]) -> list[list[float]]:
+    """How long each call started after its real members arrived (microseconds)."""
+    out: list[list[float]] = []
+    free = 0.0
+    for row, ds in zip(answers, intervals, strict=True):
+        out.append([])
+        for a, d in zip(row, ds, strict=True):
+            out[-1].append(a.start_us - (free + d))
+            free = a.end_us
+    return out
+
+
+# iterations 0-9: the call at position p takes 1000 * (p + 1) + i us of compute; 10-29: none (arrive at once)
+NOISY = [[1000.0 * (p + 1) + i for p in range(3)] for i in range(10)] + [[0.0, 0.0, 0.0] for _ in range(20)]
+
+
+def test_compute_noise_replays_one_earlier_iteration_of_the_mirror_per_iteration() -> None:
+    """`compute_noise = "mirror_history"`: in each iteration an emulated member replays its mirror's compute of
+    one earlier iteration, the same one at every position of the iteration (a whole iteration's structure, not
+    per-call draws), at the same position only; "off" and calls without a position are unmoved; reproducible."""
+    on = dgx64(compute_noise="mirror_history")
+    off_waits = _waits(_iterations(dgx64(), range(2), [0], NOISY), NOISY)
+    assert all(w == 0.0 for row in off_waits for w in row)  # the mirror arrives with the real member
+    assert _iterations(on, range(2), [0], NOISY, with_positions=False) == _iterations(dgx64(), range(2), [0], NOISY)
+    runs = _iterations(on, range(2), [0], NOISY)
+    assert runs == _iterations(on, range(2), [0], NOISY)  # the same draws in every run
+    waits = _waits(runs, NOISY)
+    assert waits[:answer_mod.NOISE_MIN_HISTORY] == [[0.0] * 3] * answer_mod.NOISE_MIN_HISTORY  # too little history
+    replayed = set()
+    for i in range(10, 30):
+        w = waits[i]
+        if w[1] == 0.0:  # drew an iteration of no compute: no wait anywhere in the iteration
+            assert w == [0.0, 0.0, 0.0]
+            continue
+        j = round(w[1] - 2000.0)  # the replayed iteration, from position 1...
+        assert 0 <= j < 10 and 0 < i - j <= answer_mod.NOISE_HISTORY
+        assert w[1] == pytest.approx(2000.0 + j) and w[2] == pytest.approx(3000.0 + j)  # ...the same at 2
+        if j > 0:  # position 0 of iteration 0 had no previous completion: nothing on record there
+            assert w[0] == pytest.approx(1000.0 + j)
+        replayed.add(j)
+    assert len(replayed) >= 3  # the draws vary from iteration to iteration
+
+
+def test_compute_noise_takes_the_latest_of_the_emulated_mirrors_and_skips_other_collectives() -> None:
+    """Seven emulated mirrors of one real member replay seven distinct earlier iterations each time: the latest
+    counts, so they wait at least as long as one does, on average longer; an earlier iteration whose call at the
+    position was another size is not replayed there; a group of real members only has nothing to draw for."""
+    on = dgx64(compute_noise="mirror_history")
+    one = _waits(_iterations(on, range(2), [0], NOISY), NOISY)
+    seven = _waits(_iterations(on, range(8), [0], NOISY), NOISY)
+    assert sum(map(sum, seven[10:])) > sum(map(sum, one[10:])) > 0.0
+    for i in range(10, 30):  # seven distinct lags out of the <= 32 on record: the earliest 10 hold compute
+        available = min(answer_mod.NOISE_HISTORY, i)
+        if available - 10 < 7:  # fewer no-compute iterations on record than mirrors: one replays compute
+            assert seven[i][1] >= 2000.0
+    sizes = [[float(1 << 20)] * 3 for _ in range(30)]
+    for i in range(10):
+        sizes[i][2] = float(1 << 21)  # position 2 was another size in the iterations that held compute
+    other = _waits(_iterations(on, range(2), [0], NOISY, sites=sizes), NOISY)
+    assert any(other[i][1] > 0.0 for i in range(10, 30))
+    assert all(other[i][2] == 0.0 for i in range(10, 30))
+    all_real = _iterations(on, range(2), [0, 1], NOISY)
+    assert all_real == _iterations(dgx64(), range(2), [0, 1], NOISY)
+
+
+def test_compute_noise_is_a_scenario_key_that_round_trips_and_refuses_other_values() -> None:
+    from emulator_core.scenario import ScenarioError
+    from emulator_core.scenario_toml import dump_toml, loads_scenario
+
+    s = dgx64(compute_noise="mirror_history")
+    assert Scenario.from_dict(s.to_dict()) == s and loads_scenario(dump_toml(s)) == s
+    assert 'compute_noise = "mirror_history"' in dump_toml(s) and "compute_noise" not in dump_toml(dgx64())
+    assert load_scenario(SCENARIOS / "dgx_h100_400g.toml", ["compute_noise=mirror_history"]).compute_noise == \
+        "mirror_history"
+    with pytest.raises(ScenarioError, match="compute_noise"):
+        dgx64(compute_noise="sometimes")
