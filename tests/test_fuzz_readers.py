@@ -543,7 +543,9 @@ def et_files(draw: st.DrawFn, nodes: list[pb.Node]) -> tuple[bytes, bool]:
     meta.attr.extend(draw(_META_ATTRS))
     frames = [encode_delimited(meta)] + [encode_delimited(node) for node in nodes]
     bodies = [meta.SerializeToString()] + [node.SerializeToString() for node in nodes]
-    damaged = False
+    # a node of default fields only (id 0, no name, type 0, no deps, times 0) encodes to nothing: its frame is
+    # b"\x00", which the reader takes (as Chakra's does) for the end of the nodes, like the "zero" damage below
+    damaged = any(not body for body in bodies[1:])
     for _ in range(draw(_DAMAGE_COUNT)):
         i = draw(_POS) % len(frames)
         how = draw(_DAMAGE)
