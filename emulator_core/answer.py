@@ -8,22 +8,6 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   i.e. on time. A member the scenario lists as a straggler (``[[stragglers]]``, real or emulated) arrives
   late: its compute since the group's previous completion is stretched by its slowdown,
   ``arrival' = free + (arrival - free) * slowdown`` with ``free`` the previous completion on the group.
-* **compute noise of their own** (the scenario's ``compute_noise = "mirror_history"``; off by default; it acts
-  in ``nbox emulate``, whose ranks number their iterations at each optimizer step, and replay refuses it). An
-  emulated member then does not arrive with its mirror: for the whole of iteration ``i`` it replays its mirror's
-  compute of an earlier iteration ``i - lag``, ``lag`` drawn by :func:`draw` from ``jitter_seed`` once per
-  iteration among the last :data:`NOISE_HISTORY` iterations on record (at least :data:`NOISE_MIN_HISTORY` of
-  them, else it arrives with its mirror): at the ``p``-th call of the iteration on the group it arrives
-  ``free + max(0, a - free')``, where ``a - free'`` was its mirror's interval from the group's previous
-  completion to its arrival at the ``p``-th call of iteration ``i - lag`` (used only where that call was the same
-  collective and size). Of the ``m`` emulated members that mirror one real member, ``min(m, history)`` draw
-  distinct lags and the latest arrival counts. One lag for a whole iteration keeps the noise's structure inside
-  an iteration (a slow phase of a CPU slows all of its segments; per-call draws at a "call site" mixed FSDP2's
-  equal-size collectives of different segments and overshot, run E3). Why at all: a real job waits at each
-  collective for its slowest rank, and ranks on their own CPUs draw their noise independently; a mirror arrives
-  exactly with its real rank and so carries none of it. Measured on the namespace testbed (2026-11-26, 8 rounds
-  of ddp_transformer): the per-iteration maximum of two independent one-rank emulations was 5.4% above one of
-  them alone, the real two-rank job's excess over ``nbox emulate -n 1``.
 * **start.** ``start = max(free, max of the members' arrivals)``: a collective cannot start before its
   last participant arrives, and collectives on one group run one after another, in issue order (one
   communication stream per communicator, as NCCL and gloo do).
@@ -73,13 +57,7 @@ from typing import NamedTuple
 from emulator_core.pricing import GroupShape, Pricer, burst_us, calibration_for, group_shape, make_pricer
 from emulator_core.scenario import Calibration, Scenario
 
-__all__ = ["NOISE_HISTORY", "NOISE_MIN_HISTORY", "Answer", "Fabric", "FabricGroup", "draw", "mirror_member",
-           "mirror_weights"]
-
-#: ``compute_noise``: how many of its mirror's latest iterations an emulated member draws from, and how many must be
-#: on record before it draws at all (before that it arrives with its mirror).
-NOISE_HISTORY, NOISE_MIN_HISTORY = 32, 4
-_NOISE_SALT = 0x6E6F697365  # "noise": the draws of compute_noise apart from the jitter's on the same group
+__all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -159,8 +137,6 @@ class FabricGroup:
     answered: int = 0
     #: Identifies the group's members for :func:`draw` (crc32 of the sorted global ranks; 0: the whole world).
     key: int = 0
-    #: Per real member (``real_positions`` order), how many emulated members mirror it.
-    emulated_per_real: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
@@ -170,12 +146,6 @@ class FabricGroup:
         self._credit: dict[str, tuple[float, float]] = {}  # collective -> (burst_us, zero-byte price us)
         # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
         self._burst: tuple[str, float, float] = ("", 0.0, 0.0)
-        # compute_noise: per (position in the iteration, real member): iteration -> ((collective, bytes), interval);
-        # the iteration the lags were drawn for, the first iteration on record, the lags per real member
-        self._intervals: dict[tuple[int, int], dict[int, tuple[tuple[str, float], float]]] = {}
-        self._noise_iteration = -1
-        self._noise_first = -1
-        self._lags: dict[int, tuple[int, ...]] = {}
 
 
 class Fabric:
@@ -225,54 +195,7 @@ class Fabric:
                     continue
             stragglers.append((st.slowdown, mirror_member(j, positions)))
         key = 0 if ranks is None else zlib.crc32(",".join(map(str, sorted(members))).encode())
-        emulated = tuple(w - 1 for w in mirror_weights(shape.size, positions))
-        return FabricGroup(shape, tuple(positions), tuple(stragglers), key=key, emulated_per_real=emulated)
-
-    def _noisy_arrival(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
-                       position: tuple[int, int]) -> float:
-        """The latest arrival of the emulated members under ``compute_noise`` (module docstring; ``-inf`` when
-        none draws), and each real member's interval added to its history. ``position``: (iteration, index of
-        the call in the iteration on this group)."""
-        free = group.free_us
-        iteration, index = position
-        if iteration != group._noise_iteration:
-            group._noise_iteration = iteration
-            group._lags.clear()
-            if group._noise_first < 0:
-                group._noise_first = iteration
-        if free == -math.inf:
-            return -math.inf
-        site = (collective, nbytes)
-        latest = -math.inf
-        for k, a in enumerate(arrivals_us):
-            history = group._intervals.setdefault((index, k), {})
-            m = group.emulated_per_real[k] if k < len(group.emulated_per_real) else 0
-            for lag in self._lags_of(group, iteration, k, m):
-                past = history.get(iteration - lag)
-                if past is not None and past[0] == site:
-                    latest = max(latest, free + past[1])
-            history[iteration] = (site, max(0.0, a - free))
-            if len(history) > NOISE_HISTORY + 1:
-                del history[min(history)]
-        return latest
-
-    def _lags_of(self, group: FabricGroup, iteration: int, k: int, m: int) -> tuple[int, ...]:
-        """The distinct lags (1..available) the ``m`` emulated mirrors of real member ``k`` replay in
-        ``iteration``, drawn once per iteration (partial Fisher-Yates on :func:`draw`)."""
-        hit = group._lags.get(k)
-        if hit is not None:
-            return hit
-        available = min(NOISE_HISTORY, iteration - group._noise_first)
-        lags: tuple[int, ...] = ()
-        if m > 0 and available >= NOISE_MIN_HISTORY:
-            pool = list(range(1, available + 1))
-            for c in range(min(m, available)):
-                u = draw(self.scenario.jitter_seed, group.key ^ _NOISE_SALT, (iteration * 1_000_003 + k) * 64 + c)
-                j = c + int(u * (available - c))
-                pool[c], pool[j] = pool[j], pool[c]
-            lags = tuple(pool[:min(m, available)])
-        group._lags[k] = lags
-        return lags
+        return FabricGroup(shape, tuple(positions), tuple(stragglers), key=key)
 
     def price(self, group: FabricGroup, collective: str, nbytes: float) -> tuple[str, float]:
         """``(algorithm, cost_us)`` of ``collective`` on ``nbytes`` over ``group``, cached per group."""
@@ -321,7 +244,7 @@ class Fabric:
 
     def answer(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
                *, send_bytes: Sequence[float] | None = None,
-               recv_bytes: Sequence[float] | None = None, position: tuple[int, int] | None = None) -> Answer:
+               recv_bytes: Sequence[float] | None = None) -> Answer:
         """Answer one collective and advance the group's stream (see the module docstring).
 
         Args:
@@ -330,8 +253,6 @@ class Fabric:
             nbytes: the size in costmodels' convention (the per-rank input; see costmodels' table).
             arrivals_us: issue time of each real member, in ``group.real_positions`` order.
             send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
-            position: (iteration, index of this call in the iteration on the group), as ``nbox emulate``'s ranks
-                count them; ``compute_noise`` acts only on calls that carry one.
 
         Raises:
             ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.
@@ -349,8 +270,6 @@ class Fabric:
                 a = arrivals_us[k]
                 late = base + (a - base) * slowdown if a > base else a
                 last = max(last, late)
-        if position is not None and self.scenario.compute_noise == "mirror_history" and any(group.emulated_per_real):
-            last = max(last, self._noisy_arrival(group, collective, nbytes, arrivals_us, position))
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
             algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)
@@ -380,4 +299,3 @@ class Fabric:
         group.free_us = end
         group.answered += 1
         return Answer(start, end, cost, algorithm)
-

@@ -56,7 +56,7 @@ from emulator_core.emulation_config import EmulationConfig, EmulationConfigError
 from emulator_core.objectp2p import guard_recv_object_list
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
-           "clock_report", "create_process_group", "mark_iteration", "remove_observer"]
+           "clock_report", "create_process_group", "remove_observer"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
@@ -96,7 +96,6 @@ class _Pending:
     nbytes: float
     issue_us: float
     pricing: Mapping[str, Any] | None = None
-    position: tuple[int, int] | None = None  # (iteration, index of the call in it on the group): see _position
 
 
 @dataclass
@@ -110,8 +109,6 @@ class _Group:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pending: queue.SimpleQueue[_Pending | None] = field(default_factory=queue.SimpleQueue)
     resolver: threading.Thread | None = None
-    iteration: int = -1  # the iteration (mark_iteration's count) of the group's latest call, and its calls in it
-    calls_in_iteration: int = 0
 
 
 #: An observer of the collectives: ``fn(process_group, method, args)``, called on the calling thread just before
@@ -239,7 +236,6 @@ class NboxProcessGroup(dist.ProcessGroup):
         def what() -> str:
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
-        position = _position(g)
         if g.inner is None:
             if self.config.move_data:  # the mirror copies; timing only skips them (they would cost the rank CPU)
                 with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view
@@ -247,8 +243,8 @@ class NboxProcessGroup(dist.ProcessGroup):
                 run_finish(finish)
             arrivals_us = [ref_issue_ns / 1000.0] * n_real
             with g.lock:
-                ans = self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, position=position,
-                                         **(pricing or {}))
+                ans = (self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us) if pricing is None else
+                       self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, **pricing))
             done_us = time.perf_counter_ns() / 1000.0
             start_us, end_us = self._local_us(ans.start_us), self._local_us(ans.end_us)
             self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
@@ -273,8 +269,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
             if g.resolver is None:
                 self._start_resolver(g)
-            g.pending.put(_Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
-                                   position))
+            g.pending.put(_Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing))
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
@@ -296,8 +291,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                 if item.ts_work is not None:
                     item.ts_work.wait(limit)
                 arrivals = [a / 1000.0 for a in item.ts.tolist()]
-                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, position=item.position,
-                                         **(item.pricing or {}))
+                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, **(item.pricing or {}))
                 for w in item.works:
                     w.wait(limit)
                 run_finish(item.finish)
@@ -543,23 +537,6 @@ never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork)
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None
 _CLOCK: Clock | None = None
-_ITERATION = 0  # iteration boundaries seen by this process (mark_iteration)
-
-
-def mark_iteration() -> None:
-    """An iteration of the script ended (``nbox emulate``'s ranks call it at each boundary, the optimizer step):
-    the calls after it count from 0 again in the next iteration, on every group (``compute_noise``,
-    :mod:`emulator_core.answer`)."""
-    global _ITERATION
-    _ITERATION += 1
-
-
-def _position(g: _Group) -> tuple[int, int]:
-    """(iteration, index of the call in it on ``g``) for the call being issued on the script's thread."""
-    if g.iteration != _ITERATION:
-        g.iteration, g.calls_in_iteration = _ITERATION, 0
-    g.calls_in_iteration += 1
-    return g.iteration, g.calls_in_iteration - 1
 
 
 def clock_report() -> dict[str, float] | None:
