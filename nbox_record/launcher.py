@@ -109,18 +109,33 @@ def script_path(cfg: RecordConfig) -> Path:
     return _EXAMPLES_DIR / f"{cfg.example}.py"
 
 
-def _resolve_backend(cfg: RecordConfig) -> str:
-    if cfg.backend != "auto":
-        return cfg.backend
-    import torch  # only here: the CLI must not import torch for --help
+def recorded_backend(flag: str, timings: dict[int, dict[str, Any]]) -> str | None:
+    """The backend the bundle names (manifest ``producer.backend``): the one the ranks' default process group
+    used, as each rank wrote it in its timings (:func:`nbox_record.recordfacts.rank_timings`), else ``--backend``
+    unless that was ``auto``. The flag only reaches a script through ``NBOX_BACKEND`` (the built-in examples read
+    it; a script picks its own in ``init_process_group``), so the ranks are the witness, not the flag."""
+    seen = sorted({str(t["backend"]) for t in timings.values() if t.get("backend")})
+    if seen:
+        return ",".join(seen)
+    return None if flag == "auto" else flag
 
-    return "nccl" if torch.cuda.is_available() else "gloo"
+
+def backend_notice(flag: str, timings: dict[int, dict[str, Any]]) -> str | None:
+    """A notice when ``--backend`` named a backend and the ranks used another (None otherwise): the flag sets
+    ``NBOX_BACKEND``, which a script that chooses its own backend does not read."""
+    used = recorded_backend("auto", timings)
+    if flag == "auto" or used is None or used == flag:
+        return None
+    return (f"--backend {flag}: the ranks used {used} (the flag sets NBOX_BACKEND, which the built-in examples "
+            f"read; this script chose its own backend in init_process_group); the bundle says {used}")
 
 
 def launch_spec(cfg: RecordConfig, work: Path, backend: str, log_dir: Path) -> Launch:
     """The launch of ``cfg``'s script (:mod:`nbox_trace.launch`): rendezvous at ``rdzv_endpoint`` or standalone;
     the environment adds ``extra_env``, then :func:`nbox_record.recordenv.record_env` (the injected bootstrap
-    first on ``PYTHONPATH``) and ``NBOX_BACKEND``."""
+    first on ``PYTHONPATH``) and ``NBOX_BACKEND`` = ``backend`` (``auto``, ``gloo`` or ``nccl``; the built-in
+    examples resolve ``auto`` in the rank: nccl where CUDA is available, else gloo). ``auto`` is not resolved
+    here: that meant importing torch in the ``nbox record`` process, 2.5-3.5 s before any rank started."""
     args = list(cfg.script_args)
     if cfg.script is None:  # a built-in example runs exactly the iterations the capture needs, plus slack
         args = ["--steps", str(max(cfg.warmup, 1) + cfg.iterations + cfg.lean + cfg.capture + 2), *args]
@@ -234,22 +249,21 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
     started = time.monotonic()
     script = script_path(cfg)
     check_outputs([Output("-o/--out", cfg.out, "dir", cfg.overwrite)], inputs=[script])  # before any rank starts
-    backend = _resolve_backend(cfg)
     cfg.out.resolve().parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{cfg.out.name}.raw-", dir=cfg.out.resolve().parent))
     log_dir = work / "logs"
     try:
-        say(f"launching {cfg.nproc_per_node} rank(s) of {script.name} ({backend}): warm-up {cfg.warmup}, "
-            f"timed {cfg.iterations}, lean {cfg.lean}, captured {cfg.capture}")
-        result = run(launch_spec(cfg, work, backend, log_dir))
+        say(f"launching {cfg.nproc_per_node} rank(s) of {script.name} (backend {cfg.backend}): warm-up "
+            f"{cfg.warmup}, timed {cfg.iterations}, lean {cfg.lean}, captured {cfg.capture}")
+        result = run(launch_spec(cfg, work, cfg.backend, log_dir))
         dirs = _rank_dirs(work)
         complete = result.ok and len(dirs) == cfg.nproc_per_node and all(
             (d / raw.TIMINGS).is_file() and (d / raw.HOST_ET).is_file() for d in dirs.values())
         if not complete and not cfg.keep_partial:
             raise _failure(cfg, work, result)
         say("converting the capture to Chakra ET")
-        bundle, ranks, median_us, nodes_per_rank = _write_bundle(cfg, work, script, backend, complete,
-                                                                 local_addr=result.launch.local_addr)
+        bundle, ranks, median_us, nodes_per_rank = _write_bundle(cfg, work, script, None, complete,
+                                                                 local_addr=result.launch.local_addr, say=say)
         return RecordResult(bundle, ranks, median_us, complete, time.monotonic() - started, nodes_per_rank)
     finally:
         if cfg.keep_raw:
@@ -272,10 +286,13 @@ def _node_facts(cfg: RecordConfig, timings: dict[int, dict[str, Any]], local_add
             "nodes": [node]}
 
 
-def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, complete: bool,
-                  emulation: dict[str, Any] | None = None,
-                  local_addr: str | None = None) -> tuple[Path, list[int], float, dict[int, int]]:
+def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str | None, complete: bool,
+                  emulation: dict[str, Any] | None = None, local_addr: str | None = None,
+                  say: Callable[[str], None] | None = None) -> tuple[Path, list[int], float, dict[int, int]]:
     """Convert the ranks' captures in ``work`` and write the bundle ``cfg.out``.
+
+    ``backend``: the manifest's ``producer.backend``; None: the one the ranks used (:func:`recorded_backend`),
+    with :func:`backend_notice` passed to ``say`` where ``--backend`` named another.
 
     ``emulation`` (from ``nbox emulate -o``): {"world_size": W, "real_ranks": [global rank of each real
     process], ...}. The traces are then named by the global rank each real process played, the job's
@@ -306,6 +323,11 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str, com
     conv = convert_ranks(inputs, staging)
     groups, nodes_per_rank = conv.process_groups, conv.nodes_per_rank
     first = timings[min(timings)]
+    if backend is None:
+        backend = recorded_backend(cfg.backend, timings)
+        notice = backend_notice(cfg.backend, timings)
+        if notice and say is not None:
+            say(notice)
     observed = observed_summary({r: t["iteration_us"] for r, t in timings.items()})
     cpu = thread_cpu_figures(timings)  # the profiler's overhead, for the replay (nbox_replay.profiler)
     if cpu:

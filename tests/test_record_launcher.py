@@ -272,3 +272,29 @@ def test_peers_are_read_from_any_rank_folder_and_never_fail_a_run(tmp_path: Path
 def test_a_negative_lean_iteration_count_is_refused_by_its_flag(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--lean-iterations must be >= 0, got -1"):
         cfg(tmp_path, lean=-1)
+
+
+def test_the_bundle_names_the_backend_the_ranks_used_and_auto_is_resolved_in_the_rank(tmp_path: Path) -> None:
+    """`--backend auto` reaches the ranks as NBOX_BACKEND=auto (the built-in examples resolve it; resolving it in
+    nbox record's own process meant importing torch, 2.5-3.5 s before any rank started); the manifest names the
+    backend the ranks' process group used, and a flag the script did not follow gets a notice."""
+    assert launch_env(cfg(tmp_path), tmp_path / "work", "auto")["NBOX_BACKEND"] == "auto"
+    gloo = {0: {"backend": "gloo"}, 1: {"backend": "gloo"}}
+    assert L.recorded_backend("auto", gloo) == L.recorded_backend("nccl", gloo) == "gloo"
+    assert L.recorded_backend("nccl", {0: {}}) == "nccl" and L.recorded_backend("auto", {0: {}}) is None
+    assert L.recorded_backend("auto", {0: {"backend": "nccl"}, 1: {"backend": "gloo"}}) == "gloo,nccl"
+    assert L.backend_notice("auto", gloo) is None and L.backend_notice("gloo", gloo) is None
+    notice = L.backend_notice("nccl", gloo)
+    assert notice is not None and notice.startswith("--backend nccl: the ranks used gloo")
+
+
+def test_the_examples_resolve_auto_where_they_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from nbox_record.examples import ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp
+
+    here = "nccl" if torch.cuda.is_available() else "gloo"
+    for module in (ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp):
+        monkeypatch.setenv("NBOX_BACKEND", "auto")
+        assert module.default_backend() == here
+        monkeypatch.setenv("NBOX_BACKEND", "gloo")
+        assert module.default_backend() == "gloo"

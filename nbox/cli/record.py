@@ -51,7 +51,9 @@ def record_cmd(
         help="Iterations profiled by Kineto alone before the capture; the captured operators take their "
              "median wall times (without the ET observer's cost) and the gaps between them. Off by default: "
              "those wall times include the thread's waits for communication (README). 0: none.", min=0)] = 0,
-    backend: Annotated[str, typer.Option(help="auto | gloo | nccl (auto: nccl with CUDA, else gloo).")] = "auto",
+    backend: Annotated[str, typer.Option(
+        help="auto | gloo | nccl: the built-in examples' backend (NBOX_BACKEND; auto: nccl with CUDA, else "
+             "gloo). A script picks its own; the bundle names the one the ranks used.")] = "auto",
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
     example: Annotated[str, typer.Option(
         help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp.")] = "ddp_mlp",

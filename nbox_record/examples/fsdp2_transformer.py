@@ -86,7 +86,12 @@ def shard(model: TinyTransformer) -> None:
 
 
 def default_backend() -> str:
-    return os.environ.get("NBOX_BACKEND") or ("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    """``NBOX_BACKEND`` (``auto``, as ``nbox record --backend auto`` sets it: nccl where CUDA is available, else
+    gloo), or without it gloo, ``cpu:gloo,cuda:nccl`` where CUDA is available."""
+    chosen = os.environ.get("NBOX_BACKEND")
+    if chosen == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return chosen or ("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
 
 
 def main(argv: list[str] | None = None) -> None:
