@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ["ddp_mlp", "ddp_transformer", "fsdp2_transformer"]
 MAGIC = b"ustar\x0000"
 GNU_MAGIC = b"ustar  \x00"
-FUZZ = settings(max_examples=int(os.environ.get("NBOX_FUZZ_EXAMPLES", "2300")), deadline=None,
+FUZZ = settings(max_examples=int(os.environ.get("NBOX_FUZZ_EXAMPLES", "1300")), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

@@ -16,7 +16,7 @@ The contract in every case: the reader returns, or raises an :class:`~nbox_trace
 names the file; never another exception, and nothing is written outside the case's own directory.
 
 ``NBOX_FUZZ_EXAMPLES`` overrides the number of examples of every test
-(the defaults add up to 5,600; with tests/test_archive.py, 10,200 a run).
+(the defaults add up to 3,300; with tests/test_archive.py, 5,900 a run).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def run_parse(raw: bytes, where: str = "fuzz/manifest.json") -> None:
         check_manifest(m)
 
 
-@fuzz_settings(2200)
+@fuzz_settings(1200)
 @given(which=st.integers(min_value=0, max_value=7), ops=st.lists(mutation, min_size=1, max_size=5))
 def test_mutated_manifest_bytes(manifest_sources: list[bytes], which: int, ops: list[tuple[str, int, Any]]) -> None:
     run_parse(mutate(manifest_sources[which % len(manifest_sources)], ops))
@@ -265,7 +265,7 @@ def manifest_texts(draw: st.DrawFn, base: dict[str, Any]) -> bytes:
 _BASE = json.loads(MANIFEST_SOURCES[0].read_text()) if MANIFEST_SOURCES else {"schema": "nbox.bundle"}
 
 
-@fuzz_settings(1600)
+@fuzz_settings(1000)
 @given(raw=manifest_texts(_BASE))
 def test_structured_manifests(raw: bytes) -> None:
     run_parse(raw)
@@ -367,7 +367,7 @@ def _build_bundle(case: Path, entries: list[tuple[str, str, int]], manifest_stat
     return root
 
 
-@fuzz_settings(500)
+@fuzz_settings(300)
 @given(layout=bundle_layouts())
 def test_bundle_directory_files(workdir: Path, layout: tuple[list[tuple[str, str, int]], str, list[str]]) -> None:
     entries, manifest_state, extras = layout
@@ -584,7 +584,7 @@ def run_inspect_rank(path: Path, rank: int, nodes: list[pb.Node], damaged: bool)
     assert report.critical_path_us >= 0 and report.depth <= report.node_count
 
 
-@fuzz_settings(1000)
+@fuzz_settings(600)
 @given(data=st.data(), rank=st.integers(min_value=-2, max_value=70))
 def test_structured_graphs_inspect_rank(workdir: Path, data: st.DataObject, rank: int) -> None:
     nodes = data.draw(graphs())
@@ -604,7 +604,7 @@ COMM_GROUP_TEXTS = st.one_of(
 )
 
 
-@fuzz_settings(300)
+@fuzz_settings(200)
 @given(data=st.data(), world=st.integers(min_value=1, max_value=3), comm_group=st.none() | COMM_GROUP_TEXTS)
 def test_structured_graphs_inspect_trace(workdir: Path, data: st.DataObject, world: int,
                                          comm_group: str | None) -> None:

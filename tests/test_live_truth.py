@@ -257,9 +257,9 @@ def test_compute_scale_acts_in_real_clock_replay(tmp_path: Path) -> None:
     fast = run_replay(ReplayConfig(str(MLP), overrides=("compute_scale=2",), compute="recorded", clock="real",
                                    ranks=(0,), iterations=1, timeout_s=120.0))
     assert 0.3 < fast.what_if.compute_us / fast.baseline.compute_us < 0.75
-    # live operators on a shared machine are noisy (one repetition ran 3.5x its usual time): medians of 5 pairs
+    # live operators on a shared machine are noisy (one repetition ran 3.5x its usual time): medians of 3 pairs
     slow = run_replay(ReplayConfig(str(MLP), overrides=("compute_scale=0.5",), compute="live", clock="real",
-                                   ranks=(0,), iterations=5, timeout_s=200.0))
+                                   ranks=(0,), iterations=3, timeout_s=200.0))
     assert 1.3 < slow.what_if.compute_us / slow.baseline.compute_us < 3.5
 
 
@@ -283,15 +283,17 @@ def test_an_identical_what_if_prints_one_inside_the_paired_spread() -> None:
     lie on both sides of 1.0 on real launches (the mechanism against an order effect is
     test_counterbalanced_pairs_cancel_an_order_effect).
 
-    15 pairs: for an identical what-if each pair's side of 1.0 is a coin flip, and p10-p90 of 15 ratios misses
-    1.0 only when at most one ratio lies on one side (about 0.1%); with 7 pairs that was about 12%. (It ran at 10
-    pairs, min <= 1 <= max, while each launch paid torchrun's agent's import of torch; 30 launches now take about
-    75 s.)"""
-    rep = run_replay(ReplayConfig(str(MLP), compute="recorded", clock="real", ranks=(0,), iterations=15,
-                                  warmup=1, timeout_s=400.0))
+    10 pairs: for an identical what-if each pair's side of 1.0 is a coin flip, so all 10 ratios fall on one side
+    in 2 of 1024 runs (0.2%). The report's verdict ("inside" the p10-p90 of the ratios, or not) is checked against
+    the spread it printed: p10-p90 of 10 ratios misses 1.0 in about 2% of runs, a true property of 10 pairs, not a
+    test failure. (It ran 15 pairs and asserted "inside" until 2026-11-27: 107 s, the suite's longest test, while
+    CI ran over its 20 minutes; 20 launches take about 70 s.)"""
+    rep = run_replay(ReplayConfig(str(MLP), compute="recorded", clock="real", ranks=(0,), iterations=10,
+                                  warmup=1, timeout_s=300.0))
     spread = rep.paired_spread()
     ratios = rep.paired_speedups or []
-    assert spread is not None and spread["pairs"] == 15
+    assert spread is not None and spread["pairs"] == 10
     assert all(math.isfinite(x) for x in ratios)
-    assert spread["p10"] <= 1.0 <= spread["p90"], ratios
-    assert "1.00x inside" in rep.format_text()
+    assert min(ratios) <= 1.0 <= max(ratios), ratios
+    inside = spread["p10"] <= 1.0 <= spread["p90"]
+    assert ("1.00x inside" in rep.format_text()) == inside, (spread, rep.format_text())

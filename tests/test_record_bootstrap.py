@@ -1,8 +1,9 @@
 """The in-rank bootstrap (nbox_record/bootstrap.py + _inject/sitecustomize.py) on real 2-rank gloo runs.
 
 Each integration test launches ``python -m torch.distributed.run --nproc-per-node 2`` on an unmodified
-script with the inject folder on PYTHONPATH, exactly as ``nbox record`` does, and checks the raw files
-of every rank (see nbox_record/rawformat.py). One thread per rank (OMP_NUM_THREADS=1). A few fast unit
+script with the inject folder on PYTHONPATH, as ``nbox record`` does, and checks the raw files of every rank
+(see nbox_record/rawformat.py); the built-in examples are recorded by ``nbox record --keep-raw`` itself, and
+their bundles checked beside the raw files. One thread per rank (OMP_NUM_THREADS=1). A few fast unit
 tests (configuration, sitecustomize chaining) need no torch.
 """
 
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 
 from nbox_record import bootstrap, rawformat, recordenv
+from nbox_trace.chakra import pb
+from tests.test_record_cli import check_bundle, comm_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECT = ROOT / "nbox_record" / "_inject"
@@ -62,9 +65,10 @@ def _load(path: Path) -> Any:
 class Run:
     """One finished recording: the process result and the per-rank files."""
 
-    def __init__(self, proc: subprocess.CompletedProcess[str], out: Path) -> None:
+    def __init__(self, proc: subprocess.CompletedProcess[str], out: Path, bundle: Path | None = None) -> None:
         self.proc = proc
         self.out = out
+        self.bundle = bundle  # the converted bundle, where `nbox record` made one
 
     def why(self) -> str:
         proc = self.proc
@@ -79,17 +83,33 @@ class Run:
 
 @pytest.fixture(scope="module")
 def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    """Record each built-in example once (8 steps = warm-up 2 + timed 5 + captured 1), lazily."""
-    cache: dict[str, Run] = {}
+    """Record each built-in example once, lazily, with ``nbox record --keep-raw`` (warm-up 2, timed 5, captured
+    1): the raw per-rank files the in-rank bootstrap wrote are checked here, and the bundle converted from them
+    too. One recording serves both layers; until 2026-11-27 this file launched torchrun on each example and
+    tests/test_record_cli.py recorded each again (about 30 s of the suite)."""
 
     class Lazy(dict[str, Run]):
         def __missing__(self, name: str) -> Run:
-            out = tmp_path_factory.mktemp(name)
-            proc = _record(EXAMPLES / f"{name}.py", out, "--steps", str(WARMUP + ITERATIONS + 1 + 2))
-            cache[name] = Run(proc, out)
-            return cache[name]
+            base = tmp_path_factory.mktemp(name)
+            bundle = base / f"{name}.bundle"
+            env = {k: v for k, v in os.environ.items() if not k.startswith("NBOX_")}
+            env["OMP_NUM_THREADS"] = "1"
+            proc = subprocess.run([sys.executable, "-m", "nbox", "record", "--example", name, "--warmup", str(WARMUP),
+                                   "--iterations", str(ITERATIONS), "--keep-raw", "-o", str(bundle), "--json"],
+                                  env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+            kept = sorted(base.glob(f".{bundle.name}.raw-*"))  # nbox_record.launcher's work folder, kept
+            self[name] = Run(proc, kept[0] if len(kept) == 1 else base / "no-raw-capture-kept", bundle)
+            return self[name]
 
     return Lazy()
+
+
+def _check_bundle(run: Run) -> None:
+    """The bundle `nbox record` converted from the raw files: complete, verified, --strict clean, its summary on
+    stdout (``--json``: one document naming it)."""
+    doc = json.loads(run.proc.stdout)
+    assert doc["bundle"] == str(run.bundle) and doc["complete"] is True and doc["ranks"] == [0, 1]
+    check_bundle(run.bundle, ITERATIONS)
 
 
 def _check_common(run: Run) -> list[list[dict[str, Any]]]:
@@ -186,6 +206,11 @@ def test_ddp_example_all_reduces_every_gradient_once(example_runs: dict[str, Run
         assert all(r["comm_type"] == "ALL_REDUCE" and r["in_numel"] == r["out_numel"] for r in records)
         assert sum(r["comm_bytes"] for r in records) == grad_bytes
         assert all(r["async_op"] for r in records)  # DDP's reducer issues them asynchronously
+    _check_bundle(run)
+    for rank in (0, 1):  # the bundle's Chakra collectives: every gradient byte all-reduced once per iteration
+        colls = comm_nodes(run.bundle, rank)
+        assert colls and all(c[0] == pb.ALL_REDUCE for c in colls)
+        assert sum(c[1] for c in colls) == grad_bytes
 
 
 @pytest.mark.integration
@@ -200,7 +225,8 @@ def test_fsdp2_example_all_gathers_and_reduce_scatters_the_shards(example_runs: 
         sum(math.ceil(p.shape[0] / WORLD) * (p.numel() // p.shape[0]) * p.element_size() for p in params)
         for params in groups
     )
-    for records in _check_common(example_runs["fsdp2_transformer"]):
+    run = example_runs["fsdp2_transformer"]
+    for records in _check_common(run):
         gathers = [r for r in records if r["comm_type"] == "ALL_GATHER"]
         scatters = [r for r in records if r["comm_type"] == "REDUCE_SCATTER"]
         assert gathers and scatters and len(gathers) + len(scatters) == len(records)
@@ -213,6 +239,14 @@ def test_fsdp2_example_all_gathers_and_reduce_scatters_the_shards(example_runs: 
         assert sorted(r["out_numel"] * 4 for r in scatters) == shard_bytes
         for r in scatters:
             assert r["in_numel"] == WORLD * r["out_numel"]
+    _check_bundle(run)
+    shards = set(shard_bytes)
+    for rank in (0, 1):  # in the bundle: an all-gather's comm_size is this rank's input shard, a
+        colls = comm_nodes(run.bundle, rank)  # reduce-scatter's the unsharded input
+        bundle_gathers = [c[1] for c in colls if c[0] == pb.ALL_GATHER]
+        bundle_scatters = [c[1] for c in colls if c[0] == pb.REDUCE_SCATTER]
+        assert bundle_gathers and bundle_scatters
+        assert set(bundle_gathers) == shards and set(bundle_scatters) == {WORLD * b for b in shards}
 
 
 NO_OPTIMIZER = """
