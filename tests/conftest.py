@@ -77,8 +77,15 @@ RANK_FILES = {"test_anonymize_record.py", "test_backend.py", "test_calibrate.py"
               "test_record_gpu.py", "test_replay_live.py"}
 
 
+#: Rank-launching test files whose launches each start one process (a live replay of one rank): they run first in
+#: the ``ranks`` group, while the other worker's unit tests hold the other core, so the two-rank launches come
+#: later, when both cores are free (2026-11-27: the group was 1053 s of a 1072 s suite, CI's limit 20 minutes).
+ONE_PROCESS_FILES = ("test_live_truth.py",)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the group into the node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in ONE_PROCESS_FILES)  # stable: collection order otherwise
     testbed_skip = None
     for item in items:
         testbed = item.get_closest_marker("testbed") is not None

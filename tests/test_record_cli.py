@@ -6,6 +6,7 @@ Each test launches torchrun (about 6 s of start-up on this machine), so they are
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from nbox_record import rawformat
 from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
 from nbox_trace.chakra import pb, read_et
 from nbox_trace.chakra.attrs import attr_map
@@ -101,9 +103,16 @@ def test_a_script_without_optimizer_steps_is_told_about_the_marker(tmp_path: Pat
     script = tmp_path / "nostep.py"
     script.write_text("import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
                       "x = torch.ones(4)\nfor _ in range(3):\n    dist.all_reduce(x)\n")
-    proc = nbox("record", "-o", tmp_path / "x.bundle", "--timeout", 120, "--", script)
+    proc = nbox("record", "-o", tmp_path / "x.bundle", "--timeout", 120, "--keep-raw", "--", script)
     assert proc.returncode != 0
     assert "nbox_record.step()" in proc.stderr
+    (raw_dir,) = tmp_path.glob(".x.bundle.raw-*")  # --keep-raw: what each rank wrote
+    for rank in (0, 1):
+        error = json.loads((raw_dir / f"rank{rank}" / rawformat.ERROR).read_text())
+        assert set(error) == {"rank", "type", "message", "traceback", "time_us"}
+        assert error["rank"] == rank and error["type"] == "NoIterationBoundary"
+        assert "nbox_record.step()" in error["message"]
+        assert not (raw_dir / f"rank{rank}" / rawformat.TIMINGS).exists()
 
 
 def test_the_marker_defines_iterations_for_a_script_without_optimizer(tmp_path: Path) -> None:
@@ -114,11 +123,20 @@ def test_the_marker_defines_iterations_for_a_script_without_optimizer(tmp_path: 
     out = tmp_path / "m.bundle"
     # --backend reaches a script only through NBOX_BACKEND, which this one does not read: the bundle names the
     # backend its ranks used (gloo), and a notice says the flag did not choose it
-    proc = nbox("record", "--warmup", 2, "--iterations", 3, "--backend", "nccl", "-o", out, "--", script)
+    proc = nbox("record", "--warmup", 2, "--iterations", 3, "--backend", "nccl", "--keep-raw", "-o", out, "--",
+                script)
     assert proc.returncode == 0, proc.stderr
     assert f"wrote {out}" in proc.stdout  # issue 13: record's final summary is on stdout
     assert "--backend nccl: the ranks used gloo" in proc.stderr
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no raw capture left behind
+    (raw_dir,) = tmp_path.glob(".m.bundle.raw-*")  # --keep-raw: the ranks' own files
+    for rank in (0, 1):
+        timings = json.loads((raw_dir / f"rank{rank}" / rawformat.TIMINGS).read_text())
+        assert timings["boundary"] == "marker" and len(timings["iteration_us"]) == 3
+        assert len(timings["iteration_cpu_us"]) == 3 and len(timings["capture_cpu_us"]) == 1
+        records = json.loads((raw_dir / f"rank{rank}" / rawformat.COLLECTIVES).read_text())["collectives"]
+        assert [(r["op"], r["comm_bytes"], r["async_op"]) for r in records] == [("allreduce_", 4096, False)]
+        # A blocking collective is waited on by torch.distributed itself: completion is known.
+        assert records[0]["done_us"] is not None and records[0]["wait_us"] is None
     assert read_manifest(out).producer["backend"] == "gloo"
     assert read_manifest(out).capture["boundary"] == "marker"
     assert [c[:2] for c in comm_nodes(out, 0)] == [(pb.ALL_REDUCE, 4096)]
@@ -206,6 +224,7 @@ def test_the_lean_pass_times_the_captured_operators_and_the_replay_plays_them(tm
              "--lean-iterations", 2, "-o", out)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "lean 2" in r.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no raw capture left behind
     assert read_manifest(out).capture["iterations_lean"] == 2
     for rank in (0, 1):
         _, nodes = read_et(out / "trace" / f"trace.{rank}.et")
