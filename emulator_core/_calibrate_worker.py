@@ -193,7 +193,8 @@ def _rested(op: Callable[[], object], pairs: int, rest_s: float, device: Any) ->
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="emulator_core._calibrate_worker")
     ap.add_argument("--out", type=Path, required=True, help="Folder for result.json / error-rank<R>.json.")
-    ap.add_argument("--backend", choices=("gloo", "nccl"), required=True)
+    ap.add_argument("--backend", choices=("auto", "gloo", "nccl"), required=True,
+                    help="auto: nccl with CUDA, else gloo")
     ap.add_argument("--collectives", required=True, help="Comma list.")
     ap.add_argument("--sizes", required=True, help="Comma list of bytes.")
     ap.add_argument("--warmup", type=int, default=2)
@@ -216,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
         import torch.distributed as dist
 
+        if args.backend == "auto":  # decided here, where torch is loaded anyway (nbox calibrate's process is not)
+            args.backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout_s))
         world = dist.get_world_size()
         local = int(os.environ.get("LOCAL_RANK", "0"))

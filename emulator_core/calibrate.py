@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator_core.calibration import CalibrateConfig, CalibrateInputError, CalibrationWriteError
+from emulator_core.calibration import CalibrateConfig, CalibrateInputError, CalibrationError, CalibrationWriteError
 from emulator_core.calibration_fit import ALPHA_FLOOR_US, BurstFit, Fit, fit, fit_burst, significant
 from emulator_core.calibration_run import measure_run
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology
@@ -136,6 +136,11 @@ class CalibrateResult:
 def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None) -> CalibrateResult:
     """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring."""
     run = measure_run(config)
+    if config.backend == "auto":  # the ranks decided (emulator_core._calibrate_worker): the fit is per library
+        used = run.info.get("backend")
+        if used not in ("gloo", "nccl"):
+            raise CalibrationError(f"the calibration ranks reported backend {used!r}, expected gloo or nccl")
+        config = replace(config, backend=str(used))
     world = run.info.get("world_size")
     ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
     fits = fit(run.measurements, ranks, config.backend)

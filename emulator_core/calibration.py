@@ -28,7 +28,7 @@ ALGORITHMS: Mapping[str, Mapping[str, str]] = {
     "nccl": {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "broadcast": "ring",
              "all_to_all": "direct", "barrier": "dissemination", "send_recv": "direct"},
 }
-BACKENDS = ("gloo", "nccl")
+BACKENDS = ("auto", "gloo", "nccl")
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 #: Default sizes: 1 KiB .. 64 MiB in x4 steps (bytes).
 DEFAULT_SIZES: tuple[int, ...] = tuple(KIB * 4**k for k in range(9))
@@ -104,7 +104,8 @@ class CalibrateConfig:
 
     Attributes:
         nproc: ranks to launch on this machine (1 .. 1024; at least 2 on one node: collectives need peers).
-        backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (one GPU per rank).
+        backend: ``"gloo"`` (CPU tensors), ``"nccl"`` (one GPU per rank) or ``"auto"`` (nccl where the ranks
+            see CUDA, else gloo: decided in the ranks, :func:`emulator_core.calibrate.calibrate` reads which).
         sizes: message sizes in bytes (1 .. 4 GiB; costmodels' convention, e.g. all_gather: the shard); sorted.
         collectives: a subset of :data:`SUPPORTED`.
         warmup: untimed iterations per point (>= 1; they also size the timed run).

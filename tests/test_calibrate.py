@@ -452,6 +452,8 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     s = load_scenario(out)
     assert s.world_size == 2 and s.calibrated("all_gather", "loopback") is not None
     assert doc["scenario"] == s.to_dict()
+    # no --backend: auto, decided in the ranks (CPU here: gloo), and the file says which was measured
+    assert "2 ranks, gloo." in out.read_text()
     rest = doc["link_rest"]  # the largest all_reduce size, at least 15 pairs (no figure asserted: loopback)
     assert rest["nbytes"] == 65536 and rest["pairs"] >= 15 and rest["burst_bytes"] == s.topology.dims[0].burst_bytes
 
@@ -474,3 +476,27 @@ def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:
     assert fit_.jitter_us == table
     entry = cal.scenario_fragment([fit_], nproc=2).calibrated("all_reduce", "loopback")
     assert entry is not None and entry.jitter_us == table
+
+
+def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--backend auto`` (the default) is decided in the ranks, so nbox calibrate's process never imports torch;
+    the fit and the file follow what the ranks report, and a report that is neither gloo nor nccl is an error."""
+    import emulator_core.calibrate as cal
+    from emulator_core.calibration import CalibrateConfig, CalibrationError
+    from emulator_core.calibration_run import MeasureRun
+
+    link = cm.Link(40.0, 2000.0)
+    meas = synthetic("all_reduce", "ring", 2, link, SIZES)
+    for reported in ("nccl", "gloo", "mpi"):
+        monkeypatch.setattr(cal, "measure_run", lambda c, r=reported: MeasureRun(
+            meas, {"backend": r, "world_size": 2}, 1.0))
+        out = tmp_path / f"{reported}.toml"
+        cfg = CalibrateConfig(backend="auto", collectives=("all_reduce",), sizes=tuple(SIZES))
+        if reported == "mpi":
+            with pytest.raises(CalibrationError, match="reported backend 'mpi'"):
+                cal.calibrate(cfg, out)
+            assert not out.exists()
+            continue
+        res = cal.calibrate(cfg, out)
+        assert f"2 ranks, {reported}." in out.read_text() and res.fits[0].collective == "all_reduce"

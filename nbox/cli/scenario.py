@@ -156,8 +156,9 @@ def scenario_export(
 def calibrate_cmd(
     out: Annotated[Path, typer.Option("-o", "--out", help="Scenario fragment (TOML) to write.")],
     nproc: Annotated[int, typer.Option("-n", "--nproc", help="Ranks to launch on this machine (node).")] = 2,
-    backend: Annotated[Optional[str], typer.Option(help="gloo | nccl (default: nccl with CUDA, else gloo).")]  # noqa: UP045
-    = None,
+    backend: Annotated[str, typer.Option(
+        help="auto | gloo | nccl (auto: nccl where the ranks see CUDA, else gloo; decided in the ranks).")]
+    = "auto",
     sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
     = "1KiB..64MiB",
     collectives: Annotated[str, typer.Option(help="Comma list (default: all measurable).")]
@@ -194,26 +195,20 @@ def calibrate_cmd(
 
       nbox calibrate -n 1 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400 -o net.toml  (and rank 1)
     """
-    from dataclasses import replace
-
     from emulator_core.calibrate import calibrate
     from emulator_core.calibration import CalibrateConfig, parse_sizes
     from nbox_trace.files import Output, check_outputs
 
-    cfg = CalibrateConfig(nproc=nproc, backend=backend or "gloo", sizes=parse_sizes(sizes), budget_s=budget,
+    cfg = CalibrateConfig(nproc=nproc, backend=backend, sizes=parse_sizes(sizes), budget_s=budget,
                           collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
                           timeout_s=timeout, rest_ms=rest,
                           dimension=dimension or ("loopback" if nnodes == "1" else "network"),
                           nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, local_addr=local_addr,
                           rdzv_host=rdzv_host)  # bad input is refused before torch loads
     check_outputs([Output("-o/--out", out, "file")])  # and a bad output before any rank starts
-    if backend is None:
-        import torch  # only here: --help must not load torch
-
-        cfg = replace(cfg, backend="nccl" if torch.cuda.is_available() else "gloo")
     if not json_out:
         sys.stderr.write(f"nbox calibrate: measuring {len(cfg.collectives)} collective(s) x {len(cfg.sizes)} "
-                         f"size(s) on {cfg.nproc} {cfg.backend} rank(s)"
+                         f"size(s) on {cfg.nproc} rank(s), backend {cfg.backend}"
                          + (f" of this node (node rank {cfg.node_rank} of {cfg.nnodes})" if cfg.nnodes != "1" else "")
                          + "\n")
     cmd = "nbox calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else None
