@@ -1,6 +1,6 @@
 """The `nbox` torch.distributed backend: an ordinary script sees world size W while N real gloo ranks run it.
 
-Integration tests launch tests/nbox_backend_worker.py with torch.distributed.run (N = 1 or 2 real processes,
+Integration tests launch tests/nbox_backend_worker.py with nbox's launcher (N = 1 or 2 real processes,
 loopback, timeouts) and check what the script observed against the mirror rule (emulator_core/mirror.py),
 worked out by hand for W = 8: with real ranks [0, 1] every real rank stands for 4 members.
 """
@@ -10,9 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from importlib.metadata import entry_points
@@ -29,17 +26,18 @@ WORKER = ROOT / "tests" / "nbox_backend_worker.py"
 
 
 def launch(nproc: int, modes: str, world_size: int, timeout_s: float = 240, **env: str) -> list[dict[str, Any]]:
-    """Run the worker on ``nproc`` real ranks; one result dict per real rank, ordered by global rank."""
+    """Run the worker on ``nproc`` real ranks with nbox's one launcher (torchrun's environment, without its agent's
+    2-3 s import of torch per launch); one result dict per real rank, ordered by global rank."""
+    from nbox_trace.launch import Launch, run
+
     with tempfile.TemporaryDirectory(prefix="nbox-backend-test-") as results_dir:
-        full_env = {**os.environ, "OMP_NUM_THREADS": "1", "NBOX_WORLD_SIZE": str(world_size),
-                    "NBOX_TEST_RESULTS": results_dir, **env}
-        proc = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-             "--max-restarts=0", str(WORKER), modes],
-            capture_output=True, text=True, timeout=timeout_s, env=full_env, cwd=ROOT,
-        )
+        logs = Path(results_dir) / "logs"
+        res = run(Launch(str(WORKER), logs, args=(modes,), nproc_per_node=nproc, timeout_s=timeout_s,
+                         env={"OMP_NUM_THREADS": "1", "NBOX_WORLD_SIZE": str(world_size),
+                              "NBOX_TEST_RESULTS": results_dir, **env}))
         results = [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("rank*.json"))]
-    assert proc.returncode == 0 and len(results) == nproc, proc.stdout[-3000:] + proc.stderr[-6000:]
+        why = "\n".join(f"--- {f.relative_to(logs)}\n{f.read_text()[-3000:]}" for f in sorted(logs.rglob("*.log")))
+    assert res.ok and len(results) == nproc, f"{res.returncode} {res.timed_out}\n{res.stderr[-2000:]}\n{why}"
     return sorted(results, key=lambda r: int(r["rank"]))
 
 
@@ -178,10 +176,11 @@ def test_timing_only_moves_no_data_and_a_receive_is_answered_from_its_senders_is
 
 
 @pytest.mark.integration
-def test_a_bad_setting_fails_the_script_with_the_variable_named() -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NBOX_WORLD_SIZE": "8", "NBOX_REAL_RANKS": "0,9"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "--max-restarts=0",
-         str(WORKER), "ddp"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
-    assert proc.returncode != 0
-    assert "NBOX_REAL_RANKS: lists 2 ranks but the job has 1 real processes" in proc.stderr
+def test_a_bad_setting_fails_the_script_with_the_variable_named(tmp_path: Path) -> None:
+    from nbox_trace.launch import Launch, run
+
+    res = run(Launch(str(WORKER), tmp_path / "logs", args=("ddp",), timeout_s=120,
+                     env={"OMP_NUM_THREADS": "1", "NBOX_WORLD_SIZE": "8", "NBOX_REAL_RANKS": "0,9"}))
+    stderr = "".join(f.read_text() for f in (tmp_path / "logs").rglob("stderr.log"))
+    assert not res.ok
+    assert "NBOX_REAL_RANKS: lists 2 ranks but the job has 1 real processes" in stderr

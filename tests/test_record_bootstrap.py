@@ -1,10 +1,10 @@
 """The in-rank bootstrap (nbox_record/bootstrap.py + _inject/sitecustomize.py) on real 2-rank gloo runs.
 
-Each integration test launches ``python -m torch.distributed.run --nproc-per-node 2`` on an unmodified
-script with the inject folder on PYTHONPATH, as ``nbox record`` does, and checks the raw files of every rank
-(see nbox_record/rawformat.py); the built-in examples are recorded by ``nbox record --keep-raw`` itself, and
-their bundles checked beside the raw files. One thread per rank (OMP_NUM_THREADS=1). A few fast unit
-tests (configuration, sitecustomize chaining) need no torch.
+Each integration test launches 2 ranks of an unmodified script with the inject folder first on PYTHONPATH
+(nbox's one launcher, :mod:`nbox_trace.launch`: the environment torchrun gives its workers), as ``nbox record``
+does, and checks the raw files of every rank (see nbox_record/rawformat.py); the built-in examples are recorded
+by ``nbox record --keep-raw`` itself, and their bundles checked beside the raw files. One thread per rank
+(OMP_NUM_THREADS=1). A few fast unit tests (configuration, sitecustomize chaining) need no torch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import collections
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -35,27 +34,25 @@ ITERATIONS = 5
 RAW_FILES = (rawformat.HOST_ET, rawformat.KINETO, rawformat.COLLECTIVES, rawformat.TIMINGS)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _record(script: Path, out: Path, *args: str, extra_env: dict[str, str] | None = None,
             timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NBOX_")}
-    env.update({
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(INJECT), str(ROOT)]),
-        "NBOX_RECORD_DIR": str(out),
-        "NBOX_WARMUP": str(WARMUP),
-        "NBOX_ITERATIONS": str(ITERATIONS),
-        "NBOX_BACKEND": "gloo",
-    })
-    env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script), *args]
-    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    """Start ``script`` on 2 ranks with the inject folder first on PYTHONPATH, as ``nbox record`` does, through nbox's
+    one launcher (torchrun's environment for the ranks; torchrun's agent imported torch first, 2-3 s per launch);
+    the ranks' stdout and stderr logs are the result's, the launcher's verdict ends its stderr."""
+    from nbox_trace.launch import Launch, run
+
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(INJECT), str(ROOT)]),
+           "NBOX_RECORD_DIR": str(out), "NBOX_WARMUP": str(WARMUP), "NBOX_ITERATIONS": str(ITERATIONS),
+           "NBOX_BACKEND": "gloo", **(extra_env or {})}
+    logs = out.parent / f"{out.name}.logs"
+    res = run(Launch(str(script), logs, args=args, nproc_per_node=WORLD, env=env, timeout_s=timeout))
+
+    def joined(name: str) -> str:
+        return "".join(f.read_text(errors="replace") for f in sorted(logs.rglob(name)))
+
+    code = -1 if res.returncode is None else res.returncode
+    return subprocess.CompletedProcess([str(script), *args], code, joined("stdout.log"),
+                                       joined("stderr.log") + res.stderr)
 
 
 def _load(path: Path) -> Any:
