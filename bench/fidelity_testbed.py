@@ -178,12 +178,13 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> l
     """``nbox replay --clock real --compute live`` across the nodes (one replayed rank per node, in its namespace
     and on its CPU, through the same rendezvous as the real runs): the baseline's measured iteration times (us) as
     node 0 reports them (every node reports the whole job). One interleaved pair: launches at port + 20 and + 21.
-    Three warm-up repetitions: the host-work pad is planned from the repetition before, and the second one of a
-    worker was still 2-15% slower than the third on ddp_transformer (its operators' first passes)."""
+    Six warm-up repetitions: the host-work pad is planned from the median of the warm ones (the first is cold; the
+    second of a worker was still 2-15% slower than the third on ddp_transformer, its operators' first passes), and a
+    rank's repetitions vary by about 9% one to the next (nbox_replay/hostwork.py), so five of them steady it."""
     ep = f"{tb.node(0).addr}:{PORT + 20}"
     outs = on_nodes(tb, tmp, f"live-{bundle.stem}-{rnd}", lambda k: _nbox(
         "replay", bundle, "--clock", "real", "--compute", "live", "--baseline", scenario, "--iterations", 1,
-        "--warmup", 3, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--timeout", 400,
+        "--warmup", 6, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--timeout", 400,
         "--json"), timeout_s=500)
     docs = [json.loads(o) for o in outs]
     if docs[0].get("host_work"):

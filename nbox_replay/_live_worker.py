@@ -17,7 +17,8 @@ own) times the rank's compute factor (``config["factors"]``: the straggler slowd
 time (the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
 ``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
 own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned
-from the repetition before it (reported as ``host_pad``: the last timed repetition's). The worker holds its heap
+from the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
+repetition's). The worker holds its heap
 first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
 ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for
 before the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
@@ -400,18 +401,18 @@ def main(argv: list[str]) -> int:
         wait_us: list[float] = []
         spans: list[dict[str, Any]] = []
         host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
-        previous: tuple[float, float] | None = None  # the last repetition's (replay, live) time, for the pad
+        history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
         pad = None
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
             if rep >= int(cfg["warmup"]) and host_clean is not None:
-                pad = plan_pad(host_clean.get(str(rank)), previous, replayer.captured)
+                pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured)
                 replayer.pad = pad.factor
             replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = 0
             cpu0 = _busy_ns()
             wall, comp, waited = replayer.repetition()
-            previous = ((_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0,
-                        replayer.live_ns / 1000.0)
+            history.append(((_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0,
+                            replayer.live_ns / 1000.0))
             if rep >= int(cfg["warmup"]):
                 iteration_us.append(wall)
                 ends_us.append(replayer.iteration_ends)

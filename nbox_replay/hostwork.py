@@ -12,26 +12,40 @@ runnable but waiting for one (``observed.thread_cpu_us``: ``clean`` and ``clean_
 repetition (the operators, its own walk and the nbox backend's calls; a fallback operator's recorded duration
 counts as spent; the CPU time of its waits does not: a wait for a collective, a fallback's or a padding's wait
 spins its last 200 us to wake on time, where the real thread blocks in gloo's wait), and pads each timed repetition
-by what the one before it measured (the padding is a wait, so it does not change what is measured):
+by what the repetitions before it measured (the padding is a wait, so it does not change what is measured):
 
     pad_us = (clean_us + clean_run_queue_us) - replay_us     (per iteration, microseconds; 0 when negative)
 
-and each live operator is stretched by ``1 + pad_us / live_us`` (``live_us``: the operators' own time per
-iteration in that repetition), so the rank's thread is busy per iteration as long as the real one was. The
-stretch is a wait after the operator (the rank's core is not kept busy), applied with the scenario's compute
-factor (a straggler's factor multiplies it). Where the framework's work sits in the iteration is not known
-(Kineto records operators, not the time between them without the communication waits mixed in: the lean pass
-of nbox_record/leantiming.py measured the gaps and found them dominated by waits), so it is spread over the
-operators in proportion to their time. A bundle recorded before the run-queue figure existed pads to the
+(``replay_us``: the median over the repetitions before, below) and each live operator is stretched by ``1 + pad_us /
+live_us`` (``live_us``: the operators' own time per iteration, likewise), so the rank's thread is busy per iteration
+as long as the real one was. The stretch is a wait after the operator (the rank's core is not kept busy), applied
+with the scenario's compute factor (a straggler's factor multiplies it). Where the framework's work sits in the
+iteration is not known (Kineto records operators, not the time between them without the communication waits mixed
+in: the lean pass of nbox_record/leantiming.py measured the gaps and found them dominated by waits), so it is spread
+over the operators in proportion to their time. A bundle recorded before the run-queue figure existed pads to the
 CPU time alone.
+
+**The repetitions before.** ``replay_us`` is the median over the repetitions before the padded one, the first (cold)
+one left out when there are two or more. Until 2026-11-27 it was the last repetition's alone, and that lag was a
+bias: the pad cannot be negative, so a repetition that happened to run fast raised the next one's pad while a slow
+one could not lower it, and the padded time averaged ``E[R] + E[max(0, clean - R')]`` (``R'`` the repetition before)
+rather than ``max(clean, E[R])``. Measured on the two-node testbed (ddp_transformer, 4 launches x 2 ranks x 9
+repetitions of 5 iterations, 2026-11-27): within one launch a rank's replayed thread varies from one repetition to
+the next with a standard deviation of 2.2 ms per iteration (0.9-4.0 ms; 9% of its 24 ms). Both rules replayed on
+those 16 sequences (the pad does not change what is measured), the target set 1 ms below / at / 1 ms above each
+launch's mean (the pooled P1 + P2 runs had it 1.0 ms below on this example): the last repetition's pad added +0.53 /
++1.05 / +1.79 ms per iteration over the unpadded thread, the median of five or more +0.08 / +0.28 / +0.90 ms (the
+right answer: 0 / 0 / +1 ms); on a 29 ms iteration the lag was 1.5-2.7% too much. A pad still cannot take back a
+replay slower than its recording, whose launch drew other luck: that part of the one-sided share stays (README,
+"Where the live replay's extra 2-4% over its recording comes from").
 
 Each worker holds its heap first (:mod:`nbox_replay.allocator`: no trimming, a fixed mmap threshold), so its
 operators do not page-fault more than the real run's did: the pad then starts from the operators' own time.
 
 The first repetition of a worker is slow (its tensors are made, caches are cold: ddp_mlp's operators took
 about 10 ms per iteration in it and about 2 ms after it; FSDP2's 26.8 ms per iteration over two warm-ups
-against 20.5 ms in the timed repetitions), so a warm figure needs ``--warmup`` 2 or more (the default of
-``nbox replay``); with ``--warmup 1`` the first timed repetition is padded too little.
+against 20.5 ms in the timed repetitions), so a warm figure needs ``--warmup`` 2 or more, and a median a few
+more (``nbox replay`` defaults to 4); with ``--warmup 1`` the first timed repetition is padded too little.
 
 Measured on the two-node testbed (FSDP2, README, fidelity): the real training thread spent 22.4 ms on a CPU and
 0.5-4.1 ms waiting for one per iteration (its process 27-32 ms of CPU in all threads); the replayed thread's
@@ -43,6 +57,8 @@ operator time), without a repetition before to measure on, or without the record
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["HOST_WORK_MODES", "HostPad", "plan_pad"]
@@ -58,9 +74,9 @@ class HostPad:
     Attributes:
         clean_us: the real training thread's time on a CPU and waiting for one per clean iteration (the
             recorder's medians; 0: none).
-        replay_us: the replaying thread's time per iteration in the repetition before (on a CPU and waiting for
-            one, plus fallbacks' recorded durations).
-        live_us: the live operators' own time per iteration in it.
+        replay_us: the replaying thread's time per iteration in the repetitions before (on a CPU and waiting for
+            one, plus fallbacks' recorded durations): their median, the cold first left out (module docstring).
+        live_us: the live operators' own time per iteration in them (their median).
         pad_us: ``max(0, clean_us - replay_us)``; 0 with a reason in ``why_not`` when not applied.
         factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none).
         why_not: why no padding was planned ('' when it was, even a zero one).
@@ -89,18 +105,21 @@ class HostPad:
             return None
 
 
-def plan_pad(clean_us: float | None, previous: tuple[float, float] | None, per_repetition: int) -> HostPad:
+def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per_repetition: int) -> HostPad:
     """The padding of one rank from the real thread's time on or waiting for a CPU per clean iteration
     (``clean_us``; None: the bundle has none for this rank) and the ``(replay_us, live_us)`` totals of the
-    repetition before (None: there was none; module docstring), each repetition holding ``per_repetition``
-    captured iterations."""
+    worker's repetitions so far, oldest first (empty: none yet), each holding ``per_repetition`` captured
+    iterations. The replay's own time is their median, the first (cold) repetition left out when there are two
+    or more (module docstring)."""
     k = max(1, per_repetition)
     if not clean_us or clean_us <= 0:
         return HostPad(0.0, 0.0, 0.0, 0.0, 1.0, "the bundle carries no clean CPU time for this rank")
-    if previous is None:
+    if not history:
         return HostPad(clean_us, 0.0, 0.0, 0.0, 1.0, "no repetition before to measure the replay's own time on "
                                                      "(--warmup 0)")
-    replay_us, live_us = previous[0] / k, previous[1] / k
+    warm = list(history[1:]) if len(history) >= 2 else list(history)
+    replay_us = statistics.median(r for r, _ in warm) / k
+    live_us = statistics.median(x for _, x in warm) / k
     if live_us <= 0:
         return HostPad(clean_us, replay_us, live_us, 0.0, 1.0, "no operator ran live")
     pad_us = max(0.0, clean_us - replay_us)

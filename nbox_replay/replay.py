@@ -79,7 +79,8 @@ class ReplayConfig:
         clock: ``real`` (live, on this machine) or ``virtual`` (simulated time).
         ranks: global ranks to replay (None: every recorded rank).
         iterations: timed repetitions of the captured iteration(s) per run (>= 1).
-        warmup: untimed repetitions before them (real clock).
+        warmup: untimed repetitions before them (real clock; the first is cold, the host-work pad plans from
+            the median of the others: :mod:`nbox_replay.hostwork`).
         device: ``auto``, ``cpu`` or ``cuda`` (real clock).
         out: directory for the per-rank Perfetto timelines (None: none written).
         timeout_s: deadline of a real-clock run.
@@ -112,7 +113,7 @@ class ReplayConfig:
     clock: str = "real"
     ranks: tuple[int, ...] | None = None
     iterations: int = 3
-    warmup: int = 2
+    warmup: int = 4
     device: str = "auto"
     out: Path | None = None
     timeout_s: float = 600.0

@@ -74,7 +74,7 @@ def test_hold_heap_says_why_not_where_it_cannot_act(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_heap_not_held_is_reported_with_the_pad() -> None:
-    pad = plan_pad(10_000.0, (6_000.0, 5_000.0), 1)
+    pad = plan_pad(10_000.0, [(6_000.0, 5_000.0)], 1)
     assert HostPad.from_dict(json.loads(json.dumps(pad.to_dict()))) == pad
     line = host_work_doc({0: pad}, "", {0: "the C library is not glibc"})["line"]
     assert line.endswith("the replay's 6.00 ms), its heap not held (the C library is not glibc)")
@@ -89,7 +89,7 @@ def test_a_heap_not_held_is_reported_without_a_pad_too() -> None:
     assert doc["line"] == ("live operators not padded for host work: --host-work off; rank 1's heap not held "
                            "(the C library is not glibc (musl))")
     assert doc["heap_not_held"] == {"1": "the C library is not glibc (musl)"}
-    padded = host_work_doc({0: plan_pad(10_000.0, (6_000.0, 5_000.0), 1)}, "", {0: "mallopt refused"})
+    padded = host_work_doc({0: plan_pad(10_000.0, [(6_000.0, 5_000.0)], 1)}, "", {0: "mallopt refused"})
     assert padded["line"].endswith("its heap not held (mallopt refused)")
     assert host_work_doc({}, "--host-work off")["heap_not_held"] == {}
 

@@ -32,7 +32,8 @@ def replay_cmd(
     iterations: Annotated[int, typer.Option(help="Timed repetitions per run (--clock real: interleaved "
                                                  "baseline/what-if pairs).", min=1)] = 3,
     warmup: Annotated[int, typer.Option(help="Untimed repetitions first (real clock; a worker's first is cold, "
-                                             "so the --host-work pad needs 2).", min=0)] = 2,
+                                             "and the --host-work pad plans from the median of the warm ones).",
+                                        min=0)] = 4,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda (real clock).")] = "auto",
     out: Annotated[Optional[Path], typer.Option(help="Write per-rank Perfetto timelines here.")] = None,  # noqa: UP045
     timeout: Annotated[float, typer.Option(help="Deadline of a real-clock run (s).")] = 600.0,
