@@ -170,6 +170,14 @@ def test_timing_only_moves_no_data_and_a_receive_is_answered_from_its_senders_is
     assert r0["timing_only_all_reduce"] == [1.0] * 4 and r1["timing_only_all_reduce"] == [2.0] * 4
     assert r0["recv_buffer"] == [0.0] * 3
     assert r0["recv_start_us"] == r1["send_issue_us"] > r0["recv_issue_us"]  # one host: one perf_counter clock
+    # a burst of 5, rank 1 issuing 0.2 s late (each exchange started by the resolver, not the caller): the answers
+    # pair the same calls (sizes in order) and start at the later arrival, rank 1's issue, not at rank 0's
+    assert [b[0] for b in r0["burst"]] == [b[0] for b in r1["burst"]] == [4.0 * (4 + k) for k in range(5)]
+    first0, first1 = r0["burst"][0], r1["burst"][0]
+    assert first1[1] - first0[1] > 150_000  # rank 1 issued 0.2 s later
+    assert first0[2] == pytest.approx(first1[1], abs=1.0) and first1[2] == pytest.approx(first1[1], abs=1.0)
+    for b0, b1 in zip(r0["burst"], r1["burst"], strict=True):
+        assert b0[2] == pytest.approx(b1[2], abs=1.0) and b0[2] >= b1[1] - 1.0
     moved = launch(2, "timing_only", 2)  # the default moves data: the same script gets the real values
     assert moved[0]["timing_only_all_reduce"] == [3.0] * 4 and moved[0]["recv_buffer"] == [7.0] * 3
     assert moved[0]["recv_start_us"] == moved[0]["recv_issue_us"]  # arrivals: its own issue only
