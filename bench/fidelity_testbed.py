@@ -176,8 +176,9 @@ def captured(bundle: Path) -> dict[str, float]:
 
 def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> list[float]:
     """``nbox replay --clock real --compute live`` across the nodes (one replayed rank per node, in its namespace
-    and on its CPU, through the same rendezvous as the real runs): the baseline's measured iteration times (us) as
-    node 0 reports them (every node reports the whole job). One interleaved pair: launches at port + 20 and + 21.
+    and on its CPU, through the same rendezvous as the real runs): the measured iteration times (us) of both
+    launches of the pair as node 0 reports them (every node reports the whole job). One interleaved pair: launches
+    at port + 20 and + 21, both under the calibrated scenario (there is no what-if).
     Six warm-up repetitions: the host-work pad is planned from the median of the warm ones (the first is cold; the
     second of a worker was still 2-15% slower than the third on ddp_transformer, its operators' first passes), and a
     rank's repetitions vary by about 9% one to the next (nbox_replay/hostwork.py), so five of them steady it."""
@@ -189,7 +190,10 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> l
     docs = [json.loads(o) for o in outs]
     if docs[0].get("host_work"):
         print(f"live {bundle.stem} round {rnd}: {docs[0]['host_work']['line']}", file=sys.stderr)
-    return [float(x) for x in docs[0]["baseline"]["iteration_us"]["values"]]
+    # no --what-if: the what-if launch replays the same bundle under the same scenario, a second draw of the
+    # launch's luck (sd 7-16% per launch): both count (P1-P3, 32 rounds: what-if / baseline +1.8% / +4.4% /
+    # -0.7% on the three examples, none beyond its noise)
+    return [float(x) for part in ("baseline", "what_if") for x in docs[0][part]["iteration_us"]["values"]]
 
 
 def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
