@@ -191,8 +191,8 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> l
     if docs[0].get("host_work"):
         print(f"live {bundle.stem} round {rnd}: {docs[0]['host_work']['line']}", file=sys.stderr)
     # no --what-if: the what-if launch replays the same bundle under the same scenario, a second draw of the
-    # launch's luck (sd 7-16% per launch): both count (P1-P3, 32 rounds: what-if / baseline +1.8% / +4.4% /
-    # -0.7% on the three examples, none beyond its noise)
+    # launch's luck (sd 7-16% per launch): both count (P1-P4, 40 rounds: what-if / baseline +1.3% (se 0.7) /
+    # +4.1% (se 2.4; median +1.3%) / -0.4% (se 1.1) on the three examples)
     return [float(x) for part in ("baseline", "what_if") for x in docs[0][part]["iteration_us"]["values"]]
 
 
