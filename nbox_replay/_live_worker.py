@@ -13,19 +13,18 @@ collectives are ordered by the group itself); a compute node runs live (:mod:`nb
 ``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
 gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
 own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
-``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured
-time (the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
+``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
+(the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
 ``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
-own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned
-from the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
-repetition's). The worker holds its heap
-first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
-``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for
-before the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
-``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is
-waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first (not timed),
-then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent removes the
-compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
+own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
+the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
+repetition's). The worker holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where
+it could not). With ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective
+is waited for before the next compute node, so communication never overlaps compute on the rank. A comm node is
+issued with ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a
+blocking one is waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
+(not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
+removes the compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
 time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
