@@ -27,10 +27,7 @@ real communication does, and the overrun is recorded (:attr:`NboxProcessGroup.re
 members exchange their arrival times, a send carries its issue time to the receiver (whose answer cannot
 start before it), and the work completes at the modeled time whatever the real network's speed (a live
 replay of a 400 Gb/s what-if on a 1 Gb/s testbed is the what-if's). There the group's resolver thread, not the
-caller, starts each collective's arrival exchange (the caller takes its issue time and queues the call): on the
-calling thread the exchange's buffers and gloo call cost 0.44-0.50 ms of CPU per ``all_reduce`` between other
-work, 0.24-0.27 ms without them (medians, two ranks on this 2-CPU VM, 2026-11-27), time a replayed rank's
-training thread would otherwise spend that the real one, issuing from DDP's C++ reducer, does not.
+caller, starts each collective's arrival exchange (:mod:`emulator_core.calls` says why and how).
 
 Not done: on CUDA, the delay is host-side (``wait()`` blocks the host) rather than a hold on the
 communication stream; no GPU was available to build and check the stream path.
@@ -38,22 +35,22 @@ communication stream; no GPU was available to build and check the stream path.
 
 from __future__ import annotations
 
-import collections
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from emulator_core import mirror
-from emulator_core.answer import Fabric, FabricGroup
+from emulator_core.answer import Fabric
+from emulator_core.calls import MAX_RECORDS, OpRecord, in_issue_order
+from emulator_core.calls import GroupState as _Group
+from emulator_core.calls import Pending as _Pending
 from emulator_core.clocksync import Clock, deliberate_skew_ns, host_key
 from emulator_core.delay import NboxWork, not_completed, run_finish
 from emulator_core.eager import never_compiled
@@ -63,58 +60,8 @@ from emulator_core.objectp2p import guard_recv_object_list
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
            "clock_report", "create_process_group", "remove_observer"]
 
-#: Records kept per process group (older ones are dropped and counted).
-MAX_RECORDS = 1 << 20
-
-
-class OpRecord(NamedTuple):
-    """One answered call. Times in microseconds on ``time.perf_counter_ns()/1000``."""
-
-    call: str
-    collective: str
-    nbytes: float
-    issue_us: float
-    start_us: float
-    end_us: float
-    algorithm: str
-    real_done_us: float
-
-    @property
-    def overrun_us(self) -> float:
-        """How much later than modeled the real communication finished (0 when in time)."""
-        return max(0.0, self.real_done_us - self.end_us)
-
-
 def _nbytes(ts: Sequence[torch.Tensor]) -> int:
     return ts[0].nbytes if len(ts) == 1 else sum(t.nbytes for t in ts)
-
-
-@dataclass
-class _Pending:
-    call: str
-    work: NboxWork
-    ts_work: Any  # the real members' arrival-time exchange; None for point-to-point (own arrival only)
-    ts: torch.Tensor | None  # None: the exchange is the resolver's to start (timing only, _call)
-    works: list[Any]
-    finish: Callable[[], None] | None
-    collective: str
-    nbytes: float
-    issue_us: float
-    pricing: Mapping[str, Any] | None = None
-    ref_issue_ns: int = 0  # the issue time on the reference timeline (what a deferred exchange sends)
-
-
-@dataclass
-class _Group:
-    """The state shared by one process group's calls: layout, fabric group, real backend, resolver."""
-
-    layout: mirror.Layout
-    fabric_group: FabricGroup
-    inner: Any
-    exchange: bool = True  # exchange arrival times among the real members (collectives, not p2p)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    pending: queue.SimpleQueue[_Pending | None] = field(default_factory=queue.SimpleQueue)
-    resolver: threading.Thread | None = None
 
 
 #: An observer of the collectives: ``fn(process_group, method, args)``, called on the calling thread just before
@@ -259,11 +206,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             move = self.config.move_data
             arrivals: torch.Tensor | None
             if g.exchange and not move:
-                # timing only: the resolver starts the exchange (its buffers, gloo's call), not this thread. On
-                # the calling thread it cost 0.3-0.5 ms of CPU per collective between other work (cold caches),
-                # time the rank's training thread never spends on a real collective (DDP issues from C++); the
-                # inner group then carries collectives from the resolver only, in issue order, as before.
-                arrivals, ts_work = None, None
+                arrivals, ts_work = None, None  # timing only: the resolver starts the exchange (emulator_core.calls)
             elif g.exchange:
                 arrivals = torch.empty(g.layout.n, dtype=torch.int64)
                 ts_work = g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
@@ -295,36 +238,14 @@ class NboxProcessGroup(dist.ProcessGroup):
             g.resolver.start()
 
     def _resolve_loop(self, g: _Group) -> None:
-        """Resolve a group's calls in issue order: arrivals in, answer, real data done, finish. Every call already
-        issued has its deferred arrival exchange started before the oldest is waited on, so that their exchanges
-        overlap as when the calling thread started them."""
+        """Resolve a group's calls in issue order: arrivals in, answer, real data done, finish
+        (:func:`emulator_core.calls.in_issue_order` starts the deferred exchanges)."""
         limit = timedelta(seconds=self.timeout_s)
-        ready: collections.deque[_Pending] = collections.deque()
-        stopping = False
-        while True:
-            if not ready:
-                if stopping:
-                    return
-                first = g.pending.get()
-                if first is None:
-                    return
-                self._start_exchange(g, first)
-                ready.append(first)
-            while not stopping:
-                try:
-                    more = g.pending.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stopping = True
-                else:
-                    self._start_exchange(g, more)
-                    ready.append(more)
-            item = ready.popleft()
+        for item in in_issue_order(g):
             try:
                 if item.ts_work is not None:
                     item.ts_work.wait(limit)
-                if item.ts is None:  # its exchange could not start: _start_exchange failed the work
+                if item.ts is None:  # its exchange could not start: calls.start_exchange failed the work
                     continue
                 arrivals = [a / 1000.0 for a in item.ts.tolist()]
                 ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, **(item.pricing or {}))
@@ -340,19 +261,6 @@ class NboxProcessGroup(dist.ProcessGroup):
                 if "timed out" in str(err).lower():  # the real communication's own timeout fired first
                     err = RuntimeError(f"{not_completed(self.timeout_s)} ({err})")
                 item.work.fail(err)
-
-    @staticmethod
-    def _start_exchange(g: _Group, item: _Pending) -> None:
-        """Start a deferred arrival exchange (``item.ts`` None: timing only, :meth:`_call`); a failure fails
-        the call's work (``item.ts`` stays None)."""
-        if item.ts is not None or item.ts_work is not None:
-            return
-        try:
-            ts = torch.empty(g.layout.n, dtype=torch.int64)
-            item.ts_work = g.inner._allgather_base(ts, torch.tensor([item.ref_issue_ns], dtype=torch.int64))
-            item.ts = ts
-        except BaseException as err:  # handed to the script's wait(), never swallowed
-            item.work.fail(err)
 
     def _pair(self, peer: int) -> _Group:
         """The two-member group {me, peer} (group positions) that a send/recv is priced and ordered on.
