@@ -48,7 +48,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from emulator_core import mirror
 from emulator_core.answer import Fabric
-from emulator_core.calls import MAX_RECORDS, OpRecord, in_issue_order
+from emulator_core.calls import MAX_RECORDS, OpRecord, in_issue_order, post_exchange
 from emulator_core.calls import GroupState as _Group
 from emulator_core.calls import Pending as _Pending
 from emulator_core.clocksync import Clock, deliberate_skew_ns, host_key
@@ -208,8 +208,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.exchange and not move:
                 arrivals, ts_work = None, None  # timing only: the resolver starts the exchange (emulator_core.calls)
             elif g.exchange:
-                arrivals = torch.empty(g.layout.n, dtype=torch.int64)
-                ts_work = g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
+                arrivals, ts_work = post_exchange(g, ref_issue_ns)
             else:
                 arrivals, ts_work = torch.full((n_real,), ref_issue_ns, dtype=torch.int64), None
                 if not move and p2p is not None:  # timing only: the send's issue time goes where its data would

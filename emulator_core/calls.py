@@ -26,7 +26,7 @@ from emulator_core import mirror
 from emulator_core.answer import FabricGroup
 from emulator_core.delay import NboxWork
 
-__all__ = ["MAX_RECORDS", "GroupState", "OpRecord", "Pending", "in_issue_order", "start_exchange"]
+__all__ = ["MAX_RECORDS", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange", "start_exchange"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
@@ -48,8 +48,6 @@ class OpRecord(NamedTuple):
     def overrun_us(self) -> float:
         """How much later than modeled the real communication finished (0 when in time)."""
         return max(0.0, self.real_done_us - self.end_us)
-
-
 
 
 @dataclass
@@ -82,15 +80,20 @@ class GroupState:
     resolver: threading.Thread | None = None
 
 
+def post_exchange(g: GroupState, ref_issue_ns: int) -> tuple[torch.Tensor, Any]:
+    """Start the real members' arrival-time exchange of one call on the group's inner gloo group: (the tensor the
+    arrivals land in, reference-timeline nanoseconds by inner position; the work to wait on)."""
+    arrivals = torch.empty(g.layout.n, dtype=torch.int64)
+    return arrivals, g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
+
+
 def start_exchange(g: GroupState, item: Pending) -> None:
     """Start a deferred arrival exchange (``item.ts`` None); a failure fails the call's work (``item.ts`` stays
     None: the resolver then skips it)."""
     if item.ts is not None or item.ts_work is not None:
         return
     try:
-        ts = torch.empty(g.layout.n, dtype=torch.int64)
-        item.ts_work = g.inner._allgather_base(ts, torch.tensor([item.ref_issue_ns], dtype=torch.int64))
-        item.ts = ts
+        item.ts, item.ts_work = post_exchange(g, item.ref_issue_ns)
     except BaseException as err:  # handed to the script's wait(), never swallowed
         item.work.fail(err)
 
