@@ -20,6 +20,14 @@ late by > 1.5 ms on 2% of calls instead of 34-45%.
 network namespace is one of the testbed's, each of its threads named in ``names``, gets ``SCHED_BATCH``
 (``sched_setscheduler(2)`` on the thread id). The threads appear at ``init_process_group``, well before any timed
 iteration. Another user's threads need root (the testbed runs as root). Imports no torch.
+
+The scan's own cost: it runs on one of the nodes' CPUs (the testbed's process is not pinned). Reading every
+thread's name at every scan cost 22 ms of CPU per second (2.2% of a node's CPU, measured during a live replay
+on the two-node testbed, 2026-11-27: ``/proc/<tid>/schedstat`` of the scanning thread over 5 s), which grows
+with the threads inside the namespaces, so a replay's launcher and workers paid more for it than a plain run.
+A thread's name is now read while the thread is young (:data:`_NAME_SETTLES_S`: gloo names its loop thread as
+the thread starts) and not after; a thread that got the policy, or kept another name that long, is not read
+again.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ __all__ = ["GLOO_LOOP_THREAD", "ThreadPolicy", "netns_inode"]
 GLOO_LOOP_THREAD = "gloo_tcp_loop"
 _PROC = Path("/proc")
 _RECHECK_S = 1.0  # seconds before a process found outside the namespaces is looked at again
+#: Seconds a thread's name is read again after it is first seen (a thread names itself just after it starts).
+_NAME_SETTLES_S = 1.0
 
 
 def netns_inode(path: str | os.PathLike[str]) -> int:
@@ -65,7 +75,10 @@ class ThreadPolicy:
         self.interval_s = interval_s
         #: (pid, thread id) of the threads given the policy so far (of processes still running).
         self.applied: set[tuple[int, int]] = set()
-        self._ours: dict[int, tuple[bool, float]] = {}  # pid -> (inside one of the namespaces, when asked)
+        #: (pid, thread id) -> when first seen (monotonic s); None once it is settled (named otherwise for long enough)
+        self._seen: dict[tuple[int, int], float | None] = {}
+        # pid -> (inside one of the namespaces, when a first "no" was given; None once final)
+        self._ours: dict[int, tuple[bool, float | None]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -86,15 +99,19 @@ class ThreadPolicy:
             self._stop.wait(self.interval_s)
 
     def _inside(self, pid: int, now_s: float) -> bool:
-        """Whether ``pid`` runs in one of the namespaces. A "no" is asked again after :data:`_RECHECK_S`: ``ip netns
-        exec`` forks first and enters the namespace a moment later, under the same pid."""
+        """Whether ``pid`` runs in one of the namespaces. A "no" is asked once more after :data:`_RECHECK_S` (``ip
+        netns exec`` forks first and enters the namespace a moment later, under the same pid), then is final: a
+        process does not move into a namespace later, and asking every process on the machine again every second
+        was most of the scan's cost."""
         known = self._ours.get(pid)
-        if known is None or (not known[0] and now_s - known[1] > _RECHECK_S):
+        if known is None or (known[1] is not None and now_s - known[1] > _RECHECK_S):
             try:
-                inside = netns_inode(_PROC / str(pid) / "ns" / "net") in self.netns_inodes
-            except OSError:  # gone, or a kernel thread
+                inside = netns_inode(f"/proc/{pid}/ns/net") in self.netns_inodes
+            except OSError:  # gone (then forgotten at the next scan), or a kernel thread: not ours
+                self._ours[pid] = (False, None)
                 return False
-            known = self._ours[pid] = (inside, now_s)
+            # asked first: ask a "no" again later; asked again (or a "yes"): final (None)
+            known = self._ours[pid] = (inside, now_s if known is None and not inside else None)
         return known[0]
 
     def scan(self) -> int:
@@ -103,24 +120,33 @@ class ThreadPolicy:
             pids = {int(p) for p in os.listdir(_PROC) if p.isdigit()}
         except OSError:
             return 0
-        for gone in self._ours.keys() - pids:  # a pid may be reused by a process elsewhere
-            del self._ours[gone]
-        self.applied = {(pid, tid) for pid, tid in self.applied if pid in pids}
+        gone = self._ours.keys() - pids
+        for pid in gone:  # a pid may be reused by a process elsewhere
+            del self._ours[pid]
+        if gone:
+            self.applied = {(pid, tid) for pid, tid in self.applied if pid in pids}
+            self._seen = {key: at for key, at in self._seen.items() if key[0] in pids}
         count, now_s = 0, time.monotonic()
         for pid in pids:
             if not self._inside(pid, now_s):
                 continue
             try:
-                tids = [int(t) for t in os.listdir(_PROC / str(pid) / "task")]
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
             except OSError:
                 continue
             for tid in tids:
-                if (pid, tid) in self.applied:
+                key = (pid, tid)
+                first_s = self._seen.setdefault(key, now_s)
+                if first_s is None or key in self.applied:
                     continue
                 with contextlib.suppress(OSError):
-                    comm = (_PROC / str(pid) / "task" / str(tid) / "comm").read_text().strip()
+                    with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                        comm = f.read().strip()
                     if comm in self.names:
                         os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
-                        self.applied.add((pid, tid))
+                        self.applied.add(key)
+                        self._seen[key] = None
                         count += 1
+                    elif now_s - first_s > _NAME_SETTLES_S:
+                        self._seen[key] = None  # named otherwise for long enough: not read again
         return count
