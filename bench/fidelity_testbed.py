@@ -181,13 +181,12 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> l
     at port + 20 and + 21, both under the calibrated scenario (there is no what-if).
     Six warm-up repetitions: the host-work pad is planned from the median of the warm ones (the first is cold; the
     second of a worker was still 2-15% slower than the third on ddp_transformer, its operators' first passes), and a
-    rank's repetitions vary by about 9% one to the next (nbox_replay/hostwork.py), so five of them steady it. Three
-    timed repetitions (their 3 x 5 captured iterations all count): one timed repetition lasts
-    0.1-0.5 s, and the core's speed toggles in runs of 0.1-2.3 s, so one repetition could land wholly in a slow
-    run (a launch of round 5 of run P5: 32.8-40.6 ms per iteration, its pair's other launch 26.3-31.5 ms)."""
+    rank's repetitions vary by about 9% one to the next (nbox_replay/hostwork.py), so five of them steady it. One
+    pair (``--iterations`` counts pairs of launches, each with one timed repetition: run P6 used 3, six launches a
+    round, and took twice as long for a live figure whose round-to-round spread is mostly the real run's own launch)."""
     ep = f"{tb.node(0).addr}:{PORT + 20}"
     outs = on_nodes(tb, tmp, f"live-{bundle.stem}-{rnd}", lambda k: _nbox(
-        "replay", bundle, "--clock", "real", "--compute", "live", "--baseline", scenario, "--iterations", 3,
+        "replay", bundle, "--clock", "real", "--compute", "live", "--baseline", scenario, "--iterations", 1,
         "--warmup", 6, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--timeout", 400,
         "--json"), timeout_s=500)
     docs = [json.loads(o) for o in outs]
