@@ -48,9 +48,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from emulator_core import mirror
 from emulator_core.answer import Fabric
-from emulator_core.calls import MAX_RECORDS, OpRecord, in_issue_order, post_exchange
-from emulator_core.calls import GroupState as _Group
-from emulator_core.calls import Pending as _Pending
+from emulator_core.calls import MAX_RECORDS, GroupState, OpRecord, Pending, in_issue_order, post_exchange
 from emulator_core.clocksync import Clock, deliberate_skew_ns, host_key
 from emulator_core.delay import NboxWork, not_completed, run_finish
 from emulator_core.eager import never_compiled
@@ -119,8 +117,8 @@ class NboxProcessGroup(dist.ProcessGroup):
         real = [r for r in config.real_ranks if members is None or r in members]
         positions = sorted(real if members is None else [list(members).index(r) for r in real])
         self.layout = mirror.Layout(size, me, tuple(positions))
-        self._group = _Group(self.layout, fabric.group(members, real), self._make_inner(store, "main"))
-        self._pairs: dict[int, _Group] = {}
+        self._group = GroupState(self.layout, fabric.group(members, real), self._make_inner(store, "main"))
+        self._pairs: dict[int, GroupState] = {}
         self.records: list[OpRecord] = []
         self.dropped_records = 0
         self._coalescing: list[NboxWork] | None = None
@@ -175,7 +173,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         self.records.append(rec)
 
     def _call(self, call: str, collective: str, nbytes: float, result: list[torch.Tensor],
-              real: Callable[[Any], mirror.Result], group: _Group | None = None,
+              real: Callable[[Any], mirror.Result], group: GroupState | None = None,
               pricing: Mapping[str, Any] | None = None, p2p: tuple[bool, int, int] | None = None) -> NboxWork:
         """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in).
 
@@ -224,19 +222,19 @@ class NboxProcessGroup(dist.ProcessGroup):
             work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
             if g.resolver is None:
                 self._start_resolver(g)
-            g.pending.put(_Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
+            g.pending.put(Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
                                    ref_issue_ns))
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
 
-    def _start_resolver(self, g: _Group) -> None:
+    def _start_resolver(self, g: GroupState) -> None:
         if g.resolver is None:
             g.resolver = threading.Thread(target=self._resolve_loop, args=(g,), daemon=True,
                                           name=f"nbox-resolver-{self._name or 'default'}")
             g.resolver.start()
 
-    def _resolve_loop(self, g: _Group) -> None:
+    def _resolve_loop(self, g: GroupState) -> None:
         """Resolve a group's calls in issue order: arrivals in, answer, real data done, finish
         (:func:`emulator_core.calls.in_issue_order` starts the deferred exchanges)."""
         limit = timedelta(seconds=self.timeout_s)
@@ -261,7 +259,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                     err = RuntimeError(f"{not_completed(self.timeout_s)} ({err})")
                 item.work.fail(err)
 
-    def _pair(self, peer: int) -> _Group:
+    def _pair(self, peer: int) -> GroupState:
         """The two-member group {me, peer} (group positions) that a send/recv is priced and ordered on.
 
         Its arrivals are this process's own issue time (no exchange with the peer: the real receive cannot
@@ -276,7 +274,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             pair = [self.layout.me, peer] if m is None else [m[self.layout.me], m[peer]]
             real = [r for r in pair if r in self.config.real_ranks]
             inner = self._group.inner if peer in self.layout.real_positions else None
-            hit = _Group(self.layout, self.fabric.group(pair, real), inner, exchange=False)
+            hit = GroupState(self.layout, self.fabric.group(pair, real), inner, exchange=False)
             self._pairs[peer] = hit
         return hit
 

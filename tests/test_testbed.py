@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -193,29 +194,34 @@ def test_gloo_device_loop_threads_get_sched_batch_unless_asked_not_to(batch: boo
             assert proc.stdout.read().decode().split("\n")[0] == f"[{want}] {os.SCHED_OTHER}"
 
 
+def _threads_that_rename(rename: threading.Event, done: threading.Event,
+                         names: dict[str, str | None]) -> dict[str, int]:
+    """Start one daemon thread per key of ``names``; once ``rename`` is set, each names itself as its value (None:
+    keeps its name, as gloo names its loop thread just after it starts) and waits for ``done``. Their thread ids."""
+    tids: dict[str, int] = {}
+
+    def run(key: str) -> None:
+        tids[key] = threading.get_native_id()
+        rename.wait(10)
+        if names[key] is not None:
+            Path(f"/proc/self/task/{tids[key]}/comm").write_text(str(names[key]))
+        done.wait(10)
+
+    for key in names:
+        threading.Thread(target=run, args=(key,), daemon=True).start()
+    while len(tids) < len(names):
+        time.sleep(0.01)
+    return tids
+
+
 def test_thread_policy_gives_sched_batch_to_named_threads_of_processes_in_its_namespaces_only() -> None:
     # No root needed: this process's own network namespace, and its own threads (SCHED_OTHER -> SCHED_BATCH is
     # allowed to any user). A thread renames itself as gloo does; another keeps its name.
-    import threading
-
     from nbox_trace.testbed_threads import ThreadPolicy, netns_inode
 
-    ready, done = threading.Event(), threading.Event()
-    tids: dict[str, int] = {}
-
-    def named(name: str) -> None:
-        tids[name] = threading.get_native_id()
-        if name != "keep":
-            Path(f"/proc/self/task/{tids[name]}/comm").write_text(name)
-        ready.wait()
-        done.wait(10)
-
-    threads = [threading.Thread(target=named, args=(n,), daemon=True) for n in ("nboxtest_loop", "keep")]
-    for t in threads:
-        t.start()
-    while len(tids) < 2:
-        time.sleep(0.01)
-    ready.set()
+    rename, done = threading.Event(), threading.Event()
+    rename.set()
+    tids = _threads_that_rename(rename, done, {"nboxtest_loop": "nboxtest_loop", "keep": None})
     try:
         elsewhere = ThreadPolicy([netns_inode("/proc/self/ns/net") + 1], names=("nboxtest_loop",))
         assert elsewhere.scan() == 0 and os.sched_getscheduler(tids["nboxtest_loop"]) == os.SCHED_OTHER
@@ -230,25 +236,11 @@ def test_thread_policy_gives_sched_batch_to_named_threads_of_processes_in_its_na
 def test_thread_policy_reads_a_name_while_the_thread_is_young_and_then_stops() -> None:
     # gloo names its loop thread as the thread starts: a scan may see it before it is named, so a young thread's
     # name is read again; an old one's is settled and not read at every scan (that cost 2% of a node's CPU)
-    import threading
-
     from nbox_trace import testbed_threads
     from nbox_trace.testbed_threads import ThreadPolicy, netns_inode
 
     named, done = threading.Event(), threading.Event()
-    tids: dict[str, int] = {}
-
-    def late(name: str) -> None:
-        tids[name] = threading.get_native_id()
-        named.wait(10)
-        Path(f"/proc/self/task/{tids[name]}/comm").write_text(name)
-        done.wait(10)
-
-    threads = [threading.Thread(target=late, args=(n,), daemon=True) for n in ("nboxtest_young", "nboxtest_old")]
-    for t in threads:
-        t.start()
-    while len(tids) < 2:
-        time.sleep(0.01)
+    tids = _threads_that_rename(named, done, {n: n for n in ("nboxtest_young", "nboxtest_old")})
     try:
         policy = ThreadPolicy([netns_inode("/proc/self/ns/net")], names=("nboxtest_young", "nboxtest_old"))
         assert policy.scan() == 0  # neither is named yet
