@@ -32,6 +32,15 @@ event (or the iteration's opening marker) to its start, the framework's own Pyth
 to the thread before the operator (``nbox_gap_micros``). Measured the same way, the FSDP2 example's lean
 top-level operators took 23 ms of a 28 ms iteration: the gaps are the other 5 ms.
 
+On a CUDA rank the backward pass runs on the autograd engine's device thread while the caller waits in
+``backward()`` (seen on an H100, 2026-11-27: every ``autograd::engine::evaluate_function`` event of the DDP and
+FSDP2 examples on a second thread). Counted per thread, the caller's gap before its next operator held the whole
+backward (ddp_mlp: 1.98 ms of a 2.3 ms gap total), which the replay then played beside the backward it waited
+for, and the engine's own work between backward events counted nowhere. Such a thread (:func:`_handoff_threads`)
+and the caller are one timeline, one of them working at a time: a gap runs from the previous event on either
+(ddp_mlp: the caller's gaps 0.48 ms, the engine's 0.25 ms per iteration), and the replay starts a gap once the
+work on another host thread that its node waited for has ended (nbox_replay/virtual.py).
+
 Measured, and why it is off by default
 --------------------------------------
 ``nbox record --lean-iterations 3`` on the namespace testbed (2 nodes x 1 rank, pinned, 1 Gb/s),
@@ -114,21 +123,59 @@ def top_sequences(cpu: Sequence[CpuEvent]) -> list[dict[Key, int]]:
     return out
 
 
+#: The top-level events of a backward pass run by the autograd engine (``evaluate_function`` of each node).
+AUTOGRAD_EVENT = "autograd::engine::evaluate_function:"
+
+
+def _handoff_threads(cpu: Sequence[CpuEvent], iteration: dict[Key, int],
+                     training: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The threads that work while a training thread waits for them: each runs at least one backward event
+    (:data:`AUTOGRAD_EVENT`) and none of its top-level events overlaps a training thread's. On a CUDA rank the
+    autograd engine runs the backward on its device thread while the caller blocks in ``backward()`` (checked on
+    an H100, 2026-11-27: every backward event of the DDP examples on a second thread); on a CPU rank the caller
+    runs it itself, and there is no such thread."""
+    spans = sorted((cpu[i].ts, cpu[i].end) for key, i in iteration.items() if key[0] in training)
+    starts = [s for s, _ in spans]
+    reach: list[float] = []  # the latest end among the spans starting at or before each one
+    for _, end in spans:
+        reach.append(max(end, reach[-1]) if reach else end)
+    backward: set[tuple[str, str]] = set()
+    overlapping: set[tuple[str, str]] = set()
+    for key, i in iteration.items():
+        thread = key[0]
+        if thread in training:
+            continue
+        ev = cpu[i]
+        if ev.name.startswith(AUTOGRAD_EVENT):
+            backward.add(thread)
+        k = bisect.bisect_left(starts, ev.end) - 1
+        if k >= 0 and reach[k] > ev.ts:
+            overlapping.add(thread)
+    return backward - overlapping
+
+
 def _gaps(cpu: Sequence[CpuEvent], iteration: dict[Key, int], start_us: float,
           training: set[tuple[str, str]]) -> dict[Key, float]:
     """Each top-level event's gap before it on its thread (us; from ``start_us``, the opening marker, for the
-    thread's first). Only the ``training`` threads (those that hold the boundary markers) have gaps: another
-    thread (gloo's, autograd's) is idle between its events, not busy."""
+    thread's first). Only the ``training`` threads (those that hold the boundary markers) and the threads they
+    hand work to (:func:`_handoff_threads`) have gaps; another thread (gloo's) is idle between its events, not
+    busy. A training thread and its handoff threads are one timeline, one of them working at a time: a gap runs
+    from the previous event on any of them, so the caller's wait for a backward pass on another thread is not a
+    gap, and the engine's work between backward events is."""
+    handoff = _handoff_threads(cpu, iteration, training) if training else set()
+    joined = ("", "training and handoff threads")  # not a (pid, tid) Kineto writes
     by_thread: dict[tuple[str, str], list[tuple[float, float, Key]]] = {}
     for key, i in iteration.items():
-        by_thread.setdefault(key[0], []).append((cpu[i].ts, cpu[i].end, key))
+        timeline = joined if handoff and (key[0] in training or key[0] in handoff) else key[0]
+        by_thread.setdefault(timeline, []).append((cpu[i].ts, cpu[i].end, key))
     out: dict[Key, float] = {}
     for thread, events in by_thread.items():
         events.sort()
+        busy = thread in training or thread == joined
         prev_end = start_us
         for ts, end, key in events:
-            out[key] = max(0.0, ts - prev_end) if thread in training else 0.0
-            prev_end = end
+            out[key] = max(0.0, ts - prev_end) if busy else 0.0
+            prev_end = max(prev_end, end)
     return out
 
 

@@ -32,10 +32,10 @@ which neither rule sees. ``proportional`` assumes the overhead is spread like th
 
 The rule chosen (:data:`DEFAULT_RULE`)
 --------------------------------------
-``to_clean`` since 2026-11-25, for a rank whose work is its host thread's: a rank with device compute (GPU
-stream nodes: its host thread's CPU time holds its spins in synchronizing calls, not operator work) or with
-lean-timed operators (their figures and gaps already hold part of the thread's time) gets
-:data:`FALLBACK_RULE`, ``proportional``, and the report's line names it. Why, and the history, below.
+``to_clean`` since 2026-11-25, for a rank whose work is its host thread's: a rank with lean-timed operators
+(their figures and gaps already hold part of the thread's time) gets :data:`FALLBACK_RULE`, ``proportional``,
+and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either. Why,
+and the history, below.
 
 It was ``proportional`` before, by fidelity on the namespace testbed: ``bench/fidelity.py --testbed --rounds 3``
 (2 nodes x 1 rank, pinned, 1 Gb/s, 5 captured iterations), each rule's virtual-clock prediction of the same
@@ -99,6 +99,28 @@ FSDP2 at W = 2, where that wait is mostly gloo's own threads, whose work the cal
 hold. The report names such ranks (a wait of :data:`OVERSUBSCRIBED_SHARE` or more of the CPU time) instead of
 guessing which machine the user meant.
 
+A rank with device compute: ``to_wall``
+---------------------------------------
+Since 2026-11-27 (before: ``proportional``). On a CUDA rank the training thread's CPU time says little about its
+host work: it spins in synchronizing calls, and its backward pass runs on the autograd engine's device thread
+while it waits (nbox_record/leantiming.py), a thread the recorder's CPU figures do not cover; and CUDA activity
+tracing blocks the thread inside the captured operators, time no CPU figure holds. Measured on one H100
+(2026-11-26/27, README "The GPU kit"): the captured ddp_mlp iteration took 12.2 ms of wall time against 1.45 ms
+clean with its thread on a CPU for 2.1 ms; ``proportional`` replayed +43% to +284% (one-iteration captures) and
++45% to +84% (lean ones). ``to_wall`` scales each captured iteration's host work (every compute node on a host
+thread, lean-timed ones too, each one's gap, and what issuing each collective cost its thread, all of which
+the profiler lengthened) by ``min(1, clean_wall / host_j)``, clean_wall the rank's median clean iteration
+(``observed.per_rank_us``) and host_j that work's recorded sum. The assumption is a host-bound rank, one whose
+iteration is its host's work end to end (the DDP and FSDP2 examples on an H100: a few microseconds of kernel per
+operator); a rank whose host work is shorter than its iteration (GPU-bound, or waiting on a collective) keeps
+it (factor 1: the GPU streams and the collectives carry the rest). Its baseline is then the recording's clean
+iteration by construction (within 0.5% on the H100, 2026-11-27), so its fidelity is what another launch says:
+against a fresh launch of each example, ddp_mlp +26% / +32% (one-iteration / lean recording; its launches
+ranged 1.19-2.17 ms the day before), ddp_transformer +6% / +10%, fsdp2_transformer -15% (lean): each the
+recording's own distance from that launch. Not measured: a rank whose host
+waits on NCCL inside its clean iterations (that wait is in the wall time and would be scaled with the work;
+one GPU here, no real collective).
+
 A correction by ``proportional`` or ``per_op`` never lengthens compute: a rank whose captured CPU time is not
 above its clean one keeps its recorded durations (factor 1).
 
@@ -146,16 +168,18 @@ from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations
 from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import UsageError
 
-__all__ = ["DEFAULT_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES", "Correction",
-           "RankFigures", "correct_durations", "correct_graph", "correct_graphs", "from_worker_doc",
+__all__ = ["DEFAULT_RULE", "DEVICE_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES",
+           "Correction", "RankFigures", "correct_durations", "correct_graph", "correct_graphs", "from_worker_doc",
            "plan_correction", "rank_rule", "read_figures", "training_thread"]
 
-RULES = ("proportional", "per_op", "to_clean")
+RULES = ("proportional", "per_op", "to_clean", "to_wall")
 MODES = ("on", "off", *RULES)
 #: ``on``: the rule of a rank whose work is its host thread's (module docstring) ...
 DEFAULT_RULE = "to_clean"
-#: ... and of a rank with device compute or lean-timed operators.
+#: ... and of a rank with lean-timed operators (or device compute but no clean wall time) ...
 FALLBACK_RULE = "proportional"
+#: ... and of a rank with device compute (GPU stream nodes) whose clean wall time the bundle carries.
+DEVICE_RULE = "to_wall"
 #: A rank whose training thread waited for a CPU at least this share of its CPU time per clean iteration is
 #: named in the report as recorded on an oversubscribed machine (W = 2 on the testbed: 1-8%; W = 4 on 2 CPUs:
 #: 68-103%).
@@ -168,12 +192,14 @@ _MAX_SAMPLES = 100_000
 
 @dataclass(frozen=True)
 class RankFigures:
-    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; and its
-    time runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.hostwork)."""
+    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; its time
+    runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.hostwork); and its
+    clean iterations' wall time (None: the bundle has none; ``observed.per_rank_us``)."""
 
     clean_cpu_us: float
     captured_cpu_us: float
     clean_run_queue_us: float | None = None
+    clean_wall_us: float | None = None
 
     @property
     def overhead_us(self) -> float:
@@ -210,7 +236,7 @@ class Correction:
             text = f"recorded compute not corrected for the profiler: {self.why_not}"
             return f"{lean}; the rest {text}" if lean else text
         if (lean and self.use_lean and all(n == total for n, total in self.lean.values())
-                and set(self.factors) <= set(self.lean)):
+                and set(self.factors) <= set(self.lean) and DEVICE_RULE not in map(self.rule_of, self.factors)):
             return f"{lean}: no profiler correction needed"
         ranks = sorted(self.factors)
         used = {self.rule_of(r) for r in ranks}
@@ -225,8 +251,12 @@ class Correction:
         factors = ", ".join(one(r) for r in ranks)
         clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
         captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
-        text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, from clean {clean} ms "
-                f"vs captured {captured} ms CPU per iteration (median; --profiler-correction off: as recorded)"
+        walls = " / ".join(f"{(self.figures[r].clean_wall_us or 0.0) / 1e3:.2f}" for r in ranks)
+        source = (f"the host's operators and gaps per captured iteration to the clean iterations' wall time, {walls} "
+                  "ms" if headline == DEVICE_RULE else
+                  f"from clean {clean} ms vs captured {captured} ms CPU per iteration")
+        text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, {source} "
+                "(median; --profiler-correction off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
                 + self._oversubscribed(ranks))
         if not self.use_lean:
@@ -264,7 +294,8 @@ class Correction:
         if self.rule is None:
             return None
         return {"rule": self.rule, "use_lean": self.use_lean,
-                "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us] for r, f in sorted(self.figures.items())}}
+                "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us, f.clean_wall_us]
+                            for r, f in sorted(self.figures.items())}}
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "why_not": self.why_not or None, "use_lean": self.use_lean,
@@ -276,6 +307,7 @@ class Correction:
                 "clean_run_queue_us": {str(r): f.clean_run_queue_us for r, f in sorted(self.figures.items())},
                 "oversubscribed": self.oversubscribed(),
                 "clean_cpu_us": {str(r): f.clean_cpu_us for r, f in sorted(self.figures.items())},
+                "clean_wall_us": {str(r): f.clean_wall_us for r, f in sorted(self.figures.items())},
                 "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())}}
 
 
@@ -294,6 +326,8 @@ def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
     raw = observed.get(THREAD_CPU_KEY) if isinstance(observed, Mapping) else None
     if not isinstance(raw, Mapping):
         return {}
+    walls = observed.get("per_rank_us") if isinstance(observed, Mapping) else None
+    walls = walls if isinstance(walls, Mapping) else {}
     out: dict[int, RankFigures] = {}
     for rank, entry in raw.items():
         if not (isinstance(rank, str) and rank.isascii() and rank.isdigit() and len(rank) <= 9
@@ -301,7 +335,9 @@ def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
             continue
         clean, captured = _median(entry.get("clean")), _median(entry.get("captured"))
         if clean is not None and captured is not None and clean > 0 and captured > 0:
-            out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")))
+            wall = _median(walls.get(rank))
+            out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")),
+                                         wall if wall is not None and wall > 0 else None)
     return out
 
 
@@ -323,7 +359,8 @@ def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
     """The :class:`Correction` of :meth:`Correction.worker_doc` (written by the parent: trusted)."""
     if not doc:
         return Correction(None, why_not="none asked")
-    return Correction(str(doc["rule"]), {int(r): RankFigures(float(v[0]), float(v[1]))
+    return Correction(str(doc["rule"]), {int(r): RankFigures(float(v[0]), float(v[1]), None,
+                                                             float(v[2]) if len(v) > 2 and v[2] else None)
                                          for r, v in doc["figures"].items()}, use_lean=bool(doc.get("use_lean", True)))
 
 
@@ -337,8 +374,9 @@ def correct_durations(durations: Sequence[float], corrected: Sequence[bool], ite
                       figures: RankFigures, rule: str) -> list[float]:
     """``durations`` with those flagged in ``corrected`` corrected by ``rule`` (module docstring); ``iteration``:
     each node's captured iteration (0-based), for ``per_op``'s count of nodes per iteration."""
-    if rule not in RULES:
-        raise UsageError(f"profiler correction rule {rule!r}: must be one of {', '.join(RULES)}")
+    if rule not in RULES or rule == "to_wall":
+        raise UsageError(f"profiler correction rule {rule!r}: must be one of {', '.join(RULES[:-1])} (to_wall "
+                         "scales gaps too: correct_graph)")
     out = list(durations)
     if rule == "to_clean":
         totals: dict[int, float] = {}
@@ -366,8 +404,10 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGr
     """A copy of ``g`` with its host compute corrected by ``rule``, and the effective factor (corrected / recorded
     host compute; 1.0 when it has none). A lean-timed node (nbox_record/leantiming.py, measured without the
     observer) is left as it is."""
-    flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
     labels, _, _ = captured_iterations(g)
+    if rule == "to_wall":
+        return _to_wall(g, figures, labels)
+    flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
     if rule == "to_clean":  # the training thread's nodes to its clean time; another thread's by proportional
         main = training_thread(g)
         on_main = [c and g.resource[i] == main for i, c in enumerate(flags)]
@@ -379,6 +419,38 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGr
     before = sum(d for d, c in zip(g.duration_us, flags, strict=True) if c)
     after = sum(d for d, c in zip(new, flags, strict=True) if c)
     return dataclasses.replace(g, duration_us=new), (after / before if before > 0 else 1.0)
+
+
+def _to_wall(g: RankGraph, figures: RankFigures, labels: Sequence[int]) -> tuple[RankGraph, float]:
+    """:func:`correct_graph` under ``to_wall`` (module docstring): the host's recorded work in captured iteration j
+    (every compute node on a host thread, lean-timed or not, its gap, and what issuing a collective cost a host
+    thread) times ``min(1, clean_wall / host_j)``, host_j its recorded sum."""
+    wall = figures.clean_wall_us
+    if wall is None:
+        raise UsageError("the to_wall rule needs the clean iterations' wall time (observed.per_rank_us), which "
+                         f"the bundle does not carry for rank {g.rank}")
+    on_host = [name.startswith("thread:") for name in g.resources]
+    host = [on_host[res] for res in g.resource]
+    compute = _host_compute(g)
+    gaps = g.gaps_us()
+    issue = g.issue_us if len(g.issue_us) == len(g.ids) else [0.0] * len(g.ids)
+    totals: dict[int, float] = {}
+    for i, h in enumerate(host):
+        if h:
+            own = (g.duration_us[i] if compute[i] else 0.0) + gaps[i] + (issue[i] if g.kind[i] != COMPUTE else 0.0)
+            totals[labels[i]] = totals.get(labels[i], 0.0) + own
+    scale = [min(1.0, wall / totals[labels[i]]) if host[i] and totals.get(labels[i], 0.0) > 0 else 1.0
+             for i in range(len(g))]
+    dur = [d * f if c else d for d, f, c in zip(g.duration_us, scale, compute, strict=True)]
+    new_gaps = [x * f for x, f in zip(gaps, scale, strict=True)]
+    new_issue = [x * f if k != COMPUTE else x for x, f, k in zip(issue, scale, g.kind, strict=True)]
+    before = sum(totals.values())
+    after = sum((d if c else 0.0) + x + (u if k != COMPUTE else 0.0)
+                for d, x, u, c, k, h in zip(dur, new_gaps, new_issue, compute, g.kind, host, strict=True) if h)
+    new = dataclasses.replace(g, duration_us=dur,
+                              gap_us=new_gaps if len(g.gap_us) == len(g.ids) else g.gap_us,
+                              issue_us=new_issue if len(g.issue_us) == len(g.ids) else g.issue_us)
+    return new, (after / before if before > 0 else 1.0)
 
 
 def training_thread(g: RankGraph) -> int | None:
@@ -398,7 +470,10 @@ def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str
         return None
     device = [not name.startswith("thread:") for name in g.resources]
     if any(k == COMPUTE and device[res] for k, res in zip(g.kind, g.resource, strict=True)):
-        return FALLBACK_RULE, "device compute"
+        figures = correction.figures.get(rank)
+        if figures is not None and figures.clean_wall_us is not None:
+            return DEVICE_RULE, "device compute"
+        return FALLBACK_RULE, "device compute, no clean wall time"
     if correction.lean.get(rank, (0, 0))[0]:
         return FALLBACK_RULE, "lean-timed operators"
     if not captured_iterations(g)[2]:

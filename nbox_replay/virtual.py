@@ -14,7 +14,8 @@ in that order). A node starts when its resource (thread or stream) is free and i
   (matched by process group and position in that group's sequence); emulated members mirror them;
 * a node with a recorded **gap** (``nbox_gap_micros``: the framework's own work on the thread since the previous
   operator, measured by the recorder's lean pass) first holds its thread for the gap (times the same factor
-  as compute; counted as compute in the breakdown);
+  as compute; counted as compute in the breakdown), from when its dependencies on another host thread have
+  ended (:func:`_handoff_deps`: a caller resumes after the backward pass it waited for);
 * a node whose dependency has not completed yet stops its rank until it does; when no rank can advance
   and some are unfinished, the collectives they wait for can never complete (:class:`ReplayDeadlock`
   names them).
@@ -289,6 +290,17 @@ def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Map
                      sim.iterations_note)
 
 
+def _handoff_deps(g: RankGraph, gap: Sequence[float]) -> list[tuple[int, ...]]:
+    """Per node with a gap on a host thread: its dependencies that are compute on another host thread. Its gap
+    starts once they have ended: the thread waited for them before doing that work (the caller of a backward pass
+    that the autograd engine ran on its device thread, nbox_record/leantiming.py). A dependency on a GPU stream
+    does not hold the gap back: the host runs ahead of its kernels."""
+    host = [name.startswith("thread:") for name in g.resources]
+    res, kind, deps = g.resource, g.kind, g.deps
+    return [tuple(j for j in deps[i] if kind[j] == COMPUTE and host[res[j]] and res[j] != res[i])
+            if gap[i] > 0 and host[res[i]] else () for i in range(len(g))]
+
+
 class _Rank:
     """One replayed rank: a process on the event core that walks its graph (module docstring).
 
@@ -371,6 +383,7 @@ class _Rank:
         kind, deps, dur, res_of, issue_us = g.kind, g.deps, g.duration_us, g.resource, g.issue_us
         gap = g.gaps_us()
         free, factor, n = self.free, self.factor, len(g)
+        handed = _handoff_deps(g, gap)
         comm_node = [COLLECTIVE <= k <= RECV for k in kind]
         compute_kind = COMPUTE
         neg_inf = -math.inf
@@ -387,6 +400,10 @@ class _Rank:
                 res = res_of[i]
                 s_other = free[res]  # resource and non-comm dependencies
                 if gap[i] > 0:  # the framework's work on the thread before the node (recorded by the lean pass)
+                    for j in handed[i]:  # the thread waited for another thread's work (a backward pass) first
+                        e = end[j]
+                        if e is not None and e > s_other:
+                            s_other = e
                     g_end = s_other + gap[i] * factor
                     compute_iv.append((s_other, g_end))
                     s_other = free[res] = g_end

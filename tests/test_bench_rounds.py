@@ -163,12 +163,16 @@ def test_gpu_check_lean_records_each_workload_again_with_a_lean_pass(tmp_path: P
     lean = FakeCheck(tmp_path)
     gc.pipeline(lean, "cpu", 0, "", lean=True)
     records = [c for c in lean.calls if c[0] == "record"]
-    assert [c[2] for c in records] == ["ddp_mlp", "ddp_mlp", "ddp_transformer", "ddp_transformer",
-                                       "fsdp2_transformer"]
-    assert ["--lean-iterations" in c for c in records] == [False, True, False, True, True]
+    # each workload's variants, then one fresh launch of it that no replay saw
+    assert [c[2] for c in records] == ["ddp_mlp"] * 3 + ["ddp_transformer"] * 3 + ["fsdp2_transformer"] * 2
+    assert ["--lean-iterations" in c for c in records] == [False, True, False, False, True, False, True, False]
     assert all(c[c.index("--capture") + 1] == 3 for c in records if "--lean-iterations" in c)
-    assert len([c for c in plain.calls if c[0] == "record"]) == 2
-    assert len({c[c.index("-o") + 1] for c in records}) == 5  # one bundle each
+    assert len([c for c in plain.calls if c[0] == "record"]) == 4
+    assert len({c[c.index("-o") + 1] for c in records}) == 8  # one bundle each
+    fresh = next(r for r in lean.rows if r.step == "fresh run ddp_mlp (a launch no replay saw)")
+    assert fresh.figures == {"fresh_ms": 1.0, "default_recorded_pct": 0.0, "default_virtual_pct": 10.0,
+                             "default_live_pct": 10.0, "lean_recorded_pct": 0.0, "lean_virtual_pct": 10.0,
+                             "lean_live_pct": 10.0}
     assert [r.step for r in lean.rows if r.step.startswith("lean replay ddp_mlp")] == [
         "lean replay ddp_mlp virtual", "lean replay ddp_mlp live (cpu)"]
 

@@ -8,6 +8,7 @@ import pytest
 
 from nbox_record import recordclock
 from nbox_record.kineto import CpuEvent, KinetoTrace
+from nbox_record.leantiming import AUTOGRAD_EVENT as AUTOGRAD
 from nbox_record.leantiming import lean_times, top_sequences
 from nbox_record.rawformat import BOUNDARY_MARKER
 from nbox_record.recordenv import Config, ConfigError, config_from_env
@@ -114,3 +115,28 @@ def test_only_the_training_thread_has_gaps() -> None:
     found = {captured.cpu[i].name: t for i, t in lean_times(captured, lean).items()}
     assert found["aten::linear"].gap_us == 5.0 and found["aten::copy_"].gap_us == 0.0
     assert found["aten::copy_"].duration_us == 2.0
+
+
+def test_a_backward_on_another_thread_is_one_timeline_with_its_caller() -> None:
+    """A CUDA rank (H100, 2026-11-27): the autograd engine's device thread runs the backward while the caller waits
+    in ``backward()``. The caller's wait is not a gap; the engine's time between backward events is."""
+    def lean_iteration(t0: float) -> list[CpuEvent]:
+        return [op("aten::mse_loss", t0 + 5, 10),  # forward on the caller: gap 5 after the marker
+                op(f"{AUTOGRAD} MseLossBackward0", t0 + 20, 8, thread=OTHER),  # 5 after the loss: backward starts
+                op(f"{AUTOGRAD} AddmmBackward0", t0 + 31, 6, thread=OTHER),  # the engine's 3 between its events
+                op("aten::_foreach_add_", t0 + 40, 4)]  # 3 after the backward, not 25 after the loss
+
+    lean = trace([mark(0), *lean_iteration(0), mark(100), *lean_iteration(100), mark(200)])
+    captured = trace([mark(1000), *lean_iteration(1000), mark(2000)])
+    found = {captured.cpu[i].name: t.gap_us for i, t in lean_times(captured, lean).items()}
+    assert found == {"aten::mse_loss": 5.0, f"{AUTOGRAD} MseLossBackward0": 5.0,
+                     f"{AUTOGRAD} AddmmBackward0": 3.0, "aten::_foreach_add_": 3.0}
+
+
+def test_a_thread_that_runs_beside_the_caller_is_not_joined_to_it() -> None:
+    """A thread whose events overlap the caller's is concurrent work, not a handoff: it keeps no gaps, and the
+    caller's gaps are its own, as on a CPU rank."""
+    lean = trace([mark(0), op("aten::linear", 5, 10), op(f"{AUTOGRAD} X", 8, 4, thread=OTHER),
+                  op("aten::add", 30, 2), mark(100)])
+    found = {lean.cpu[i].name: t.gap_us for i, t in lean_times(lean, lean).items()}
+    assert found == {"aten::linear": 5.0, f"{AUTOGRAD} X": 0.0, "aten::add": 15.0}

@@ -137,10 +137,11 @@ def test_a_rank_with_device_compute_or_lean_timed_operators_keeps_the_fallback_r
     device = dataclasses.replace(g, resources=[*g.resources, "stream:7"], resource=resource)
     c = plan_correction("on", {"thread_cpu_us": FIGURES})
     out = correct_graphs({0: device}, c)[0]
-    assert c.rank_rules == {0: ("proportional", "device compute")} and c.factors[0] == pytest.approx(0.8)
+    why = "device compute, no clean wall time"  # FIGURES has no observed.per_rank_us: to_wall cannot apply
+    assert c.rank_rules == {0: ("proportional", why)} and c.factors[0] == pytest.approx(0.8)
     assert out.duration_us[host[0]] == g.duration_us[host[0]]  # the device node is not touched
-    assert "(proportional rule): x0.80 (rank 0: device compute)" in c.describe()  # the rule every rank used
-    assert c.to_dict()["rank_rules"] == {"0": {"rule": "proportional", "why": "device compute"}}
+    assert f"(proportional rule): x0.80 (rank 0: {why})" in c.describe()  # the rule every rank used
+    assert c.to_dict()["rank_rules"] == {"0": {"rule": "proportional", "why": why}}
     # one host operator lean-timed: the rest corrected by the fallback rule, the lean one kept
     lean = dataclasses.replace(g, lean=[i == host[0] for i in range(len(g))])
     c = plan_correction("on", {"thread_cpu_us": FIGURES})
@@ -152,6 +153,54 @@ def test_a_rank_with_device_compute_or_lean_timed_operators_keeps_the_fallback_r
     named = plan_correction("to_clean", {"thread_cpu_us": FIGURES})
     correct_graphs({0: device}, named)
     assert named.rank_rules == {} and named.factors[0] != pytest.approx(0.8)
+
+
+def test_a_device_rank_with_a_clean_wall_time_has_its_host_work_scaled_to_it() -> None:
+    """``to_wall``: each captured iteration's host work (operators, lean-timed too, their gaps, collective issues)
+    times min(1, clean wall / its sum); GPU stream nodes untouched; named in the line; never lengthened."""
+    import dataclasses
+
+    from nbox_replay.graph import captured_iterations
+
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    host = _host(g)
+    resource = list(g.resource)
+    resource[host[0]] = len(g.resources)  # one operator becomes a GPU kernel
+    gaps = [7.0 if i in host[1:4] else 0.0 for i in range(len(g))]
+    lean = [i == host[1] for i in range(len(g))]
+    device = dataclasses.replace(g, resources=[*g.resources, "stream:7"], resource=resource, gap_us=gaps, lean=lean)
+    labels, count, _ = captured_iterations(device)
+    on_thread = [device.resources[r].startswith("thread:") for r in device.resource]
+    comm = [i for i, k in enumerate(device.kind) if k != COMPUTE and on_thread[i] and device.issue_us[i] > 0]
+    assert comm, "the shipped trace's collectives carry their issue cost"
+    work = [0.0] * count
+    for i in range(len(device)):
+        if on_thread[i]:
+            work[labels[i]] += (device.duration_us[i] if device.kind[i] == COMPUTE else device.issue_us[i]) + gaps[i]
+    wall = min(work) / 2
+    figures = {"0": {"clean": [8000.0], "captured": [10000.0]}}
+    c = plan_correction("on", {"thread_cpu_us": figures, "per_rank_us": {"0": [wall * 0.9, wall, wall * 1.1]}})
+    out = correct_graphs({0: device}, c)[0]
+    assert c.rank_rules == {0: ("to_wall", "device compute")} and c.figures[0].clean_wall_us == pytest.approx(wall)
+    scale = [wall / w for w in work]
+    for i in range(len(device)):
+        f = scale[labels[i]] if on_thread[i] else 1.0
+        if device.kind[i] == COMPUTE:
+            assert out.duration_us[i] == pytest.approx(device.duration_us[i] * f)  # the lean-timed one too
+        else:
+            assert out.issue_us[i] == pytest.approx(device.issue_us[i] * f)
+        assert out.gap_us[i] == pytest.approx(gaps[i] * f)
+    assert out.duration_us[host[0]] == device.duration_us[host[0]]  # the kernel is not touched
+    assert "(to_wall rule): x" in c.describe() and "to the clean iterations' wall time" in c.describe()
+    assert "no profiler correction needed" not in c.describe()
+    back = from_worker_doc(json.loads(json.dumps(c.worker_doc())))
+    assert back.figures[0].clean_wall_us == pytest.approx(wall)  # a live worker gets the same rule
+    # a clean iteration longer than the host's recorded work: nothing is lengthened
+    c = plan_correction("on", {"thread_cpu_us": figures, "per_rank_us": {"0": [max(work) * 3]}})
+    out = correct_graphs({0: device}, c)[0]
+    assert c.factors[0] == 1.0 and out.duration_us == device.duration_us and out.gap_us == gaps
+    with pytest.raises(UsageError, match="to_wall"):  # the rule works on graphs: it scales gaps too
+        correct_durations([1.0], [True], [0], RankFigures(1.0, 2.0), "to_wall")
 
 
 def test_an_oversubscribed_recording_is_named_in_the_line_and_the_json() -> None:
@@ -221,12 +270,15 @@ def test_under_on_an_unmarked_capture_is_corrected_by_proportional() -> None:
     assert "(proportional rule): x0.80 (rank 0: captured iterations not marked)" in c.describe()
 
 
-def test_a_gpu_rank_through_the_cli_and_sweep_workers_keeps_proportional_and_says_so(tmp_path: Path) -> None:
+def test_a_gpu_rank_through_the_cli_and_sweep_workers_is_scaled_to_its_wall_time_and_says_so(tmp_path: Path) -> None:
     from nbox_trace.chakra import et_def_pb2 as pb
     from nbox_trace.chakra.attrs import make_attr
     from nbox_trace.chakra.codec import EtReader, write_et
 
     bundle = with_figures(tmp_path, FIGURES)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["observed"]["per_rank_us"]["1"] = [900.0, 1000.0, 1100.0]  # a clean iteration shorter than the host work
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
     path = bundle / "trace" / "trace.1.et"
     with EtReader(path) as reader:
         meta, nodes = reader.metadata, list(reader)
@@ -237,14 +289,15 @@ def test_a_gpu_rank_through_the_cli_and_sweep_workers_keeps_proportional_and_say
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     pc = json.loads(proc.stdout)["profiler_correction"]
-    assert pc["rule_by_rank"] == {"0": "to_clean", "1": "proportional"}
-    assert pc["rank_rules"] == {"1": {"rule": "proportional", "why": "device compute"}}
-    assert pc["factors"]["1"] == pytest.approx(0.6)
+    assert pc["rule_by_rank"] == {"0": "to_clean", "1": "to_wall"}  # the bundle carries rank 1's clean wall times
+    assert pc["rank_rules"] == {"1": {"rule": "to_wall", "why": "device compute"}}
+    factor = pc["factors"]["1"]
+    assert 0 < factor < 1 and pc["clean_wall_us"]["1"] == 1000.0
     proc = subprocess.run([sys.executable, "-m", "nbox", "sweep", str(bundle), "--vary", "world_size=2,4", "--jobs",
                            "2", "--out", str(tmp_path / "sweep")], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "x0.60 (rank 1, proportional rule: device compute)" in proc.stderr
+    assert proc.returncode == 0, proc.stderr  # the sweep's workers got the wall time too (to_wall needs it)
+    assert f"x{factor:.2f} (rank 1, to_wall rule: device compute)" in proc.stderr
 
 
 def test_the_worker_doc_round_trips_to_the_same_correction() -> None:

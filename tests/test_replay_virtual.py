@@ -207,3 +207,24 @@ def test_a_scenario_path_given_as_a_string_is_a_path() -> None:
     assert cfg.out == Path("o")
     with pytest.raises(InputNotFoundError, match=r"missing\.toml"):
         run_replay(cfg)
+
+
+def test_a_gap_starts_after_the_other_host_threads_work_it_waited_for_not_a_kernel() -> None:
+    """A CUDA rank's backward runs on the autograd engine's thread while the caller waits (H100, 2026-11-27): the
+    caller's gap before its next operator (the lean pass's figure, nbox_record/leantiming.py) comes after that
+    work. A dependency on a GPU kernel does not hold a gap back: the host runs ahead of its kernels."""
+    from nbox_replay.graph import COMPUTE
+
+    g = RankGraph(0, "r0")
+    # A (caller) -> B (engine thread) -> C (caller, gap 5); A -> K (kernel, 100) -> F (caller, gap 4)
+    g.ids, g.names = [1, 2, 3, 4, 5], ["A", "B", "C", "K", "F"]
+    g.kind = [COMPUTE] * 5
+    g.duration_us, g.issue_us = [10.0, 50.0, 1.0, 100.0, 1.0], [0.0] * 5
+    g.resources = ["thread:1", "thread:2", "stream:7"]
+    g.resource = [0, 1, 0, 2, 0]
+    g.deps, g.iteration = [(), (0,), (1,), (0,), (2, 3)], [0] * 5
+    g.gap_us = [0.0, 0.0, 5.0, 0.0, 4.0]
+    res = simulate({0: g}, load_scenario(None), groups={}, recorded_world=1).ranks[0]
+    assert res.start_us[2] == pytest.approx(65.0)  # B ends at 60, then the gap: not 10 + 5 while B ran
+    assert res.start_us[4] == pytest.approx(110.0)  # the gap ran 66-70 while K ran; F waits for K's end
+    assert res.iteration_us == [pytest.approx(111.0)]

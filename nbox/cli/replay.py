@@ -60,9 +60,11 @@ def replay_cmd(
     local_addr: LocalAddrOpt = None,
     rdzv_host: RdzvHostOpt = None,
     profiler_correction: Annotated[str, typer.Option(
-        help="on | off | proportional | per_op | to_clean: recorded compute without the profiler's overhead. on: "
-             "the lean pass's times and gaps where the bundle has them, else the default rule from the bundle's "
-             "clean vs captured CPU times (to_clean; proportional for a rank with GPU work or lean-timed operators); "
+        help="on | off | proportional | per_op | to_clean | to_wall: recorded compute without the profiler's "
+             "overhead. on: the lean pass's times and gaps where the bundle has them, else the default rule from the "
+             "bundle's clean vs captured CPU times (to_clean; proportional for a rank with lean-timed operators); a "
+             "rank with GPU work: its host work per captured iteration scaled to its clean iterations' wall time "
+             "(to_wall); "
              "a named rule: every rank's operators' profiled times under it (lean figures set aside); off: as the "
              "bundle carries them.")]
     = "on",
