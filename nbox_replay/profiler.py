@@ -252,8 +252,8 @@ class Correction:
         clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
         captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
         walls = " / ".join(f"{(self.figures[r].clean_wall_us or 0.0) / 1e3:.2f}" for r in ranks)
-        source = (f"the host's operators and gaps per captured iteration to the clean iterations' wall time, {walls} "
-                  "ms" if headline == DEVICE_RULE else
+        source = ("each captured iteration's host work (operators, lean-timed ones too, their gaps, collective "
+                  f"issues) to the clean iterations' wall time, {walls} ms" if headline == DEVICE_RULE else
                   f"from clean {clean} ms vs captured {captured} ms CPU per iteration")
         text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, {source} "
                 "(median; --profiler-correction off: as recorded)"
@@ -261,6 +261,8 @@ class Correction:
                 + self._oversubscribed(ranks))
         if not self.use_lean:
             return text + (f"; the lean pass's figures set aside (a named rule): {counts}" if counts else "")
+        if lean and headline == DEVICE_RULE:
+            return f"{lean}; {text}"
         return f"{lean}; the rest {text}" if lean else text
 
     def rule_of(self, rank: int) -> str | None:

@@ -23,6 +23,7 @@ Recorded compute is corrected for the profiler's overhead where the bundle carri
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from emulator_core.scenario import Scenario
 from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if, scenario_mesh
 from nbox_replay.breakdown import median_index, slowest_rank
-from nbox_replay.graph import COMPUTE, RankGraph, load_rank
+from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations, load_rank
 from nbox_replay.hostwork import HOST_WORK_MODES, HostPad
 from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_world_size, topology_spans
 from nbox_replay.profiler import MODES as PROFILER_MODES
@@ -81,6 +82,8 @@ class ReplayConfig:
         iterations: timed repetitions of the captured iteration(s) per run (>= 1).
         warmup: untimed repetitions before them (real clock; the first is cold, the host-work pad plans from
             the median of the others: :mod:`nbox_replay.hostwork`).
+        warmup_s: warm up for at least this long too (seconds, by repetitions at the recorded iteration time:
+            :func:`warmup_repetitions`); None: :data:`CUDA_WARMUP_S` on CUDA, 0 on a CPU.
         device: ``auto``, ``cpu`` or ``cuda`` (real clock).
         out: directory for the per-rank Perfetto timelines (None: none written).
         timeout_s: deadline of a real-clock run.
@@ -95,10 +98,11 @@ class ReplayConfig:
         nodes: ``--clock real`` across several nodes (:class:`nbox_trace.launch.Nodes`): run the same command on
             each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
             rendezvouses at the endpoint's port + k; every node reports the whole job.
-        profiler_correction: ``on`` (the default rule, ``to_clean``, and ``proportional`` for a rank with GPU
-            work, lean-timed operators or unmarked iterations), ``off``, or a rule by name (``proportional``,
-            ``per_op``, ``to_clean``) for every rank: how recorded compute is corrected for the profiler's overhead
-            (:mod:`nbox_replay.profiler`; recorded compute only, bundles that carry the figures only).
+        profiler_correction: ``on`` (the default rule, ``to_clean``; ``to_wall`` for a rank with GPU work,
+            ``proportional`` for lean-timed operators or unmarked iterations), ``off``, or a rule by name
+            (``proportional``, ``per_op``, ``to_clean``, ``to_wall``) for every rank: how recorded compute is
+            corrected for the profiler's overhead (:mod:`nbox_replay.profiler`; recorded compute only, bundles
+            that carry the figures only).
         host_work: ``pad`` or ``off``: whether a live replay with live compute pads its operators for the host
             work it does not re-run (:mod:`nbox_replay.hostwork`). None: ``pad`` where it applies; named, it is
             refused where it cannot act (a virtual clock, recorded compute).
@@ -114,6 +118,7 @@ class ReplayConfig:
     ranks: tuple[int, ...] | None = None
     iterations: int = 3
     warmup: int = 4
+    warmup_s: float | None = None
     device: str = "auto"
     out: Path | None = None
     timeout_s: float = 600.0
@@ -139,6 +144,8 @@ class ReplayConfig:
         if self.host_work is not None and self.clock != "real":
             raise ReplayConfigError(f"--host-work {self.host_work}: pads the operators a live replay re-executes; "
                                     f"with --clock {self.clock} nothing is re-executed on the real clock")
+        if self.warmup_s is not None and not (0 <= self.warmup_s <= MAX_WARMUP_S):
+            raise ReplayConfigError(f"--warmup-s must be between 0 and {MAX_WARMUP_S:g} s, got {self.warmup_s}")
         if self.iterations < 1 or self.warmup < 0:
             raise ReplayConfigError(f"--iterations must be >= 1 and --warmup >= 0, got {self.iterations}, "
                                     f"{self.warmup}")
@@ -289,7 +296,8 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
 
         say(f"measuring the operators of {len(graphs)} rank(s) on {device} (no communication)")
         measured = measure_compute(graphs, {r: source.trace_set.files[r] for r in graphs}, device=device,
-                                   warmup=config.warmup, iterations=config.iterations, timeout_s=config.timeout_s)
+                                   warmup=warmup_repetitions(config, source, graphs, device, say),
+                                   iterations=config.iterations, timeout_s=config.timeout_s)
         graphs, coverage, fallbacks = measured.graphs, measured.coverage, measured.fallbacks
         if measured.heap_not_held:
             notices.append(f"the measuring worker's heap not held ({measured.heap_not_held}): its operator times "
@@ -421,8 +429,9 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     compute = report.compute
     files = {r: source.trace_set.files[r] for r in graphs}
     host, why_not = _host_cpu(config, source, graphs, compute, device)
+    warmup = warmup_repetitions(config, source, graphs, device, say)
     configs = [LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
-                          scenario=scenario, compute=compute, device=device, warmup=config.warmup,
+                          scenario=scenario, compute=compute, device=device, warmup=warmup,
                           iterations=1, timeout_s=config.timeout_s, nodes=config.nodes,
                           profiler=correction.worker_doc(), host_cpu_us=host)
                for scenario in (base, what_if)]
@@ -437,6 +446,45 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
                                          paired.baseline.heap_not_held)
         report.coverage = paired.what_if.coverage
         report.fallbacks = dict(paired.what_if.fallbacks)
+
+
+#: ``--warmup-s`` on CUDA when not given (seconds). Measured on an H100 (2026-11-27, the same one-iteration
+#: ddp_transformer bundle, one launch each, back to back): the live replay's three timed repetitions took 4.8, 5.4
+#: and 4.8 ms after one warm-up repetition and 2.4, 2.4 and 2.3 ms after 300 (about 0.7 s), against 2.65 ms
+#: recorded; earlier runs' repetitions fell steadily over the first second (4.2 -> 2.4 ms over nine). The device
+#: (or its host) runs slow until it has been busy a while; a CPU replay shows no such trend (0 there).
+CUDA_WARMUP_S = 1.0
+#: Bounds of ``--warmup-s`` and of the repetitions it may ask for.
+MAX_WARMUP_S = 600.0
+MAX_WARMUP_REPETITIONS = 100_000
+
+
+def warmup_repetitions(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, RankGraph], device: str,
+                       say: Callable[[str], None] | None = None) -> int:
+    """The warm-up repetitions of a live run: ``--warmup``, or more where ``--warmup-s`` (default
+    :data:`CUDA_WARMUP_S` on CUDA, 0 on a CPU) asks for a longer warm-up: that time over one repetition's, taken
+    as the recorded median iteration (``observed``; the recorded compute of the longest rank for a bundle without
+    it) times the captured iterations a repetition replays. Every rank runs the same number (its collectives
+    pair across ranks), so it is fixed here, before launch, not by each worker's clock."""
+    seconds = config.warmup_s if config.warmup_s is not None else (CUDA_WARMUP_S if device == "cuda" else 0.0)
+    if seconds <= 0 or not graphs:
+        return config.warmup
+    observed = source.manifest.observed if source.manifest is not None else None
+    median = observed.get("iteration_time_us", {}).get("median") if isinstance(observed, Mapping) else None
+    captured = max(captured_iterations(g)[1] for g in graphs.values())
+    if isinstance(median, (int, float)) and not isinstance(median, bool) and median > 0:
+        rep_us = float(median) * captured
+        basis = f"the recorded {median / 1e3:.2f} ms x {captured} iteration(s)"
+    else:
+        rep_us = max(sum(d for d, k in zip(g.duration_us, g.kind, strict=True) if k == COMPUTE)
+                     for g in graphs.values())
+        basis = f"the recorded compute, {rep_us / 1e3:.2f} ms"
+    need = math.ceil(seconds * 1e6 / rep_us) if rep_us > 0 else config.warmup
+    reps = min(MAX_WARMUP_REPETITIONS, max(config.warmup, need))
+    if reps > config.warmup and say is not None:
+        say(f"warm-up: {reps} repetitions, at least {seconds:g} s at {basis} per repetition (--warmup-s; "
+            f"{device}: a replay runs slow until the device has been busy a while)")
+    return reps
 
 
 def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, RankGraph], compute: str,
