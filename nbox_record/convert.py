@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbox_record.comms import load_collective_log
-from nbox_record.convertattrs import GAP_ATTR, set_attr
+from nbox_record.convertattrs import GAP_ATTR, GAP_JOINED_ATTR, set_attr
 from nbox_record.convertcomm import CommNodes
 from nbox_record.convertcomp import comp_item
 from nbox_record.convertdevice import DeviceFacts, device_facts
@@ -138,6 +138,8 @@ def _assemble(inputs: RankInputs, world_size: int | None) -> RankConversion:
         lean = inputs.lean_of(a.node)
         if lean is not None:
             set_attr(comm.node, GAP_ATTR, max(0, round(lean.gap_us)))
+            if lean.joined:
+                set_attr(comm.node, GAP_JOINED_ATTR, True)
         items.append(comm)
     n_cpu = len(items)
     items += gpu_items(inputs, items, item_of_et, stats)

@@ -46,6 +46,9 @@ def write_io(n: EtNode, node: pb.Node) -> None:
 PROFILED_ATTR = "nbox_profiled_duration_micros"
 #: The framework's time on the node's thread before it, from the previous top-level operator (lean pass, us).
 GAP_ATTR = "nbox_gap_micros"
+#: True where that gap was measured on a timeline joined with another thread's (a CUDA backward on the autograd
+#: engine's device thread, nbox_record/leantiming.py): the replay starts it after that thread's work it waited for.
+GAP_JOINED_ATTR = "nbox_gap_joined"
 
 
 def write_times(node: pb.Node, ev: CpuEvent | None) -> None:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbox_record.convertattrs import GAP_ATTR, MAX_NAME, PROFILED_ATTR, dumps, set_attr, storages, write_io, write_times
+from nbox_record.convertattrs import (
+    GAP_ATTR,
+    GAP_JOINED_ATTR,
+    MAX_NAME,
+    PROFILED_ATTR,
+    dumps,
+    set_attr,
+    storages,
+    write_io,
+    write_times,
+)
 from nbox_record.deps import OutNode
 from nbox_record.hostet import EtNode, HostEt
 from nbox_record.kineto import CpuEvent
@@ -68,6 +78,8 @@ def comp_item(n: EtNode, ev: CpuEvent | None, w: Walk, et: HostEt, lean: LeanTim
         set_attr(node, PROFILED_ATTR, node.duration_micros)
         node.duration_micros = max(0, round(lean.duration_us))
         set_attr(node, GAP_ATTR, max(0, round(lean.gap_us)))
+        if lean.joined:
+            set_attr(node, GAP_JOINED_ATTR, True)
     return OutNode((n.order, 0, 0.0, 0), node, thread=n.tid, start=None if ev is None else ev.ts,
                    end=None if ev is None else ev.end, reads=storages(n.inputs.values),
                    writes=storages(n.outputs.values))

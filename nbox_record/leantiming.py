@@ -38,8 +38,9 @@ FSDP2 examples on a second thread). Counted per thread, the caller's gap before 
 backward (ddp_mlp: 1.98 ms of a 2.3 ms gap total), which the replay then played beside the backward it waited
 for, and the engine's own work between backward events counted nowhere. Such a thread (:func:`_handoff_threads`)
 and the caller are one timeline, one of them working at a time: a gap runs from the previous event on either
-(ddp_mlp: the caller's gaps 0.48 ms, the engine's 0.25 ms per iteration), and the replay starts a gap once the
-work on another host thread that its node waited for has ended (nbox_replay/virtual.py).
+(ddp_mlp: the caller's gaps 0.48 ms, the engine's 0.25 ms per iteration). Such a gap is marked
+(``LeanTime.joined``, ``nbox_gap_joined``), and the replay starts it once the work on another host thread that
+its node depends on has ended (nbox_replay/virtual.py); an unmarked gap already holds such waits.
 
 Measured, and why it is off by default
 --------------------------------------
@@ -87,11 +88,15 @@ Key = tuple[tuple[str, str], str, int]
 
 @dataclass(frozen=True)
 class LeanTime:
-    """One captured operator's lean figures: median duration and gap before it (us), over ``samples`` iterations."""
+    """One captured operator's lean figures: median duration and gap before it (us), over ``samples`` iterations;
+    ``joined``: the gap was measured on its thread's timeline joined with a thread it hands work to, or is handed
+    work by (:func:`_handoff_threads`; in most of the lean iterations), so the replay starts it once that other
+    thread's work its node waited for has ended (``nbox_gap_joined``, nbox_replay/virtual.py)."""
 
     duration_us: float
     gap_us: float
     samples: int
+    joined: bool = False
 
 
 def top_sequences(cpu: Sequence[CpuEvent]) -> list[dict[Key, int]]:
@@ -155,13 +160,13 @@ def _handoff_threads(cpu: Sequence[CpuEvent], iteration: dict[Key, int],
 
 
 def _gaps(cpu: Sequence[CpuEvent], iteration: dict[Key, int], start_us: float,
-          training: set[tuple[str, str]]) -> dict[Key, float]:
+          training: set[tuple[str, str]]) -> tuple[dict[Key, float], set[Key]]:
     """Each top-level event's gap before it on its thread (us; from ``start_us``, the opening marker, for the
     thread's first). Only the ``training`` threads (those that hold the boundary markers) and the threads they
     hand work to (:func:`_handoff_threads`) have gaps; another thread (gloo's) is idle between its events, not
     busy. A training thread and its handoff threads are one timeline, one of them working at a time: a gap runs
     from the previous event on any of them, so the caller's wait for a backward pass on another thread is not a
-    gap, and the engine's work between backward events is."""
+    gap, and the engine's work between backward events is. Also the keys on such a joined timeline."""
     handoff = _handoff_threads(cpu, iteration, training) if training else set()
     joined = ("", "training and handoff threads")  # not a (pid, tid) Kineto writes
     by_thread: dict[tuple[str, str], list[tuple[float, float, Key]]] = {}
@@ -176,7 +181,7 @@ def _gaps(cpu: Sequence[CpuEvent], iteration: dict[Key, int], start_us: float,
         for ts, end, key in events:
             out[key] = max(0.0, ts - prev_end) if busy else 0.0
             prev_end = max(prev_end, end)
-    return out
+    return out, {key for _, _, key in by_thread.get(joined, [])}
 
 
 def lean_times(captured: KinetoTrace, lean: KinetoTrace) -> dict[int, LeanTime]:
@@ -187,18 +192,19 @@ def lean_times(captured: KinetoTrace, lean: KinetoTrace) -> dict[int, LeanTime]:
         return {}
     bounds = sorted(ev.ts for ev in lean.cpu if ev.name == BOUNDARY_MARKER)
     training = {ev.thread for ev in lean.cpu if ev.name == BOUNDARY_MARKER}
-    samples: dict[Key, tuple[list[float], list[float]]] = {}
+    samples: dict[Key, tuple[list[float], list[float], list[bool]]] = {}
     for j, it in enumerate(lean_iters):
-        gaps = _gaps(lean.cpu, it, bounds[j], training)
+        gaps, joined = _gaps(lean.cpu, it, bounds[j], training)
         for key, i in it.items():
-            durs, gs = samples.setdefault(key, ([], []))
+            durs, gs, js = samples.setdefault(key, ([], [], []))
             durs.append(lean.cpu[i].dur)
             gs.append(gaps[key])
+            js.append(key in joined)
     out: dict[int, LeanTime] = {}
     for it in top_sequences(captured.cpu):
         for key, i in it.items():
             found = samples.get(key)
             if found is not None:
                 out[i] = LeanTime(float(statistics.median(found[0])), float(statistics.median(found[1])),
-                                  len(found[0]))
+                                  len(found[0]), 2 * sum(found[2]) > len(found[2]))
     return out

@@ -7,7 +7,9 @@ What the replay needs from each node (attribute contract: chakra-format.md, nbox
   communication's own span, and ``issue_us`` (``nbox_cpu_duration_micros``) is what issuing it cost the
   thread;
 * ``gap_us``: the framework's time on the node's thread before it (``nbox_gap_micros``, from the recorder's lean
-  pass, nbox_record/leantiming.py; 0 without it), charged to the thread ahead of the node;
+  pass, nbox_record/leantiming.py; 0 without it), charged to the thread ahead of the node; ``gap_joined``
+  (``nbox_gap_joined``): that gap was measured with another thread's work taken out (a CUDA backward on the
+  autograd engine's thread), so it starts once that work, which the node depends on, has ended;
 * ``waits_us``: the part of a host compute node's recorded duration during which its thread waited for a
   collective issued inside it (:func:`waits_inside`), already taken out of ``duration_us`` (and of
   ``profiled_us``); ``start_us``: the recorded start (``start_time_micros``, 0 when absent);
@@ -82,6 +84,7 @@ class RankGraph:
     duration_us: list[float] = field(default_factory=list)
     issue_us: list[float] = field(default_factory=list)
     gap_us: list[float] = field(default_factory=list)
+    gap_joined: list[bool] = field(default_factory=list)  # the gap starts after other host threads' work
     lean: list[bool] = field(default_factory=list)
     profiled_us: list[float] = field(default_factory=list)  # lean nodes: the profiled capture's duration
     start_us: list[float] = field(default_factory=list)  # recorded start (0: not recorded)
@@ -101,6 +104,10 @@ class RankGraph:
     def gaps_us(self) -> list[float]:
         """``gap_us``, or zeros for a graph built without it (a synthetic one)."""
         return self.gap_us if len(self.gap_us) == len(self.ids) else [0.0] * len(self.ids)
+
+    def gap_joined_flags(self) -> list[bool]:
+        """``gap_joined``, or all False for a graph built without it."""
+        return self.gap_joined if len(self.gap_joined) == len(self.ids) else [False] * len(self.ids)
 
     def lean_flags(self) -> list[bool]:
         """``lean``, or all False for a graph built without it."""
@@ -153,6 +160,12 @@ def captured_iterations(g: RankGraph) -> tuple[list[int], int, bool]:
 def _int(attrs: dict[str, Attr], name: str) -> int | None:
     found = attrs.get(name)
     return None if found is None else as_int(found)
+
+
+def _flag(attrs: dict[str, Attr], name: str) -> bool:
+    """A boolean attribute: True only for a bool true (untrusted: any other kind or value is False)."""
+    found = attrs.get(name)
+    return found is not None and found.value is True
 
 
 def _splits(attrs: dict[str, Attr], name: str, where: str) -> tuple[int, ...] | None:
@@ -231,6 +244,7 @@ def load_rank(path: str | os.PathLike[str], rank: int, *, keep_nodes: bool = Fal
             g.issue_us.append(float(issue) if issue is not None else 0.0)
             gap = _int(attrs, "nbox_gap_micros")
             g.gap_us.append(float(gap) if gap is not None and gap > 0 else 0.0)
+            g.gap_joined.append(_flag(attrs, "nbox_gap_joined"))
             profiled = _int(attrs, "nbox_profiled_duration_micros")
             g.lean.append(profiled is not None)
             g.profiled_us.append(float(profiled) if profiled is not None and profiled >= 0
@@ -354,8 +368,8 @@ def _toposort(g: RankGraph) -> None:
         stuck = next(i for i in range(n) if indeg[i] > 0)
         raise ReplayInputError(f"{g.path}: the dependencies form a cycle through node id {g.ids[stuck]}")
     new_pos = {old: new for new, old in enumerate(order)}
-    for name in ("ids", "names", "kind", "duration_us", "issue_us", "gap_us", "lean", "profiled_us", "resource",
-                 "iteration", "start_us"):
+    for name in ("ids", "names", "kind", "duration_us", "issue_us", "gap_us", "gap_joined", "lean", "profiled_us",
+                 "resource", "iteration", "start_us"):
         old_list = getattr(g, name)
         setattr(g, name, [old_list[i] for i in order])
     g.deps = [tuple(new_pos[j] for j in g.deps[i]) for i in order]

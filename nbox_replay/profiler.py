@@ -108,9 +108,10 @@ tracing blocks the thread inside the captured operators, time no CPU figure hold
 (2026-11-26/27, README "The GPU kit"): the captured ddp_mlp iteration took 12.2 ms of wall time against 1.45 ms
 clean with its thread on a CPU for 2.1 ms; ``proportional`` replayed +43% to +284% (one-iteration captures) and
 +45% to +84% (lean ones). ``to_wall`` scales each captured iteration's host work (every compute node on a host
-thread, lean-timed ones too, each one's gap, and what issuing each collective cost its thread, all of which
-the profiler lengthened) by ``min(1, clean_wall / host_j)``, clean_wall the rank's median clean iteration
-(``observed.per_rank_us``) and host_j that work's recorded sum. The assumption is a host-bound rank, one whose
+thread, lean-timed ones too, each one's gap, and what issuing each collective cost its thread, also where the
+walk charges that issue to the stream of its NCCL kernel; all of which the profiler lengthened) by
+``min(1, clean_wall / host_j)``, clean_wall the rank's median clean iteration (``observed.per_rank_us``) and
+host_j that work's recorded sum. The assumption is a host-bound rank, one whose
 iteration is its host's work end to end (the DDP and FSDP2 examples on an H100: a few microseconds of kernel per
 operator); a rank whose host work is shorter than its iteration (GPU-bound, or waiting on a collective) keeps
 it (factor 1: the GPU streams and the collectives carry the rest). Its baseline is then the recording's clean
@@ -164,7 +165,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations
+from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, RankGraph, captured_iterations
 from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import UsageError
 
@@ -251,10 +252,12 @@ class Correction:
         factors = ", ".join(one(r) for r in ranks)
         clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
         captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
-        walls = " / ".join(f"{(self.figures[r].clean_wall_us or 0.0) / 1e3:.2f}" for r in ranks)
-        source = ("each captured iteration's host work (operators, lean-timed ones too, their gaps, collective "
-                  f"issues) to the clean iterations' wall time, {walls} ms" if headline == DEVICE_RULE else
-                  f"from clean {clean} ms vs captured {captured} ms CPU per iteration")
+        walled = [r for r in ranks if self.rule_of(r) == DEVICE_RULE]
+        walls = " / ".join(f"{(self.figures[r].clean_wall_us or 0.0) / 1e3:.2f}" for r in walled)
+        work = "each captured iteration's host work (operators, lean-timed ones too, their gaps, collective issues)"
+        source = (f"{work} to the clean iterations' wall time, {walls} ms" if headline == DEVICE_RULE else
+                  f"from clean {clean} ms vs captured {captured} ms CPU per iteration"
+                  + (f"; rank(s) {walled}: {work} to their clean wall time, {walls} ms" if walled else ""))
         text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, {source} "
                 "(median; --profiler-correction off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
@@ -425,30 +428,32 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGr
 
 def _to_wall(g: RankGraph, figures: RankFigures, labels: Sequence[int]) -> tuple[RankGraph, float]:
     """:func:`correct_graph` under ``to_wall`` (module docstring): the host's recorded work in captured iteration j
-    (every compute node on a host thread, lean-timed or not, its gap, and what issuing a collective cost a host
-    thread) times ``min(1, clean_wall / host_j)``, host_j its recorded sum."""
+    (every compute node on a host thread, lean-timed or not, its gap, and what issuing a collective or send/recv
+    cost the thread that issued it, also where the walk charges the issue to the GPU stream its kernel ran on)
+    times ``min(1, clean_wall / host_j)``, host_j its recorded sum."""
     wall = figures.clean_wall_us
     if wall is None:
         raise UsageError("the to_wall rule needs the clean iterations' wall time (observed.per_rank_us), which "
                          f"the bundle does not carry for rank {g.rank}")
     on_host = [name.startswith("thread:") for name in g.resources]
-    host = [on_host[res] for res in g.resource]
+    comm = [COLLECTIVE <= k <= RECV for k in g.kind]
+    host = [on_host[res] or c for res, c in zip(g.resource, comm, strict=True)]
     compute = _host_compute(g)
     gaps = g.gaps_us()
     issue = g.issue_us if len(g.issue_us) == len(g.ids) else [0.0] * len(g.ids)
     totals: dict[int, float] = {}
     for i, h in enumerate(host):
         if h:
-            own = (g.duration_us[i] if compute[i] else 0.0) + gaps[i] + (issue[i] if g.kind[i] != COMPUTE else 0.0)
+            own = (g.duration_us[i] if compute[i] else 0.0) + gaps[i] + (issue[i] if comm[i] else 0.0)
             totals[labels[i]] = totals.get(labels[i], 0.0) + own
     scale = [min(1.0, wall / totals[labels[i]]) if host[i] and totals.get(labels[i], 0.0) > 0 else 1.0
              for i in range(len(g))]
     dur = [d * f if c else d for d, f, c in zip(g.duration_us, scale, compute, strict=True)]
     new_gaps = [x * f for x, f in zip(gaps, scale, strict=True)]
-    new_issue = [x * f if k != COMPUTE else x for x, f, k in zip(issue, scale, g.kind, strict=True)]
+    new_issue = [x * f if c else x for x, f, c in zip(issue, scale, comm, strict=True)]
     before = sum(totals.values())
-    after = sum((d if c else 0.0) + x + (u if k != COMPUTE else 0.0)
-                for d, x, u, c, k, h in zip(dur, new_gaps, new_issue, compute, g.kind, host, strict=True) if h)
+    after = sum((d if c else 0.0) + x + (u if m else 0.0)
+                for d, x, u, c, m, h in zip(dur, new_gaps, new_issue, compute, comm, host, strict=True) if h)
     new = dataclasses.replace(g, duration_us=dur,
                               gap_us=new_gaps if len(g.gap_us) == len(g.ids) else g.gap_us,
                               issue_us=new_issue if len(g.issue_us) == len(g.ids) else g.issue_us)
@@ -466,16 +471,20 @@ def training_thread(g: RankGraph) -> int | None:
 
 def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str] | None:
     """The rule for ``rank`` (its graph ``g``) when it is not ``correction.rule``, and why (``on`` only: a named
-    rule applies to every rank): :data:`FALLBACK_RULE` for a rank with device compute, lean-timed host operators
-    or unmarked captured iterations (module docstring); None when the correction's rule applies."""
+    rule applies to every rank): :data:`DEVICE_RULE` for a rank with device compute whose clean wall time the
+    bundle carries and whose captured iterations are marked, else :data:`FALLBACK_RULE` for it; FALLBACK_RULE for a
+    rank with lean-timed host operators or unmarked captured iterations (module docstring); None when the
+    correction's rule applies."""
     if correction.rule != DEFAULT_RULE or not correction.use_lean:
         return None
     device = [not name.startswith("thread:") for name in g.resources]
     if any(k == COMPUTE and device[res] for k, res in zip(g.kind, g.resource, strict=True)):
         figures = correction.figures.get(rank)
-        if figures is not None and figures.clean_wall_us is not None:
-            return DEVICE_RULE, "device compute"
-        return FALLBACK_RULE, "device compute, no clean wall time"
+        if figures is None or figures.clean_wall_us is None:
+            return FALLBACK_RULE, "device compute, no clean wall time"
+        if not captured_iterations(g)[2]:  # one span of k iterations would be scaled to one clean iteration
+            return FALLBACK_RULE, "device compute, captured iterations not marked"
+        return DEVICE_RULE, "device compute"
     if correction.lean.get(rank, (0, 0))[0]:
         return FALLBACK_RULE, "lean-timed operators"
     if not captured_iterations(g)[2]:

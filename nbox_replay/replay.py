@@ -144,8 +144,15 @@ class ReplayConfig:
         if self.host_work is not None and self.clock != "real":
             raise ReplayConfigError(f"--host-work {self.host_work}: pads the operators a live replay re-executes; "
                                     f"with --clock {self.clock} nothing is re-executed on the real clock")
-        if self.warmup_s is not None and not (0 <= self.warmup_s <= MAX_WARMUP_S):
-            raise ReplayConfigError(f"--warmup-s must be between 0 and {MAX_WARMUP_S:g} s, got {self.warmup_s}")
+        if self.warmup_s is not None:
+            if not (0 <= self.warmup_s <= MAX_WARMUP_S):
+                raise ReplayConfigError(f"--warmup-s must be between 0 and {MAX_WARMUP_S:g} s, got {self.warmup_s}")
+            if self.clock == "virtual" and self.compute != "live":
+                raise ReplayConfigError(f"--warmup-s {self.warmup_s:g}: warms operators that run live; with --clock "
+                                        f"virtual --compute {self.compute} none does")
+            if self.warmup_s >= self.timeout_s:
+                raise ReplayConfigError(f"--warmup-s {self.warmup_s:g} leaves no time inside --timeout "
+                                        f"{self.timeout_s:g}")
         if self.iterations < 1 or self.warmup < 0:
             raise ReplayConfigError(f"--iterations must be >= 1 and --warmup >= 0, got {self.iterations}, "
                                     f"{self.warmup}")
@@ -457,6 +464,9 @@ CUDA_WARMUP_S = 1.0
 #: Bounds of ``--warmup-s`` and of the repetitions it may ask for.
 MAX_WARMUP_S = 600.0
 MAX_WARMUP_REPETITIONS = 100_000
+#: A repetition is taken to last at least this long when sizing the warm-up (us; a recorded median below it is
+#: not believed).
+MIN_REPETITION_US = 1.0
 
 
 def warmup_repetitions(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, RankGraph], device: str,
@@ -465,21 +475,24 @@ def warmup_repetitions(config: ReplayConfig, source: ReplaySource, graphs: Mappi
     :data:`CUDA_WARMUP_S` on CUDA, 0 on a CPU) asks for a longer warm-up: that time over one repetition's, taken
     as the recorded median iteration (``observed``; the recorded compute of the longest rank for a bundle without
     it) times the captured iterations a repetition replays. Every rank runs the same number (its collectives
-    pair across ranks), so it is fixed here, before launch, not by each worker's clock."""
+    pair across ranks), so it is fixed here, before launch, not by each worker's clock. The virtual clock's
+    measuring worker (``--compute live``) runs the ranks one after another, so there each rank warms that long."""
     seconds = config.warmup_s if config.warmup_s is not None else (CUDA_WARMUP_S if device == "cuda" else 0.0)
     if seconds <= 0 or not graphs:
         return config.warmup
     observed = source.manifest.observed if source.manifest is not None else None
-    median = observed.get("iteration_time_us", {}).get("median") if isinstance(observed, Mapping) else None
+    times = observed.get("iteration_time_us") if isinstance(observed, Mapping) else None
+    median = times.get("median") if isinstance(times, Mapping) else None  # untrusted: checked before use
     captured = max(captured_iterations(g)[1] for g in graphs.values())
-    if isinstance(median, (int, float)) and not isinstance(median, bool) and median > 0:
+    if (isinstance(median, (int, float)) and not isinstance(median, bool) and math.isfinite(median)
+            and median >= MIN_REPETITION_US):
         rep_us = float(median) * captured
         basis = f"the recorded {median / 1e3:.2f} ms x {captured} iteration(s)"
     else:
         rep_us = max(sum(d for d, k in zip(g.duration_us, g.kind, strict=True) if k == COMPUTE)
                      for g in graphs.values())
         basis = f"the recorded compute, {rep_us / 1e3:.2f} ms"
-    need = math.ceil(seconds * 1e6 / rep_us) if rep_us > 0 else config.warmup
+    need = math.ceil(seconds * 1e6 / max(rep_us, MIN_REPETITION_US))
     reps = min(MAX_WARMUP_REPETITIONS, max(config.warmup, need))
     if reps > config.warmup and say is not None:
         say(f"warm-up: {reps} repetitions, at least {seconds:g} s at {basis} per repetition (--warmup-s; "

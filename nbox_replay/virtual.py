@@ -14,8 +14,9 @@ in that order). A node starts when its resource (thread or stream) is free and i
   (matched by process group and position in that group's sequence); emulated members mirror them;
 * a node with a recorded **gap** (``nbox_gap_micros``: the framework's own work on the thread since the previous
   operator, measured by the recorder's lean pass) first holds its thread for the gap (times the same factor
-  as compute; counted as compute in the breakdown), from when its dependencies on another host thread have
-  ended (:func:`_handoff_deps`: a caller resumes after the backward pass it waited for);
+  as compute; counted as compute in the breakdown); a gap the recorder measured on a joined timeline
+  (``nbox_gap_joined``) only from when its dependencies on another host thread have ended (:func:`_handoff_deps`:
+  a caller resumes after the backward pass it waited for);
 * a node whose dependency has not completed yet stops its rank until it does; when no rank can advance
   and some are unfinished, the collectives they wait for can never complete (:class:`ReplayDeadlock`
   names them).
@@ -291,14 +292,16 @@ def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Map
 
 
 def _handoff_deps(g: RankGraph, gap: Sequence[float]) -> list[tuple[int, ...]]:
-    """Per node with a gap on a host thread: its dependencies that are compute on another host thread. Its gap
-    starts once they have ended: the thread waited for them before doing that work (the caller of a backward pass
-    that the autograd engine ran on its device thread, nbox_record/leantiming.py). A dependency on a GPU stream
-    does not hold the gap back: the host runs ahead of its kernels."""
+    """Per node whose gap the recorder measured on a joined timeline (``nbox_gap_joined``: the caller of a backward
+    pass that the autograd engine ran on its device thread, nbox_record/leantiming.py): its dependencies that are
+    compute on another host thread. Its gap starts once they have ended: the thread waited for them before doing
+    that work. Any other gap was measured on its own thread's timeline and already holds such waits, so it
+    starts when the thread is free (a CPU rank's FSDP2 gap before ``aten::chunk``, say). A dependency on a GPU
+    stream never holds a gap back: the host runs ahead of its kernels."""
     host = [name.startswith("thread:") for name in g.resources]
-    res, kind, deps = g.resource, g.kind, g.deps
+    res, kind, deps, joined = g.resource, g.kind, g.deps, g.gap_joined_flags()
     return [tuple(j for j in deps[i] if kind[j] == COMPUTE and host[res[j]] and res[j] != res[i])
-            if gap[i] > 0 and host[res[i]] else () for i in range(len(g))]
+            if gap[i] > 0 and joined[i] and host[res[i]] else () for i in range(len(g))]
 
 
 class _Rank:

@@ -128,9 +128,11 @@ def test_a_backward_on_another_thread_is_one_timeline_with_its_caller() -> None:
 
     lean = trace([mark(0), *lean_iteration(0), mark(100), *lean_iteration(100), mark(200)])
     captured = trace([mark(1000), *lean_iteration(1000), mark(2000)])
-    found = {captured.cpu[i].name: t.gap_us for i, t in lean_times(captured, lean).items()}
+    times = lean_times(captured, lean)
+    found = {captured.cpu[i].name: t.gap_us for i, t in times.items()}
     assert found == {"aten::mse_loss": 5.0, f"{AUTOGRAD} MseLossBackward0": 5.0,
                      f"{AUTOGRAD} AddmmBackward0": 3.0, "aten::_foreach_add_": 3.0}
+    assert all(t.joined for t in times.values())  # the replay starts these gaps after the other thread's work
 
 
 def test_a_thread_that_runs_beside_the_caller_is_not_joined_to_it() -> None:
@@ -138,5 +140,22 @@ def test_a_thread_that_runs_beside_the_caller_is_not_joined_to_it() -> None:
     caller's gaps are its own, as on a CPU rank."""
     lean = trace([mark(0), op("aten::linear", 5, 10), op(f"{AUTOGRAD} X", 8, 4, thread=OTHER),
                   op("aten::add", 30, 2), mark(100)])
-    found = {lean.cpu[i].name: t.gap_us for i, t in lean_times(lean, lean).items()}
+    times = lean_times(lean, lean)
+    found = {lean.cpu[i].name: t.gap_us for i, t in times.items()}
     assert found == {"aten::linear": 5.0, f"{AUTOGRAD} X": 0.0, "aten::add": 15.0}
+    assert not any(t.joined for t in times.values())
+
+
+def test_a_backward_thread_overlapping_any_training_thread_is_not_joined() -> None:
+    """With two threads holding markers, the backward event overlaps the first one's long operator though not the
+    second's, which starts later and ends earlier: still concurrent work, not a handoff (the latest end among the
+    training spans that start before the event's end counts, not the nearest one's)."""
+    third = ("1", "12")
+    lean = trace([mark(0), op(BOUNDARY_MARKER, 0, 0.0, thread=third, cat="user_annotation"),
+                  op("aten::linear", 5, 90), op("aten::mul", 10, 10, thread=third),
+                  op(f"{AUTOGRAD} X", 50, 10, thread=OTHER), mark(100),
+                  op(BOUNDARY_MARKER, 100, 0.0, thread=third, cat="user_annotation")])
+    times = lean_times(lean, lean)
+    found = {lean.cpu[i].name: t.gap_us for i, t in times.items()}
+    assert found == {"aten::linear": 5.0, "aten::mul": 10.0, f"{AUTOGRAD} X": 0.0}
+    assert not any(t.joined for t in times.values())

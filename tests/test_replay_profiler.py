@@ -160,19 +160,21 @@ def test_a_device_rank_with_a_clean_wall_time_has_its_host_work_scaled_to_it() -
     times min(1, clean wall / its sum); GPU stream nodes untouched; named in the line; never lengthened."""
     import dataclasses
 
-    from nbox_replay.graph import captured_iterations
+    from nbox_replay.graph import COLLECTIVE, RECV, captured_iterations
 
     g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
     host = _host(g)
+    comm = [i for i, k in enumerate(g.kind) if COLLECTIVE <= k <= RECV and g.issue_us[i] > 0]
+    assert len(comm) >= 2, "the shipped trace's collectives carry their issue cost"
     resource = list(g.resource)
     resource[host[0]] = len(g.resources)  # one operator becomes a GPU kernel
+    resource[comm[0]] = len(g.resources)  # and one collective sits on the stream of its NCCL kernel
     gaps = [7.0 if i in host[1:4] else 0.0 for i in range(len(g))]
     lean = [i == host[1] for i in range(len(g))]
     device = dataclasses.replace(g, resources=[*g.resources, "stream:7"], resource=resource, gap_us=gaps, lean=lean)
     labels, count, _ = captured_iterations(device)
-    on_thread = [device.resources[r].startswith("thread:") for r in device.resource]
-    comm = [i for i, k in enumerate(device.kind) if k != COMPUTE and on_thread[i] and device.issue_us[i] > 0]
-    assert comm, "the shipped trace's collectives carry their issue cost"
+    # host work: compute on a thread, every gap, and every collective's issue, wherever the walk charges it
+    on_thread = [device.resources[r].startswith("thread:") or i in comm for i, r in enumerate(device.resource)]
     work = [0.0] * count
     for i in range(len(device)):
         if on_thread[i]:
@@ -191,6 +193,7 @@ def test_a_device_rank_with_a_clean_wall_time_has_its_host_work_scaled_to_it() -
             assert out.issue_us[i] == pytest.approx(device.issue_us[i] * f)
         assert out.gap_us[i] == pytest.approx(gaps[i] * f)
     assert out.duration_us[host[0]] == device.duration_us[host[0]]  # the kernel is not touched
+    assert out.issue_us[comm[0]] == pytest.approx(device.issue_us[comm[0]] * scale[labels[comm[0]]])
     assert "(to_wall rule): x" in c.describe() and "to the clean iterations' wall time" in c.describe()
     assert "no profiler correction needed" not in c.describe() and "the rest" not in c.describe()  # lean ones too
     back = from_worker_doc(json.loads(json.dumps(c.worker_doc())))
@@ -199,6 +202,11 @@ def test_a_device_rank_with_a_clean_wall_time_has_its_host_work_scaled_to_it() -
     c = plan_correction("on", {"thread_cpu_us": figures, "per_rank_us": {"0": [max(work) * 3]}})
     out = correct_graphs({0: device}, c)[0]
     assert c.factors[0] == 1.0 and out.duration_us == device.duration_us and out.gap_us == gaps
+    # unmarked captured iterations (one span of several): to_wall would scale them all to one clean iteration
+    unmarked = dataclasses.replace(device, iteration=[0] * len(device))
+    c = plan_correction("on", {"thread_cpu_us": figures, "per_rank_us": {"0": [wall]}})
+    correct_graphs({0: unmarked}, c)
+    assert c.rank_rules == {0: ("proportional", "device compute, captured iterations not marked")}
     with pytest.raises(UsageError, match="to_wall"):  # the rule works on graphs: it scales gaps too
         correct_durations([1.0], [True], [0], RankFigures(1.0, 2.0), "to_wall")
 

@@ -224,7 +224,13 @@ def test_a_gap_starts_after_the_other_host_threads_work_it_waited_for_not_a_kern
     g.resource = [0, 1, 0, 2, 0]
     g.deps, g.iteration = [(), (0,), (1,), (0,), (2, 3)], [0] * 5
     g.gap_us = [0.0, 0.0, 5.0, 0.0, 4.0]
+    g.gap_joined = [False, False, True, False, True]  # the recorder joined the two threads' timelines
     res = simulate({0: g}, load_scenario(None), groups={}, recorded_world=1).ranks[0]
     assert res.start_us[2] == pytest.approx(65.0)  # B ends at 60, then the gap: not 10 + 5 while B ran
     assert res.start_us[4] == pytest.approx(110.0)  # the gap ran 66-70 while K ran; F waits for K's end
     assert res.iteration_us == [pytest.approx(111.0)]
+    # a gap measured on its own thread's timeline (a CPU rank's, not joined) already holds its wait for the
+    # other thread: it runs as soon as the thread is free, 10-15, and C starts when B ends
+    g.gap_joined = [False] * 5
+    res = simulate({0: g}, load_scenario(None), groups={}, recorded_world=1).ranks[0]
+    assert res.start_us[2] == pytest.approx(60.0) and res.start_us[4] == pytest.approx(110.0)

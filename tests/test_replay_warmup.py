@@ -48,17 +48,44 @@ def test_on_cuda_the_warmup_lasts_a_second_at_the_recorded_iteration_time() -> N
     assert _reps("cuda", warmup_s=0.0) == 4  # asked for none
 
 
-def test_warmup_s_acts_on_a_cpu_too_and_never_shortens_warmup() -> None:
+def test_warmup_s_acts_on_a_cpu_too_and_never_shortens_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbox_replay import replay as replay_module
+
     half = math.ceil(0.5e6 / _per_repetition_us())
     assert _reps("cpu", warmup_s=0.5) == max(4, half) > 4
     assert _reps("cpu", warmup=half + 50, warmup_s=0.5) == half + 50
-    assert _reps("cpu", warmup_s=600.0) <= MAX_WARMUP_REPETITIONS
+    assert 5e6 / _per_repetition_us() > 100  # 5 s asks for more than a cap of 100 allows
+    monkeypatch.setattr(replay_module, "MAX_WARMUP_REPETITIONS", 100)
+    assert _reps("cpu", warmup_s=5.0) == 100
 
 
 def test_a_bad_warmup_s_is_refused_naming_the_flag() -> None:
     for bad in (-1.0, 601.0):
         with pytest.raises(ReplayConfigError, match="--warmup-s"):
             ReplayConfig(str(BUNDLE), warmup_s=bad)
+    with pytest.raises(ReplayConfigError, match="--warmup-s 1: warms operators that run live"):
+        ReplayConfig(str(BUNDLE), clock="virtual", warmup_s=1.0)  # recorded compute: nothing to warm
+    ReplayConfig(str(BUNDLE), clock="virtual", compute="live", warmup_s=1.0)  # the measuring worker: it acts
+    with pytest.raises(ReplayConfigError, match="--warmup-s 30 leaves no time inside --timeout 30"):
+        ReplayConfig(str(BUNDLE), warmup_s=30.0, timeout_s=30.0)
+
+
+@pytest.mark.parametrize("times", ["x", {"median": "1"}, {"median": 1e-300}, {"median": float("nan")}, None])
+def test_an_untrusted_recorded_median_falls_back_or_is_bounded(tmp_path: Path, times: Any) -> None:
+    import json
+    import shutil
+
+    copy = tmp_path / "b"
+    shutil.copytree(BUNDLE, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["observed"]["iteration_time_us"] = times
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    source = open_source(copy)
+    graphs = _load(source, None)
+    said: list[str] = []
+    reps = warmup_repetitions(ReplayConfig(str(copy)), source, graphs, "cuda", said.append)
+    assert 4 < reps <= MAX_WARMUP_REPETITIONS
+    assert "the recorded compute" in said[0]  # not believed: sized at the recorded compute instead
 
 
 class _Stop(Exception):
