@@ -459,7 +459,8 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
 #: ddp_transformer bundle, one launch each, back to back): the live replay's three timed repetitions took 4.8, 5.4
 #: and 4.8 ms after one warm-up repetition and 2.4, 2.4 and 2.3 ms after 300 (about 0.7 s), against 2.65 ms
 #: recorded; earlier runs' repetitions fell steadily over the first second (4.2 -> 2.4 ms over nine). The device
-#: (or its host) runs slow until it has been busy a while; a CPU replay shows no such trend (0 there).
+#: (or its host) runs slow until it has been busy a while. On a CPU only a worker's first repetition is cold
+#: (README, ``--warmup``), so 0 there.
 CUDA_WARMUP_S = 1.0
 #: Bounds of ``--warmup-s`` and of the repetitions it may ask for.
 MAX_WARMUP_S = 600.0
