@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 AR, AG, RS, A2A, BC = pb.ALL_REDUCE, pb.ALL_GATHER, pb.REDUCE_SCATTER, pb.ALL_TO_ALL, pb.BROADCAST
 SEND, RECV = "send", "recv"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+#: Top-level host operators by which two ranks' captures may differ (``record``'s symmetric check).
+NESTING_JITTER = 2
 
 
 def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True, nproc: int = 2,
@@ -73,10 +75,13 @@ def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True
     if symmetric:  # every rank runs the same operators: a trace that lost some (misnested into a collective) differs.
         # (FSDP2: gloo's worker-thread work outside a linked marker's span used to count as compute on some ranks.)
         # Per rank over the capture, not per iteration, as an operator near the boundary may land on either side.
+        # Up to NESTING_JITTER top-level operators may differ: ddp_static_graph's reducer wrote its two bucket-view
+        # aten::as_strided inside the last AccumulateGrad on one rank and after it on the other in about one run of
+        # seven here (2026-11-27; still recorded, as children). A lost optimizer step is 6 operators or more.
         totals: Counter[int] = Counter()
         for (r, _), n in ops_per_iteration.items():
             totals[r] += n
-        assert len(set(totals.values())) == 1, ops_per_iteration
+        assert max(totals.values()) - min(totals.values()) <= NESTING_JITTER, ops_per_iteration
     return out
 
 
