@@ -76,8 +76,8 @@ def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True
         # (FSDP2: gloo's worker-thread work outside a linked marker's span used to count as compute on some ranks.)
         # Per rank over the capture, not per iteration, as an operator near the boundary may land on either side.
         # Up to NESTING_JITTER top-level operators may differ: ddp_static_graph's reducer wrote its two bucket-view
-        # aten::as_strided inside the last AccumulateGrad on one rank and after it on the other in about one run of
-        # seven here (2026-11-27; still recorded, as children). A lost optimizer step is 6 operators or more.
+        # aten::as_strided inside the last AccumulateGrad on one rank and after it on the other (2026-11-27, README
+        # zoo section; still recorded, as children). A lost optimizer step is 6 operators or more.
         totals: Counter[int] = Counter()
         for (r, _), n in ops_per_iteration.items():
             totals[r] += n
