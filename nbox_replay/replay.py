@@ -481,17 +481,15 @@ def warmup_repetitions(config: ReplayConfig, source: ReplaySource, graphs: Mappi
     seconds = config.warmup_s if config.warmup_s is not None else (CUDA_WARMUP_S if device == "cuda" else 0.0)
     if seconds <= 0 or not graphs:
         return config.warmup
-    observed = source.manifest.observed if source.manifest is not None else None
-    times = observed.get("iteration_time_us") if isinstance(observed, Mapping) else None
-    median = times.get("median") if isinstance(times, Mapping) else None  # untrusted: checked before use
+    times = source.observed  # the manifest's observed iteration time, untrusted: checked before use
+    median = times.get("median") if isinstance(times, Mapping) else None
     captured = max(captured_iterations(g)[1] for g in graphs.values())
     if (isinstance(median, (int, float)) and not isinstance(median, bool) and math.isfinite(median)
             and median >= MIN_REPETITION_US):
         rep_us = float(median) * captured
         basis = f"the recorded {median / 1e3:.2f} ms x {captured} iteration(s)"
     else:
-        rep_us = max(sum(d for d, k in zip(g.duration_us, g.kind, strict=True) if k == COMPUTE)
-                     for g in graphs.values())
+        rep_us = max(g.compute_us() for g in graphs.values())
         basis = f"the recorded compute, {rep_us / 1e3:.2f} ms"
     need = math.ceil(seconds * 1e6 / max(rep_us, MIN_REPETITION_US))
     reps = min(MAX_WARMUP_REPETITIONS, max(config.warmup, need))

@@ -308,6 +308,19 @@ def test_a_gpu_rank_through_the_cli_and_sweep_workers_is_scaled_to_its_wall_time
     assert f"x{factor:.2f} (rank 1, to_wall rule: device compute)" in proc.stderr
 
 
+def test_naming_to_wall_scales_every_rank_to_its_wall_time_or_is_refused_without_one() -> None:
+    """``--profiler-correction to_wall`` acts on a CPU rank too (the knob moves the answer), and a bundle that
+    carries no per-rank wall time is refused with a message naming the rule and the rank."""
+    g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
+    figures = {"0": {"clean": [8000.0], "captured": [10000.0]}}
+    named = plan_correction("to_wall", {"thread_cpu_us": figures, "per_rank_us": {"0": [1000.0]}})
+    out = correct_graphs({0: g}, named)[0]
+    assert named.rule_of(0) == "to_wall" and 0 < named.factors[0] < 1
+    assert sum(out.duration_us) < sum(g.duration_us)
+    with pytest.raises(UsageError, match=r"to_wall rule needs the clean iterations' wall time.*rank 0"):
+        correct_graphs({0: g}, plan_correction("to_wall", {"thread_cpu_us": figures}))
+
+
 def test_the_worker_doc_round_trips_to_the_same_correction() -> None:
     c = Correction("per_op", {0: RankFigures(8000.0, 10000.0), 3: RankFigures(1.0, 2.0)})
     back = from_worker_doc(json.loads(json.dumps(c.worker_doc())))
