@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from nbox_replay.children import TRUNCATED_ATTR, BuildError, child_nodes
+from nbox_replay.fastcall import choose
 from nbox_replay.graph import COMPUTE, RankGraph
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import attr_map
@@ -288,6 +289,8 @@ class Runnable:
         # The per-call path is the replay's own overhead, which the real run does not have: the operator's
         # C++ entry (OpOverload.__call__ only forwards to it), and the one-tensor output's id, found once.
         self._call: Callable[..., Any] = getattr(self.op, "_op", self.op)
+        if getattr(self.op, "_schema", None) is not None:  # an OpOverload: its first call picks the entry
+            self._call = self._first_call
         single: Any = self.outputs[0] if len(self.outputs) == 1 else None
         self._out_tid: int | None = int(single[0]) if _is_tensor_value(single) else None
         self.bind(None)
@@ -307,6 +310,12 @@ class Runnable:
             else:
                 plan.append((_CONSTANT, None, None, None, a))
         self._plan = tuple(plan)
+
+    def _first_call(self, *args: Any, **kwargs: Any) -> Any:
+        """The operator's first call: pick its entry for good (:func:`nbox_replay.fastcall.choose`, on ``meta``
+        copies of these arguments), then call it."""
+        self._call = choose(self.op, getattr(self.op, "_op", self.op), args, kwargs)
+        return self._call(*args, **kwargs)
 
     def run(self, pool: TensorPool) -> None:
         """Build the arguments (reusing pooled tensors) and call the operator; its outputs join the pool."""
