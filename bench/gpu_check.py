@@ -1,6 +1,7 @@
 """Every CUDA/NCCL path of nbox in one go, for the first machine with a GPU (issue 16).
 
     python bench/gpu_check.py [--workdir DIR] [--logs DIR] [--lean auto|on|off] [--json] [--budget-s 480]
+                              [--rounds N [--only-rounds]]
 
 Steps, each a row of one table (what ran, pass / FAIL / skipped with the reason, seconds, figures):
 
@@ -16,6 +17,10 @@ Steps, each a row of one table (what ran, pass / FAIL / skipped with the reason,
 4. ``nbox calibrate --backend nccl -n G``: the fitted bandwidth (needs two GPUs: NCCL does not put two ranks on one
    device, so one GPU skips it, saying so).
 5. the GPU tests: ``pytest -m gpu``.
+6. with ``--rounds N`` (after the rest, or alone with ``--only-rounds``): per workload, N paired rounds of a fresh
+   recording (lean on CUDA, as ``--lean`` says) replayed virtual and live against one plain launch each, and a
+   row with the paired errors over the rounds and their 90% interval (:func:`paired_rounds`). On a GPU a round
+   takes about a minute per workload.
 
 Without CUDA (this development VM), the CUDA steps are skipped with the reason, and the same pipeline runs on CPU
 and gloo as a stand-in (``--no-cpu-standin`` turns that off), so the script itself is exercised here. Every step
@@ -30,6 +35,7 @@ import importlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,17 +211,59 @@ def _fresh_run(chk: Check, device: str, backend: str, nproc: int, label: str, wl
     host-bound GPU the virtual replay is scaled to its own recording's clean iterations (nbox_replay/profiler.py,
     ``to_wall``), so its error against that recording says little; against this launch it says what a user
     gets."""
-    bundle = chk.work / f"{wl}.{device}.fresh.bundle"
-    rec = chk.nbox(f"{label}fresh run {wl} (a launch no replay saw)", "record", "--example", wl, "-n", nproc,
-                   "--backend", backend, "--warmup", 3, "--iterations", 10, "-o", bundle, "--overwrite",
-                   "--timeout", 200)
-    fresh = rec.get("observed_iteration_median_us") if rec is not None else None
+    fresh = _plain_launch(chk, f"{label}fresh run {wl} (a launch no replay saw)", device, backend, nproc, wl,
+                          chk.work / f"{wl}.{device}.fresh.bundle")
     if not fresh:
         return
     chk.figure(fresh_ms=round(fresh / 1e3, 3))
     for variant, got in made.items():
         for what, value in got.items():
             chk.figure(**{f"{variant}_{what}_pct": err_pct(value, fresh)})
+
+
+def _plain_launch(chk: Check, step: str, device: str, backend: str, nproc: int, wl: str, bundle: Path) -> float | None:
+    """A plain recording of ``wl`` (no lean pass): its clean iterations' median (us), a real run no replay saw;
+    None when it failed."""
+    rec = chk.nbox(step, "record", "--example", wl, "-n", nproc, "--backend", backend, "--warmup", 3,
+                   "--iterations", 10, "-o", bundle, "--overwrite", "--timeout", 200)
+    got = rec.get("observed_iteration_median_us") if rec is not None else None
+    return float(got) if got else None
+
+
+def paired_rounds(chk: Check, device: str, gpus: int, rounds: int, lean: bool) -> None:
+    """``--rounds N``: per workload, N rounds of a fresh recording (with :data:`LEAN_FLAGS` when ``lean``) replayed
+    virtual and live, and one plain launch (the real run, first in odd rounds and last in even ones, as
+    ``bench/fidelity.py`` pairs them); then a row with the real launches' median and each prediction's paired error
+    over the rounds (``bench/roundstats.py``: the geometric mean of the rounds' ratios, a 90% interval). One launch
+    against one recording says little where a launch's median moves by a quarter (README, "The GPU kit")."""
+    from roundstats import paired
+
+    backend = "nccl" if device == "cuda" else "gloo"
+    nproc = max(1, min(gpus, 2)) if device == "cuda" else 2
+    flags = LEAN_FLAGS if lean else ()
+    for wl in WORKLOADS + (LEAN_ONLY if lean else ()):
+        observed: list[float] = []
+        predicted: dict[str, list[float]] = {"recorded": [], "virtual": [], "live": []}
+        for r in range(rounds):
+            step, bundle = f"round {r + 1} real {wl}", chk.work / f"{wl}.{device}.round-real.bundle"
+            real = _plain_launch(chk, step, device, backend, nproc, wl, bundle) if r % 2 == 0 else None
+            got = _one_workload(chk, device, backend, nproc, f"round {r + 1} ", wl, flags)
+            if r % 2 == 1:
+                real = _plain_launch(chk, step, device, backend, nproc, wl, bundle)
+            if real and all(got.get(k) for k in predicted):
+                observed.append(real)
+                for k in predicted:
+                    predicted[k].append(got[k])
+        row = Row(f"paired rounds {wl} ({'lean, ' if lean else ''}{len(observed)} of {rounds})",
+                  "pass" if len(observed) >= 2 else "FAIL" if rounds >= 2 else "skipped")
+        if observed:
+            row.figures["real_ms"] = round(statistics.median(observed) / 1e3, 3)
+            for k, values in predicted.items():
+                row.figures[f"{k}_ms"] = round(statistics.median(values) / 1e3, 3)
+                row.figures[f"{k}_paired"] = paired(values, observed).describe()
+        if len(observed) < 2:
+            row.note = "fewer than two complete rounds: no interval" if rounds >= 2 else "one round: no interval"
+        chk.rows.append(row)
 
 
 def _emulate_and_calibrate(chk: Check, device: str, gpus: int, label: str) -> None:
@@ -279,7 +327,14 @@ def main() -> int:
     ap.add_argument("--logs", type=Path, default=None,
                     help="write each step's command and whole output to DIR/NN-step.txt (for a run on a lent machine)")
     ap.add_argument("--json", action="store_true", help="also print the rows as one JSON document on stdout")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="after the steps, N paired rounds per workload (fresh recording, virtual and live replay, "
+                         "one real launch); 0: none")
+    ap.add_argument("--only-rounds", action="store_true",
+                    help="with --rounds: skip the one-launch steps (the environment row and the rounds only)")
     args = ap.parse_args()
+    if args.rounds < 0 or (args.only_rounds and args.rounds < 1):
+        ap.error(f"--rounds must be >= 0, and >= 1 with --only-rounds (got {args.rounds})")
     tmp = None
     if args.workdir is None:
         tmp = tempfile.mkdtemp(prefix="nbox-gpu-check-")
@@ -290,14 +345,19 @@ def main() -> int:
         row, facts = environment()
         chk.rows.append(row)
         if row.status == "pass":
-            if facts.get("cuda"):
-                pipeline(chk, "cuda", int(facts.get("gpus", 1)), "", lean=args.lean != "off")
-            else:
+            cuda = bool(facts.get("cuda"))
+            device, gpus, lean = ("cuda", int(facts.get("gpus", 1)), args.lean != "off") if cuda else \
+                ("cpu", 0, args.lean == "on")
+            if not cuda:
                 chk.rows.append(Row("CUDA steps (record/replay/emulate/calibrate on the GPU)", "skipped",
                                     note="no CUDA device (torch.cuda.is_available() is False)"))
-                if not args.no_cpu_standin:
-                    pipeline(chk, "cpu", 0, "cpu stand-in: ", lean=args.lean == "on")
-            gpu_tests(chk, bool(facts.get("cuda")))
+            run_here = cuda or not args.no_cpu_standin
+            if run_here and not args.only_rounds:
+                pipeline(chk, device, gpus, "" if cuda else "cpu stand-in: ", lean=lean)
+            if run_here and args.rounds:
+                paired_rounds(chk, device, gpus, args.rounds, lean)
+            if not args.only_rounds:
+                gpu_tests(chk, cuda)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -186,3 +186,42 @@ def test_gpu_check_logs_keep_each_steps_command_and_output(tmp_path: Path) -> No
     assert gc._text(b"partial \xff") == "partial \ufffd" and gc._text(None) == ""
     gc.Check(tmp_path, 480.0).keep_log("x", [], 0, "", "")  # without --logs: nothing written
     assert len(list((tmp_path / "logs").iterdir())) == 1
+
+
+def test_gpu_check_paired_rounds_interleave_the_real_launch_and_pair_each_prediction(tmp_path: Path) -> None:
+    chk = FakeCheck(tmp_path)
+    reals = iter([1000.0, 1250.0, 800.0] * 3)
+
+    def nbox(step: str, *args: object, timeout_s: float = 240) -> dict[str, Any] | None:
+        chk.calls.append(args)
+        chk.rows.append(gc.Row(step, "pass"))
+        if args[0] == "record":
+            lean_pass = "--lean-iterations" in args
+            return {"observed_iteration_median_us": 1100.0 if lean_pass else next(reals)}
+        return FakeCheck.nbox(chk, step, *args)
+
+    chk.nbox = nbox  # type: ignore[method-assign]
+    gc.paired_rounds(chk, "cpu", 0, 3, lean=True)
+    steps = [r.step for r in chk.rows]
+    first = [s for s in steps if s.startswith("round ") and "ddp_mlp" in s]
+    # the real launch first in the first round, last in the second (as bench/fidelity.py pairs them)
+    assert first[0] == "round 1 real ddp_mlp" and first[1].startswith("round 1 record ddp_mlp")
+    assert [s for s in first if s.startswith("round 2")][-1] == "round 2 real ddp_mlp"
+    rows = {r.step: r for r in chk.rows if r.step.startswith("paired rounds")}
+    assert list(rows) == [f"paired rounds {wl} (lean, 3 of 3)" for wl in
+                          ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")]
+    row = rows["paired rounds ddp_mlp (lean, 3 of 3)"]
+    assert row.status == "pass" and row.figures["real_ms"] == 1.0 and row.figures["live_ms"] == 1.1
+    # live 1100 us against 1000 / 1250 / 800: +10%, -12%, +37.5%; geometric mean +10% (1.25 x 0.8 = 1)
+    assert row.figures["live_paired"].startswith("+10.0% (90% CI -24.5..+60.2%, 3 rounds)")
+    assert "3 rounds" in row.figures["recorded_paired"]
+    records = [c for c in chk.calls if c[0] == "record"]
+    assert sum("--lean-iterations" in c for c in records) == 9 and len(records) == 18
+
+
+def test_gpu_check_paired_rounds_need_two_complete_rounds(tmp_path: Path) -> None:
+    chk = FakeCheck(tmp_path)
+    gc.paired_rounds(chk, "cpu", 0, 1, lean=False)
+    (row,) = [r for r in chk.rows if r.step.startswith("paired rounds ddp_mlp")]
+    assert row.status == "skipped" and row.note == "one round: no interval"
+    assert row.figures["virtual_paired"] == "+10.0% (1 round: no interval)"
