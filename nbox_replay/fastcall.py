@@ -6,10 +6,11 @@ it counts on the replayed thread as if it were compute (:mod:`nbox_replay.hostwo
 resolved overload's entry) parses its arguments against the schema through the TorchScript stack machinery;
 torch's generated bindings (``torch._C._VariableFunctions.mm``, ``torch.Tensor.view``, ``torch._C._nn.gelu``)
 parse them with the faster generated parser. Measured on this VM (torch 2.13 CPU, one thread, 2026-11-27): a
-``view`` 3.3 us through ``_op`` against 2.4 us, ``as_strided`` 4.8 against 1.8, ``add_`` 2.7 against 1.8; on
-ddp_transformer's rank 0 (411 operator calls per 3 captured iterations, one process, 20 interleaved pairs) the
-live operators took 0.29 ms less per iteration (of 16.8 ms) with the bindings (``bench``-style A/B in the
-README, "The replay's own overhead").
+``view`` 3.3 us through ``_op`` against 2.4 us, ``as_strided`` 4.8 against 1.8, ``add_`` 2.7 against 1.8. Rank 0's
+live operators per captured iteration (one process, one pinned thread, interleaved A/B, loopback recordings):
+ddp_transformer 14.16 -> 13.85 ms (paired median -0.24 ms; 393 of its 411 operator calls per 3 iterations moved),
+FSDP2 34.62 -> 33.22 ms, ddp_mlp 3.79 -> 3.64 ms (README, "The replay's own overhead: operators through torch's
+bindings").
 
 A binding is picked by name and then **checked** (:func:`choose`), because it selects its overload by parsing
 the arguments itself and may pick another one, or reject the schema's positional form (``ones_like``'s

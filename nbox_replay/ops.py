@@ -287,7 +287,8 @@ class Runnable:
 
     def __post_init__(self) -> None:
         # The per-call path is the replay's own overhead, which the real run does not have: the operator's
-        # C++ entry (OpOverload.__call__ only forwards to it), and the one-tensor output's id, found once.
+        # C++ entry (OpOverload.__call__ only forwards to it), or torch's generated binding where its first call
+        # shows that it dispatches the same (nbox_replay.fastcall), and the one-tensor output's id, found once.
         self._call: Callable[..., Any] = getattr(self.op, "_op", self.op)
         if getattr(self.op, "_schema", None) is not None:  # an OpOverload: its first call picks the entry
             self._call = self._first_call
