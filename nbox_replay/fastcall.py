@@ -7,19 +7,19 @@ resolved overload's entry) parses its arguments against the schema through the T
 torch's generated bindings (``torch._C._VariableFunctions.mm``, ``torch.Tensor.view``, ``torch._C._nn.gelu``)
 parse them with the faster generated parser. Measured on this VM (torch 2.13 CPU, one thread, 2026-11-27): a
 ``view`` 3.3 us through ``_op`` against 2.4 us, ``as_strided`` 4.8 against 1.8, ``add_`` 2.7 against 1.8. Rank 0's
-live operators per captured iteration (one process, one pinned thread, interleaved A/B, loopback recordings):
-ddp_transformer 14.16 -> 13.85 ms (paired median -0.24 ms; 393 of its 411 operator calls per 3 iterations moved),
-FSDP2 34.62 -> 33.22 ms, ddp_mlp 3.79 -> 3.64 ms (README, "The replay's own overhead: operators through torch's
-bindings").
+live operators per captured iteration (one process, one pinned thread, interleaved A/B, loopback recordings,
+paired medians): ddp_transformer -0.33 ms of about 15.3 ms (390 of its 411 operator calls per 3 iterations moved),
+FSDP2 -0.63 ms of 34 ms, ddp_mlp -0.20 ms of 3.3 ms (README, "The replay's own overhead: operators through
+torch's bindings").
 
 A binding is picked by name and then **checked** (:func:`choose`), because it selects its overload by parsing
 the arguments itself and may pick another one, or reject the schema's positional form (``ones_like``'s
-keyword-only ``dtype``): once, on the operator's first call, both entries run on ``meta`` copies of its
-arguments (no data, no side effect on the real tensors; a device argument becomes ``meta`` too, and an
-operator with neither keeps ``_op``) under a mode that records every ``aten`` overload they
-dispatch to; the binding is used only when it dispatches exactly the same overloads, in the same order, and
-returns outputs of the same shapes, strides and dtypes. Anything else (no binding of that name, an error on
-either side, an operator without a ``meta`` kernel) keeps ``_op``.
+keyword-only ``dtype``): once, when the operator is prepared (:class:`nbox_replay.ops.Runnable`, before any
+repetition), both entries run on ``meta`` tensors of its recorded shapes, strides and dtypes (no data, no side
+effect; a device argument becomes ``meta`` too, and an operator with neither keeps ``_op``) under a mode that
+records every ``aten`` overload they dispatch to; the binding is used only when it dispatches exactly the same
+overloads, in the same order, and returns outputs of the same shapes, strides and dtypes. Anything else (no
+binding of that name, an error on either side, an operator without a ``meta`` kernel) keeps ``_op``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ _NAMESPACES: tuple[Any, ...] = tuple(ns for ns in (
 
 class _Dispatched(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records the overloads dispatched under it and runs them (on ``meta`` tensors: shapes only)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch (2.6 and later) otherwise wraps __torch_dispatch__ in a dynamo-disable whose first call imports
+        # torch._dynamo: 3-6 s of a live worker's first repetition on this VM, for a mode that compiles nothing.
+        return False
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -113,7 +119,9 @@ def _shape_of(x: Any) -> Any:
 def choose(op: Any, slow: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
     """The entry to call ``op`` with from now on: the first of :func:`bindings` that dispatches the same overloads
     as ``slow`` (``op._op``) on these arguments and returns outputs of the same layout, else ``slow`` (module
-    docstring). ``args`` and ``kwargs`` are the real arguments of the first call; they are not touched."""
+    docstring). ``args`` and ``kwargs`` are the call's arguments, real or ``meta``; they are not touched.
+    The first call in a process loads torch's meta kernels (about 0.7-1.3 s on this VM), later ones take about
+    0.5 ms."""
     if not _on_meta(list(args)) and not _on_meta(list(kwargs.values())):
         return slow  # it would run on a real device (a factory operator without a device): not checked, not changed
     want = _trace(slow, args, kwargs)

@@ -269,6 +269,18 @@ class TensorPool:
         return arg
 
 
+def _meta_of(arg: Any) -> Any:
+    """An argument as a ``meta`` tensor of its recorded shape, strides and dtype (lists and tuples of them too;
+    constants as they are): what :func:`nbox_replay.fastcall.choose` checks an operator's entries on, before any
+    repetition runs."""
+    if isinstance(arg, TensorSpec):
+        return torch.empty_strided(arg.shape, arg.strides, dtype=arg.dtype, device="meta")
+    if isinstance(arg, ListSpec):
+        items = [_meta_of(a) for a in arg.items]
+        return tuple(items) if arg.as_tuple else items
+    return arg
+
+
 #: How :meth:`Runnable.run` builds an argument (:meth:`Runnable.bind`).
 _POOLED, _CONSTANT, _BUILT = 0, 1, 2
 
@@ -287,11 +299,12 @@ class Runnable:
 
     def __post_init__(self) -> None:
         # The per-call path is the replay's own overhead, which the real run does not have: the operator's
-        # C++ entry (OpOverload.__call__ only forwards to it), or torch's generated binding where its first call
-        # shows that it dispatches the same (nbox_replay.fastcall), and the one-tensor output's id, found once.
+        # C++ entry (OpOverload.__call__ only forwards to it), or torch's generated binding where a check on meta
+        # tensors shows that it dispatches the same (nbox_replay.fastcall), and the one-tensor output's id.
         self._call: Callable[..., Any] = getattr(self.op, "_op", self.op)
-        if getattr(self.op, "_schema", None) is not None:  # an OpOverload: its first call picks the entry
-            self._call = self._first_call
+        if getattr(self.op, "_schema", None) is not None:  # an OpOverload: pick its entry now, on meta tensors
+            self._call = choose(self.op, self._call, [_meta_of(a) for a in self.args],
+                                {k: _meta_of(v) for k, v in self.kwargs.items()})
         single: Any = self.outputs[0] if len(self.outputs) == 1 else None
         self._out_tid: int | None = int(single[0]) if _is_tensor_value(single) else None
         self.bind(None)
@@ -311,12 +324,6 @@ class Runnable:
             else:
                 plan.append((_CONSTANT, None, None, None, a))
         self._plan = tuple(plan)
-
-    def _first_call(self, *args: Any, **kwargs: Any) -> Any:
-        """The operator's first call: pick its entry for good (:func:`nbox_replay.fastcall.choose`, on ``meta``
-        copies of these arguments), then call it."""
-        self._call = choose(self.op, getattr(self.op, "_op", self.op), args, kwargs)
-        return self._call(*args, **kwargs)
 
     def run(self, pool: TensorPool) -> None:
         """Build the arguments (reusing pooled tensors) and call the operator; its outputs join the pool."""

@@ -65,7 +65,7 @@ def test_the_check_touches_no_real_tensor_and_allocates_nothing_for_a_factory_wi
     assert choose(aten.empty.memory_format, slow, ([2],), no_device) is slow  # it would allocate: not checked
 
 
-def test_a_live_operator_switches_entry_on_its_first_call(tmp_path: Path) -> None:
+def test_a_live_operator_gets_its_entry_when_it_is_prepared(tmp_path: Path) -> None:
     node = pb.Node(id=1, name="aten::mm", type=pb.COMP_NODE, duration_micros=10)
     node.inputs.values = json.dumps([[1, 1001, 0, 20, 4, "cpu"], [2, 1002, 0, 15, 4, "cpu"]])
     node.inputs.shapes, node.inputs.types = json.dumps([[4, 5], [5, 3]]), json.dumps(["Tensor(float)"] * 2)
@@ -77,7 +77,21 @@ def test_a_live_operator_switches_entry_on_its_first_call(tmp_path: Path) -> Non
     ops = prepare(load_rank(path, 0, keep_nodes=True), "cpu")
     r = ops.runnables[0]
     assert r is not None and not hasattr(r, "children")
-    assert r._call == r._first_call
-    assert ops.run(0) and r._call is torch._C._VariableFunctions.mm
+    assert r._call is torch._C._VariableFunctions.mm  # chosen on meta tensors, before any run
+    assert ops.run(0)
     a, b = ops.pool.tensors[1], ops.pool.tensors[2]
     assert ops.run(0) and not ops.fallbacks and a is ops.pool.tensors[1] and b is ops.pool.tensors[2]
+
+
+def test_the_check_does_not_import_dynamo() -> None:
+    # a dispatch mode's __torch_dispatch__ is wrapped in a dynamo-disable that imports torch._dynamo on its first
+    # call (3-6 s of a live worker's start on this VM); the check's mode opts out
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom nbox_replay.fastcall import choose\na, b = torch.randn(4, 5), torch.randn(5, 3)\n"
+            "e = choose(torch.ops.aten.mm.default, torch.ops.aten.mm.default._op, (a, b), {})\n"
+            "print(e is torch._C._VariableFunctions.mm, 'torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.split() == ["True", "False"], out.stderr[-2000:]
