@@ -157,11 +157,15 @@ def err_pct(predicted: float | None, observed: float | None) -> float | None:
 LEAN_FLAGS: tuple[object, ...] = ("--lean-iterations", 5, "--capture", 3)
 
 
+def _launch_shape(device: str, gpus: int) -> tuple[str, int]:
+    """The backend and rank count of the kit's launches: NCCL on up to two GPUs, or gloo on two CPU ranks."""
+    return ("nccl", max(1, min(gpus, 2))) if device == "cuda" else ("gloo", 2)
+
+
 def pipeline(chk: Check, device: str, gpus: int, label: str, lean: bool = False) -> None:
     """Record, verify, replay (virtual and live), emulate and calibrate on ``device`` ("cuda" or "cpu"); with
     ``lean``, each workload is also recorded with :data:`LEAN_FLAGS` and replayed both ways."""
-    backend = "nccl" if device == "cuda" else "gloo"
-    nproc = max(1, min(gpus, 2)) if device == "cuda" else 2
+    backend, nproc = _launch_shape(device, gpus)
     variants: list[tuple[str, tuple[object, ...]]] = [("", ())] + ([("lean ", LEAN_FLAGS)] if lean else [])
     for wl in WORKLOADS + (LEAN_ONLY if lean else ()):
         made: dict[str, dict[str, float]] = {}
@@ -238,8 +242,7 @@ def paired_rounds(chk: Check, device: str, gpus: int, rounds: int, lean: bool) -
     against one recording says little where a launch's median moves by a quarter (README, "The GPU kit")."""
     from roundstats import paired
 
-    backend = "nccl" if device == "cuda" else "gloo"
-    nproc = max(1, min(gpus, 2)) if device == "cuda" else 2
+    backend, nproc = _launch_shape(device, gpus)
     flags = LEAN_FLAGS if lean else ()
     for wl in WORKLOADS + (LEAN_ONLY if lean else ()):
         observed: list[float] = []
@@ -268,8 +271,7 @@ def paired_rounds(chk: Check, device: str, gpus: int, rounds: int, lean: bool) -
 
 def _emulate_and_calibrate(chk: Check, device: str, gpus: int, label: str) -> None:
     """``nbox emulate --world-size 8 -n 1`` and ``nbox calibrate`` rows."""
-    backend = "nccl" if device == "cuda" else "gloo"
-    nproc = max(1, min(gpus, 2)) if device == "cuda" else 2
+    backend, nproc = _launch_shape(device, gpus)
     emu = chk.nbox(f"{label}emulate ddp_mlp --world-size 8 -n 1 ({device})", "emulate", "--world-size", 8, "-n", 1,
                    "--warmup", 3, "--iterations", 10, "--timeout", 200)
     if emu is not None:

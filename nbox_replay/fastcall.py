@@ -15,11 +15,12 @@ torch's bindings").
 A binding is picked by name and then **checked** (:func:`choose`), because it selects its overload by parsing
 the arguments itself and may pick another one, or reject the schema's positional form (``ones_like``'s
 keyword-only ``dtype``): once, when the operator is prepared (:class:`nbox_replay.ops.Runnable`, before any
-repetition), both entries run on ``meta`` tensors of its recorded shapes, strides and dtypes (no data, no side
-effect; a device argument becomes ``meta`` too, and an operator with neither keeps ``_op``) under a mode that
-records every ``aten`` overload they dispatch to; the binding is used only when it dispatches exactly the same
-overloads, in the same order, and returns outputs of the same shapes, strides and dtypes. Anything else (no
-binding of that name, an error on either side, an operator without a ``meta`` kernel) keeps ``_op``.
+repetition), both entries run on ``meta`` tensors of its recorded shapes, strides and dtypes, built by a ``meta``
+:class:`~nbox_replay.ops.TensorPool` (no data, no side effect; a device argument becomes ``meta`` too, and an
+operator with neither keeps ``_op``), under a mode that records every ``aten`` overload they dispatch to; the
+binding is used only when it dispatches exactly the same overloads, in the same order, and returns outputs of the
+same shapes, strides and dtypes. Anything else (no binding of that name, an error on either side, an operator
+without a ``meta`` kernel) keeps ``_op``.
 """
 
 from __future__ import annotations

@@ -269,18 +269,6 @@ class TensorPool:
         return arg
 
 
-def _meta_of(arg: Any) -> Any:
-    """An argument as a ``meta`` tensor of its recorded shape, strides and dtype (lists and tuples of them too;
-    constants as they are): what :func:`nbox_replay.fastcall.choose` checks an operator's entries on, before any
-    repetition runs."""
-    if isinstance(arg, TensorSpec):
-        return torch.empty_strided(arg.shape, arg.strides, dtype=arg.dtype, device="meta")
-    if isinstance(arg, ListSpec):
-        items = [_meta_of(a) for a in arg.items]
-        return tuple(items) if arg.as_tuple else items
-    return arg
-
-
 #: How :meth:`Runnable.run` builds an argument (:meth:`Runnable.bind`).
 _POOLED, _CONSTANT, _BUILT = 0, 1, 2
 
@@ -303,8 +291,14 @@ class Runnable:
         # tensors shows that it dispatches the same (nbox_replay.fastcall), and the one-tensor output's id.
         self._call: Callable[..., Any] = getattr(self.op, "_op", self.op)
         if getattr(self.op, "_schema", None) is not None:  # an OpOverload: pick its entry now, on meta tensors
-            self._call = choose(self.op, self._call, [_meta_of(a) for a in self.args],
-                                {k: _meta_of(v) for k, v in self.kwargs.items()})
+            meta = TensorPool("meta")  # the arguments as a run builds them, of their recorded layout, no data
+            try:
+                args = [meta.materialize(a) for a in self.args]
+                kwargs = {k: meta.materialize(v) for k, v in self.kwargs.items()}
+            except (RuntimeError, ValueError, TypeError):  # not buildable on meta: keep _op
+                args = None
+            if args is not None:
+                self._call = choose(self.op, self._call, args, kwargs)
         single: Any = self.outputs[0] if len(self.outputs) == 1 else None
         self._out_tid: int | None = int(single[0]) if _is_tensor_value(single) else None
         self.bind(None)

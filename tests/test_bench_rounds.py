@@ -225,3 +225,25 @@ def test_gpu_check_paired_rounds_need_two_complete_rounds(tmp_path: Path) -> Non
     (row,) = [r for r in chk.rows if r.step.startswith("paired rounds ddp_mlp")]
     assert row.status == "skipped" and row.note == "one round: no interval"
     assert row.figures["virtual_paired"] == "+10.0% (1 round: no interval)"
+
+
+def test_gpu_check_rounds_flags_pick_the_steps_and_are_refused_when_meaningless(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ran: list[tuple[str, object]] = []
+    monkeypatch.setattr(gc, "environment", lambda: (gc.Row("environment", "pass"), {"cuda": False}))
+    monkeypatch.setattr(gc, "pipeline", lambda chk, device, gpus, label, lean=False: ran.append(("pipeline", device)))
+    monkeypatch.setattr(gc, "paired_rounds", lambda chk, device, gpus, rounds, lean: ran.append(("rounds", rounds)))
+    monkeypatch.setattr(gc, "gpu_tests", lambda chk, cuda: ran.append(("gpu tests", cuda)))
+
+    def main(*argv: str) -> int:
+        ran.clear()
+        monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--workdir", str(tmp_path), *argv])
+        return gc.main()
+
+    assert main() == 0 and ran == [("pipeline", "cpu"), ("gpu tests", False)]
+    assert main("--rounds", "3") == 0 and ran == [("pipeline", "cpu"), ("rounds", 3), ("gpu tests", False)]
+    assert main("--rounds", "2", "--only-rounds") == 0 and ran == [("rounds", 2)]
+    for bad in (("--only-rounds",), ("--rounds", "-1")):
+        with pytest.raises(SystemExit) as exc:
+            main(*bad)
+        assert exc.value.code == 2 and ran == []
