@@ -135,6 +135,9 @@ def main() -> int:
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
     ap.add_argument("--live", action="store_true", help="--testbed: also replay live each round (on one node)")
+    ap.add_argument("--host-work", default="pad",
+                    help="--testbed --live: nbox replay --host-work mode(s), comma-separated (pad, match, off): one "
+                         "live replay per mode each round, the order turning; the table's live figure is the first")
     ap.add_argument("--capture", type=int, default=5, help="--testbed: nbox record --capture (iterations captured)")
     ap.add_argument("--lean", type=int, default=0,
                     help="--testbed: nbox record --lean-iterations (the prediction's 'off' column then plays the "
@@ -159,13 +162,21 @@ def _testbed(args: argparse.Namespace) -> int:
     assert spec is not None and spec.loader is not None
     tb = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tb)
+    modes = tuple(m for m in args.host_work.split(",") if m)
+    bad = [m for m in modes if m not in ("pad", "match", "off")]
+    if bad or not modes or len(set(modes)) != len(modes):
+        print(f"fidelity: --host-work {args.host_work!r}: give distinct modes of pad, match, off", file=sys.stderr)
+        return 2
+    if modes != ("pad",) and not args.live:
+        print("fidelity: --host-work acts on the live replays: add --live", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="nbox-fidelity-tb-") as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
                                 args.capture, args.live, args.lean, args.gloo_loop == "batch", args.world,
-                                not args.one_recording)
+                                not args.one_recording, modes)
     cpus = len(os.sched_getaffinity(0))
     shared = f" on {cpus} CPU(s), oversubscribed" if args.world > cpus else ""
     print(f"\ntestbed: {args.world} nodes x 1 rank{shared}, pinned, {args.rate}, gloo loop {args.gloo_loop}; "

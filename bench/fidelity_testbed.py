@@ -19,7 +19,9 @@ rounds, last in odd ones):
    last lines of the table). With ``live`` (``--live``), the round also replays its bundle live (real clock,
    operators re-executed and padded for the host work the replay does not re-run, nbox_replay/hostwork.py;
    collectives answered by the calibrated scenario) across the nodes: ``nbox replay --nnodes N`` on each node,
-   one replayed rank per node, pinned in its namespace like the real ranks;
+   one replayed rank per node, pinned in its namespace like the real ranks (``--host-work A,B``: one live replay
+   per mode each round, the modes' order turning round by round; the table's live figure is the first mode's, each
+   mode gets its own paired line);
 4. a fresh plain run across the nodes (``torch.distributed.run --nnodes N``, no nbox, ``--report-times``): per
    iteration the slowest rank's wall time after warm-up.
 
@@ -174,7 +176,7 @@ def captured(bundle: Path) -> dict[str, float]:
     return {"captured_compute_us": statistics.median(comps), "captured_span_us": statistics.median(spans)}
 
 
-def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> list[float]:
+def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int, host_work: str = "pad") -> list[float]:
     """``nbox replay --clock real --compute live`` across the nodes (one replayed rank per node, in its namespace
     and on its CPU, through the same rendezvous as the real runs): the measured iteration times (us) of both
     launches of the pair as node 0 reports them (every node reports the whole job). One interleaved pair: launches
@@ -185,10 +187,10 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> l
     pair (``--iterations`` counts pairs of launches, each with one timed repetition: run P6 used 3, six launches a
     round, and took twice as long for a live figure whose round-to-round spread is mostly the real run's own launch)."""
     ep = f"{tb.node(0).addr}:{PORT + 20}"
-    outs = on_nodes(tb, tmp, f"live-{bundle.stem}-{rnd}", lambda k: _nbox(
+    outs = on_nodes(tb, tmp, f"live-{host_work}-{bundle.stem}-{rnd}", lambda k: _nbox(
         "replay", bundle, "--clock", "real", "--compute", "live", "--baseline", scenario, "--iterations", 1,
         "--warmup", 6, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--timeout", 400,
-        "--json"), timeout_s=500)
+        "--host-work", host_work, "--json"), timeout_s=500)
     docs = [json.loads(o) for o in outs]
     if docs[0].get("host_work"):
         print(f"live {bundle.stem} round {rnd}: {docs[0]['host_work']['line']}", file=sys.stderr)
@@ -225,9 +227,10 @@ def _world_size(scenario: Path) -> int:
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
         live: bool = False, lean: int = 0, gloo_loop_batch: bool = True,
-        world: int = 2, fresh: bool = True) -> tuple[list[dict[str, Any]], Path]:
+        world: int = 2, fresh: bool = True, host_work: tuple[str, ...] = ("pad",)) -> tuple[list[dict[str, Any]], Path]:
     """The rows of the table (module docstring), ``world`` nodes x one rank. ``fresh``: a new recording (and its
-    prediction) every round, paired with that round's real run; else one recording before the rounds."""
+    prediction) every round, paired with that round's real run; else one recording before the rounds.
+    ``host_work``: with ``live``, the ``--host-work`` modes replayed each round (the first is the table's)."""
     from nbox_trace.testbed import Testbed
 
     rows = []
@@ -249,7 +252,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
             rounds_out: list[dict[str, Any]] = []
             real: list[float] = []
             cpu_us: list[float] = []
-            live_us: list[float] = []
+            live_us: dict[str, list[float]] = {m: [] for m in host_work}
             once: tuple[Path, float, dict[str, Any]] | None = None
             for rnd in range(rounds):
                 # counterbalanced: the real run first in even rounds, after the recording (and its live replay)
@@ -271,9 +274,12 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                         bundle, rec_obs, pred = once
                         got |= {"recorder_observed_us": rec_obs, "predicted_us": pred["predicted_us"]}
                         if live:
-                            lv = live_replay(tb, tmp, bundle, scenario, rnd)
-                            live_us += lv
-                            got["live_us"] = statistics.median(lv)
+                            turn = rnd % len(host_work)  # each mode first in its share of the rounds
+                            for mode in host_work[turn:] + host_work[:turn]:
+                                lv = live_replay(tb, tmp, bundle, scenario, rnd, mode)
+                                live_us[mode] += lv
+                                got.setdefault("live_by_mode_us", {})[mode] = statistics.median(lv)
+                            got["live_us"] = got["live_by_mode_us"][host_work[0]]
                 rounds_out.append(got)
             assert once is not None
             obs = statistics.median(real)
@@ -293,12 +299,20 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                                         for r in rounds_out],
                    "paired": paired(preds, [r["observed_us"] for r in rounds_out]).as_dict(),
                    "rank_cpu_median_us": statistics.median(cpu_us) if cpu_us else None}
-            if live_us:
-                row["live_us"] = statistics.median(live_us)
-                row["live_error_pct"] = (row["live_us"] - obs) / obs * 100
-                row["live_in_spread"] = row["observed_p10_us"] <= row["live_us"] <= row["observed_p90_us"]
-                row["live_paired"] = paired([r["live_us"] for r in rounds_out],
-                                            [r["observed_us"] for r in rounds_out]).as_dict()
+            for mode in host_work if live else ():
+                lv_us = statistics.median(live_us[mode])
+                fig = {"live_us": lv_us, "live_error_pct": (lv_us - obs) / obs * 100,
+                       "live_in_spread": row["observed_p10_us"] <= lv_us <= row["observed_p90_us"],
+                       "live_paired": paired([r["live_by_mode_us"][mode] for r in rounds_out],
+                                             [r["observed_us"] for r in rounds_out]).as_dict(),
+                       "live_vs_recorder_paired": paired(
+                           [r["live_by_mode_us"][mode] for r in rounds_out],
+                           [r["recorder_observed_us"] for r in rounds_out]).as_dict()
+                       if all(r["recorder_observed_us"] > 0 for r in rounds_out) else None}
+                row.setdefault("live_by_mode", {})[mode] = fig
+                if mode == host_work[0]:
+                    row.update(fig)
+                    row["live_host_work"] = mode
             row["in_spread"] = row["observed_p10_us"] <= p <= row["observed_p90_us"]
             rows.append(row)
             print(format_rows([row]), file=sys.stderr)
@@ -328,8 +342,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         if "live_us" in r:
             met = "met" if abs(r["live_error_pct"]) <= 5 and r["live_in_spread"] else "NOT met"
-            lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed): "
-                         f"{r['live_us'] / 1e3:.2f} ms, {r['live_error_pct']:+.1f}%  {met}")
+            lines.append(f"  {r['example']:<18} live replay across the nodes (compute re-executed, --host-work "
+                         f"{r.get('live_host_work', 'pad')}): {r['live_us'] / 1e3:.2f} ms, "
+                         f"{r['live_error_pct']:+.1f}%  {met}")
     lines.append("paired rounds (each round's prediction against that round's real run; "
                  + ("a fresh recording every round" if all(r.get("fresh_recordings", False) for r in rows)
                     else "one recording for all rounds: its launch's luck is in every pair, not in the interval")
@@ -337,8 +352,12 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         if "paired" in r:
             lines.append(f"  {r['example']:<18} virtual {Paired.from_dict(r['paired']).describe()}")
-        if "live_paired" in r:
-            lines.append(f"  {'':<18} live    {Paired.from_dict(r['live_paired']).describe()}")
+        for mode, fig in (r.get("live_by_mode") or {}).items():
+            lines.append(f"  {'':<18} live, --host-work {mode:<5} {fig['live_us'] / 1e3:.2f} ms "
+                         f"{fig['live_error_pct']:+.1f}%; paired {Paired.from_dict(fig['live_paired']).describe()}")
+            if fig.get("live_vs_recorder_paired"):
+                lines.append(f"  {'':<18}   against its recording's clean iterations: "
+                             f"{Paired.from_dict(fig['live_vs_recorder_paired']).describe()}")
     lines.append("prediction by --profiler-correction (error against the observed median / against the recorder's; "
                  "with a lean pass, off plays its times and gaps; a named rule: the profiled times under it, as "
                  "without a lean pass; the table's prediction is the default, on):")

@@ -56,7 +56,7 @@ from emulator_core.emulation_config import EmulationConfig, EmulationConfigError
 from emulator_core.objectp2p import guard_recv_object_list
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
-           "clock_report", "create_process_group", "remove_observer"]
+           "clock_report", "create_process_group", "process_clock", "remove_observer"]
 
 def _nbytes(ts: Sequence[torch.Tensor]) -> int:
     return ts[0].nbytes if len(ts) == 1 else sum(t.nbytes for t in ts)
@@ -154,7 +154,8 @@ class NboxProcessGroup(dist.ProcessGroup):
         return ProcessGroupGloo(prefixed, lay.inner_index, lay.n, timedelta(seconds=self.timeout_s))
 
     def _local_us(self, reference_us: float) -> float:
-        """A reference-timeline time as this process's ``perf_counter`` microseconds (records are local)."""
+        """A reference-timeline time on this rank's own timeline, microseconds (``perf_counter`` less the clock's
+        lag: what records hold)."""
         return reference_us - self.clock.correction_ns / 1000.0
 
     def synchronize_clock(self) -> None:
@@ -181,7 +182,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         g = group or self._group
         clock = self.clock
         t_issue_ns = time.perf_counter_ns()
-        issue_us = t_issue_ns / 1000.0
+        issue_us = clock.local_ns(t_issue_ns) / 1000.0  # records are on the rank's own timeline (its lag off)
         ref_issue_ns = clock.to_reference_ns(t_issue_ns)  # arrivals and answers live on the reference timeline
 
         def what() -> str:
@@ -196,10 +197,10 @@ class NboxProcessGroup(dist.ProcessGroup):
             with g.lock:
                 ans = (self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us) if pricing is None else
                        self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, **pricing))
-            done_us = time.perf_counter_ns() / 1000.0
+            done_us = clock.local_ns(time.perf_counter_ns()) / 1000.0
             start_us, end_us = self._local_us(ans.start_us), self._local_us(ans.end_us)
             self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
-            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, clock.to_perf_ns(ans.end_us * 1000.0))
+            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, int(ans.end_us * 1000.0), clock)
         else:
             move = self.config.move_data
             arrivals: torch.Tensor | None
@@ -219,7 +220,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                     works, finish = real(g.inner)
             else:
                 works, finish = [], None
-            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns)
+            work = NboxWork(what, result, self.timeout_s, self.config.spin_ns, clock=clock)
             if g.resolver is None:
                 self._start_resolver(g)
             g.pending.put(Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
@@ -249,11 +250,11 @@ class NboxProcessGroup(dist.ProcessGroup):
                 for w in item.works:
                     w.wait(limit)
                 run_finish(item.finish)
-                done_us = time.perf_counter_ns() / 1000.0
+                done_us = self.clock.local_ns(time.perf_counter_ns()) / 1000.0
                 self._record(OpRecord(item.call, item.collective, item.nbytes, item.issue_us,
                                       self._local_us(ans.start_us), self._local_us(ans.end_us), ans.algorithm,
                                       done_us))
-                item.work.resolve(self.clock.to_perf_ns(ans.end_us * 1000.0))
+                item.work.resolve(int(ans.end_us * 1000.0))
             except BaseException as err:  # handed to the script's wait(), never swallowed
                 if "timed out" in str(err).lower():  # the real communication's own timeout fired first
                     err = RuntimeError(f"{not_completed(self.timeout_s)} ({err})")
@@ -420,7 +421,7 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     def _end_coalescing(self, device: Any = None) -> NboxWork:
         works, self._coalescing = self._coalescing or [], None
-        return _CoalescedWork(works, self.timeout_s, self.config.spin_ns)
+        return _CoalescedWork(works, self.timeout_s, self.config.spin_ns, self.clock)
 
     def shutdown(self) -> None:
         """Stop the resolver threads (after the calls already issued), then the real backend."""
@@ -453,11 +454,12 @@ def _each(results: list[mirror.Result]) -> mirror.Result:
 class _CoalescedWork(NboxWork):
     """Done when every coalesced work is (its deadline is the latest of theirs)."""
 
-    def __init__(self, works: list[NboxWork], timeout_s: float, spin_ns: int) -> None:
-        super().__init__(lambda: "coalesced calls", [t for w in works for t in w._result], timeout_s, spin_ns)
+    def __init__(self, works: list[NboxWork], timeout_s: float, spin_ns: int, clock: Clock) -> None:
+        super().__init__(lambda: "coalesced calls", [t for w in works for t in w._result], timeout_s, spin_ns,
+                         clock=clock)
         self._works = works
         if not works:
-            self.resolve(time.perf_counter_ns())
+            self.resolve(clock.to_reference_ns(time.perf_counter_ns()))
         else:
             threading.Thread(target=self._join, daemon=True, name="nbox-coalesced").start()
 
@@ -491,6 +493,12 @@ never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork)
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None
 _CLOCK: Clock | None = None
+
+
+def process_clock() -> Clock | None:
+    """This process's clock (every nbox group of the process shares it), None before the default group exists: a
+    live replay's worker credits its rank's lag on it (:mod:`emulator_core.clocksync`)."""
+    return _CLOCK
 
 
 def clock_report() -> dict[str, float] | None:

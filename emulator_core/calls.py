@@ -33,7 +33,8 @@ MAX_RECORDS = 1 << 20
 
 
 class OpRecord(NamedTuple):
-    """One answered call. Times in microseconds on ``time.perf_counter_ns()/1000``."""
+    """One answered call. Times in microseconds on the rank's own timeline: ``time.perf_counter_ns()/1000`` less
+    the clock's lag (:mod:`emulator_core.clocksync`; no lag outside a live replay's ``--host-work match``)."""
 
     call: str
     collective: str

@@ -20,6 +20,13 @@ bound); the bound is reported.
 What is not followed: drift. Offsets are estimated once, when the default process group is created; two
 hosts' clocks under NTP drift by a few parts per million, i.e. a few microseconds per second of run.
 
+A rank's own lag. A live replay's worker may credit its rank with time it spent on work the real run did not do
+(:mod:`nbox_replay.hostwork`, ``--host-work match``): the rank's timeline then reads ``lag`` behind its host clock,
+``reference = perf_counter + c - lag``. Its arrivals go out that much earlier and its deadlines fall that much later
+in host time, so on the reference timeline the rank is where the real one would have been. The lag only grows (the
+rank's timeline never runs backward), and only the worker's own thread moves it; a deadline is turned into host
+time when it is waited for, with the lag of that moment (:class:`emulator_core.delay.NboxWork`).
+
 Testing without two hosts: ``NBOX_TEST_CLOCK_OFFSET_S`` (read only here, set only by tests) adds a deliberate
 offset to this process's clock, as a clock of another host would have: one number for every rank, or a
 comma-separated list indexed by real rank. A process with such an offset counts as being on a host of its own
@@ -98,12 +105,14 @@ class Clock:
 
     ``skew_ns`` is the deliberate test offset (:func:`deliberate_skew_ns`), ``correction_ns`` maps this process's
     ``perf_counter_ns`` onto the reference (it includes the skew), ``bound_ns`` is the estimate's error bound
-    (0 for the reference itself or before any estimate).
+    (0 for the reference itself or before any estimate), ``lag_ns`` the time the rank has been credited
+    (module docstring, "A rank's own lag"; 0 outside a live replay's ``--host-work match``).
     """
 
     skew_ns: int = 0
     correction_ns: int = 0
     bound_ns: int = 0
+    lag_ns: int = 0
 
     def __post_init__(self) -> None:
         self.correction_ns = self.skew_ns  # unsynchronized: the host clock as it reads
@@ -113,12 +122,22 @@ class Clock:
         return time.perf_counter_ns() + self.skew_ns
 
     def to_reference_ns(self, perf_ns: int) -> int:
-        """A ``perf_counter_ns`` reading on the reference timeline."""
-        return perf_ns + self.correction_ns
+        """A ``perf_counter_ns`` reading on the reference timeline (the rank's lag taken off)."""
+        return perf_ns + self.correction_ns - self.lag_ns
 
     def to_perf_ns(self, reference_ns: float) -> int:
-        """A reference time as this process's ``perf_counter_ns`` (a deadline to wait for)."""
-        return int(reference_ns) - self.correction_ns
+        """A reference time as this process's ``perf_counter_ns`` (a deadline to wait for, with the lag of now)."""
+        return int(reference_ns) - self.correction_ns + self.lag_ns
+
+    def local_ns(self, perf_ns: int) -> int:
+        """A ``perf_counter_ns`` reading on the rank's own timeline (its lag taken off; what records hold)."""
+        return perf_ns - self.lag_ns
+
+    def credit(self, ns: int) -> None:
+        """Move the rank's timeline ``ns`` nanoseconds behind its host clock (module docstring); ``ns`` >= 0."""
+        if ns < 0:
+            raise ValueError(f"a clock's lag only grows: credit of {ns} ns")
+        self.lag_ns += ns
 
     def describe(self) -> dict[str, float]:
         """For reports: the correction and its bound in microseconds (test skew shown apart)."""

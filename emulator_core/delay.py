@@ -12,6 +12,10 @@ on Linux: one clock for every process on a host, which is what lets real ranks c
   waiter then wakes through torch's condition variable, which adds the OS's wake-up latency.
 * :class:`NboxWork` is the ``Work`` the script gets: ``wait()`` waits for the real communication, then
   sleeps-and-spins to the deadline; ``get_future()`` gives a future the timer completes at the deadline.
+  A work given the process's :class:`emulator_core.clocksync.Clock` holds its deadline on the reference
+  timeline and turns it into ``perf_counter_ns`` when it is waited for, so a rank credited time after the call
+  was answered (a live replay's ``--host-work match``) waits that much longer in host time; a future's deadline
+  is turned when the future is made.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 from torch._C._distributed_c10d import Work
 from torch.futures import Future
 
+from emulator_core.clocksync import Clock
 from emulator_core.emulation_config import DEFAULT_SPIN_NS
 
 __all__ = ["DEFAULT_SPIN_NS", "FutureTimer", "NboxWork", "sleep_until"]
@@ -102,17 +107,20 @@ class NboxWork(Work):
 
     ``deadline_ns`` is known at issue time when this process is the group's only real member (then the work
     carries no lock or event: the cheap path); otherwise the group's resolver thread sets it
-    (:meth:`resolve`) once the real members' arrival times are in. ``call`` is a zero-argument function
-    that names the call for error messages (formatted only when one is raised).
+    (:meth:`resolve`) once the real members' arrival times are in. It is on ``clock``'s reference timeline
+    (``perf_counter_ns`` when ``clock`` is None), turned into host time when waited for (module docstring).
+    ``call`` is a zero-argument function that names the call for error messages (formatted only when one is
+    raised).
     """
 
     def __init__(self, call: Callable[[], str], result: list[torch.Tensor], timeout_s: float, spin_ns: int,
-                 deadline_ns: int | None = None) -> None:
+                 deadline_ns: int | None = None, clock: Clock | None = None) -> None:
         super().__init__()
         self._call = call
         self._result = result
         self._timeout_s = timeout_s
         self._spin_ns = spin_ns
+        self._clock = clock
         self.deadline_ns = deadline_ns
         self._error: BaseException | None = None
         self._future: Future[Any] | None = None
@@ -121,6 +129,10 @@ class NboxWork(Work):
         if deadline_ns is None:
             self._resolved = threading.Event()
             self._lock = threading.Lock()
+
+    def _host_ns(self, deadline_ns: int) -> int:
+        """A deadline as ``perf_counter_ns`` now (the clock's lag may have grown since it was answered)."""
+        return deadline_ns if self._clock is None else self._clock.to_perf_ns(deadline_ns)
 
     @property
     def call(self) -> str:
@@ -135,7 +147,7 @@ class NboxWork(Work):
             self._resolved.set()
             fut = self._future
         if fut is not None:
-            TIMER.complete_at(deadline_ns, fut, self._result)
+            TIMER.complete_at(self._host_ns(deadline_ns), fut, self._result)
 
     def fail(self, error: BaseException) -> None:
         assert self._lock is not None and self._resolved is not None, "fail() on a work resolved at issue"
@@ -158,12 +170,12 @@ class NboxWork(Work):
         return self.deadline_ns
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        sleep_until(self._await_resolution(timeout), self._spin_ns)
+        sleep_until(self._host_ns(self._await_resolution(timeout)), self._spin_ns)
         return True
 
     def is_completed(self) -> bool:
         deadline = self.deadline_ns
-        return self._error is None and deadline is not None and time.perf_counter_ns() >= deadline
+        return self._error is None and deadline is not None and time.perf_counter_ns() >= self._host_ns(deadline)
 
     def is_success(self) -> bool:
         return self.is_completed()
@@ -180,7 +192,7 @@ class NboxWork(Work):
             if self._future is None:
                 self._future = Future()
                 assert self.deadline_ns is not None
-                TIMER.complete_at(self.deadline_ns, self._future, self._result)
+                TIMER.complete_at(self._host_ns(self.deadline_ns), self._future, self._result)
             return self._future
         with self._lock:
             if self._future is None:
@@ -188,7 +200,7 @@ class NboxWork(Work):
                 if self._error is not None:
                     self._future.set_exception(self._error)
                 elif self.deadline_ns is not None:
-                    TIMER.complete_at(self.deadline_ns, self._future, self._result)
+                    TIMER.complete_at(self._host_ns(self.deadline_ns), self._future, self._result)
             return self._future
 
     def synchronize(self) -> None:

@@ -18,9 +18,13 @@ own) times the rank's compute factor (``config["factors"]``: the straggler slowd
 ``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
 own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
 the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
-repetition's). The worker holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where
-it could not). With ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective
-is waited for before the next compute node, so communication never overlaps compute on the rank. A comm node is
+repetition's); with ``config["host_credit"]`` (``--host-work match``) a factor below 1 credits the rank instead: each
+live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
+:class:`emulator_core.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's wall
+time) is on that timeline. The worker holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says
+why not where it could not). With ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every
+outstanding collective is waited for before the next compute node, so communication never overlaps compute on the
+rank. A comm node is
 issued with ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a
 blocking one is waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
 (not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
@@ -56,6 +60,8 @@ import torch
 import torch.distributed as dist
 
 from emulator_core._autoload import register as register_nbox_backend
+from emulator_core.backend import process_clock
+from emulator_core.clocksync import Clock
 from emulator_core.delay import sleep_until
 from nbox_replay.allocator import hold_heap
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations, load_rank
@@ -211,8 +217,11 @@ def _records_of(pg: Any) -> Any:
 class Replayer:
     """One rank's walk through its graph on the real clock (module docstring)."""
 
-    def __init__(self, g: RankGraph, cfg: dict[str, Any], groups: Groups, factor: float) -> None:
+    def __init__(self, g: RankGraph, cfg: dict[str, Any], groups: Groups, factor: float,
+                 clock: Clock | None = None) -> None:
         self.g = g
+        # the rank's clock, shared with the backend: a factor below 1 credits its lag (module docstring)
+        self.clock = clock if clock is not None else Clock()
         self.device = str(cfg["device"])
         self.live = cfg["compute"] == "live"
         self.serialize = bool(cfg.get("serialize", False))
@@ -276,6 +285,10 @@ class Replayer:
         sleep_until(deadline_ns)
         self.wait_cpu_ns += time.thread_time_ns() - c0
 
+    def _now(self) -> int:
+        """The rank's own timeline, ns: ``perf_counter_ns`` less the lag credited so far (module docstring)."""
+        return time.perf_counter_ns() - self.clock.lag_ns
+
     def _compute(self, i: int) -> None:
         """Run compute node ``i`` live, or wait its recorded duration (module docstring)."""
         clock = time.perf_counter_ns
@@ -283,12 +296,14 @@ class Replayer:
         ran = self.ops is not None and self.ops.run(i)
         if ran:
             stretch = self.factor * self.pad
-            if stretch > 1.0:
+            if stretch != 1.0:
                 self._sync()
             t1 = clock()
             self.live_ns += t1 - t0
             if stretch > 1.0:
                 self._idle_until(t0 + int((t1 - t0) * stretch))
+            elif stretch < 1.0:  # --host-work match: the replay's own excess, credited on the rank's clock
+                self.clock.credit(int((t1 - t0) * (1.0 - stretch)))
         else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
             gap = 0.0 if self.live else self.gaps[i]
             self._idle_until(t0 + int((gap + self.g.duration_us[i]) * self.factor * 1000))
@@ -302,7 +317,7 @@ class Replayer:
         walk reaches the first node of iteration j + 1, the last one when the repetition ends.
         """
         g = self.g
-        clock = time.perf_counter_ns
+        clock = self._now  # the rank's timeline: credited time (--host-work match) is not the rank's
         works: dict[int, Any] = {}
         compute_ns = wait_ns = 0
         marks = [len(r) for r in self.records]
@@ -331,7 +346,7 @@ class Replayer:
                 issue = self.issues[i]
                 if issue is None:  # unpriced: its recorded duration on this rank alone
                     t0 = clock()
-                    self._idle_until(t0 + int(g.duration_us[i] * 1000))
+                    self._idle_until(time.perf_counter_ns() + int(g.duration_us[i] * 1000))  # host time
                     at = (t0 - start) / 1000.0
                     unpriced.append([at, at, (clock() - start) / 1000.0])
                     continue
@@ -393,7 +408,7 @@ def main(argv: list[str]) -> int:
         where["phase"] = "creating process groups"
         groups = Groups({k: list(v) for k, v in cfg["groups"].items()}, int(cfg["recorded_world"]), int(cfg["world"]))
         where["phase"] = "preparing the nodes"
-        replayer = Replayer(g, cfg, groups, factor)
+        replayer = Replayer(g, cfg, groups, factor, process_clock())
         iteration_us: list[float] = []
         ends_us: list[list[float]] = []
         compute_us: list[float] = []
@@ -405,7 +420,8 @@ def main(argv: list[str]) -> int:
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
             if rep >= int(cfg["warmup"]) and host_clean is not None:
-                pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured)
+                pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured,
+                               both_ways=bool(cfg.get("host_credit")))
                 replayer.pad = pad.factor
             replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = 0
             cpu0 = _busy_ns()

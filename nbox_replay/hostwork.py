@@ -39,6 +39,18 @@ right answer: 0 / 0 / +1 ms); on a 29 ms iteration the lag was 1.5-2.7% too much
 replay slower than its recording, whose launch drew other luck: that part of the one-sided share stays (README,
 "Where the live replay's extra 2-4% over its recording comes from").
 
+**Both ways (``--host-work match``).** The pad only lengthens: a replayed thread busier than the recorded one (its
+walk through the graph and the backend's issue of each collective cost about 1.2 ms per iteration on
+ddp_transformer, README "P8"; the real thread's framework work is what the recorded figure holds instead) keeps its
+excess, and that excess is the replay's, not the training job's. ``match`` credits it back: with ``pad_us`` negative
+the factor falls below 1, and each live operator, instead of a wait after it, moves the rank's own timeline
+``(1 - factor) x`` its time behind the host clock (:meth:`emulator_core.clocksync.Clock.credit`). The rank's arrivals
+at later collectives go out that much earlier on the reference timeline, its waits end that much later in host time,
+and its measured iteration is that much shorter, so per iteration the rank's thread counts as long as the real
+one's, either way. The credit is taken on the operators in proportion to their time, like the pad, and cannot
+exceed them (factor >= 0). What it cannot do: a replay slower because its peer is slower still waits in host time
+for the peer's arrival (the peer is credited on its own clock).
+
 Each worker holds its heap first (:mod:`nbox_replay.allocator`: no trimming, a fixed mmap threshold), so its
 operators do not page-fault more than the real run's did: the pad then starts from the operators' own time.
 
@@ -63,8 +75,9 @@ from dataclasses import dataclass
 
 __all__ = ["HOST_WORK_MODES", "HostPad", "plan_pad"]
 
-#: ``--host-work``: ``pad`` (the default with live compute) or ``off``.
-HOST_WORK_MODES = ("pad", "off")
+#: ``--host-work``: ``pad`` (lengthen only; the default with live compute), ``match`` (lengthen or credit: module
+#: docstring, "Both ways") or ``off``.
+HOST_WORK_MODES = ("pad", "match", "off")
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,9 @@ class HostPad:
         replay_us: the replaying thread's time per iteration in the repetitions before (on a CPU and waiting for
             one, plus fallbacks' recorded durations): their median, the cold first left out (module docstring).
         live_us: the live operators' own time per iteration in them (their median).
-        pad_us: ``max(0, clean_us - replay_us)``; 0 with a reason in ``why_not`` when not applied.
-        factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none).
+        pad_us: ``clean_us - replay_us``, at least 0 (``pad``) or at least ``-live_us`` (``match``; negative:
+            credited, module docstring); 0 with a reason in ``why_not`` when not applied.
+        factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none; below 1: credited).
         why_not: why no padding was planned ('' when it was, even a zero one).
     """
 
@@ -105,12 +119,14 @@ class HostPad:
             return None
 
 
-def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per_repetition: int) -> HostPad:
+def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per_repetition: int,
+             both_ways: bool = False) -> HostPad:
     """The padding of one rank from the real thread's time on or waiting for a CPU per clean iteration
     (``clean_us``; None: the bundle has none for this rank) and the ``(replay_us, live_us)`` totals of the
     worker's repetitions so far, oldest first (empty: none yet), each holding ``per_repetition`` captured
     iterations. The replay's own time is their median, the first (cold) repetition left out when there are two
-    or more (module docstring)."""
+    or more (module docstring). ``both_ways`` (``--host-work match``): a replay busier than the real thread is
+    credited the difference (a factor below 1) instead of left as it is."""
     k = max(1, per_repetition)
     if not clean_us or clean_us <= 0:
         return HostPad(0.0, 0.0, 0.0, 0.0, 1.0, "the bundle carries no clean CPU time for this rank")
@@ -122,5 +138,5 @@ def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per
     live_us = statistics.median(x for _, x in warm) / k
     if live_us <= 0:
         return HostPad(clean_us, replay_us, live_us, 0.0, 1.0, "no operator ran live")
-    pad_us = max(0.0, clean_us - replay_us)
+    pad_us = max(-live_us if both_ways else 0.0, clean_us - replay_us)
     return HostPad(clean_us, replay_us, live_us, pad_us, 1.0 + pad_us / live_us)

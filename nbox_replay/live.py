@@ -125,6 +125,8 @@ class LiveConfig:
             iteration (microseconds; the CPU time alone for a bundle without the run-queue figure):
             each worker pads its live operators for the host work the replay does not re-run
             (:mod:`nbox_replay.hostwork`; needs ``warmup`` >= 1). None: no padding.
+        host_credit: with ``host_cpu_us``, also credit a rank whose replay is busier than the real thread
+            (``--host-work match``, :mod:`nbox_replay.hostwork`); False: lengthen only.
     """
 
     files: Mapping[int, Path]
@@ -139,6 +141,7 @@ class LiveConfig:
     nodes: Nodes = field(default_factory=Nodes)
     profiler: Mapping[str, Any] | None = None
     host_cpu_us: Mapping[int, float] | None = None
+    host_credit: bool = False
 
     def __post_init__(self) -> None:
         if not self.files:
@@ -282,7 +285,7 @@ def replay_live(config: LiveConfig) -> LiveResult:
                "warmup": config.warmup, "iterations": config.iterations, "timeout_s": config.timeout_s,
                "result_dir": str(work), "profiler": config.profiler,
                "host_cpu_us": None if config.host_cpu_us is None else
-               {str(r): float(v) for r, v in config.host_cpu_us.items()}}
+               {str(r): float(v) for r, v in config.host_cpu_us.items()}, "host_credit": config.host_credit}
         config_path = work / "config.json"
         config_path.write_text(json.dumps(doc))
         result = run(launch_spec(config, work, config_path, scenario_path))

@@ -11,8 +11,8 @@ this device to measure them, :mod:`nbox_replay.measure`, and the simulation uses
 ``--clock real`` both run live on this machine (:mod:`nbox_replay.live`) in interleaved, counterbalanced
 pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_paired`): the iteration times
 and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread;
-live compute is padded for the host work the replay does not re-run (``--host-work``,
-:mod:`nbox_replay.hostwork`).
+live compute is padded for the host work the replay does not re-run, and with ``--host-work match`` credited
+for the replay's own work beyond the real thread's (:mod:`nbox_replay.hostwork`).
 A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
 device) is refused before any rank starts.
 
@@ -103,9 +103,10 @@ class ReplayConfig:
             (``proportional``, ``per_op``, ``to_clean``, ``to_wall``) for every rank: how recorded compute is
             corrected for the profiler's overhead (:mod:`nbox_replay.profiler`; recorded compute only, bundles
             that carry the figures only).
-        host_work: ``pad`` or ``off``: whether a live replay with live compute pads its operators for the host
-            work it does not re-run (:mod:`nbox_replay.hostwork`). None: ``pad`` where it applies; named, it is
-            refused where it cannot act (a virtual clock, recorded compute).
+        host_work: ``pad``, ``match`` or ``off``: whether a live replay with live compute pads its operators for
+            the host work it does not re-run, and (``match``) credits a rank whose replay is busier than the real
+            thread (:mod:`nbox_replay.hostwork`). None: ``pad`` where it applies; named, it is refused where it
+            cannot act (a virtual clock, recorded compute).
     """
 
     bundle: str
@@ -440,7 +441,8 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     configs = [LiveConfig(files=files, groups=source.groups, recorded_world=source.recorded_world,
                           scenario=scenario, compute=compute, device=device, warmup=warmup,
                           iterations=1, timeout_s=config.timeout_s, nodes=config.nodes,
-                          profiler=correction.worker_doc(), host_cpu_us=host)
+                          profiler=correction.worker_doc(), host_cpu_us=host,
+                          host_credit=config.host_work == "match")
                for scenario in (base, what_if)]
     say(f"live replay ({compute} compute, {device}): baseline at world size {base.world_size} and what-if at "
         f"world size {what_if.world_size}, {config.iterations} interleaved pairs")
@@ -450,7 +452,7 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
     report.paired_speedups = paired.speedups()
     if compute == "live":
         report.host_work = host_work_doc(paired.baseline.host_pad, why_not,  # the first baseline launch's
-                                         paired.baseline.heap_not_held)
+                                         paired.baseline.heap_not_held, config.host_work or "pad")
         report.coverage = paired.what_if.coverage
         report.fallbacks = dict(paired.what_if.fallbacks)
 
@@ -521,9 +523,10 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
 
 
 def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
-                  heap_not_held: Mapping[int, str] | None = None) -> dict[str, Any]:
-    """The report's host-work line and figures: per rank, the padding its worker applied, and why a worker's
-    heap was not held (:mod:`nbox_replay.allocator`; with or without a pad)."""
+                  heap_not_held: Mapping[int, str] | None = None, mode: str = "pad") -> dict[str, Any]:
+    """The report's host-work line and figures: per rank, the padding (or, with ``mode`` ``match``, the credit)
+    its worker applied, and why a worker's heap was not held (:mod:`nbox_replay.allocator`; with or without a
+    pad)."""
     heap = dict(heap_not_held or {})
     heap_doc = {str(r): why for r, why in sorted(heap.items())}
     if not pads:
@@ -535,15 +538,18 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
         if p.why_not:
             parts.append(f"rank {r} not padded ({p.why_not})")
         else:
-            parts.append(f"rank {r} +{p.pad_us / 1e3:.2f} ms per iteration (x{p.factor:.2f}: the real thread "
+            amount = f"credited {-p.pad_us / 1e3:.2f} ms" if p.pad_us < 0 else f"+{p.pad_us / 1e3:.2f} ms"
+            parts.append(f"rank {r} {amount} per iteration (x{p.factor:.2f}: the real thread "
                          f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one, the replay's "
                          f"{p.replay_us / 1e3:.2f} ms)")
         if r in heap:
             parts[-1] += f", its heap not held ({heap[r]})"
     parts += [f"rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()) if r not in pads]
-    return {"line": "live operators padded for the host work the replay does not re-run (--host-work pad): "
-                    + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
-            "why_not": None, "heap_not_held": heap_doc}
+    head = ("live operators padded for the host work the replay does not re-run, and credited for the replay's own "
+            "beyond the real thread's (--host-work match): " if mode == "match" else
+            "live operators padded for the host work the replay does not re-run (--host-work pad): ")
+    return {"line": head + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
+            "why_not": None, "mode": mode, "heap_not_held": heap_doc}
 
 
 def _apply_live(summary: RunSummary, live: LiveResult) -> None:

@@ -46,7 +46,8 @@ def fake_testbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nbox_trace.testbed, "Testbed", FakeTestbed)
 
 
-def _replay_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh: bool) -> tuple[list[str], dict[str, Any]]:
+def _replay_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh: bool,
+                  modes: tuple[str, ...] = ("pad",)) -> tuple[list[str], dict[str, Any]]:
     events: list[str] = []
     made = iter(range(100))
 
@@ -63,9 +64,10 @@ def _replay_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh: bool) 
         events.append(f"real{rnd}")
         return [1000.0, 1000.0], [[(500.0, 0.0)]]
 
-    def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int) -> list[float]:
-        events.append(f"live{rnd}")
-        return [1050.0]
+    def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int,
+                    host_work: str = "pad") -> list[float]:
+        events.append(f"live{rnd}" if host_work == "pad" else f"{host_work}{rnd}")
+        return [1050.0 if host_work == "pad" else 990.0]
 
     cal = tmp_path / "cal.toml"
     monkeypatch.setattr(ft, "record", record)
@@ -75,7 +77,7 @@ def _replay_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh: bool) 
     monkeypatch.setattr(ft, "live_replay", live_replay)
     monkeypatch.setattr(ft, "calibrate", lambda *a: cal)
     rows, scenario = ft.run(["ddp_mlp"], 4, 13, 3, "1gbit", None, "4KiB..1MiB", "all_reduce", 0.2, tmp_path,
-                            live=True, fresh=fresh)
+                            live=True, fresh=fresh, host_work=modes)
     assert scenario == cal and len(rows) == 1
     return events, rows[0]
 
@@ -101,6 +103,19 @@ def test_one_recording_is_made_once_and_paired_with_every_round(fake_testbed: No
     assert [r["predicted_us"] for r in row["rounds"]] == [1000.0] * 4
     assert row["fresh_recordings"] is False
     assert "one recording for all rounds" in ft.format_rows([row])
+
+
+def test_each_host_work_mode_is_replayed_every_round_its_order_turning(fake_testbed: None,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    events, row = _replay_bench(monkeypatch, tmp_path, fresh=True, modes=("pad", "match"))
+    assert events == ["real0", "record0", "live0", "match0", "record1", "match1", "live1", "real1",
+                      "real2", "record2", "live2", "match2", "record3", "match3", "live3", "real3"]
+    assert row["live_host_work"] == "pad" and row["live_us"] == 1050.0  # the table's figure: the first mode's
+    assert row["live_by_mode"]["match"]["live_paired"]["mean_error_pct"] == pytest.approx(-1.0)
+    assert row["live_by_mode"]["pad"]["live_vs_recorder_paired"]["rounds"] == 4
+    text = ft.format_rows([row])
+    assert "--host-work pad" in text and "live, --host-work match 0.99 ms -1.0%" in text
 
 
 def test_max_of_nodes_adds_a_diagnostic_side_on_every_node_without_a_target(fake_testbed: None,

@@ -140,6 +140,37 @@ def test_without_the_estimate_the_skew_is_what_the_other_ranks_see() -> None:
     assert ROUNDS >= 8
 
 
+def test_a_credited_lag_moves_the_ranks_timeline_behind_its_host_clock_and_only_forward() -> None:
+    c = Clock(1_000)
+    c.correction_ns = 5_000
+    c.credit(300)
+    c.credit(200)
+    assert c.lag_ns == 500
+    assert c.to_reference_ns(10_000) == 10_000 + 5_000 - 500  # arrivals go out earlier
+    assert c.to_perf_ns(14_500) == 10_000  # and an answered deadline falls later in host time
+    assert c.local_ns(10_000) == 9_500
+    with pytest.raises(ValueError, match="only grows"):
+        c.credit(-1)
+
+
+def test_a_work_turns_its_deadline_into_host_time_when_waited_for() -> None:
+    """A collective answered before the rank was credited: the wait ends that much later in host time (the rank's
+    timeline reaches the deadline then), not at the host time the answer first mapped to."""
+    from emulator_core.delay import NboxWork
+
+    c = Clock()
+    answered = c.to_reference_ns(time.perf_counter_ns()) + 20_000_000  # ends 20 ms from now on the timeline
+    work = NboxWork(lambda: "all_reduce", [], 5.0, 200_000, answered, c)
+    c.credit(30_000_000)  # then the rank is credited 30 ms
+    t0 = time.perf_counter_ns()
+    assert not work.is_completed()
+    work.wait()
+    assert time.perf_counter_ns() - t0 >= 45_000_000  # 20 + 30 ms less what the lines above took
+    resolved = NboxWork(lambda: "all_reduce", [], 5.0, 200_000, clock=c)  # the resolver's path
+    resolved.resolve(c.to_reference_ns(time.perf_counter_ns()))
+    assert resolved.wait() and resolved.is_completed()
+
+
 @pytest.mark.integration
 def test_emulate_with_real_ranks_on_clocks_seconds_apart_plays_one_timeline() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", TEST_OFFSET_ENV: "0,7.5"}

@@ -25,6 +25,17 @@ def test_the_pad_is_the_real_threads_cpu_time_less_the_replays_own_in_the_repeti
     assert more.pad_us == 0.0 and more.factor == 1.0 and more.why_not == ""
 
 
+def test_match_credits_a_replay_busier_than_the_real_thread_up_to_its_operators() -> None:
+    """--host-work match: the excess becomes a factor below 1 (the rank's clock falls behind by it); the credit
+    is taken on the live operators and cannot exceed them; a replay less busy is padded as with pad."""
+    more = plan_pad(5_000.0, [(24_000.0, 20_000.0)], 4, both_ways=True)  # 6 ms replayed, 5 of them operators
+    assert more.pad_us == -1_000.0 and more.factor == pytest.approx(0.8) and more.why_not == ""
+    floor = plan_pad(500.0, [(24_000.0, 20_000.0)], 4, both_ways=True)  # 5.5 ms over, 5 ms of operators
+    assert floor.pad_us == -5_000.0 and floor.factor == 0.0
+    less = plan_pad(10_000.0, [(24_000.0, 20_000.0)], 4, both_ways=True)
+    assert less == plan_pad(10_000.0, [(24_000.0, 20_000.0)], 4)
+
+
 def test_the_pad_follows_the_median_of_the_warm_repetitions_not_the_last_one() -> None:
     """A repetition that ran fast by chance does not raise the next one's pad (hostwork's docstring: the lag's
     one-sided bias); the cold first repetition is left out once there is another."""
@@ -59,12 +70,17 @@ def test_the_report_line_names_each_rank_and_why_not() -> None:
             "replay's 6.00 ms)") in doc["line"]
     assert "rank 1 not padded (the bundle carries no clean CPU time" in doc["line"]
     assert doc["ranks"]["0"]["pad_us"] == 4_000.0
+    credited = host_work_doc({0: plan_pad(5_000.0, [(6_000.0, 5_000.0)], 1, both_ways=True)}, "", None, "match")
+    assert credited["line"].startswith("live operators padded for the host work the replay does not re-run, and "
+                                       "credited for the replay's own beyond the real thread's (--host-work match)")
+    assert "rank 0 credited 1.00 ms per iteration (x0.80: the real thread 5.00 ms" in credited["line"]
+    assert credited["mode"] == "match" and credited["ranks"]["0"]["pad_us"] == -1_000.0
     off = host_work_doc({}, "--host-work off")
     assert off["line"] == "live operators not padded for host work: --host-work off" and off["ranks"] == {}
 
 
 def test_host_work_is_refused_where_it_cannot_act() -> None:
-    with pytest.raises(ReplayConfigError, match=r"--host-work 'on': must be one of pad, off"):
+    with pytest.raises(ReplayConfigError, match=r"--host-work 'on': must be one of pad, match, off"):
         ReplayConfig(str(MLP), host_work="on")
     with pytest.raises(ReplayConfigError, match=r"--host-work pad: .*--clock virtual"):
         ReplayConfig(str(MLP), clock="virtual", host_work="pad")
@@ -129,6 +145,29 @@ def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Pa
     # operators: a margin no loaded machine closes)
     assert padded["baseline"]["breakdown_us"]["compute"] > 3 * off["baseline"]["breakdown_us"]["compute"]
     assert padded["baseline"]["iteration_us"]["median"] > off["baseline"]["iteration_us"]["median"]
+
+
+@pytest.mark.integration
+def test_match_credits_the_replays_own_excess_on_the_ranks_clocks(tmp_path: Path) -> None:
+    """A bundle whose real thread spent 1 us per iteration (far less than ddp_mlp's operators): with match every
+    rank is credited all of its live operators' time (factor 0), so the measured compute per iteration falls to
+    the walk's own and the iteration is shorter than with pad (which cannot take the excess back); both ranks'
+    collectives still complete (their deadlines follow the credited clocks)."""
+    bundle = _with_clean_cpu(tmp_path, 1.0)
+    docs = {}
+    for mode in ("pad", "match"):
+        rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", iterations=1, warmup=2,
+                                      timeout_s=120.0, host_work=mode))
+        docs[mode] = rep.to_dict()
+    pad, match = docs["pad"], docs["match"]
+    assert all(p["factor"] == 1.0 and p["pad_us"] == 0.0 for p in pad["host_work"]["ranks"].values())
+    credits = match["host_work"]["ranks"]
+    assert set(credits) == {"0", "1"} and match["host_work"]["mode"] == "match"
+    assert all(p["factor"] == 0.0 and p["pad_us"] == -p["live_us"] for p in credits.values())
+    assert "credited" in match["host_work"]["line"]
+    # the operators' time is credited: what the rank's timeline counts as compute is the walk's share alone
+    assert match["baseline"]["breakdown_us"]["compute"] < 0.5 * pad["baseline"]["breakdown_us"]["compute"]
+    assert match["baseline"]["iteration_us"]["median"] < pad["baseline"]["iteration_us"]["median"]
 
 
 def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:

@@ -73,9 +73,11 @@ def replay_cmd(
              "bundle carries them.")]
     = "on",
     host_work: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="pad | off (--clock real --compute live): pad the re-executed operators for the training thread's "
-             "host work the replay does not re-run (framework hooks between operators), sized by the bundle's "
-             "clean CPU time per iteration against the replay's own, measured in the warm-up. Default: pad.")]
+        help="pad | match | off (--clock real --compute live): pad the re-executed operators for the training "
+             "thread's host work the replay does not re-run (framework hooks between operators), sized by the "
+             "bundle's clean CPU time per iteration against the replay's own, measured in the warm-up; match also "
+             "credits a rank whose replay is busier than the real thread (its own clock falls behind by the "
+             "excess). Default: pad.")]
     = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
