@@ -262,3 +262,17 @@ def test_gpu_check_rounds_flags_pick_the_steps_and_are_refused_when_meaningless(
         with pytest.raises(SystemExit) as exc:
             main(*bad)
         assert exc.value.code == 2 and ran == []
+
+
+def test_the_replay_bench_refuses_host_work_modes_it_cannot_replay(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench/fidelity.py --testbed --host-work``: unknown or repeated modes, and modes without ``--live`` (where
+    no live replay would use them), end with exit 2 before any node is made."""
+    import fidelity as fb
+
+    for argv, why in ((["--live", "--host-work", "pad,squeeze"], "give distinct modes"),
+                      (["--live", "--host-work", "pad,pad"], "give distinct modes"),
+                      (["--host-work", "match"], "add --live")):
+        monkeypatch.setattr(sys, "argv", ["fidelity.py", "--testbed", *argv])
+        assert fb.main() == 2
+        assert why in capsys.readouterr().err
