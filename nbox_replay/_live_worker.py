@@ -21,12 +21,16 @@ the repetitions before it (their median, the cold first left out; reported as ``
 repetition's); with ``config["host_credit"]`` (``--host-work match``) a factor below 1 credits the rank instead: each
 live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
 :class:`emulator_core.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's wall
-time) is on that timeline. The worker holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says
-why not where it could not). With ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every
-outstanding collective is waited for before the next compute node, so communication never overlaps compute on the
-rank. A comm node is
-issued with ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a
-blocking one is waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
+time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
+rank's timeline is credited the overshoot too: the answer needs every real peer's arrival time, which comes in host
+time, so a peer whose own credit put its host clock behind (or the exchange's round trip) would make the rank late on
+its timeline for a delay that is the emulator's, not the cluster's; credited, each wait ends on the rank's timeline
+where the model put it, as on the virtual clock (``caught_up_us`` per timed repetition in the result). The worker
+holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
+``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
+the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
+``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is
+waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
 (not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
 removes the compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
 
@@ -34,10 +38,12 @@ Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetitio
 time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
 iterations, :func:`nbox_replay.graph.captured_iterations`: iteration j when the walk reaches the first node of
 iteration j + 1, the last at the repetition's end; microseconds from the repetition's start), ``compute_us``
-and ``wait_us`` per repetition, and what was measured per timed
+and ``wait_us`` per repetition (``caught_up_us``: what ``host_credit``'s waits ran past their answered ends and were
+credited), and what was measured per timed
 repetition in ``spans``: ``compute`` (``[start, end]`` of every compute node) and ``comms`` (``[issue, start,
 end]`` of every collective and send/recv: issue as the worker saw it, start and end as the backend answered
-them, the end moved later when the arrival times came in later than it), microseconds from the repetition's
+them, the end moved later when the arrival times came in later than it, unless that overshoot was credited),
+microseconds from the repetition's
 start on the rank's clock (:mod:`nbox_replay.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks`` (nodes
 per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
 rank, the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before
@@ -52,6 +58,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -229,6 +236,9 @@ class Replayer:
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
         self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.hostwork), set after the warm-up
+        # --host-work match in a timed repetition: a wait past the answered end is credited (module docstring)
+        self.catch_up = False
+        self.caught_up_ns = 0  # credited so (since the last reset)
         # live operators' own time, fallbacks' waits, the CPU time of the walk's waits (since the last reset)
         self.live_ns = self.fallback_ns = self.wait_cpu_ns = 0
         self.gaps = g.gaps_us()
@@ -266,17 +276,35 @@ class Replayer:
                                                            f"({self.g.comm[i].collective}): {err}") from err
 
     def _wait_for(self, works: dict[int, Any], which: list[int]) -> int:
-        """Wait for the works of comm nodes ``which`` (those still outstanding); the time it took, ns. The thread's
-        CPU time meanwhile (the backend's wait spins its last microseconds, where the real thread blocks) is added
-        to :attr:`wait_cpu_ns`."""
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        """Wait for the works of comm nodes ``which`` (those still outstanding); the time it took on the rank's
+        timeline, ns. The thread's CPU time meanwhile (the backend's wait spins its last microseconds, where the
+        real thread blocks) is added to :attr:`wait_cpu_ns`. With :attr:`catch_up` a wait that ends past the
+        answered end on the rank's timeline is credited the overshoot (module docstring)."""
+        t0, c0 = self._now(), time.thread_time_ns()
         for j in which:
             w = works.pop(j, None)
             if w is not None:
                 self.node = j
+                began = self.clock.to_reference_ns(time.perf_counter_ns())
                 self._wait(w, j)
+                if self.catch_up:
+                    self._catch_up(w, began)
         self.wait_cpu_ns += time.thread_time_ns() - c0
-        return time.perf_counter_ns() - t0
+        return self._now() - t0
+
+    def _catch_up(self, work: Any, began_ns: int) -> None:
+        """Credit the rank the time its wait for ``work`` (begun at ``began_ns`` on the reference timeline) ran past
+        the answered end, or past its own start for a call that had ended before it, on its timeline: the answer
+        (a peer's arrival time, the exchange's round trip, a peer whose own host clock runs behind by its credit)
+        came late in host time, which is the emulator's own delay, not the modeled cluster's. The rank's timeline
+        never runs backward: it ends the wait at the answered end or where the wait began, the later."""
+        deadline = getattr(work, "deadline_ns", None)  # the nbox backend's works: the reference timeline
+        if deadline is None:
+            return
+        late = self.clock.to_reference_ns(time.perf_counter_ns()) - max(int(deadline), began_ns)
+        if late > 0:
+            self.clock.credit(late)
+            self.caught_up_ns += late
 
     def _idle_until(self, deadline_ns: int) -> None:
         """Wait until ``deadline_ns`` (``perf_counter_ns``); the CPU time its last spin takes goes to
@@ -366,7 +394,8 @@ class Replayer:
         wait_ns += end - t0
         self.node = -1
         base_us = start / 1000.0
-        comms = [[r.issue_us - base_us, r.start_us - base_us, max(r.end_us, r.real_done_us) - base_us]
+        comms = [[r.issue_us - base_us, r.start_us - base_us,  # caught up: the wait ended at the answered end
+                  (r.end_us if self.catch_up else max(r.end_us, r.real_done_us)) - base_us]
                  for rec, m in zip(self.records, marks, strict=True) for r in list(rec)[m:]]
         self.compute_spans, self.comm_spans = compute, comms + unpriced
         wall = (end - start) / 1000.0
@@ -413,6 +442,7 @@ def main(argv: list[str]) -> int:
         ends_us: list[list[float]] = []
         compute_us: list[float] = []
         wait_us: list[float] = []
+        caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (--host-work match)
         spans: list[dict[str, Any]] = []
         host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
         history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
@@ -423,7 +453,8 @@ def main(argv: list[str]) -> int:
                 pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured,
                                both_ways=bool(cfg.get("host_credit")))
                 replayer.pad = pad.factor
-            replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = 0
+                replayer.catch_up = bool(cfg.get("host_credit"))
+            replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = replayer.caught_up_ns = 0
             cpu0 = _busy_ns()
             wall, comp, waited = replayer.repetition()
             history.append(((_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0,
@@ -433,11 +464,14 @@ def main(argv: list[str]) -> int:
                 ends_us.append(replayer.iteration_ends)
                 compute_us.append(comp)
                 wait_us.append(waited)
+                caught_up_us.append(replayer.caught_up_ns / 1000.0)
                 spans.append({"compute": replayer.compute_spans, "comms": replayer.comm_spans})
         ops = replayer.ops
+        if pad is not None and caught_up_us:  # the last timed repetition's, per captured iteration, like its pad
+            pad = replace(pad, caught_up_us=caught_up_us[-1] / max(1, replayer.captured))
         mine = {
             "rank": rank, "iteration_us": iteration_us, "iteration_ends_us": ends_us, "compute_us": compute_us,
-            "wait_us": wait_us,
+            "wait_us": wait_us, "caught_up_us": caught_up_us,
             "spans": spans, "recorded_compute_us": g.compute_us(),
             "live_compute_us": ops.live_us() if ops is not None else 0.0,
             "coverage": ops.coverage() if ops is not None else 0.0,

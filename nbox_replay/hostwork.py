@@ -48,8 +48,15 @@ the factor falls below 1, and each live operator, instead of a wait after it, mo
 at later collectives go out that much earlier on the reference timeline, its waits end that much later in host time,
 and its measured iteration is that much shorter, so per iteration the rank's thread counts as long as the real
 one's, either way. The credit is taken on the operators in proportion to their time, like the pad, and cannot
-exceed them (factor >= 0). What it cannot do: a replay slower because its peer is slower still waits in host time
-for the peer's arrival (the peer is credited on its own clock).
+exceed them (factor >= 0).
+
+Credit alone would not shorten the job: the answer to a collective needs every real peer's arrival time, which comes
+in host time, and a peer credited more than this rank runs that much behind in host time, so this rank would wait
+for it past the answered end and be late on its own timeline by the difference (each rank would end up as late as
+the most-credited one). So with ``match`` a wait that ends past the answered end on the rank's timeline is credited
+too (the worker's ``_catch_up``): that overshoot is the emulator's (a peer's credit, the arrival exchange's round
+trip, a wake-up on a busy core), not the modeled cluster's, and each wait then ends where the model put it, as on the
+virtual clock. Reported per rank as ``caught_up_us`` per iteration.
 
 Each worker holds its heap first (:mod:`nbox_replay.allocator`: no trimming, a fixed mmap threshold), so its
 operators do not page-fault more than the real run's did: the pad then starts from the operators' own time.
@@ -94,6 +101,8 @@ class HostPad:
             credited, module docstring); 0 with a reason in ``why_not`` when not applied.
         factor: the stretch of each live operator, ``1 + pad_us / live_us`` (1.0: none; below 1: credited).
         why_not: why no padding was planned ('' when it was, even a zero one).
+        caught_up_us: with ``match``, what the rank's waits ran past the answered ends and were credited, per
+            iteration of the repetition (module docstring, "Both ways"; 0 otherwise).
     """
 
     clean_us: float
@@ -102,10 +111,12 @@ class HostPad:
     pad_us: float
     factor: float
     why_not: str = ""
+    caught_up_us: float = 0.0
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {"clean_us": self.clean_us, "replay_us": self.replay_us, "live_us": self.live_us,
-                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None}
+                "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None,
+                "caught_up_us": self.caught_up_us}
 
     @staticmethod
     def from_dict(doc: object) -> HostPad | None:
@@ -114,7 +125,8 @@ class HostPad:
             return None
         try:
             return HostPad(float(doc["clean_us"]), float(doc["replay_us"]), float(doc["live_us"]),
-                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""))
+                           float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""),
+                           float(doc.get("caught_up_us") or 0.0))
         except (KeyError, TypeError, ValueError):
             return None
 

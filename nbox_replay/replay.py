@@ -542,6 +542,8 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
             parts.append(f"rank {r} {amount} per iteration (x{p.factor:.2f}: the real thread "
                          f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one, the replay's "
                          f"{p.replay_us / 1e3:.2f} ms)")
+            if mode == "match":
+                parts[-1] += f", its waits caught up {p.caught_up_us / 1e3:.2f} ms"
         if r in heap:
             parts[-1] += f", its heap not held ({heap[r]})"
     parts += [f"rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()) if r not in pads]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator_core.clocksync import Clock
 from nbox_replay.hostwork import HostPad, plan_pad
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, host_work_doc, run_replay
 
@@ -61,6 +62,8 @@ def test_no_pad_says_why(clean: float | None, history: list[tuple[float, float]]
 def test_the_worker_figure_round_trips_and_a_bad_one_is_none() -> None:
     pad = plan_pad(10_000.0, [(6_000.0, 5_000.0)], 1)
     assert HostPad.from_dict(json.loads(json.dumps(pad.to_dict()))) == pad
+    caught = HostPad(5_000.0, 6_000.0, 5_000.0, -1_000.0, 0.8, "", 250.0)
+    assert HostPad.from_dict(json.loads(json.dumps(caught.to_dict()))) == caught
     assert HostPad.from_dict(None) is None and HostPad.from_dict({"clean_us": "x"}) is None
 
 
@@ -98,6 +101,7 @@ def test_a_walks_waits_are_not_counted_as_its_busy_time() -> None:
 
     walk = Replayer.__new__(Replayer)  # only the wait accounting: no graph, no process group
     walk.wait_cpu_ns = 0
+    walk.clock, walk.catch_up = Clock(), False
     for _ in range(5):
         walk._idle_until(time.perf_counter_ns() + 1_000_000)
     assert walk.wait_cpu_ns > 0  # five spins of up to 200 us each
@@ -112,6 +116,43 @@ def test_a_walks_waits_are_not_counted_as_its_busy_time() -> None:
     before = walk.wait_cpu_ns
     took_ns = walk._wait_for({3: Work(), 4: Work()}, [3, 4, 9])
     assert took_ns >= 2_000_000 and walk.wait_cpu_ns >= before
+
+
+def test_match_credits_a_wait_that_ends_past_the_answered_end() -> None:
+    """--host-work match: the answer came late in host time (a peer behind by its own credit, the exchange's round
+    trip), so the rank's timeline is credited the overshoot and the wait ends where the model put it; a wait that
+    ends on time is not credited, and without match nothing is."""
+    import time
+
+    from emulator_core.delay import NboxWork
+    from nbox_replay._live_worker import Replayer
+
+    walk = Replayer.__new__(Replayer)
+    walk.wait_cpu_ns = walk.caught_up_ns = 0
+    walk.clock, walk.catch_up = Clock(), True
+    walk._wait = lambda work, node: work.wait()  # type: ignore[method-assign, assignment]
+
+    def work(in_ms: float) -> NboxWork:  # answered to end in_ms from now on the rank's timeline
+        end = walk.clock.to_reference_ns(time.perf_counter_ns()) + int(in_ms * 1e6)
+        return NboxWork(lambda: "all_reduce", [], 5.0, 200_000, end, walk.clock)
+
+    class Late:  # its answer comes in 5 ms after the wait begins, for a call that ended before it
+        deadline_ns = walk.clock.to_reference_ns(time.perf_counter_ns()) - 3_000_000
+
+        def wait(self, timeout: object = None) -> bool:
+            time.sleep(0.005)
+            return True
+
+    took_ns = walk._wait_for({1: Late()}, [1])
+    # credited the 5 ms the wait took, not the 3 ms before it began: the timeline does not run backward
+    assert 5_000_000 <= walk.clock.lag_ns < 8_000_000 and walk.caught_up_ns == walk.clock.lag_ns
+    assert 0 <= took_ns <= 1_000_000  # on the timeline the wait ended where it began
+    before = walk.clock.lag_ns
+    walk._wait_for({2: work(20.0)}, [2])  # on time: slept to its end, only the spin's last microseconds over
+    assert walk.clock.lag_ns - before < 2_000_000
+    walk.catch_up, before = False, walk.clock.lag_ns
+    walk._wait_for({3: Late()}, [3])
+    assert walk.clock.lag_ns == before
 
 
 def _with_clean_cpu(tmp: Path, clean_us: float) -> Path:
@@ -164,7 +205,8 @@ def test_match_credits_the_replays_own_excess_on_the_ranks_clocks(tmp_path: Path
     credits = match["host_work"]["ranks"]
     assert set(credits) == {"0", "1"} and match["host_work"]["mode"] == "match"
     assert all(p["factor"] == 0.0 and p["pad_us"] == -p["live_us"] for p in credits.values())
-    assert "credited" in match["host_work"]["line"]
+    assert "credited" in match["host_work"]["line"] and "its waits caught up" in match["host_work"]["line"]
+    assert all(p["caught_up_us"] >= 0.0 for p in credits.values())
     # the operators' time is credited: what the rank's timeline counts as compute is the walk's share alone
     assert match["baseline"]["breakdown_us"]["compute"] < 0.5 * pad["baseline"]["breakdown_us"]["compute"]
     assert match["baseline"]["iteration_us"]["median"] < pad["baseline"]["iteration_us"]["median"]
