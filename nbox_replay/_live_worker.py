@@ -241,6 +241,7 @@ class Replayer:
         self.caught_up_ns = 0  # credited so (since the last reset)
         # live operators' own time, fallbacks' waits, the CPU time of the walk's waits (since the last reset)
         self.live_ns = self.fallback_ns = self.wait_cpu_ns = 0
+        self.wait_host_ns = 0  # host time in waits: collectives, pads, recorded durations (since the last reset)
         self.gaps = g.gaps_us()
         self.iteration_of, self.captured, _ = captured_iterations(g)
         self.ops: LiveOps | None = prepare(g, self.device) if self.live else None
@@ -280,7 +281,7 @@ class Replayer:
         timeline, ns. The thread's CPU time meanwhile (the backend's wait spins its last microseconds, where the
         real thread blocks) is added to :attr:`wait_cpu_ns`. With :attr:`catch_up` a wait that ends past the
         answered end on the rank's timeline is credited the overshoot (module docstring)."""
-        t0, c0 = self._now(), time.thread_time_ns()
+        t0, c0, lag0 = self._now(), time.thread_time_ns(), self.clock.lag_ns
         for j in which:
             w = works.pop(j, None)
             if w is not None:
@@ -290,7 +291,9 @@ class Replayer:
                 if self.catch_up:
                     self._catch_up(w, began)
         self.wait_cpu_ns += time.thread_time_ns() - c0
-        return self._now() - t0
+        took = self._now() - t0
+        self.wait_host_ns += took + self.clock.lag_ns - lag0
+        return took
 
     def _catch_up(self, work: Any, began_ns: int) -> None:
         """Credit the rank the time its wait for ``work`` (begun at ``began_ns`` on the reference timeline) ran past
@@ -309,9 +312,10 @@ class Replayer:
     def _idle_until(self, deadline_ns: int) -> None:
         """Wait until ``deadline_ns`` (``perf_counter_ns``); the CPU time its last spin takes goes to
         :attr:`wait_cpu_ns` (a padding or a recorded duration is time the rank's thread is not computing)."""
-        c0 = time.thread_time_ns()
+        c0, h0 = time.thread_time_ns(), time.perf_counter_ns()
         sleep_until(deadline_ns)
         self.wait_cpu_ns += time.thread_time_ns() - c0
+        self.wait_host_ns += time.perf_counter_ns() - h0
 
     def _now(self) -> int:
         """The rank's own timeline, ns: ``perf_counter_ns`` less the lag credited so far (module docstring)."""
@@ -446,19 +450,26 @@ def main(argv: list[str]) -> int:
         spans: list[dict[str, Any]] = []
         host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
         history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
+        busy_history: list[float] = []  # and its thread's busy time (the replay figure without match)
+        credit = bool(cfg.get("host_credit"))  # --host-work match
         pad = None
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
             if rep >= int(cfg["warmup"]) and host_clean is not None:
-                pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured,
-                               both_ways=bool(cfg.get("host_credit")))
+                pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured, both_ways=credit,
+                               busy_history=busy_history)
                 replayer.pad = pad.factor
-                replayer.catch_up = bool(cfg.get("host_credit"))
+                replayer.catch_up = credit
             replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = replayer.caught_up_ns = 0
-            cpu0 = _busy_ns()
+            replayer.wait_host_ns = 0
+            cpu0, host0 = _busy_ns(), time.perf_counter_ns()
             wall, comp, waited = replayer.repetition()
-            history.append(((_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0,
-                            replayer.live_ns / 1000.0))
+            busy = (_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0
+            # outside its waits: the host time the rank spent on anything but a wait (a fallback's recorded
+            # duration counts as spent), what --host-work match holds to the real thread's (nbox_replay.hostwork)
+            outside = (time.perf_counter_ns() - host0 - replayer.wait_host_ns + replayer.fallback_ns) / 1000.0
+            history.append((outside if credit else busy, replayer.live_ns / 1000.0))
+            busy_history.append(busy)
             if rep >= int(cfg["warmup"]):
                 iteration_us.append(wall)
                 ends_us.append(replayer.iteration_ends)

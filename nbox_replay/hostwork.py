@@ -103,6 +103,9 @@ class HostPad:
         why_not: why no padding was planned ('' when it was, even a zero one).
         caught_up_us: with ``match``, what the rank's waits ran past the answered ends and were credited, per
             iteration of the repetition (module docstring, "Both ways"; 0 otherwise).
+        busy_us: the replaying thread's own busy time per iteration in the repetitions before (their median, as
+            ``replay_us``): ``replay_us`` itself without ``match``; with it, shown beside the time outside the
+            waits that ``replay_us`` then is (0: not measured).
     """
 
     clean_us: float
@@ -112,11 +115,12 @@ class HostPad:
     factor: float
     why_not: str = ""
     caught_up_us: float = 0.0
+    busy_us: float = 0.0
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {"clean_us": self.clean_us, "replay_us": self.replay_us, "live_us": self.live_us,
                 "pad_us": self.pad_us, "factor": self.factor, "why_not": self.why_not or None,
-                "caught_up_us": self.caught_up_us}
+                "caught_up_us": self.caught_up_us, "busy_us": self.busy_us}
 
     @staticmethod
     def from_dict(doc: object) -> HostPad | None:
@@ -126,19 +130,21 @@ class HostPad:
         try:
             return HostPad(float(doc["clean_us"]), float(doc["replay_us"]), float(doc["live_us"]),
                            float(doc["pad_us"]), float(doc["factor"]), str(doc.get("why_not") or ""),
-                           float(doc.get("caught_up_us") or 0.0))
+                           float(doc.get("caught_up_us") or 0.0), float(doc.get("busy_us") or 0.0))
         except (KeyError, TypeError, ValueError):
             return None
 
 
 def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per_repetition: int,
-             both_ways: bool = False) -> HostPad:
+             both_ways: bool = False, busy_history: Sequence[float] = ()) -> HostPad:
     """The padding of one rank from the real thread's time on or waiting for a CPU per clean iteration
     (``clean_us``; None: the bundle has none for this rank) and the ``(replay_us, live_us)`` totals of the
     worker's repetitions so far, oldest first (empty: none yet), each holding ``per_repetition`` captured
     iterations. The replay's own time is their median, the first (cold) repetition left out when there are two
     or more (module docstring). ``both_ways`` (``--host-work match``): a replay busier than the real thread is
-    credited the difference (a factor below 1) instead of left as it is."""
+    credited the difference (a factor below 1) instead of left as it is; its history then holds each repetition's
+    time outside its waits (module docstring, "Both ways"). ``busy_history``: the repetitions' busy times, the same
+    length, for the report's ``busy_us`` (empty: not measured)."""
     k = max(1, per_repetition)
     if not clean_us or clean_us <= 0:
         return HostPad(0.0, 0.0, 0.0, 0.0, 1.0, "the bundle carries no clean CPU time for this rank")
@@ -150,5 +156,7 @@ def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per
     live_us = statistics.median(x for _, x in warm) / k
     if live_us <= 0:
         return HostPad(clean_us, replay_us, live_us, 0.0, 1.0, "no operator ran live")
+    busy = list(busy_history[1:]) if len(busy_history) >= 2 else list(busy_history)
+    busy_us = statistics.median(busy) / k if busy else 0.0
     pad_us = max(-live_us if both_ways else 0.0, clean_us - replay_us)
-    return HostPad(clean_us, replay_us, live_us, pad_us, 1.0 + pad_us / live_us)
+    return HostPad(clean_us, replay_us, live_us, pad_us, 1.0 + pad_us / live_us, busy_us=busy_us)

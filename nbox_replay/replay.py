@@ -543,7 +543,8 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
                          f"{p.clean_us / 1e3:.2f} ms on a CPU or waiting for one, the replay's "
                          f"{p.replay_us / 1e3:.2f} ms)")
             if mode == "match":
-                parts[-1] += f", its waits caught up {p.caught_up_us / 1e3:.2f} ms"
+                parts[-1] = parts[-1][:-1] + (f" outside its waits, its thread busy {p.busy_us / 1e3:.2f} ms), its "
+                                              f"waits caught up {p.caught_up_us / 1e3:.2f} ms")
         if r in heap:
             parts[-1] += f", its heap not held ({heap[r]})"
     parts += [f"rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()) if r not in pads]

@@ -35,6 +35,9 @@ def test_match_credits_a_replay_busier_than_the_real_thread_up_to_its_operators(
     assert floor.pad_us == -5_000.0 and floor.factor == 0.0
     less = plan_pad(10_000.0, [(24_000.0, 20_000.0)], 4, both_ways=True)
     assert less == plan_pad(10_000.0, [(24_000.0, 20_000.0)], 4)
+    # the busy figure beside it: the same warm repetitions' median (the cold first left out)
+    shown = plan_pad(5_000.0, [(9.0, 1.0), (6_000.0, 5_000.0), (6_200.0, 5_000.0)], 1, True, [9.0, 5_800.0, 6_000.0])
+    assert shown.replay_us == 6_100.0 and shown.busy_us == 5_900.0
 
 
 def test_the_pad_follows_the_median_of_the_warm_repetitions_not_the_last_one() -> None:
@@ -100,12 +103,13 @@ def test_a_walks_waits_are_not_counted_as_its_busy_time() -> None:
     from nbox_replay._live_worker import Replayer
 
     walk = Replayer.__new__(Replayer)  # only the wait accounting: no graph, no process group
-    walk.wait_cpu_ns = 0
+    walk.wait_cpu_ns = walk.wait_host_ns = 0
     walk.clock, walk.catch_up = Clock(), False
     for _ in range(5):
         walk._idle_until(time.perf_counter_ns() + 1_000_000)
     assert walk.wait_cpu_ns > 0  # five spins of up to 200 us each
     assert walk.wait_cpu_ns < 5_000_000  # the sleeping part is not CPU time
+    assert walk.wait_host_ns >= 5_000_000  # but all of it is time in a wait
 
     class Work:
         def wait(self, timeout: object = None) -> bool:
@@ -128,7 +132,7 @@ def test_match_credits_a_wait_that_ends_past_the_answered_end() -> None:
     from nbox_replay._live_worker import Replayer
 
     walk = Replayer.__new__(Replayer)
-    walk.wait_cpu_ns = walk.caught_up_ns = 0
+    walk.wait_cpu_ns = walk.caught_up_ns = walk.wait_host_ns = 0
     walk.clock, walk.catch_up = Clock(), True
     walk._wait = lambda work, node: work.wait()  # type: ignore[method-assign, assignment]
 
@@ -147,6 +151,7 @@ def test_match_credits_a_wait_that_ends_past_the_answered_end() -> None:
     # credited the 5 ms the wait took, not the 3 ms before it began: the timeline does not run backward
     assert 5_000_000 <= walk.clock.lag_ns < 8_000_000 and walk.caught_up_ns == walk.clock.lag_ns
     assert 0 <= took_ns <= 1_000_000  # on the timeline the wait ended where it began
+    assert walk.wait_host_ns >= 5_000_000  # in host time it waited (not counted as time outside the waits)
     before = walk.clock.lag_ns
     walk._wait_for({2: work(20.0)}, [2])  # on time: slept to its end, only the spin's last microseconds over
     assert walk.clock.lag_ns - before < 2_000_000
