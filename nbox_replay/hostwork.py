@@ -48,7 +48,12 @@ the factor falls below 1, and each live operator, instead of a wait after it, mo
 at later collectives go out that much earlier on the reference timeline, its waits end that much later in host time,
 and its measured iteration is that much shorter, so per iteration the rank's thread counts as long as the real
 one's, either way. The credit is taken on the operators in proportion to their time, like the pad, and cannot
-exceed them (factor >= 0).
+exceed them (factor >= 0). Under ``match`` the replay's figure (``replay_us``) is its time outside its waits (host
+time, a fallback's recorded duration counted as spent), not its thread's busy time: time the walk spends blocked
+outside a wait (on the GIL while the backend's resolver thread answers a call, for instance) is on neither the CPU
+nor the run queue, and the busy figure would leave it in. Measured on ddp_transformer on the two-node testbed
+(2 ranks x 2 launches, 2026-11-27): 22.65 / 20.87 / 24.51 / 22.04 ms outside the waits against 23.10 / 21.29 / 24.79
+/ 21.92 ms busy, so that blocking is small there; both are reported (``busy_us``).
 
 Credit alone would not shorten the job: the answer to a collective needs every real peer's arrival time, which comes
 in host time, and a peer credited more than this rank runs that much behind in host time, so this rank would wait

@@ -532,7 +532,7 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
     if not pads:
         line = f"live operators not padded for host work: {why_not}"
         line += "".join(f"; rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()))
-        return {"line": line, "ranks": {}, "why_not": why_not, "heap_not_held": heap_doc}
+        return {"line": line, "ranks": {}, "why_not": why_not, "mode": mode, "heap_not_held": heap_doc}
     parts = []
     for r, p in sorted(pads.items()):
         if p.why_not:

@@ -83,6 +83,7 @@ def test_the_report_line_names_each_rank_and_why_not() -> None:
     assert credited["mode"] == "match" and credited["ranks"]["0"]["pad_us"] == -1_000.0
     off = host_work_doc({}, "--host-work off")
     assert off["line"] == "live operators not padded for host work: --host-work off" and off["ranks"] == {}
+    assert off["mode"] == "pad" and host_work_doc({}, "--host-work off", None, "off")["mode"] == "off"
 
 
 def test_host_work_is_refused_where_it_cannot_act() -> None:
