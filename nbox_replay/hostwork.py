@@ -140,6 +140,11 @@ class HostPad:
             return None
 
 
+def _warm_median(per_repetition: Sequence[float]) -> float:
+    """The median of the repetitions' figures, the first (cold) one left out when there are two or more."""
+    return statistics.median(per_repetition[1:] if len(per_repetition) >= 2 else per_repetition)
+
+
 def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per_repetition: int,
              both_ways: bool = False, busy_history: Sequence[float] = ()) -> HostPad:
     """The padding of one rank from the real thread's time on or waiting for a CPU per clean iteration
@@ -156,12 +161,10 @@ def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per
     if not history:
         return HostPad(clean_us, 0.0, 0.0, 0.0, 1.0, "no repetition before to measure the replay's own time on "
                                                      "(--warmup 0)")
-    warm = list(history[1:]) if len(history) >= 2 else list(history)
-    replay_us = statistics.median(r for r, _ in warm) / k
-    live_us = statistics.median(x for _, x in warm) / k
+    replay_us = _warm_median([r for r, _ in history]) / k
+    live_us = _warm_median([x for _, x in history]) / k
     if live_us <= 0:
         return HostPad(clean_us, replay_us, live_us, 0.0, 1.0, "no operator ran live")
-    busy = list(busy_history[1:]) if len(busy_history) >= 2 else list(busy_history)
-    busy_us = statistics.median(busy) / k if busy else 0.0
+    busy_us = _warm_median(busy_history) / k if busy_history else 0.0
     pad_us = max(-live_us if both_ways else 0.0, clean_us - replay_us)
     return HostPad(clean_us, replay_us, live_us, pad_us, 1.0 + pad_us / live_us, busy_us=busy_us)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,17 +171,18 @@ def _with_clean_cpu(tmp: Path, clean_us: float) -> Path:
     return out
 
 
+def _replay_modes(bundle: Path, modes: tuple[str, ...]) -> dict[str, Any]:
+    """The live replay's report under each --host-work mode, one after the other (real gloo ranks)."""
+    return {mode: run_replay(ReplayConfig(str(bundle), clock="real", compute="live", iterations=1, warmup=2,
+                                          timeout_s=120.0, host_work=mode)).to_dict() for mode in modes}
+
+
 @pytest.mark.integration
 def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Path) -> None:
     """A bundle whose real training thread spent 200 ms of CPU per iteration (far more than ddp_mlp's operators):
     padded, each rank's compute per iteration grows toward it; with --host-work off it stays the
     operators' own few milliseconds."""
-    bundle = _with_clean_cpu(tmp_path, 200_000.0)
-    docs = {}
-    for mode in ("pad", "off"):
-        rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", iterations=1, warmup=2,
-                                      timeout_s=120.0, host_work=mode))
-        docs[mode] = rep.to_dict()
+    docs = _replay_modes(_with_clean_cpu(tmp_path, 200_000.0), ("pad", "off"))
     padded, off = docs["pad"], docs["off"]
     assert off["host_work"]["ranks"] == {} and "--host-work off" in off["host_work"]["line"]
     pads = padded["host_work"]["ranks"]
@@ -200,12 +202,7 @@ def test_match_credits_the_replays_own_excess_on_the_ranks_clocks(tmp_path: Path
     rank is credited all of its live operators' time (factor 0), so the measured compute per iteration falls to
     the walk's own and the iteration is shorter than with pad (which cannot take the excess back); both ranks'
     collectives still complete (their deadlines follow the credited clocks)."""
-    bundle = _with_clean_cpu(tmp_path, 1.0)
-    docs = {}
-    for mode in ("pad", "match"):
-        rep = run_replay(ReplayConfig(str(bundle), clock="real", compute="live", iterations=1, warmup=2,
-                                      timeout_s=120.0, host_work=mode))
-        docs[mode] = rep.to_dict()
+    docs = _replay_modes(_with_clean_cpu(tmp_path, 1.0), ("pad", "match"))
     pad, match = docs["pad"], docs["match"]
     assert all(p["factor"] == 1.0 and p["pad_us"] == 0.0 for p in pad["host_work"]["ranks"].values())
     credits = match["host_work"]["ranks"]
