@@ -111,7 +111,8 @@ def test_a_walks_waits_are_not_counted_as_its_busy_time() -> None:
         walk._idle_until(time.perf_counter_ns() + 1_000_000)
     assert walk.wait_cpu_ns > 0  # five spins of up to 200 us each
     assert walk.wait_cpu_ns < 5_000_000  # the sleeping part is not CPU time
-    assert walk.wait_host_ns >= 5_000_000  # but all of it is time in a wait
+    # but all of it is time in a wait: each wait starts a few us after its deadline was set (a run saw 4.996 ms)
+    assert walk.wait_host_ns >= 4_500_000
 
     class Work:
         def wait(self, timeout: object = None) -> bool:
