@@ -8,6 +8,10 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   i.e. on time. A member the scenario lists as a straggler (``[[stragglers]]``, real or emulated) arrives
   late: its compute since the group's previous completion is stretched by its slowdown,
   ``arrival' = free + (arrival - free) * slowdown`` with ``free`` the previous completion on the group.
+* **compute noise of their own** (the scenario's ``compute_noise = "mirror_history"``; off by default; it acts
+  in ``nbox emulate``, and replay refuses it). The emulated members that mirror real member ``k`` then arrive
+  ``mirror_late_us[k]`` after it, a lateness each real rank keeps for its own copies from its thread's CPU time
+  between calls (:mod:`emulator_core.computenoise` states the rule and why).
 * **start.** ``start = max(free, max of the members' arrivals)``: a collective cannot start before its
   last participant arrives, and collectives on one group run one after another, in issue order (one
   communication stream per communicator, as NCCL and gloo do).
@@ -137,6 +141,8 @@ class FabricGroup:
     answered: int = 0
     #: Identifies the group's members for :func:`draw` (crc32 of the sorted global ranks; 0: the whole world).
     key: int = 0
+    #: Per real member (``real_positions`` order), how many emulated members mirror it.
+    emulated_per_real: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
@@ -195,7 +201,8 @@ class Fabric:
                     continue
             stragglers.append((st.slowdown, mirror_member(j, positions)))
         key = 0 if ranks is None else zlib.crc32(",".join(map(str, sorted(members))).encode())
-        return FabricGroup(shape, tuple(positions), tuple(stragglers), key=key)
+        emulated = tuple(w - 1 for w in mirror_weights(shape.size, positions))
+        return FabricGroup(shape, tuple(positions), tuple(stragglers), key=key, emulated_per_real=emulated)
 
     def price(self, group: FabricGroup, collective: str, nbytes: float) -> tuple[str, float]:
         """``(algorithm, cost_us)`` of ``collective`` on ``nbytes`` over ``group``, cached per group."""
@@ -244,7 +251,8 @@ class Fabric:
 
     def answer(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
                *, send_bytes: Sequence[float] | None = None,
-               recv_bytes: Sequence[float] | None = None) -> Answer:
+               recv_bytes: Sequence[float] | None = None,
+               mirror_late_us: Sequence[float] | None = None) -> Answer:
         """Answer one collective and advance the group's stream (see the module docstring).
 
         Args:
@@ -253,6 +261,8 @@ class Fabric:
             nbytes: the size in costmodels' convention (the per-rank input; see costmodels' table).
             arrivals_us: issue time of each real member, in ``group.real_positions`` order.
             send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
+            mirror_late_us: per real member (``real_positions`` order), how late the emulated members that mirror
+                it arrive after it (``compute_noise``, :mod:`emulator_core.computenoise`); ``None``: with it.
 
         Raises:
             ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.
@@ -270,6 +280,13 @@ class Fabric:
                 a = arrivals_us[k]
                 late = base + (a - base) * slowdown if a > base else a
                 last = max(last, late)
+        if mirror_late_us is not None:
+            if len(mirror_late_us) != len(arrivals_us):
+                raise ValueError(f"{collective}: {len(mirror_late_us)} mirror latenesses for {len(arrivals_us)} "
+                                 f"real members")
+            for k, late in enumerate(mirror_late_us):
+                if late > 0 and k < len(group.emulated_per_real) and group.emulated_per_real[k] > 0:
+                    last = max(last, arrivals_us[k] + late)
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
             algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)

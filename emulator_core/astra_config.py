@@ -288,6 +288,7 @@ def astra_configs(scenario: Scenario, *, source: str | None = None) -> AstraConf
         notes.append(f"algorithms: not written (ASTRA-sim's system config has no such key): {', '.join(others)}")
     left_out = [k for k, v in (("compute_scale", scenario.compute_scale != 1.0), ("stragglers", scenario.stragglers),
                                ("overlap", scenario.overlap != "overlap"), ("jitter", scenario.jitter != "off"),
+                               ("compute_noise", scenario.compute_noise != "off"),
                                ("network.library", scenario.network.library != "generic")) if v]
     if left_out:
         notes.append(f"not exported (not ASTRA-sim's network or collective config): {', '.join(left_out)}")

@@ -48,15 +48,24 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
 from emulator_core import mirror
 from emulator_core.answer import Fabric
-from emulator_core.calls import MAX_RECORDS, GroupState, OpRecord, Pending, in_issue_order, post_exchange
+from emulator_core.calls import (
+    MAX_RECORDS,
+    GroupState,
+    OpRecord,
+    Pending,
+    in_issue_order,
+    post_exchange,
+    split_exchange,
+)
 from emulator_core.clocksync import Clock, deliberate_skew_ns, host_key
+from emulator_core.computenoise import MirrorNoise
 from emulator_core.delay import NboxWork, not_completed, run_finish
 from emulator_core.eager import never_compiled
 from emulator_core.emulation_config import EmulationConfig, EmulationConfigError
 from emulator_core.objectp2p import guard_recv_object_list
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
-           "clock_report", "create_process_group", "process_clock", "remove_observer"]
+           "clock_report", "create_process_group", "mark_iteration", "process_clock", "remove_observer"]
 
 def _nbytes(ts: Sequence[torch.Tensor]) -> int:
     return ts[0].nbytes if len(ts) == 1 else sum(t.nbytes for t in ts)
@@ -118,6 +127,12 @@ class NboxProcessGroup(dist.ProcessGroup):
         positions = sorted(real if members is None else [list(members).index(r) for r in real])
         self.layout = mirror.Layout(size, me, tuple(positions))
         self._group = GroupState(self.layout, fabric.group(members, real), self._make_inner(store, "main"))
+        fg = self._group.fabric_group
+        #: compute_noise: the lateness of this rank's emulated copies on the group (emulator_core.computenoise);
+        #: every real member keeps one where the group has emulated members, so all send the same exchange
+        self._noise = (MirrorNoise(fg.emulated_per_real[self.layout.real_positions.index(me)],
+                                   fabric.scenario.jitter_seed, fg.key)
+                       if fabric.scenario.compute_noise == "mirror_history" and any(fg.emulated_per_real) else None)
         self._pairs: dict[int, GroupState] = {}
         self.records: list[OpRecord] = []
         self.dropped_records = 0
@@ -188,15 +203,22 @@ class NboxProcessGroup(dist.ProcessGroup):
         def what() -> str:
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
+        late_ns = None
+        if self._noise is not None and g is self._group:  # point to point (a pair group) carries no noise
+            late_ns = self._noise.arrive(_ITERATION, (collective, nbytes), t_issue_ns, time.thread_time_ns(),
+                                         threading.get_ident())
         if g.inner is None:
             if self.config.move_data:  # the mirror copies; timing only skips them (they would cost the rank CPU)
                 with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view
                     works, finish = real(None)
                 run_finish(finish)
             arrivals_us = [ref_issue_ns / 1000.0] * n_real
+            late = None if late_ns is None else [late_ns / 1000.0] * n_real
             with g.lock:
-                ans = (self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us) if pricing is None else
-                       self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, **pricing))
+                ans = self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, mirror_late_us=late,
+                                         **(pricing or {}))
+            if late_ns is not None and self._noise is not None:
+                self._noise.completed(clock.to_perf_ns(int(ans.end_us * 1000.0)))
             done_us = clock.local_ns(time.perf_counter_ns()) / 1000.0
             start_us, end_us = self._local_us(ans.start_us), self._local_us(ans.end_us)
             self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
@@ -207,7 +229,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.exchange and not move:
                 arrivals, ts_work = None, None  # timing only: the resolver starts the exchange (emulator_core.calls)
             elif g.exchange:
-                arrivals, ts_work = post_exchange(g, ref_issue_ns)
+                arrivals, ts_work = post_exchange(g, ref_issue_ns, late_ns)
             else:
                 arrivals, ts_work = torch.full((n_real,), ref_issue_ns, dtype=torch.int64), None
                 if not move and p2p is not None:  # timing only: the send's issue time goes where its data would
@@ -224,7 +246,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.resolver is None:
                 self._start_resolver(g)
             g.pending.put(Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
-                                   ref_issue_ns))
+                                  ref_issue_ns, late_ns if g.exchange else None))
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
@@ -245,8 +267,11 @@ class NboxProcessGroup(dist.ProcessGroup):
                     item.ts_work.wait(limit)
                 if item.ts is None:  # its exchange could not start: calls.start_exchange failed the work
                     continue
-                arrivals = [a / 1000.0 for a in item.ts.tolist()]
-                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, **(item.pricing or {}))
+                arrivals, late = split_exchange(item.ts, item.late_ns is not None)
+                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, mirror_late_us=late,
+                                         **(item.pricing or {}))
+                if late is not None and self._noise is not None:
+                    self._noise.completed(self.clock.to_perf_ns(int(ans.end_us * 1000.0)))
                 for w in item.works:
                     w.wait(limit)
                 run_finish(item.finish)
@@ -493,6 +518,15 @@ never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork)
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None
 _CLOCK: Clock | None = None
+_ITERATION = 0  # iteration boundaries this process has seen (mark_iteration)
+
+
+def mark_iteration() -> None:
+    """An iteration of the script ended (``nbox emulate``'s ranks call it at each optimizer step): the calls after
+    it count from 0 again in the next iteration on every group (``compute_noise``, :mod:`emulator_core.computenoise`).
+    """
+    global _ITERATION
+    _ITERATION += 1
 
 
 def process_clock() -> Clock | None:

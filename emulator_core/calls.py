@@ -26,7 +26,8 @@ from emulator_core import mirror
 from emulator_core.answer import FabricGroup
 from emulator_core.delay import NboxWork
 
-__all__ = ["MAX_RECORDS", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange", "start_exchange"]
+__all__ = ["MAX_RECORDS", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange", "split_exchange",
+           "start_exchange"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
@@ -66,6 +67,7 @@ class Pending:
     issue_us: float
     pricing: Mapping[str, Any] | None = None
     ref_issue_ns: int = 0  # the issue time on the reference timeline (what a deferred exchange sends)
+    late_ns: int | None = None  # compute_noise: how late this rank's emulated copies arrive (sent beside the time)
 
 
 @dataclass
@@ -81,11 +83,20 @@ class GroupState:
     resolver: threading.Thread | None = None
 
 
-def post_exchange(g: GroupState, ref_issue_ns: int) -> tuple[torch.Tensor, Any]:
+def post_exchange(g: GroupState, ref_issue_ns: int, late_ns: int | None = None) -> tuple[torch.Tensor, Any]:
     """Start the real members' arrival-time exchange of one call on the group's inner gloo group: (the tensor the
-    arrivals land in, reference-timeline nanoseconds by inner position; the work to wait on)."""
-    arrivals = torch.empty(g.layout.n, dtype=torch.int64)
-    return arrivals, g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
+    arrivals land in, reference-timeline nanoseconds by inner position; the work to wait on). With ``late_ns``
+    (``compute_noise``: every real member of the group sends one) each member sends ``(arrival, late_ns)`` and the
+    tensor holds the pairs in turn (:func:`split_exchange`)."""
+    sent = [ref_issue_ns] if late_ns is None else [ref_issue_ns, late_ns]
+    arrivals = torch.empty(g.layout.n * len(sent), dtype=torch.int64)
+    return arrivals, g.inner._allgather_base(arrivals, torch.tensor(sent, dtype=torch.int64))
+
+
+def split_exchange(ts: torch.Tensor, paired: bool) -> tuple[list[float], list[float] | None]:
+    """An exchange's tensor as (arrivals, the copies' latenesses or None), microseconds by inner position."""
+    values = [v / 1000.0 for v in ts.tolist()]
+    return (values[0::2], values[1::2]) if paired else (values, None)
 
 
 def start_exchange(g: GroupState, item: Pending) -> None:
@@ -94,7 +105,7 @@ def start_exchange(g: GroupState, item: Pending) -> None:
     if item.ts is not None or item.ts_work is not None:
         return
     try:
-        item.ts, item.ts_work = post_exchange(g, item.ref_issue_ns)
+        item.ts, item.ts_work = post_exchange(g, item.ref_issue_ns, item.late_ns)
     except BaseException as err:  # handed to the script's wait(), never swallowed
         item.work.fail(err)
 

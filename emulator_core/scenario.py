@@ -19,6 +19,7 @@ TOML layout (see the shipped examples in ``emulator_core/scenarios/``)::
     world_size = 1024          # ranks the script sees (W)
     compute_scale = 1.0        # 1.0 = recorded speed; 2.0 = compute twice as fast
     overlap = "overlap"        # or "serialize"
+    compute_noise = "off"      # or "mirror_history": emulated ranks replay their mirror's earlier iterations (emulate)
 
     [algorithms]               # collective -> algorithm name, or "auto" (the default for any not listed)
     all_reduce = "ring"
@@ -100,6 +101,7 @@ from emulator_core.scenario_values import (
 )
 
 __all__ = ["AUTO", "CALIBRATION_KEYS", "COLLECTIVES", "CONGESTION", "DIMENSION_KINDS", "DIM_KEYS", "FORWARDING",
+           "COMPUTE_NOISE_POLICIES",
            "JITTER_POLICIES", "LIBRARIES", "MAX_WORLD_SIZE", "NETWORK_KEYS", "OVERLAP_POLICIES", "STRAGGLER_KEYS",
            "TOPOLOGY_KEYS", "TOP_KEYS", "Calibration", "Dimension", "Network", "Scenario", "ScenarioError",
            "Straggler", "Topology", "check_mesh", "quote_toml_string"]
@@ -110,6 +112,10 @@ OVERLAP_POLICIES = ("overlap", "serialize")
 #: Jitter policies: "off" prices every collective at its model cost; "calibrated" adds to each one a delay
 #: drawn from the measured spread of its ``[[calibration]]`` (``jitter_us``), deterministically.
 JITTER_POLICIES = ("off", "calibrated")
+#: Compute-noise policies: "off" (an emulated member arrives with the real member it mirrors) or "mirror_history"
+#: (for each iteration it replays that member's compute of a randomly drawn recent iteration: emulator_core/answer.py;
+#: ``nbox emulate`` only).
+COMPUTE_NOISE_POLICIES = ("off", "mirror_history")
 #: Collective names accepted as keys of ``[algorithms]``.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
                "reduce", "gather", "scatter", "barrier", "send_recv")
@@ -118,7 +124,7 @@ AUTO = "auto"
 #: The keys of each table (the top level, ``[[stragglers]]``, ``[[calibration]]``), in the order the TOML
 #: writer puts them.
 TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration",
-            "jitter", "jitter_seed", "network", "mesh", "mesh_placement")
+            "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
                     "efficiency", "jitter_us", "library", "sizes_bytes")
@@ -301,7 +307,11 @@ class Scenario:
             ``[[calibration]]`` has a ``jitter_us`` table costs its model time plus that table at a quantile
             drawn from ``jitter_seed``, the group's members and the collective's position on the group (the
             same draw on every real rank, and in every run with the same seed).
-        jitter_seed: any integer >= 0.
+        jitter_seed: any integer >= 0; also seeds ``compute_noise``'s draws.
+        compute_noise: ``"off"`` or ``"mirror_history"`` (see :data:`COMPUTE_NOISE_POLICIES`): whether an emulated
+            member's compute carries noise of its own, that of an earlier iteration of the real member it mirrors
+            (:mod:`emulator_core.answer`). Acts in ``nbox emulate`` where a group has emulated members; replay
+            refuses it (a replay's compute is the recording's, with no history of its own).
         network: network-wide model settings (``[network]``: congestion, message overhead, chunks, library;
             see ``emulator_core.scenario_topology.Network``).
         calibration: measured departures from the dimensions' nominal figures, per (collective, dimension)
@@ -322,6 +332,7 @@ class Scenario:
     calibration: tuple[Calibration, ...] = ()
     jitter: str = "off"
     jitter_seed: int = 0
+    compute_noise: str = "off"
     network: Network = field(default_factory=Network)
     mesh: tuple[tuple[str, int], ...] = ()
     mesh_placement: tuple[str, ...] = ()
@@ -367,6 +378,7 @@ class Scenario:
         choice("overlap", self.overlap, OVERLAP_POLICIES)
         choice("jitter", self.jitter, JITTER_POLICIES)
         check_int("jitter_seed", self.jitter_seed, 0, 2**63 - 1)
+        choice("compute_noise", self.compute_noise, COMPUTE_NOISE_POLICIES)
         stragglers = tuple(self.stragglers)
         slow: dict[int, float] = {}
         for i, s in enumerate(stragglers):
@@ -445,6 +457,8 @@ class Scenario:
                                "overlap": self.overlap}
         if self.jitter != "off" or self.jitter_seed != 0:
             out.update(jitter=self.jitter, jitter_seed=self.jitter_seed)
+        if self.compute_noise != "off":
+            out["compute_noise"] = self.compute_noise
         if not self.network.is_default():
             out["network"] = self.network.to_dict()
         if self.mesh:
@@ -476,8 +490,8 @@ class Scenario:
         stragglers = parse_tables("stragglers", raw_strag, Straggler.from_dict)
         if not isinstance(raw_cal := d.get("calibration", []), list):
             raise bad("calibration", raw_cal, "must be an array of tables [[calibration]]")
-        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "jitter", "jitter_seed", "mesh",
-                                                    "mesh_placement") if k in d}
+        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "jitter", "jitter_seed",
+                                                    "compute_noise", "mesh", "mesh_placement") if k in d}
         if "network" in d:
             try:
                 kwargs["network"] = Network.from_dict(d["network"])

@@ -157,6 +157,10 @@ class Recorder:
             self._first_boundary.set()
             n = self.clock.count
         self.clock.take(n, now, tt)
+        if self.config.emulate:  # the nbox backend numbers the calls of each iteration (compute_noise)
+            from emulator_core.backend import mark_iteration
+
+            mark_iteration()
         if n == 1:
             announce(self.rank)  # multi-node runs only; in the warm-up, like the read below
         elif n <= self.config.effective_warmup:

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
-from emulator_core.scenario import Scenario
+from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_files import SCENARIOS_DIR
-from emulator_core.world import load_what_if, scenario_mesh
+from emulator_core.world import load_what_if, refuse_emulate_only, scenario_mesh
 from nbox_replay.breakdown import median_index, slowest_rank
 from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations, load_rank
 from nbox_replay.hostwork import HOST_WORK_MODES, HostPad
@@ -274,6 +274,11 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
     what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
                                   requested=plan.world if plan else config.world_size, default=what_if_path,
                                   requested_by=plan.text if plan else "--world-size")
+    for label, scenario in (("baseline", base), ("what-if", what_if)):
+        try:
+            refuse_emulate_only(scenario)
+        except ScenarioError as e:
+            raise ReplayConfigError(f"{label}: {e}") from None
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
     _mesh_notice(recorded_mesh, plan, what_if.world_size, notices)
     if clock == "real":  # before any rank starts

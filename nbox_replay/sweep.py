@@ -51,7 +51,7 @@ from typing import Any
 from emulator_core.mesh import MeshError, MeshPlan
 from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_overrides import parse_override
-from emulator_core.world import AskedMesh, WhatIfWorld, load_what_if, scenario_mesh
+from emulator_core.world import AskedMesh, WhatIfWorld, load_what_if, refuse_emulate_only, scenario_mesh
 from nbox_replay.graph import RankGraph, load_rank
 from nbox_replay.meshing import MESH_AXIS, mesh_axis_name, plan_for, set_world_size
 from nbox_replay.profiler import Correction, correct_graphs
@@ -303,6 +303,7 @@ class SweepConfig:
             world, by = plan.world, plan.text
         scenario, settled = load_what_if(self.scenario, overrides, recorded_world=self.recorded_world,
                                          requested=world, requested_by=by, default=self.baseline)
+        refuse_emulate_only(scenario)
         bad = [r for r, _ in self.traces if not 0 <= r < scenario.world_size]
         if bad:
             raise ScenarioError(WORLD_SIZE, f"replayed rank {bad[0]} is outside a world of "

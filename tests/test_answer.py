@@ -424,3 +424,36 @@ def test_the_bucket_saves_link_time_whatever_a_collectives_calibrated_bandwidth(
     n = 1 << 22
     first = fabric.answer(g, "reduce_scatter", n, [0.0, 0.0])
     assert first.cost_us == pytest.approx(fabric.price(g, "reduce_scatter", n)[1] - 800.0)
+
+
+# ------------------------------------------------------------------------------------------------ compute noise
+def test_the_mirrors_lateness_moves_the_start_only_where_the_member_has_emulated_copies() -> None:
+    """`mirror_late_us[k]`: the emulated members that mirror real member k arrive that much after it
+    (compute_noise, emulator_core/computenoise.py); a real member with no copies, or a lateness of 0, moves
+    nothing; a wrong length is refused."""
+    fabric = Fabric(dgx64())
+    g = fabric.group(range(2), [0])
+    a = fabric.answer(g, "all_reduce", 1 << 20, [100.0], mirror_late_us=[250.0])
+    assert a.start_us == 350.0
+    g2 = fabric.group(range(2), [0])
+    assert fabric.answer(g2, "all_reduce", 1 << 20, [100.0], mirror_late_us=[0.0]).start_us == 100.0
+    g3 = fabric.group(range(3), [0, 2])  # emulated member 1 mirrors real member 1 mod 2 = 1 (position 2)
+    assert g3.emulated_per_real == (0, 1)
+    late = [500.0, 0.0]  # late only where there is no copy: no effect
+    assert fabric.answer(g3, "all_reduce", 1 << 20, [10.0, 20.0], mirror_late_us=late).start_us == 20.0
+    assert fabric.answer(g3, "all_reduce", 1 << 20, [10.0, 20.0], mirror_late_us=[0.0, 500.0]).start_us == 520.0
+    with pytest.raises(ValueError, match="mirror latenesses"):
+        fabric.answer(fabric.group(range(2), [0]), "all_reduce", 1.0, [0.0], mirror_late_us=[1.0, 2.0])
+
+
+def test_compute_noise_is_a_scenario_key_that_round_trips_and_refuses_other_values() -> None:
+    from emulator_core.scenario import ScenarioError
+    from emulator_core.scenario_toml import dump_toml, loads_scenario
+
+    s = dgx64(compute_noise="mirror_history")
+    assert Scenario.from_dict(s.to_dict()) == s and loads_scenario(dump_toml(s)) == s
+    assert 'compute_noise = "mirror_history"' in dump_toml(s) and "compute_noise" not in dump_toml(dgx64())
+    assert load_scenario(SCENARIOS / "dgx_h100_400g.toml", ["compute_noise=mirror_history"]).compute_noise == \
+        "mirror_history"
+    with pytest.raises(ScenarioError, match="compute_noise"):
+        dgx64(compute_noise="sometimes")
