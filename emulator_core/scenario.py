@@ -113,8 +113,8 @@ OVERLAP_POLICIES = ("overlap", "serialize")
 #: drawn from the measured spread of its ``[[calibration]]`` (``jitter_us``), deterministically.
 JITTER_POLICIES = ("off", "calibrated")
 #: Compute-noise policies: "off" (an emulated member arrives with the real member it mirrors) or "mirror_history"
-#: (for each iteration it replays that member's compute of a randomly drawn recent iteration: emulator_core/answer.py;
-#: ``nbox emulate`` only).
+#: (for each iteration it replays that member's CPU time between calls of a randomly drawn recent iteration,
+#: emulator_core/computenoise.py; ``nbox emulate`` only).
 COMPUTE_NOISE_POLICIES = ("off", "mirror_history")
 #: Collective names accepted as keys of ``[algorithms]``.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
@@ -310,7 +310,7 @@ class Scenario:
         jitter_seed: any integer >= 0; also seeds ``compute_noise``'s draws.
         compute_noise: ``"off"`` or ``"mirror_history"`` (see :data:`COMPUTE_NOISE_POLICIES`): whether an emulated
             member's compute carries noise of its own, that of an earlier iteration of the real member it mirrors
-            (:mod:`emulator_core.answer`). Acts in ``nbox emulate`` where a group has emulated members; replay
+            (:mod:`emulator_core.computenoise`). Acts in ``nbox emulate`` where a group has emulated members; replay
             refuses it (a replay's compute is the recording's, with no history of its own).
         network: network-wide model settings (``[network]``: congestion, message overhead, chunks, library;
             see ``emulator_core.scenario_topology.Network``).
