@@ -163,6 +163,11 @@ def test_compute_noise_makes_the_emulated_ranks_replay_earlier_iterations(tmp_pa
     times_us = json.loads(proc.stdout)["iteration_time_us"]["values"]
     assert len(times_us) == 6
     assert sorted(times_us)[1] > 30_000  # off, four of the six steps would take ~1 ms
+    # two real ranks: each sends its copies' lateness beside its arrival time (the exchange's paired form)
+    proc = nbox("emulate", "--json", "--world-size", 4, "-n", 2, "--warmup", 6, "--iterations", 6, "--timeout", 90,
+                "--set", "compute_noise=mirror_history", "--", script)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert len(json.loads(proc.stdout)["iteration_time_us"]["values"]) == 6
     proc = nbox("emulate", "--world-size", 1, "-n", 1, "--set", "compute_noise=mirror_history", "--", script)
     assert proc.returncode == 3 and "compute_noise" in proc.stderr and "all 1 ranks are real" in proc.stderr, \
         proc.stderr[-2000:]  # nothing to act on: refused before any rank starts
