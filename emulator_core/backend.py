@@ -203,10 +203,9 @@ class NboxProcessGroup(dist.ProcessGroup):
         def what() -> str:
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
-        late_ns = None
-        if self._noise is not None and g is self._group:  # point to point (a pair group) carries no noise
-            late_ns = self._noise.arrive(_ITERATION, (collective, nbytes), t_issue_ns, time.thread_time_ns(),
-                                         threading.get_ident())
+        noise = self._noise if g is self._group else None  # point to point (a pair group) carries no noise
+        late_ns = (None if noise is None else noise.arrive(_ITERATION, (collective, nbytes), t_issue_ns,
+                                                           time.thread_time_ns(), threading.get_ident()))
         if g.inner is None:
             if self.config.move_data:  # the mirror copies; timing only skips them (they would cost the rank CPU)
                 with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view
@@ -217,8 +216,8 @@ class NboxProcessGroup(dist.ProcessGroup):
             with g.lock:
                 ans = self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, mirror_late_us=late,
                                          **(pricing or {}))
-            if late_ns is not None and self._noise is not None:
-                self._noise.completed(clock.to_perf_ns(int(ans.end_us * 1000.0)))
+            if noise is not None:
+                noise.completed(clock.to_perf_ns(int(ans.end_us * 1000.0)))
             done_us = clock.local_ns(time.perf_counter_ns()) / 1000.0
             start_us, end_us = self._local_us(ans.start_us), self._local_us(ans.end_us)
             self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
@@ -246,7 +245,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.resolver is None:
                 self._start_resolver(g)
             g.pending.put(Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
-                                  ref_issue_ns, late_ns if g.exchange else None))
+                                  ref_issue_ns, late_ns))
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
