@@ -17,11 +17,13 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    median 11.04 against 8.96 ms), and a training step does not barrier before its collectives;
 3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
    min, max and the count over all rounds, and the per-round samples;
-4. the link's rest (``--rest-ms`` > 0, all_reduce measured): at the largest all_reduce size whose warm-up took at
-   most :data:`REST_CALL_MAX_US` (else the smallest), pairs of one call right after another call (a drained
-   link) and one call after every rank slept ``--rest-ms`` (a rested one: a token-bucket shaper's bucket refilled
-   meanwhile), interleaved, at least :data:`REST_MIN_PAIRS` pairs; reported as ``rested`` (per-pair times, max
-   over ranks). ``emulator_core.calibrate`` turns the difference into the dimension's ``burst_bytes``.
+4. the link's rest (``--rest-ms`` > 0, all_reduce measured): for each of :data:`REST_COLLECTIVES` measured, at
+   its largest size whose warm-up took at most :data:`REST_CALL_MAX_US` (else the smallest), pairs of one call
+   right after another call (a drained link) and one call after every rank slept ``--rest-ms`` (a rested one: a
+   token-bucket shaper's bucket refilled meanwhile), interleaved, at least :data:`REST_MIN_PAIRS` pairs; reported
+   as ``rested``, a list with one entry per collective (per-pair times, max over ranks).
+   ``emulator_core.calibrate`` turns the all_reduce's difference into the dimension's ``burst_bytes`` and each
+   collective's into its share of it (``rest_factor``).
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
@@ -54,6 +56,8 @@ SCHEMA = "nbox.calibrate-result/1"
 #: The rest measurement's call takes at most this long back to back (microseconds): long enough against a
 #: bucket of a few milliseconds of the link, short enough that the link's noise does not hide the saving.
 REST_CALL_MAX_US = 20_000.0
+#: Collectives the rest measurement times (those measured; the all_reduce's saving is the bucket's own measure).
+REST_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 #: Fewest (drained, rested) pairs the rest measurement times.
 REST_MIN_PAIRS = 15
 #: Collectives the worker can time.
@@ -253,22 +257,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "median_us": percentile(times, 0.5), "p10_us": percentile(times, 0.1),
                             "p90_us": percentile(times, 0.9), "min_us": min(times), "max_us": max(times),
                             "rounds_us": samples[(coll, nbytes)]})
-        rested: dict[str, Any] | None = None
-        reduce_sizes = [n for c, n in points if c == "all_reduce"]
-        if args.rest_ms > 0 and reduce_sizes:
-            fit_in = [n for n in reduce_sizes if warm_us[("all_reduce", n)] <= REST_CALL_MAX_US]
-            nbytes = max(fit_in) if fit_in else min(reduce_sizes)
-            where = {"collective": "all_reduce", "nbytes": nbytes, "phase": "rest"}
-            if writer:
-                _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
-            pair_s = 3 * warm_us[("all_reduce", nbytes)] * 1e-6 + args.rest_ms * 1e-3
-            pairs = int(min(args.max_iters, max(REST_MIN_PAIRS, args.min_iters, args.budget_s // pair_s)))
-            elems = element_count("all_reduce", nbytes, world)
-            op = _make_op("all_reduce", elems, dist.get_rank(), world, device)
-            drained, rest_times = _rested(op, pairs, args.rest_ms * 1e-3, device)
-            del op
-            rested = {"collective": "all_reduce", "nbytes": elems * 4,
-                      "rest_us": args.rest_ms * 1e3, "drained_us": drained, "rested_us": rest_times}
+        rested: list[dict[str, Any]] = []
+        if args.rest_ms > 0 and any(c == "all_reduce" for c, _ in points):  # the all_reduce sets the bucket
+            for coll in REST_COLLECTIVES:
+                coll_sizes = [n for c, n in points if c == coll]
+                if not coll_sizes:
+                    continue
+                fit_in = [n for n in coll_sizes if warm_us[(coll, n)] <= REST_CALL_MAX_US]
+                nbytes = max(fit_in) if fit_in else min(coll_sizes)
+                where = {"collective": coll, "nbytes": nbytes, "phase": "rest"}
+                if writer:
+                    _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
+                pair_s = 3 * warm_us[(coll, nbytes)] * 1e-6 + args.rest_ms * 1e-3
+                pairs = int(min(args.max_iters, max(REST_MIN_PAIRS, args.min_iters, args.budget_s // pair_s)))
+                elems = element_count(coll, nbytes, world)
+                op = _make_op(coll, elems, dist.get_rank(), world, device)
+                drained, rest_times = _rested(op, pairs, args.rest_ms * 1e-3, device)
+                del op
+                rested.append({"collective": coll, "nbytes": elems * 4, "rest_us": args.rest_ms * 1e3,
+                               "drained_us": drained, "rested_us": rest_times})
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()
         if writer:
@@ -278,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "hostname": socket.gethostname(), "machine": platform.machine(), "processor": platform.processor(),
                 "cpu_count": os.cpu_count(), "python": platform.python_version(),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                "results": results, **({"rested": rested} if rested is not None else {})})
+                "results": results, **({"rested": rested} if rested else {})})
         dist.destroy_process_group()
         return 0
     except BaseException as exc:  # report, then exit non-zero: the launcher stops the other ranks

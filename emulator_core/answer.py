@@ -19,13 +19,18 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   group's shape on the scenario's topology (microseconds).
 * **a rested link (token-bucket shaper).** On a dimension with ``burst_bytes`` (a ``tc tbf`` link, a cloud
   NIC's burst allowance), a collective that starts ``rest = start - free`` microseconds after the group's
-  previous one ended (the bucket is full before the first) costs ``cost - min(rest, burst_us)``, never less
-  than the collective's zero-byte price, with ``burst_us = burst_bytes / the dimension's bandwidth``
+  previous one ended (the bucket is full before the first) costs ``cost - share * min(rest, burst_us)``, never
+  less than the collective's zero-byte price, with ``burst_us = burst_bytes / the dimension's bandwidth``
   (:func:`emulator_core.pricing.burst_us`): the bucket refills at the link's rate while it rests, and its bytes
   then leave at once. The calibration's calls run back to back (an empty bucket), so ``cost`` is the
   drained link's. Measured on the namespace testbed (1 Gb/s, tbf burst 125000 bytes, gloo all_reduce,
   medians of 40): 1 MiB took 8.80 ms back to back, 8.32 ms after 0.5 ms of rest, 8.03 ms after 1 to 3 ms; 2
   MiB 17.59 / 17.11 / 16.83 ms; 256 KiB 2.23 ms and 1.46-1.56 ms rested (``bench/testbed_causes.py``).
+  ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved
+  against the all_reduce's, measured by ``nbox calibrate --rest``. Not every collective gets the bucket: on
+  the testbed (2026-11-27, 793 KB calls, medians of 20 after 3 ms of rest, the slower rank's) an all_reduce
+  saved 0.81 ms, a reduce_scatter 0.35-0.71 ms, and an all_gather none: it ran 0.45 ms slower than right after
+  another call, half of the rested all_gathers about 1 ms late (at 2 MiB, 3.5 ms).
   A call queued behind the previous one (below) has no rest and no credit.
 * With the scenario's ``jitter = "calibrated"``,
   ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
@@ -149,7 +154,7 @@ class FabricGroup:
         self._pricers: dict[str, Pricer] = {}
         self._jitter: dict[str, Calibration | None] = {}
         self._bursts: dict[str, bool] = {}  # collective -> queued calls join a burst (calibrated with gloo)
-        self._credit: dict[str, tuple[float, float]] = {}  # collective -> (burst_us, zero-byte price us)
+        self._credit: dict[str, tuple[float, float, float]] = {}  # collective -> (burst_us, share, floor us)
         # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
         self._burst: tuple[str, float, float] = ("", 0.0, 0.0)
 
@@ -234,13 +239,17 @@ class Fabric:
                                                and found[1].ranks == group.shape.size)
         return hit
 
-    def _credit_of(self, group: FabricGroup, collective: str) -> tuple[float, float]:
-        """``(burst_us, floor_us)`` of ``collective`` on ``group``: the most a rested link's bucket saves and the
-        zero-byte price no saving goes below (module docstring)."""
+    def _credit_of(self, group: FabricGroup, collective: str) -> tuple[float, float, float]:
+        """``(burst_us, share, floor_us)`` of ``collective`` on ``group``: the most a rested link's bucket saves, the
+        share of it this collective gets (its calibration's ``rest_factor``) and the zero-byte price no saving goes
+        below (module docstring)."""
         hit = group._credit.get(collective)
         if hit is None:
             most = burst_us(self.scenario, group.shape)
-            hit = group._credit[collective] = (most, self.price(group, collective, 0)[1] if most > 0 else 0.0)
+            found = calibration_for(self.scenario, collective, group.shape) if most > 0 else None
+            share = found[1].rest_factor if found is not None else 1.0  # measured per collective
+            hit = group._credit[collective] = (most, share,
+                                               self.price(group, collective, 0)[1] if most * share > 0 else 0.0)
         return hit
 
     def _pricer(self, group: FabricGroup, collective: str) -> Pricer:
@@ -302,9 +311,9 @@ class Fabric:
             else:
                 group._burst = (collective, nbytes, 0.0)
         if start > free:  # the link rested: its bucket's bytes leave at once
-            most, floor = self._credit_of(group, collective)
-            if most > 0:
-                cost = max(cost - min(start - free, most), min(cost, floor))
+            most, share, floor = self._credit_of(group, collective)
+            if most * share > 0:
+                cost = max(cost - share * min(start - free, most), min(cost, floor))
         if self.scenario.jitter == "calibrated":
             extra = self._jitter_us(group, collective)
             kind, run_bytes, played = group._burst

@@ -7,7 +7,7 @@ module for the timing method); :func:`emulator_core.calibration_fit.fit` turns t
 the fits into a scenario ("the fabric this was recorded on") whose single dimension carries the all_reduce figures
 and whose ``[[calibration]]`` entries carry every collective's factors and efficiency curve
 (``scenario.Calibration``), and whose ``burst_bytes`` is what a rested link saved an all_reduce (a token-bucket
-shaper's bucket; 0 where no saving is seen).
+shaper's bucket; 0 where no saving is seen), each collective's ``rest_factor`` its own saving's share of that.
 
 Units: sizes are bytes in costmodels' convention (``nbytes`` = the per-rank input; all_gather: the per-rank
 shard; all_to_all: the whole per-rank send buffer; barrier: 0); times are microseconds; cost-model bandwidth
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator_core.calibration import CalibrateConfig, CalibrateInputError, CalibrationError, CalibrationWriteError
-from emulator_core.calibration_fit import ALPHA_FLOOR_US, BurstFit, Fit, fit, fit_burst, significant
+from emulator_core.calibration_fit import ALPHA_FLOOR_US, BurstFit, Fit, fit, fit_burst, rest_shares, significant
 from emulator_core.calibration_run import measure_run
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology
 from emulator_core.scenario_toml import dump_toml
@@ -34,7 +34,8 @@ from nbox_trace.files import write_atomic
 
 
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
-                      world_size: int | None = None, library: str = "", burst_saving_us: float = 0.0) -> Scenario:
+                      world_size: int | None = None, library: str = "", burst_saving_us: float = 0.0,
+                      shares: Mapping[str, float] | None = None) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
@@ -43,7 +44,8 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
 
     ``burst_saving_us``: what a rested link saved an all_reduce (:func:`emulator_core.calibration_fit.fit_burst`);
     the dimension's ``burst_bytes`` is that times the dimension's bandwidth, so that pricing gives the saving back
-    (``emulator_core.pricing.burst_us``).
+    (``emulator_core.pricing.burst_us``). ``shares``: per collective, its ``rest_factor``
+    (:func:`emulator_core.calibration_fit.rest_shares`; a collective not in it keeps 1).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -60,8 +62,9 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         lat_factor = significant(max(f.latency_us, ALPHA_FLOOR_US) / max(latency, ALPHA_FLOOR_US))
         names = [f.collective] + (["all_to_all_v"] if f.collective == "all_to_all" else [])
         sizes = sorted(p.nbytes for p in f.points)
+        share = (shares or {}).get(f.collective, 1.0) if burst_saving_us > 0 else 1.0
         cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
-                             library, (sizes[0], sizes[-1]) if sizes else ()) for n in names]
+                             library, (sizes[0], sizes[-1]) if sizes else (), share) for n in names]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -94,7 +97,7 @@ def format_fits(fits: Sequence[Fit]) -> str:
 
 
 def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfig, info: Mapping[str, Any],
-                 *, command: str | None = None, burst: BurstFit | None = None) -> str:
+                 *, command: str | None = None, rests: Sequence[BurstFit] = ()) -> str:
     """The fragment as TOML with a header comment: command, machine, date, torch, backend, sizes, fit table."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cmd = command or (f"nbox calibrate -n {config.nproc} --backend {config.backend} "
@@ -111,8 +114,8 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
             "# bandwidth_gbps / latency_us: the all_reduce fit; [[calibration]]: per collective, factors x those",
             "# figures and an efficiency curve (see emulator_core/calibration_fit.py for the method). Fit:", "#"]
     head += [f"#   {line}" for line in format_fits(fits).splitlines()]
-    if burst is not None:
-        head += ["#", f"# {burst.describe(scenario.topology.dims[0].burst_bytes)}"]
+    if rests:
+        head += ["#", *(f"# {line}" for line in describe_rests(rests, scenario.topology.dims[0].burst_bytes))]
     body = dump_toml(scenario)
     dims = scenario.topology.dims
     if len(dims) == 1:  # the stored scenario holds the resolved size; the fragment says "fill to world_size"
@@ -130,7 +133,19 @@ class CalibrateResult:
     fits: list[Fit]
     info: dict[str, Any]
     wall_s: float
-    burst: BurstFit | None = None
+    rests: tuple[BurstFit, ...] = ()
+
+    @property
+    def burst(self) -> BurstFit | None:
+        """The all_reduce's rest measurement (the bucket's), None when not taken."""
+        return next((b for b in self.rests if b.collective == "all_reduce"), None)
+
+
+def describe_rests(rests: Sequence[BurstFit], burst_bytes: float) -> list[str]:
+    """One line per rest-measured collective (the all_reduce's first): what it saved and what that set."""
+    shares = rest_shares(rests)
+    return [b.describe(burst_bytes, shares.get(b.collective))
+            for b in sorted(rests, key=lambda b: b.collective != "all_reduce")]
 
 
 def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None) -> CalibrateResult:
@@ -144,9 +159,11 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None)
     world = run.info.get("world_size")
     ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
     fits = fit(run.measurements, ranks, config.backend)
-    burst = fit_burst(run.rested) if run.rested is not None else None
+    rests = tuple(fit_burst(r) for r in run.rested)
+    burst = next((b for b in rests if b.collective == "all_reduce"), None)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
-                                 burst_saving_us=burst.saving_us if burst is not None else 0.0)
-    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, burst=burst),
+                                 burst_saving_us=burst.saving_us if burst is not None else 0.0,
+                                 shares=rest_shares(rests))
+    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, rests=rests),
                  error=CalibrationWriteError)
-    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, burst)
+    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, rests)

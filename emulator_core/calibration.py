@@ -209,13 +209,14 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Rested:
-    """The link's rest (``_calibrate_worker`` step 4): per pair, an all_reduce of ``nbytes`` right after another
+    """The link's rest (``_calibrate_worker`` step 4): per pair, a ``collective`` of ``nbytes`` right after another
     (``drained_us``) and one after every rank slept ``rest_us`` (``rested_us``); microseconds, max over ranks."""
 
     nbytes: int
     rest_us: float
     drained_us: tuple[float, ...]
     rested_us: tuple[float, ...]
+    collective: str = "all_reduce"
 
     def __post_init__(self) -> None:
         if len(self.drained_us) != len(self.rested_us) or not self.drained_us:

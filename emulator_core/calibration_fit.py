@@ -306,14 +306,33 @@ class BurstFit:
     drained_us: float
     rested_us: float
     saving_us: float
+    collective: str = "all_reduce"
 
-    def describe(self, burst_bytes: float) -> str:
-        """One line for the fit table and the TOML header."""
-        seen = (f"burst_bytes = {burst_bytes:.0f} (the saving x the link's bandwidth)" if self.saving_us > 0
-                else "not significant: burst_bytes = 0")
-        return (f"link rest: all_reduce of {self.nbytes} bytes, {self.drained_us:.0f} us right after a call, "
-                f"{self.rested_us:.0f} us after {self.rest_us / 1e3:g} ms of rest (medians; {self.faster} of "
-                f"{self.pairs} faster): {seen}")
+    def describe(self, burst_bytes: float, share: float | None = None) -> str:
+        """One line for the fit table and the TOML header: the all_reduce's with the ``burst_bytes`` it sets,
+        another collective's with its ``share`` of that saving (its ``rest_factor``; None: no bucket to share)."""
+        if self.collective == "all_reduce":
+            seen = (f"burst_bytes = {burst_bytes:.0f} (the saving x the link's bandwidth)" if self.saving_us > 0
+                    else "not significant: burst_bytes = 0")
+        elif share is None:
+            seen = "no bucket (the all_reduce saved nothing)"
+        else:
+            seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if self.saving_us > 0
+                    else "not significant: rest_factor = 0")
+        return (f"link rest: {self.collective} of {self.nbytes} bytes, {self.drained_us:.0f} us right after a "
+                f"call, {self.rested_us:.0f} us after {self.rest_us / 1e3:g} ms of rest (medians; {self.faster} "
+                f"of {self.pairs} faster): {seen}")
+
+
+def rest_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
+    """Each rest-measured collective's share of the all_reduce's saving (``scenario.Calibration.rest_factor``):
+    its own significant saving over the all_reduce's, at most 1 (the bucket is the all_reduce's measure; a larger
+    saving is that call's noise), 0 where it saved nothing significant; empty when the all_reduce saved nothing
+    (no bucket: nothing to share) or was not measured."""
+    ref = next((f for f in fits if f.collective == "all_reduce"), None)
+    if ref is None or ref.saving_us <= 0:
+        return {}
+    return {f.collective: min(1.0, significant(f.saving_us / ref.saving_us, 3)) for f in fits}
 
 
 def fit_burst(rested: Rested) -> BurstFit:
@@ -325,4 +344,5 @@ def fit_burst(rested: Rested) -> BurstFit:
     faster = sum(1 for d, r in zip(rested.drained_us, rested.rested_us, strict=True) if r < d)
     saving = drained - rest
     ok = faster >= math.ceil(BURST_MIN_FASTER * pairs) and saving > BURST_MIN_SAVING * drained
-    return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, significant(saving) if ok else 0.0)
+    return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, significant(saving) if ok else 0.0,
+                    rested.collective)

@@ -28,12 +28,12 @@ from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_fail
 @dataclass(frozen=True)
 class MeasureRun:
     """:func:`measure_run`'s result: the measurements, the worker's facts (torch, host, device), the link's rest
-    measurement (``None``: not taken)."""
+    measurements per collective (empty: not taken)."""
 
     measurements: list[Measurement]
     info: dict[str, Any]
     wall_s: float
-    rested: Rested | None = None
+    rested: tuple[Rested, ...] = ()
 
 
 def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
@@ -90,13 +90,13 @@ def _measurements(doc: Any) -> list[Measurement]:
     return out
 
 
-def _rested(doc: dict[str, Any]) -> Rested | None:
-    r = doc.get("rested")
-    if r is None:
-        return None
+def _rested(doc: dict[str, Any]) -> tuple[Rested, ...]:
+    entries = doc.get("rested", [])
     try:
-        return Rested(int(r["nbytes"]), float(r["rest_us"]), tuple(float(t) for t in r["drained_us"]),
-                      tuple(float(t) for t in r["rested_us"]))
+        if not isinstance(entries, list):
+            raise TypeError(f"a list of rest measurements, got {type(entries).__name__}")
+        return tuple(Rested(int(r["nbytes"]), float(r["rest_us"]), tuple(float(t) for t in r["drained_us"]),
+                            tuple(float(t) for t in r["rested_us"]), str(r["collective"])) for r in entries)
     except (KeyError, TypeError, ValueError, CalibrateInputError) as exc:
         raise CalibrationError(f"the worker's result has a malformed rest measurement: {exc!r}") from None
 

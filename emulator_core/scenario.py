@@ -127,7 +127,7 @@ TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers
             "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us", "library", "sizes_bytes")
+                    "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -210,6 +210,10 @@ class Calibration:
             Empty = no spread. Used when the scenario's ``jitter = "calibrated"`` (see :meth:`jitter_at`).
         library: the communication library measured (``"gloo"``, ``"nccl"``; ``""`` = not recorded).
         sizes_bytes: the smallest and largest size measured (bytes, ``[min, max]``; empty = not recorded).
+        rest_factor: the share, 0 to 1, of a rested link's saving (the dimension's ``burst_bytes``) this collective
+            gets (``emulator_core.answer``); 1 (the default): all of it. ``nbox calibrate --rest`` measures it per
+            collective, as its rested calls' saving over the all_reduce's (the bucket's own measure): on the
+            namespace testbed a gloo all_gather after a rest is not faster than one right after another call.
     """
 
     collective: str
@@ -222,6 +226,7 @@ class Calibration:
     jitter_us: tuple[tuple[float, float], ...] = ()
     library: str = ""
     sizes_bytes: tuple[int, ...] = ()
+    rest_factor: float = 1.0
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -256,6 +261,10 @@ class Calibration:
                 len(sizes) == 2 and sizes[0] > sizes[1]):
             raise bad("sizes_bytes", sizes, "must be [smallest, largest] measured size in bytes (integers >= 0)")
         object.__setattr__(self, "sizes_bytes", tuple(sizes))
+        rest = check_float("rest_factor", self.rest_factor, ge=0)
+        if rest > 1:
+            raise bad("rest_factor", self.rest_factor, "must be <= 1 (a share of the rested link's saving)")
+        object.__setattr__(self, "rest_factor", rest)
 
     def jitter_at(self, u: float) -> float:
         """The extra time (us) at quantile ``u`` in [0, 1] of ``jitter_us``, interpolated linearly; 0 if empty."""
@@ -268,9 +277,10 @@ class Calibration:
         return table[-1][1]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``jitter_us``, ``library`` and ``sizes_bytes`` only when recorded (files
-        without them stay the same)."""
-        d = {k: getattr(self, k) for k in CALIBRATION_KEYS if k not in ("jitter_us", "library", "sizes_bytes")}
+        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes`` and ``rest_factor`` only when
+        recorded (files without them stay the same)."""
+        d = {k: getattr(self, k) for k in CALIBRATION_KEYS
+             if k not in ("jitter_us", "library", "sizes_bytes", "rest_factor")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
@@ -278,6 +288,8 @@ class Calibration:
             out["library"] = self.library
         if self.sizes_bytes:
             out["sizes_bytes"] = list(self.sizes_bytes)
+        if self.rest_factor != 1.0:
+            out["rest_factor"] = self.rest_factor
         return out
 
     @classmethod

@@ -255,6 +255,68 @@ def test_the_fragment_burst_gives_the_measured_saving_back_through_pricing() -> 
     assert plain.topology.dims[0].burst_bytes == 0 and "burst_bytes" not in dump_toml(plain)
 
 
+def test_each_collective_gets_its_measured_share_of_the_rested_link() -> None:
+    """rest_factor = a collective's own significant saving over the all_reduce's (capped at 1); a collective whose
+    rested calls were not faster gets none of the bucket (the testbed's gloo all_gather), and every calibrated
+    collective's rested answer follows its share; without an all_reduce saving there is nothing to share."""
+    from emulator_core.answer import Fabric
+
+    drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
+
+    def rest(coll: str, saving: float) -> cf.BurstFit:
+        return cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, tuple(d - saving for d in drained), coll))
+
+    fits_rest = [rest("all_reduce", 730.0), rest("all_gather", -400.0), rest("reduce_scatter", 400.0)]
+    shares = cf.rest_shares(fits_rest)
+    assert shares == {"all_reduce": 1.0, "all_gather": 0.0, "reduce_scatter": pytest.approx(0.548)}
+    assert cf.rest_shares([rest("all_reduce", 730.0), rest("reduce_scatter", 900.0)])["reduce_scatter"] == 1.0
+    assert cf.rest_shares([rest("all_reduce", 0.0), rest("reduce_scatter", 400.0)]) == {}
+    assert cf.rest_shares([rest("reduce_scatter", 400.0)]) == {}
+    lines = cal.describe_rests(fits_rest[::-1], 109_500.0)
+    assert lines[0].startswith("link rest: all_reduce") and "burst_bytes = 109500" in lines[0]
+    assert "all_gather" in lines[2] and "not significant: rest_factor = 0" in lines[2]
+    assert "rest_factor = 0.548" in lines[1]
+    link = cm.Link(70.0, 150.0)
+    fits = cf.fit([*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]),
+                   *synthetic("all_gather", "ring", 2, link, SIZES[2:7]),
+                   *synthetic("reduce_scatter", "ring", 2, link, SIZES[2:7])], 2)
+    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", burst_saving_us=730.0,
+                                 shares=shares)
+    assert {c.collective: c.rest_factor for c in frag.calibration} == shares
+    text = dump_toml(frag)
+    assert loads_scenario(text) == frag and "rest_factor = 0.0" in text and "rest_factor = 1" not in text
+    fabric = Fabric(frag)
+    for coll, share in shares.items():
+        g = fabric.group(None, [0, 1])
+        full = fabric.price(g, coll, 1 << 20)[1]
+        assert fabric.answer(g, coll, 1 << 20, [0.0, 0.0]).cost_us == pytest.approx(full - share * 730.0, rel=1e-3)
+    # no bucket: the shares are not written (a saving of nothing has no share)
+    plain = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", shares=shares)
+    assert all(c.rest_factor == 1.0 for c in plain.calibration) and "rest_factor" not in dump_toml(plain)
+
+
+def test_rest_factor_is_a_share_from_0_to_1() -> None:
+    base = {"collective": "all_gather", "dimension": "network", "algorithm": "ring", "ranks": 2}
+    assert Calibration.from_dict({**base, "rest_factor": 0}).rest_factor == 0.0
+    for bad in (-0.1, 1.5, "half", math.inf):
+        with pytest.raises(ScenarioError, match="rest_factor"):
+            Calibration.from_dict({**base, "rest_factor": bad})
+
+
+def test_the_workers_rest_measurements_are_read_per_collective() -> None:
+    doc = {"rested": [{"collective": "all_reduce", "nbytes": 1 << 20, "rest_us": 1e4, "drained_us": [9.0, 9.0],
+                       "rested_us": [8.0, 8.0]},
+                      {"collective": "all_gather", "nbytes": 1 << 20, "rest_us": 1e4, "drained_us": [9.0],
+                       "rested_us": [9.5]}]}
+    got = cr._rested(doc)
+    assert [r.collective for r in got] == ["all_reduce", "all_gather"] and got[1].rested_us == (9.5,)
+    assert cr._rested({}) == ()
+    for bad in ({"rested": {"collective": "all_reduce"}}, {"rested": [{"collective": "all_reduce"}]},
+                {"rested": [{**doc["rested"][0], "rested_us": [1.0]}]}):
+        with pytest.raises(cc.CalibrationError, match="malformed rest measurement"):
+            cr._rested(bad)
+
+
 def test_failure_names_the_rank_collective_and_size(tmp_path: Path) -> None:
     cfg = cc.CalibrateConfig(collectives=("all_gather",), sizes=(65536,))
     for rank, t in ((0, 2.0), (1, 1.0)):
@@ -456,6 +518,9 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     assert "2 ranks, gloo." in out.read_text()
     rest = doc["link_rest"]  # the largest all_reduce size, at least 15 pairs (no figure asserted: loopback)
     assert rest["nbytes"] == 65536 and rest["pairs"] >= 15 and rest["burst_bytes"] == s.topology.dims[0].burst_bytes
+    # and each rest-measured collective's, with the share written for it (1 where no bucket was seen)
+    assert [c["collective"] for c in rest["collectives"]] == ["all_reduce", "all_gather"]
+    assert rest["collectives"][1]["rest_factor"] == s.calibrated("all_gather", "loopback").rest_factor
 
 
 def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:

@@ -166,8 +166,9 @@ def calibrate_cmd(
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
     = 600.0,
-    rest: Annotated[float, typer.Option(help="Milliseconds the link rests before the all_reduce calls that measure "
-                                             "a shaper's burst and write it as burst_bytes (e.g. 10); 0: skip.")]
+    rest: Annotated[float, typer.Option(help="Milliseconds the link rests before the calls that measure a shaper's "
+                                             "burst (burst_bytes: the all_reduce's saving; each collective's "
+                                             "rest_factor: its share of it), e.g. 10; 0: skip.")]
     = 0.0,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
@@ -223,13 +224,19 @@ def calibrate_cmd(
                          "median_abs_error_pct": f.median_abs_error_pct(),
                          "points": [vars(p) for p in f.points]} for f in result.fits],
                "link_rest": None if result.burst is None else {
-                   **vars(result.burst), "burst_bytes": result.scenario.topology.dims[0].burst_bytes}}
+                   **vars(result.burst), "burst_bytes": result.scenario.topology.dims[0].burst_bytes,
+                   "collectives": [{**vars(b), "rest_factor": next(
+                       (c.rest_factor for c in result.scenario.calibration if c.collective == b.collective), 1.0)}
+                       for b in result.rests]}}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     from emulator_core.calibrate import format_fits
 
     sys.stdout.write(format_fits(result.fits) + "\n")
-    if result.burst is not None:
-        sys.stdout.write(result.burst.describe(result.scenario.topology.dims[0].burst_bytes) + "\n")
+    if result.rests:
+        from emulator_core.calibrate import describe_rests
+
+        sys.stdout.write("".join(line + "\n" for line in describe_rests(
+            result.rests, result.scenario.topology.dims[0].burst_bytes)))
     sys.stderr.write(f"nbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
 
