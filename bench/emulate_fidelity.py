@@ -177,8 +177,9 @@ def main() -> int:
     ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
-    ap.add_argument("--rest-ms", type=float, default=0.0,
-                    help="--testbed: nbox calibrate --rest (the link's bucket and each collective's share; 0: off)")
+    ap.add_argument("--rest-ms", type=float, default=None,
+                    help="--testbed: nbox calibrate --rest (the link's bucket and each collective's share; 0: off; "
+                         "default: nbox calibrate's across nodes, 10)")
     args = ap.parse_args()
     variants = []
     for v in args.variant:

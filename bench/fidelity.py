@@ -134,8 +134,9 @@ def main() -> int:
     ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
-    ap.add_argument("--rest-ms", type=float, default=0.0,
-                    help="--testbed: nbox calibrate --rest (the link's bucket and each collective's share; 0: off)")
+    ap.add_argument("--rest-ms", type=float, default=None,
+                    help="--testbed: nbox calibrate --rest (the link's bucket and each collective's share; 0: off; "
+                         "default: nbox calibrate's across nodes, 10)")
     ap.add_argument("--live", action="store_true", help="--testbed: also replay live each round (on one node)")
     ap.add_argument("--host-work", default="pad",
                     help="--testbed --live: nbox replay --host-work mode(s), comma-separated (pad, match, off): one "

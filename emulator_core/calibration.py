@@ -98,6 +98,10 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+#: ``CalibrateConfig.rest_ms`` across nodes unless set: a 1 Gb/s tbf bucket of 125000 bytes refills in 1 ms.
+REST_MS_ACROSS_NODES = 10.0
+
+
 @dataclass(frozen=True)
 class CalibrateConfig:
     """What to measure. Validated at construction (:class:`CalibrateInputError` names the setting).
@@ -113,9 +117,11 @@ class CalibrateConfig:
         min_iters, max_iters: bounds on the timed iterations per point.
         budget_s: about this many seconds of timed iterations per point (> 0).
         timeout_s: deadline for the whole run in seconds; then every rank is stopped (> 0).
-        rest_ms: how long the link rests before the rested all_reduce calls that measure a shaper's bucket,
-            milliseconds (0, the default: not measured, ``burst_bytes = 0``; at most 1000; ``_calibrate_worker``
-            step 4; off by default: see the README's ``nbox calibrate`` for what it did to the testbed's figures).
+        rest_ms: how long the link rests before the rested calls that measure a shaper's bucket and each
+            collective's share of it, milliseconds (0: not measured, ``burst_bytes = 0``; at most 1000;
+            ``_calibrate_worker`` step 4). ``None`` (the default): :data:`REST_MS_ACROSS_NODES` across nodes, where
+            a shaped NIC may be, 0 on one node (loopback or shared memory has no bucket). See the README's ``nbox
+            calibrate`` for what it does to the testbed's figures.
         dimension: the name of the topology dimension the fragment describes.
         nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: a measurement across nodes, as ``nbox record``
             takes them (:class:`nbox_trace.launch.Launch`): each node runs ``nbox calibrate`` with its node rank,
@@ -132,7 +138,7 @@ class CalibrateConfig:
     max_iters: int = 400
     budget_s: float = 0.3
     timeout_s: float = 600.0
-    rest_ms: float = 0.0
+    rest_ms: float | None = None
     dimension: str = "loopback"
     nnodes: str = "1"
     node_rank: int = 0
@@ -178,6 +184,8 @@ class CalibrateConfig:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise bad(key, v, "must be a number of seconds > 0")
+        if self.rest_ms is None:
+            object.__setattr__(self, "rest_ms", REST_MS_ACROSS_NODES if self.nnodes != "1" else 0.0)
         v = self.rest_ms
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1000:
             raise bad("rest_ms", v, "must be a number of milliseconds from 0 to 1000")

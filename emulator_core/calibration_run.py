@@ -44,7 +44,7 @@ def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
             "--sizes", ",".join(map(str, config.sizes)), "--warmup", str(config.warmup), "--rounds",
             str(config.rounds), "--min-iters", str(config.min_iters), "--max-iters", str(config.max_iters),
             "--budget-s", repr(float(config.budget_s)), "--timeout-s", repr(pg_timeout),
-            "--rest-ms", repr(float(config.rest_ms)))
+            "--rest-ms", repr(float(config.rest_ms or 0.0)))
     return Launch("emulator_core._calibrate_worker", work / "logs", module=True, args=args,
                   nproc_per_node=config.nproc, nnodes=config.nnodes, node_rank=config.node_rank,
                   rdzv_endpoint=config.rdzv_endpoint, local_addr=config.local_addr, rdzv_host=config.rdzv_host,

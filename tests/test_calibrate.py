@@ -161,7 +161,7 @@ def test_config_sorts_sizes_and_builds_the_launch_command(tmp_path: Path) -> Non
     cmd = command(cr.launch_spec(cfg, tmp_path))
     assert cmd[1:3] == ["-m", "emulator_core._calibrate_worker"] and "1024,65536" in cmd
     assert float(cmd[cmd.index("--timeout-s") + 1]) < 60  # a collective fails before the run deadline
-    assert float(cmd[cmd.index("--rest-ms") + 1]) == 0.0  # off unless asked for (README: why)
+    assert float(cmd[cmd.index("--rest-ms") + 1]) == 0.0  # one node: no shaper's bucket to measure
     on = command(cr.launch_spec(replace(cfg, rest_ms=10), tmp_path))
     assert float(on[on.index("--rest-ms") + 1]) == 10.0
 
@@ -173,6 +173,9 @@ def test_a_node_of_several_measures_with_one_rank_and_the_record_flags(tmp_path:
     assert "--standalone" not in cmd and cmd[cmd.index("--nnodes") + 1] == "2"
     assert cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400" and cmd[cmd.index("--node-rank") + 1] == "1"
     assert cmd[cmd.index("--local-addr") + 1] == "10.0.0.2" and cmd[cmd.index("--nproc-per-node") + 1] == "1"
+    # across nodes the link's rest is measured unless switched off (a shaped NIC's bucket: README)
+    assert float(cmd[cmd.index("--rest-ms") + 1]) == cc.REST_MS_ACROSS_NODES == cfg.rest_ms
+    assert replace(cfg, rest_ms=0).rest_ms == 0.0
     for kw, match in (({"nnodes": "2"}, "--nnodes 2 needs --rdzv-endpoint"), ({"nproc": 1}, "on one node")):
         with pytest.raises(cc.CalibrateUsageError, match=match) as err:
             cc.CalibrateConfig(**kw)  # type: ignore[arg-type]

@@ -166,10 +166,10 @@ def calibrate_cmd(
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
     = 600.0,
-    rest: Annotated[float, typer.Option(help="Milliseconds the link rests before the calls that measure a shaper's "
-                                             "burst (burst_bytes: the all_reduce's saving; each collective's "
-                                             "rest_factor: its share of it), e.g. 10; 0: skip.")]
-    = 0.0,
+    rest: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="Milliseconds the link rests before the calls that measure a shaper's burst (burst_bytes: the "
+             "all_reduce's saving; each collective's rest_factor: its share of it); 0: skip. Default: 10 across "
+             "nodes (--nnodes > 1), 0 on one node.")] = None,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
     = None,
