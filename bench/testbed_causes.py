@@ -15,7 +15,9 @@ compute on its core, which the calibration, timed on an idle core, does not see)
 completes (gloo's completion callback) if its rank waits at once, computes past the call's end, or only its peer
 computes (whether a member's compute holds back a gloo collective, which needs every member's threads); and
 an all_reduce after a call that drained the link and a rest of 0 to 3 ms (the shaper's bucket refills at the
-link's rate: ``burst_bytes``, emulator_core/answer.py), beside the scenario's price of a drained call.
+link's rate: ``burst_bytes``, emulator_core/answer.py), beside the scenario's price of a drained call; and
+per collective of ``--cpu-bytes``, a call after a draining call against one after 3 ms of rest (the share of the
+bucket each gets: ``rest_factor``, ``nbox calibrate --rest``).
 Medians are the slower rank's, except ``peer``: the waiting rank's.
 """
 
@@ -116,6 +118,16 @@ def main() -> int:
     for n in (262144, 1048576, 2097152):
         cells = [f"{med[f'rest_{r:g}_{n}'] / 1e3:12.3f}" for r in rests]
         print(f"{n:>10} " + " ".join(cells) + f" {price(args.scenario, n) / 1e3:12.3f}")
+    print(f"one call of {args.cpu_bytes} bytes (full buffer) right after a draining call and after 3 ms of rest, "
+          "ms, the slower rank's per call: median (p10-p90), and how many rested calls were faster than their "
+          "drained partner")
+    print(f"{'collective':>16} {'drained':>20} {'rested':>20} {'faster':>8}")
+    for name in ("all_reduce", "reduce_scatter", "all_gather"):
+        pair = [[max(v) for v in zip(raw[0][f"pair_{name}_{m}"], raw[1][f"pair_{name}_{m}"], strict=True)]
+                for m in ("drained", "rested")]
+        faster = sum(1 for d, r in zip(*pair, strict=True) if r < d)
+        cells = [f"{pct(xs, 50) / 1e3:.2f} ({pct(xs, 10) / 1e3:.2f}-{pct(xs, 90) / 1e3:.2f})" for xs in pair]
+        print(f"{name:>16} {cells[0]:>20} {cells[1]:>20} {faster:>3} of {len(pair[0])}")
     return 0
 
 

@@ -11,7 +11,9 @@ then ``idle``: waits for it at once; ``self``: computes (a matmul loop on the ma
 does after issuing a collective) for ``compute_ms`` before waiting, on both ranks; ``peer``: rank 0 computes,
 rank 1 waits at once (rank 1's figure is the one read: the peer's compute delaying its completion). And the
 link's rest (``rest_{ms}_{size}``): an all_reduce that drains the link, then both ranks rest ``ms``
-(busy-waiting), then the timed all_reduce: the shaper's bucket refills while the link rests.
+(busy-waiting), then the timed all_reduce: the shaper's bucket refills while the link rests. And per collective
+(``pair_{name}_{drained|rested}``, argv[4] bytes): a call right after a draining call, then one after 3 ms of
+sleep on every rank (what ``nbox calibrate --rest`` measures at its own size: each collective's share).
 Writes JSON to argv[1].rank<R>."""
 
 from __future__ import annotations
@@ -131,6 +133,18 @@ def main() -> None:
                 t = time.perf_counter()
                 dist.all_reduce(done_bufs[n])
                 res[f"rest_{r:g}_{n}"].append((time.perf_counter() - t) * 1e6)
+    for name in calls:
+        res.update({f"pair_{name}_{m}": [] for m in ("drained", "rested")})
+    for _ in range(reps):  # per collective: a call right after a draining call, then one after 3 ms of rest
+        for name, call in calls.items():
+            dist.barrier()
+            call()
+            for m in ("drained", "rested"):
+                if m == "rested":
+                    time.sleep(0.003)
+                t = time.perf_counter()
+                call()
+                res[f"pair_{name}_{m}"].append((time.perf_counter() - t) * 1e6)
     stop.set()
     with open(f"{out}.rank{dist.get_rank()}", "w") as f:
         json.dump({k: statistics.median(v) for k, v in res.items()} | {"raw": res}, f)
