@@ -29,7 +29,7 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved
   against the all_reduce's, measured by ``nbox calibrate --rest`` at the largest size whose call takes at most
   20 ms. Not every collective gets the bucket: on the testbed (2026-11-27, 1 MiB, 15 pairs after 10 ms of rest,
-  three calibrations) the all_reduce saved 0.76-0.84 ms, the reduce_scatter 0.56-0.74 ms (share 0.74-0.89) and
+  two calibrations) the all_reduce saved 0.76-0.84 ms, the reduce_scatter 0.56-0.74 ms (share 0.74-0.89) and
   the all_gather nothing (5-7 of 15 rested calls faster): gloo's all_gather there is bimodal, fast or about 35%
   slower at random, and the slow calls get no credit. At a 396 KB shard the rested all_gathers were faster in
   11-14 of 15 pairs (``bench/testbed_causes.py``), so the share depends on the size; FSDP2's replay agrees with
