@@ -21,9 +21,11 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    its largest size whose warm-up took at most :data:`REST_CALL_MAX_US` (else the smallest), pairs of one call
    right after another call (a drained link) and one call after every rank slept ``--rest-ms`` (a rested one: a
    token-bucket shaper's bucket refilled meanwhile), interleaved, at least :data:`REST_MIN_PAIRS` pairs; reported
-   as ``rested``, a list with one entry per collective (per-pair times, max over ranks).
-   ``emulator_core.calibrate`` turns the all_reduce's difference into the dimension's ``burst_bytes`` and each
-   collective's into its share of it (``rest_factor``).
+   as ``rested``, a list with one entry per collective (per-pair times, max over ranks); on CPU ranks also as
+   many pairs of a call right after a call on an idle core and one right after that while a thread of the rank
+   computes a matmul loop on it (``idle_us``, ``busy_us``: gloo's threads sharing the core with compute).
+   ``emulator_core.calibrate`` turns the all_reduce's difference into the dimension's ``burst_bytes``, each
+   collective's into its share of it (``rest_factor``), and the busy calls' ratio into ``busy_slowdown``.
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
@@ -194,6 +196,42 @@ def _rested(op: Callable[[], object], pairs: int, rest_s: float, device: Any) ->
     return times[:pairs], times[pairs:]
 
 
+def _beside_compute(op: Callable[[], object], pairs: int, device: Any) -> tuple[list[float], list[float]]:
+    """``pairs`` x (a call right after a call on an idle core, a call right after that while a thread of this rank
+    computes a matmul loop, on every rank): per pair the max over ranks of each call's time, microseconds (module
+    docstring, step 4). Both follow a call (a drained link), so only the computing thread differs."""
+    import threading
+
+    import torch
+
+    a, b = torch.randn(192, 192), torch.randn(192, 192)
+    busy, stop = threading.Event(), threading.Event()
+
+    def burner() -> None:  # torch.mm releases the GIL: it competes for the core, not for the interpreter
+        while not stop.is_set():
+            if busy.is_set():
+                torch.mm(a, b)
+            else:
+                busy.wait(0.01)
+
+    thread = threading.Thread(target=burner, name="nbox-calibrate-burner", daemon=True)
+    thread.start()
+    idle, loaded = [], []
+    try:
+        for _ in range(pairs):
+            op()  # drains the link
+            idle += _timed_calls(op, 1, device)
+            busy.set()
+            loaded += _timed_calls(op, 1, device)
+            busy.clear()
+    finally:
+        stop.set()
+        busy.set()
+        thread.join()
+    times = _max_over_ranks(idle + loaded, device)
+    return times[:pairs], times[pairs:]
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="emulator_core._calibrate_worker")
     ap.add_argument("--out", type=Path, required=True, help="Folder for result.json / error-rank<R>.json.")
@@ -273,9 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 elems = element_count(coll, nbytes, world)
                 op = _make_op(coll, elems, dist.get_rank(), world, device)
                 drained, rest_times = _rested(op, pairs, args.rest_ms * 1e-3, device)
+                idle, loaded = _beside_compute(op, pairs, device) if device.type == "cpu" else ([], [])
                 del op
                 rested.append({"collective": coll, "nbytes": elems * 4, "rest_us": args.rest_ms * 1e3,
-                               "drained_us": drained, "rested_us": rest_times})
+                               "drained_us": drained, "rested_us": rest_times, "idle_us": idle, "busy_us": loaded})
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()
         if writer:

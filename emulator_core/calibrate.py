@@ -35,7 +35,8 @@ from nbox_trace.files import write_atomic
 
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
                       world_size: int | None = None, library: str = "", burst_saving_us: float = 0.0,
-                      shares: Mapping[str, float] | None = None) -> Scenario:
+                      shares: Mapping[str, float] | None = None,
+                      slowdowns: Mapping[str, float] | None = None) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
@@ -45,7 +46,8 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
     ``burst_saving_us``: what a rested link saved an all_reduce (:func:`emulator_core.calibration_fit.fit_burst`);
     the dimension's ``burst_bytes`` is that times the dimension's bandwidth, so that pricing gives the saving back
     (``emulator_core.pricing.burst_us``). ``shares``: per collective, its ``rest_factor``
-    (:func:`emulator_core.calibration_fit.rest_shares`; a collective not in it keeps 1).
+    (:func:`emulator_core.calibration_fit.rest_shares`; a collective not in it keeps 1). ``slowdowns``: per
+    collective, its ``busy_slowdown`` (:func:`emulator_core.calibration_fit.fit_busy`; 1 where not in it).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -64,7 +66,8 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         sizes = sorted(p.nbytes for p in f.points)
         share = (shares or {}).get(f.collective, 1.0) if burst_saving_us > 0 else 1.0
         cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
-                             library, (sizes[0], sizes[-1]) if sizes else (), share) for n in names]
+                             library, (sizes[0], sizes[-1]) if sizes else (), share,
+                             (slowdowns or {}).get(f.collective, 1.0)) for n in names]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -163,7 +166,7 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None)
     burst = next((b for b in rests if b.collective == "all_reduce"), None)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
                                  burst_saving_us=burst.saving_us if burst is not None else 0.0,
-                                 shares=rest_shares(rests))
+                                 shares=rest_shares(rests), slowdowns={b.collective: b.busy_slowdown for b in rests})
     write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, rests=rests),
                  error=CalibrationWriteError)
     return CalibrateResult(out, scenario, fits, run.info, run.wall_s, rests)

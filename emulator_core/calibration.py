@@ -218,19 +218,27 @@ class Measurement:
 @dataclass(frozen=True)
 class Rested:
     """The link's rest (``_calibrate_worker`` step 4): per pair, a ``collective`` of ``nbytes`` right after another
-    (``drained_us``) and one after every rank slept ``rest_us`` (``rested_us``); microseconds, max over ranks."""
+    (``drained_us``) and one after every rank slept ``rest_us`` (``rested_us``); and pairs of a call on an idle core
+    (``idle_us``) and one beside a computing thread (``busy_us``; both empty: not measured); microseconds, max over
+    ranks."""
 
     nbytes: int
     rest_us: float
     drained_us: tuple[float, ...]
     rested_us: tuple[float, ...]
     collective: str = "all_reduce"
+    idle_us: tuple[float, ...] = ()
+    busy_us: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.drained_us) != len(self.rested_us) or not self.drained_us:
             raise CalibrateInputError(f"rest measurement: {len(self.drained_us)} drained and {len(self.rested_us)} "
                                       "rested calls (needs as many of each, at least one)")
-        if not all(math.isfinite(t) and t >= 0 for t in (*self.drained_us, *self.rested_us, self.rest_us)):
+        if len(self.idle_us) != len(self.busy_us):
+            raise CalibrateInputError(f"rest measurement: {len(self.idle_us)} idle and {len(self.busy_us)} busy calls "
+                                      "(needs as many of each)")
+        if not all(math.isfinite(t) and t >= 0 for t in (*self.drained_us, *self.rested_us, self.rest_us,
+                                                          *self.idle_us, *self.busy_us)):
             raise CalibrateInputError("rest measurement: times must be finite and >= 0")
 
 

@@ -307,6 +307,7 @@ class BurstFit:
     rested_us: float
     saving_us: float
     collective: str = "all_reduce"
+    busy_slowdown: float = 1.0
 
     def describe(self, burst_bytes: float, share: float | None = None) -> str:
         """One line for the fit table and the TOML header: the all_reduce's with the ``burst_bytes`` it sets,
@@ -319,9 +320,11 @@ class BurstFit:
         else:
             seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if self.saving_us > 0
                     else "not significant: rest_factor = 0")
+        busy = (f"; beside a computing thread x{self.busy_slowdown:g} (busy_slowdown)" if self.busy_slowdown > 1
+                else "")
         return (f"link rest: {self.collective} of {self.nbytes} bytes, {self.drained_us:.0f} us right after a "
                 f"call, {self.rested_us:.0f} us after {self.rest_us / 1e3:g} ms of rest (medians; {self.faster} "
-                f"of {self.pairs} faster): {seen}")
+                f"of {self.pairs} faster): {seen}{busy}")
 
 
 def rest_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
@@ -345,4 +348,16 @@ def fit_burst(rested: Rested) -> BurstFit:
     saving = drained - rest
     ok = faster >= math.ceil(BURST_MIN_FASTER * pairs) and saving > BURST_MIN_SAVING * drained
     return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, significant(saving) if ok else 0.0,
-                    rested.collective)
+                    rested.collective, fit_busy(rested.idle_us, rested.busy_us))
+
+
+def fit_busy(idle_us: Sequence[float], busy_us: Sequence[float]) -> float:
+    """How many times longer a call ran beside a computing thread (``scenario.Calibration.busy_slowdown``): the
+    ratio of the medians when the busy call was slower in at least :data:`BURST_MIN_FASTER` of the pairs and by
+    at least :data:`BURST_MIN_SAVING`, else 1 (no pairs: not measured; a core of its own; noise). At most 100."""
+    if not idle_us or len(idle_us) != len(busy_us):
+        return 1.0
+    idle, busy = worker.percentile(list(idle_us), 0.5), worker.percentile(list(busy_us), 0.5)
+    slower = sum(1 for i, b in zip(idle_us, busy_us, strict=True) if b > i)
+    ok = idle > 0 and slower >= math.ceil(BURST_MIN_FASTER * len(idle_us)) and busy > idle * (1 + BURST_MIN_SAVING)
+    return min(100.0, significant(busy / idle, 3)) if ok else 1.0

@@ -96,7 +96,9 @@ def _rested(doc: dict[str, Any]) -> tuple[Rested, ...]:
         if not isinstance(entries, list):
             raise TypeError(f"a list of rest measurements, got {type(entries).__name__}")
         return tuple(Rested(int(r["nbytes"]), float(r["rest_us"]), tuple(float(t) for t in r["drained_us"]),
-                            tuple(float(t) for t in r["rested_us"]), str(r["collective"])) for r in entries)
+                            tuple(float(t) for t in r["rested_us"]), str(r["collective"]),
+                            tuple(float(t) for t in r.get("idle_us", ())),
+                            tuple(float(t) for t in r.get("busy_us", ()))) for r in entries)
     except (KeyError, TypeError, ValueError, CalibrateInputError) as exc:
         raise CalibrationError(f"the worker's result has a malformed rest measurement: {exc!r}") from None
 

@@ -127,7 +127,7 @@ TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers
             "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor")
+                    "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -214,6 +214,10 @@ class Calibration:
             gets (``emulator_core.answer``); 1 (the default): all of it. ``nbox calibrate --rest`` measures it per
             collective, as its rested calls' saving over the all_reduce's (the bucket's own measure): on the
             namespace testbed a gloo all_gather after a rest is not faster than one right after another call.
+        busy_slowdown: how many times longer a call ran while a thread computed on its ranks' cores (>= 1; 1, the
+            default: not slowed; at most 100): gloo's threads share a node's core with the training step
+            (``emulator_core.answer``, "queued behind the previous"); ``nbox calibrate --rest`` measures it beside
+            a matmul thread (CPU ranks only).
     """
 
     collective: str
@@ -227,6 +231,7 @@ class Calibration:
     library: str = ""
     sizes_bytes: tuple[int, ...] = ()
     rest_factor: float = 1.0
+    busy_slowdown: float = 1.0
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -265,6 +270,10 @@ class Calibration:
         if rest > 1:
             raise bad("rest_factor", self.rest_factor, "must be <= 1 (a share of the rested link's saving)")
         object.__setattr__(self, "rest_factor", rest)
+        busy = check_float("busy_slowdown", self.busy_slowdown, ge=1)
+        if busy > 100:
+            raise bad("busy_slowdown", self.busy_slowdown, "must be <= 100 (times longer beside a computing thread)")
+        object.__setattr__(self, "busy_slowdown", busy)
 
     def jitter_at(self, u: float) -> float:
         """The extra time (us) at quantile ``u`` in [0, 1] of ``jitter_us``, interpolated linearly; 0 if empty."""
@@ -277,10 +286,10 @@ class Calibration:
         return table[-1][1]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes`` and ``rest_factor`` only when
-        recorded (files without them stay the same)."""
+        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes``, ``rest_factor`` and
+        ``busy_slowdown`` only when recorded (files without them stay the same)."""
         d = {k: getattr(self, k) for k in CALIBRATION_KEYS
-             if k not in ("jitter_us", "library", "sizes_bytes", "rest_factor")}
+             if k not in ("jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
@@ -290,6 +299,8 @@ class Calibration:
             out["sizes_bytes"] = list(self.sizes_bytes)
         if self.rest_factor != 1.0:
             out["rest_factor"] = self.rest_factor
+        if self.busy_slowdown != 1.0:
+            out["busy_slowdown"] = self.busy_slowdown
         return out
 
     @classmethod

@@ -457,3 +457,28 @@ def test_compute_noise_is_a_scenario_key_that_round_trips_and_refuses_other_valu
         "mirror_history"
     with pytest.raises(ScenarioError, match="compute_noise"):
         dgx64(compute_noise="sometimes")
+
+
+def test_a_collective_beside_its_members_compute_is_stretched_by_its_busy_slowdown() -> None:
+    """busy_slowdown s: a call issued while the group's previous collective runs shows its members computed
+    meanwhile; the stream ends overlap * (1 - 1/s) later, overlap counted from that collective's start (or the
+    previous such arrival); a call that starts the stream anew adds nothing, and s = 1 changes nothing."""
+    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    slow = replace(base, calibration=tuple(replace(c, busy_slowdown=2.0) if c.collective == "all_reduce" else c
+                                           for c in base.calibration))
+    n = 1 << 20
+    answers = {}
+    for name, s in (("plain", base), ("busy", slow)):
+        fabric = Fabric(s)
+        g = fabric.group(None, [0, 1])
+        first = fabric.answer(g, "all_reduce", n, [0.0, 0.0])
+        assert first.end_us > 1000.0  # long enough for the queued calls below to find it running
+        second = fabric.answer(g, "all_reduce", n // 2, [300.0, 400.0])  # computed 400 us beside it
+        third = fabric.answer(g, "all_reduce", n // 4, [700.0, 500.0])  # and 300 us more
+        later = fabric.answer(g, "all_reduce", n, [third.end_us + 50.0] * 2)  # a new stream: nothing beside it
+        answers[name] = (first, second, third, later)
+    (p1, p2, p3, p4), (b1, b2, b3, b4) = answers["plain"], answers["busy"]
+    assert b1 == p1 and b4.cost_us == pytest.approx(p4.cost_us)
+    assert b2.cost_us - p2.cost_us == pytest.approx(400.0 * 0.5)
+    assert b3.cost_us - p3.cost_us == pytest.approx(300.0 * 0.5)
+    assert b3.end_us - p3.end_us == pytest.approx(350.0)  # the stream ends the stretch later

@@ -298,6 +298,46 @@ def test_each_collective_gets_its_measured_share_of_the_rested_link() -> None:
     assert all(c.rest_factor == 1.0 for c in plain.calibration) and "rest_factor" not in dump_toml(plain)
 
 
+def test_busy_slowdown_is_the_ratio_of_busy_to_idle_calls_when_significant() -> None:
+    idle = [6500.0 + 10 * (i % 3) for i in range(15)]
+    assert cf.fit_busy(idle, [2.23 * t for t in idle]) == pytest.approx(2.23)
+    assert cf.fit_busy(idle, [t - 5.0 for t in idle]) == 1.0  # not slower
+    assert cf.fit_busy(idle, [t + 10.0 for t in idle]) == 1.0  # slower by 0.2%: noise
+    mixed = [3 * t if i % 2 else t - 1.0 for i, t in enumerate(idle)]  # 7 of 15 slower
+    assert cf.fit_busy(idle, mixed) == 1.0
+    assert cf.fit_busy([], []) == 1.0  # not measured (a GPU rank)
+    fit = cf.fit_burst(cc.Rested(1 << 20, 1e4, (9.0,) * 15, (8.0,) * 15, "all_reduce", tuple(idle),
+                                 tuple(2 * t for t in idle)))
+    assert fit.busy_slowdown == 2.0 and "busy_slowdown" in fit.describe(100_000.0)
+    with pytest.raises(cc.CalibrateInputError, match="idle and"):
+        cc.Rested(1, 1.0, (1.0,), (1.0,), "all_reduce", (1.0,), ())
+    link = cm.Link(70.0, 150.0)
+    fits = cf.fit(synthetic("all_reduce", "ring", 2, link, SIZES[2:7]), 2)
+    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", slowdowns={"all_reduce": 2.0})
+    assert frag.calibration[0].busy_slowdown == 2.0 and loads_scenario(dump_toml(frag)) == frag
+    assert "busy_slowdown" not in dump_toml(cal.scenario_fragment(fits, nproc=2, dimension="network"))
+    base = {"collective": "all_reduce", "dimension": "network", "algorithm": "ring", "ranks": 2}
+    for bad in (0.5, 101, "x"):
+        with pytest.raises(ScenarioError, match="busy_slowdown"):
+            Calibration.from_dict({**base, "busy_slowdown": bad})
+
+
+def test_worker_times_idle_and_busy_calls_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 4 on CPU: per pair a draining call, a timed call on an idle core, a timed call while a thread computes;
+    one max over ranks; the thread is stopped after."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    events: list[str] = []
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: events.append(f"max over {len(t)}"))
+    before = threading.active_count()
+    idle, busy = worker._beside_compute(lambda: events.append("op"), 2, torch.device("cpu"))
+    assert events == ["op", "op", "op"] * 2 + ["max over 4"] and len(idle) == len(busy) == 2
+    assert threading.active_count() == before
+
+
 def test_rest_factor_is_a_share_from_0_to_1() -> None:
     base = {"collective": "all_gather", "dimension": "network", "algorithm": "ring", "ranks": 2}
     assert Calibration.from_dict({**base, "rest_factor": 0}).rest_factor == 0.0
@@ -314,6 +354,8 @@ def test_the_workers_rest_measurements_are_read_per_collective() -> None:
     got = cr._rested(doc)
     assert [r.collective for r in got] == ["all_reduce", "all_gather"] and got[1].rested_us == (9.5,)
     assert cr._rested({}) == ()
+    with_busy = cr._rested({"rested": [{**doc["rested"][0], "idle_us": [1.0, 2.0], "busy_us": [3.0, 4.0]}]})
+    assert with_busy[0].busy_us == (3.0, 4.0)
     for bad in ({"rested": {"collective": "all_reduce"}}, {"rested": [{"collective": "all_reduce"}]},
                 {"rested": [{**doc["rested"][0], "rested_us": [1.0]}]}):
         with pytest.raises(cc.CalibrationError, match="malformed rest measurement"):

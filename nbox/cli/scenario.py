@@ -227,7 +227,7 @@ def calibrate_cmd(
                    **vars(result.burst), "burst_bytes": result.scenario.topology.dims[0].burst_bytes,
                    "collectives": [{**vars(b), "rest_factor": next(
                        (c.rest_factor for c in result.scenario.calibration if c.collective == b.collective), 1.0)}
-                       for b in result.rests]}}
+                       for b in result.rests]}}  # each BurstFit carries its busy_slowdown
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     from emulator_core.calibrate import format_fits
