@@ -56,11 +56,12 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   ``busy_slowdown`` s > 1 (gloo's threads share the node's core with that compute), it progressed at 1 / s of
   its rate for that long, so the stream ends ``overlap * (1 - 1 / s)`` later: this call's cost carries it. Only
   what an arrival shows is counted; compute after a member's last call before it waits is not (the replay and
-  the live backend answer at the call, not at the wait). Measured on the namespace testbed (2026-11-27, 793 KB,
-  ``bench/testbed_causes.py``): an all_reduce ran 122-123% longer beside a matmul thread on its core
-  (s = 2.23), a reduce_scatter 122%, an all_gather 162%; ddp_mlp's first bucket runs beside the rest of the
-  backward pass for 0.9 ms per iteration, and its recordings' communication took 0.35-0.45 ms more than the
-  idle-core price (README, runs P16-P18).
+  the live backend answer at the call, not at the wait). Measured on the namespace testbed (2026-11-27):
+  ``nbox calibrate --rest`` at 1 MiB, the calls right after another call, s = 1.66 (all_reduce), 1.83
+  (reduce_scatter), 1.29 (all_gather); ``bench/testbed_causes.py`` at 793 KB, its thread started 2 ms before
+  the call, 2.23, 2.22 and 2.62. ddp_mlp's first bucket runs beside the rest of the backward pass for 0.9 ms
+  per iteration, and its recordings' communication took 0.35-0.45 ms more than the idle-core price (README,
+  runs P16-P18).
 
 Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
 1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the

@@ -168,8 +168,9 @@ def calibrate_cmd(
     = 600.0,
     rest: Annotated[Optional[float], typer.Option(  # noqa: UP045
         help="Milliseconds the link rests before the calls that measure a shaper's burst (burst_bytes: the "
-             "all_reduce's saving; each collective's rest_factor: its share of it); 0: skip. Default: 10 across "
-             "nodes (--nnodes > 1), 0 on one node.")] = None,
+             "all_reduce's saving; each collective's rest_factor: its share of it; and, on CPU ranks, its "
+             "busy_slowdown beside a computing thread); 0: skip. Default: 10 across nodes (--nnodes > 1), 0 on "
+             "one node.")] = None,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
     = None,
