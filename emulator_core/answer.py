@@ -29,8 +29,8 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved
   against the all_reduce's, measured by ``nbox calibrate --rest`` at the largest size whose call takes at most
   20 ms. Not every collective gets the bucket: on the testbed (2026-11-27, 1 MiB, 15 pairs after 10 ms of rest,
-  two calibrations) the all_reduce saved 0.76-0.84 ms, the reduce_scatter 0.56-0.74 ms (share 0.74-0.89) and
-  the all_gather nothing (5-7 of 15 rested calls faster): gloo's all_gather there is bimodal, fast or about 35%
+  four calibrations) the all_reduce saved 0.71-0.84 ms, the reduce_scatter 0.47-0.74 ms (share 0.57-0.89) and
+  the all_gather nothing (3-7 of 15 rested calls faster): gloo's all_gather there is bimodal, fast or about 35%
   slower at random, and the slow calls get no credit. At a 396 KB shard the rested all_gathers were faster in
   11-14 of 15 pairs (``bench/testbed_causes.py``), so the share depends on the size; FSDP2's replay agrees with
   the calibrated 0 (README, runs P16/P17), and why is not known.
@@ -57,11 +57,11 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   its rate for that long, so the stream ends ``overlap * (1 - 1 / s)`` later: this call's cost carries it. Only
   what an arrival shows is counted; compute after a member's last call before it waits is not (the replay and
   the live backend answer at the call, not at the wait). Measured on the namespace testbed (2026-11-27):
-  ``nbox calibrate --rest`` at 1 MiB, the calls right after another call, s = 1.66 (all_reduce), 1.83
-  (reduce_scatter), 1.29 (all_gather); ``bench/testbed_causes.py`` at 793 KB, its thread started 2 ms before
-  the call, 2.23, 2.22 and 2.62. ddp_mlp's first bucket runs beside the rest of the backward pass for 0.9 ms
-  per iteration, and its recordings' communication took 0.35-0.45 ms more than the idle-core price (README,
-  runs P16-P18).
+  ``nbox calibrate --rest`` at 1 MiB, the calls right after another call, s = 1.66 and 2.18 (all_reduce, two
+  calibrations), 1.83 and 2.1 (reduce_scatter), 1.29 and 1.26 (all_gather); ``bench/testbed_causes.py`` at 793
+  KB, its thread started 2 ms before the call, 2.23, 2.22 and 2.62. ddp_mlp's first bucket runs beside the rest
+  of the backward pass for 0.9 ms per iteration, and its recordings' communication took 0.35-0.45 ms more than
+  the idle-core price (README, runs P16-P19).
 
 Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
 1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the

@@ -214,7 +214,7 @@ class Calibration:
             gets (``emulator_core.answer``); 1 (the default): all of it. ``nbox calibrate --rest`` measures it per
             collective, as its rested calls' saving over the all_reduce's (the bucket's own measure): on the
             namespace testbed a gloo all_gather of 1 MiB after a rest was not faster than one right after
-            another call (share 0), a reduce_scatter's share 0.74-0.89.
+            another call (share 0), a reduce_scatter's share 0.57-0.89.
         busy_slowdown: how many times longer a call ran while a thread computed on its ranks' cores (>= 1; 1, the
             default: not slowed; at most 100): gloo's threads share a node's core with the training step
             (``emulator_core.answer``, "queued behind the previous"); ``nbox calibrate --rest`` measures it beside
