@@ -217,7 +217,7 @@ class Calibration:
             another call (share 0), a reduce_scatter's share 0.57-0.89.
         busy_slowdown: how many times longer a call ran while a thread computed on its ranks' cores (>= 1; 1, the
             default: not slowed; at most 100): gloo's threads share a node's core with the training step
-            (``emulator_core.answer``, "queued behind the previous"); ``nbox calibrate --rest`` measures it beside
+            (``emulator_core.answer``, "beside compute"); ``nbox calibrate --rest`` measures it beside
             a matmul thread (CPU ranks only).
     """
 
