@@ -167,10 +167,8 @@ class FabricGroup:
     def __post_init__(self) -> None:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
         self._pricers: dict[str, Pricer] = {}
-        self._jitter: dict[str, Calibration | None] = {}
-        self._bursts: dict[str, bool] = {}  # collective -> queued calls join a burst (calibrated with gloo)
+        self._cal: dict[str, Calibration | None] = {}  # collective -> its calibration on this group's shape
         self._credit: dict[str, tuple[float, float, float]] = {}  # collective -> (burst_us, share, floor us)
-        self._slowdown: dict[str, float] = {}  # collective -> busy_slowdown of its calibration (1: none)
         # the running collective beside compute: its start, the latest arrival counted, its busy_slowdown
         self._busy: tuple[float, float, float] = (-math.inf, -math.inf, 1.0)
         # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
@@ -237,25 +235,26 @@ class Fabric:
                 group._prices[key] = hit
         return hit
 
+    def _calibration(self, group: FabricGroup, collective: str) -> Calibration | None:
+        """``collective``'s calibration for ``group``'s shape (:func:`calibration_for`), None without one or for a
+        one-rank group; looked up once per group and collective."""
+        if collective not in group._cal:
+            found = calibration_for(self.scenario, collective, group.shape) if group.shape.size > 1 else None
+            group._cal[collective] = found[1] if found is not None else None
+        return group._cal[collective]
+
     def _jitter_us(self, group: FabricGroup, collective: str) -> float:
         """This call's draw from the calibration's spread, microseconds (0 without one)."""
-        if collective not in group._jitter:
-            found = calibration_for(self.scenario, collective, group.shape) if group.shape.size > 1 else None
-            group._jitter[collective] = found[1] if found is not None and found[1].jitter_us else None
-        cal = group._jitter[collective]
-        if cal is None:
+        cal = self._calibration(group, collective)
+        if cal is None or not cal.jitter_us:
             return 0.0
         return cal.jitter_at(draw(self.scenario.jitter_seed, group.key, group.answered))
 
     def _bursts_of(self, group: FabricGroup, collective: str) -> bool:
         """Whether queued calls of ``collective`` on ``group`` join a burst (module docstring): its calibration
         was measured with gloo, on as many ranks as the group has (not extrapolated: unmeasured there)."""
-        hit = group._bursts.get(collective)
-        if hit is None:
-            found = calibration_for(self.scenario, collective, group.shape) if group.shape.size > 1 else None
-            hit = group._bursts[collective] = (found is not None and found[1].library == "gloo"
-                                               and found[1].ranks == group.shape.size)
-        return hit
+        cal = self._calibration(group, collective)
+        return cal is not None and cal.library == "gloo" and cal.ranks == group.shape.size
 
     def _credit_of(self, group: FabricGroup, collective: str) -> tuple[float, float, float]:
         """``(burst_us, share, floor_us)`` of ``collective`` on ``group``: the most a rested link's bucket saves, the
@@ -264,19 +263,16 @@ class Fabric:
         hit = group._credit.get(collective)
         if hit is None:
             most = burst_us(self.scenario, group.shape)
-            found = calibration_for(self.scenario, collective, group.shape) if most > 0 else None
-            share = found[1].rest_factor if found is not None else 1.0  # measured per collective
+            cal = self._calibration(group, collective)
+            share = cal.rest_factor if cal is not None else 1.0  # measured per collective
             hit = group._credit[collective] = (most, share,
                                                self.price(group, collective, 0)[1] if most * share > 0 else 0.0)
         return hit
 
     def _slowdown_of(self, group: FabricGroup, collective: str) -> float:
         """``busy_slowdown`` of ``collective``'s calibration on ``group`` (1 without one; module docstring)."""
-        hit = group._slowdown.get(collective)
-        if hit is None:
-            found = calibration_for(self.scenario, collective, group.shape) if group.shape.size > 1 else None
-            hit = group._slowdown[collective] = found[1].busy_slowdown if found is not None else 1.0
-        return hit
+        cal = self._calibration(group, collective)
+        return cal.busy_slowdown if cal is not None else 1.0
 
     def _pricer(self, group: FabricGroup, collective: str) -> Pricer:
         pricer = group._pricers.get(collective)

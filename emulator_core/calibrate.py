@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from emulator_core.calibration import CalibrateConfig, CalibrateInputError, CalibrationError, CalibrationWriteError
-from emulator_core.calibration_fit import ALPHA_FLOOR_US, BurstFit, Fit, fit, fit_burst, rest_shares, significant
+from emulator_core.calibration_fit import (
+    ALPHA_FLOOR_US,
+    BurstFit,
+    Fit,
+    bucket_fit,
+    fit,
+    fit_burst,
+    rest_shares,
+    significant,
+)
 from emulator_core.calibration_run import measure_run
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology
 from emulator_core.scenario_toml import dump_toml
@@ -141,7 +150,7 @@ class CalibrateResult:
     @property
     def burst(self) -> BurstFit | None:
         """The all_reduce's rest measurement (the bucket's), None when not taken."""
-        return next((b for b in self.rests if b.collective == "all_reduce"), None)
+        return bucket_fit(self.rests)
 
 
 def describe_rests(rests: Sequence[BurstFit], burst_bytes: float) -> list[str]:
@@ -163,7 +172,7 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None)
     ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
     fits = fit(run.measurements, ranks, config.backend)
     rests = tuple(fit_burst(r) for r in run.rested)
-    burst = next((b for b in rests if b.collective == "all_reduce"), None)
+    burst = bucket_fit(rests)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
                                  burst_saving_us=burst.saving_us if burst is not None else 0.0,
                                  shares=rest_shares(rests), slowdowns={b.collective: b.busy_slowdown for b in rests})

@@ -327,12 +327,17 @@ class BurstFit:
                 f"of {self.pairs} faster): {seen}{busy}")
 
 
+def bucket_fit(fits: Sequence[BurstFit]) -> BurstFit | None:
+    """The all_reduce's rest measurement among ``fits``: the bucket's own measure (None: not taken)."""
+    return next((f for f in fits if f.collective == "all_reduce"), None)
+
+
 def rest_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
     """Each rest-measured collective's share of the all_reduce's saving (``scenario.Calibration.rest_factor``):
     its own significant saving over the all_reduce's, at most 1 (the bucket is the all_reduce's measure; a larger
     saving is that call's noise), 0 where it saved nothing significant; empty when the all_reduce saved nothing
     (no bucket: nothing to share) or was not measured."""
-    ref = next((f for f in fits if f.collective == "all_reduce"), None)
+    ref = bucket_fit(fits)
     if ref is None or ref.saving_us <= 0:
         return {}
     return {f.collective: min(1.0, significant(f.saving_us / ref.saving_us, 3)) for f in fits}
