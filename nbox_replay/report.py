@@ -147,15 +147,19 @@ class ReplayReport:
                             "1.00x outside: a difference beyond this machine's noise)"))
         tops = self.what_if.top_collectives
         if tops:
-            cu = time_unit([v for c in tops for v in (c["modeled_us"], c["exposed_us"], c["waiting_us"])])
+            cu = time_unit([v for c in tops for v in (c["modeled_us"], c.get("recorded_us") or 0.0, c["exposed_us"],
+                                                      c["waiting_us"])])
             model = " of the virtual model" if self.clock == "real" else ""
             lines.append(f"top collectives{model} of rank {self.what_if.rank} in the median iteration, by exposed + "
-                         f"waiting time (what-if; {cu[0]}):")
+                         f"waiting time (what-if; {cu[0]}; recorded: the same calls' time in the recording, "
+                         f"from their last arrival):")
             lines.append(f"  {'collective':<14} {'size':>10} {'count':>5} {'algorithm':<20} {'modeled':>9} "
-                         f"{'exposed':>9} {'waiting':>9}  group")
+                         f"{'recorded':>9} {'exposed':>9} {'waiting':>9}  group")
             for c in tops:
+                rec = c.get("recorded_us")
                 lines.append(f"  {fit_label(c['collective'], 14):<14} {format_bytes(c['bytes']):>10} {c['count']:>5} "
                              f"{fit_label(c['algorithm'], 20):<20} {format_in(c['modeled_us'], cu):>9} "
+                             f"{'-' if rec is None else format_in(rec, cu):>9} "
                              f"{format_in(c['exposed_us'], cu):>9} {format_in(c['waiting_us'], cu):>9}  "
                              f"{c['process_group']!r}")
         for rule, n in sorted(self.what_if.rules.items()):

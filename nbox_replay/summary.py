@@ -178,10 +178,13 @@ def summarize_sim(sim: SimResult, *, label: str, scenario: str, top: int = 5, ra
         key = (ans.pg, ans.collective, ans.nbytes, ans.algorithm, ans.rule)
         agg = by_key.setdefault(key, {"process_group": ans.pg, "collective": ans.collective, "bytes": ans.nbytes,
                                       "algorithm": ans.algorithm, "rule": ans.rule, "rank": chosen, "count": 0,
-                                      "modeled_us": 0.0, "exposed_us": 0.0, "waiting_us": 0.0})
+                                      "modeled_us": 0.0, "recorded_us": 0.0, "exposed_us": 0.0,
+                                      "waiting_us": 0.0})
         if w_start <= ans.start_us < w_end:
             agg["count"] += 1
             agg["modeled_us"] += ans.end_us - ans.start_us
+            if agg["recorded_us"] is not None:
+                agg["recorded_us"] = None if ans.recorded_us is None else agg["recorded_us"] + ans.recorded_us
         agg["exposed_us"] += shown.comm_exposed_us[k]
         agg["waiting_us"] += shown.comm_waiting_us[k]
     tops = sorted(by_key.values(), key=lambda a: (-(a["exposed_us"] + a["waiting_us"]), -a["modeled_us"]))[:top]

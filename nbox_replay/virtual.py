@@ -50,6 +50,7 @@ from nbox_replay.breakdown import CommSpan, RankIntervals, job_windows
 from nbox_replay.events import EventQueue
 from nbox_replay.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations
 from nbox_replay.meshing import relabel
+from nbox_replay.recorded_calls import RecordedStreams, recorded_call_us, recording_complete
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["RankResult", "ReplayDeadlock", "SimResult", "retarget", "simulate"]
@@ -114,6 +115,7 @@ class CollectiveAnswer:
     algorithm: str
     start_us: float
     end_us: float
+    recorded_us: float | None = None  # the recording's own time of the call (nbox_replay.recorded_calls)
 
 
 @dataclass
@@ -145,6 +147,7 @@ class _Pending:
     rule: str
     arrivals: dict[int, float] = field(default_factory=dict)
     member_comms: dict[int, CommInfo] = field(default_factory=dict)  # each replayed member's own facts
+    recorded_us: dict[int, float] = field(default_factory=dict)  # each replayed member's own recorded time
     answer: CollectiveAnswer | None = None
     blocked: list[_Rank] = field(default_factory=list)  # ranks parked until it is answered
 
@@ -161,6 +164,7 @@ class _Sim:
         self.reps = repetitions
         self.replayed = sorted(self.graphs)
         self.groups: dict[str, tuple[list[int], bool]] = {}
+        self.recorded_groups = {name: sorted(members) for name, members in groups.items()}
         for name, members in groups.items():
             ms = sorted(members)
             grows = ms == list(range(recorded_world)) and self.world != recorded_world
@@ -325,6 +329,8 @@ class _Rank:
             self.factor *= sim.mesh.compute_factor
         self.done = len(g) == 0
         self.at = 0  # the node the walk stopped at (for :meth:`stuck_message`)
+        self.recorded = RecordedStreams()
+        self.rec_start = g.start_us if len(g.start_us) == len(g) else [0.0] * len(g)
         self._new_rep()
         if self.done:
             self.result.iteration_us = [0.0] * sim.reps
@@ -337,6 +343,7 @@ class _Rank:
         self.start: list[float] = [0.0] * n
         self.issued: list[float | None] = [None] * n
         self.keys: dict[int, tuple[str, int]] = {}
+        self.recorded.reset()
 
     def step(self) -> None:
         """The rank's event: walk until it must wait, then park on the collective or come back next round."""
@@ -524,6 +531,8 @@ class _Rank:
             p = sim.pending[key] = _Pending(comm, nbytes, rule)
         p.arrivals[self.g.rank] = t
         p.member_comms[self.g.rank] = comm
+        if comm.collective != "send_recv":
+            p.recorded_us[self.g.rank] = self.recorded.own_us(comm.pg, self.rec_start[i], self.g.duration_us[i])
         self._try_answer(key, p)
         return p
 
@@ -553,19 +562,23 @@ class _Rank:
                     raise InvalidInputError(f"send/recv between ranks {src} and {dst} outside a world of {sim.world}")
                 fg = sim.fabric_groups[pg_key] = sim.fabric.group(sorted({src, dst}), needed, real_stragglers=False)
             arrivals = [p.arrivals[r] for r in sorted(needed)]
+            complete = False  # a send may end before its receive does: no member's time is the transfer's
         else:
             needed = sim.replayed_members(p.comm.pg)
             if any(r not in p.arrivals for r in needed):
                 return
             fg = sim.fabric_group(p.comm.pg)
             arrivals = [p.arrivals[r] for r in needed]
+            complete = recording_complete(sim.recorded_groups.get(p.comm.pg, range(sim.recorded_world)),
+                                          p.recorded_us)
         send = recv = None
         if p.comm.collective == "all_to_all_v" and not sim.members(p.comm.pg)[1]:
             send, recv = sim.busiest_splits(fg, p)
         ans = sim.fabric.answer(fg, p.comm.collective, p.nbytes, arrivals, send_bytes=send, recv_bytes=recv)
         rule = "priced from its recorded per-peer splits (the busiest member)" if send is not None else p.rule
         p.answer = CollectiveAnswer(key[0], key[1], p.comm.collective, p.nbytes, rule, ans.algorithm,
-                                    ans.start_us, ans.end_us)
+                                    ans.start_us, ans.end_us,
+                                    recorded_call_us(p.recorded_us) if complete else None)
         sim.collectives.append(p.answer)
         for rank in p.blocked:
             sim.wake(rank)

@@ -234,3 +234,74 @@ def test_a_gap_starts_after_the_other_host_threads_work_it_waited_for_not_a_kern
     g.gap_joined = [False] * 5
     res = simulate({0: g}, load_scenario(None), groups={}, recorded_world=1).ranks[0]
     assert res.start_us[2] == pytest.approx(60.0) and res.start_us[4] == pytest.approx(110.0)
+
+
+def _write_recorded_durations(tmp: Path, comm_us: tuple[int, int]) -> Path:
+    """Two ranks, one all-reduce each, recorded as taking ``comm_us`` on ranks 0 and 1 (the later arrival's is the
+    shorter: the other waited for it)."""
+    out = tmp / "durations"
+    out.mkdir()
+    for rank, dur in enumerate(comm_us):
+        nodes = [_node(1, pb.COMP_NODE, "aten::mm", [], 100, tid=1),
+                 _node(2, pb.COMM_COLL_NODE, "all_reduce", [1], dur, comm_type=0, comm_size=1 << 20, pg_name="0",
+                       tid=1),
+                 _node(3, pb.COMP_NODE, "aten::add_", [2], 20, tid=1)]
+        write_et(out / f"t.{rank}.et", pb.GlobalMetadata(version="0.0.4"), nodes)
+    return out
+
+
+def test_top_collectives_show_the_recordings_own_time_of_each_call_from_its_last_arrival(tmp_path: Path) -> None:
+    bare = _write_recorded_durations(tmp_path, (5000, 3000))
+    report = run_replay(ReplayConfig(str(bare), clock="virtual", iterations=3))
+    for run in (report.baseline, report.what_if):
+        (top,) = run.top_collectives
+        assert top["count"] == 1 and top["recorded_us"] == 3000  # rank 0's 5000 us waited 2000 for rank 1
+        assert top["modeled_us"] != top["recorded_us"]  # the modeled time is the scenario's, not the recording's
+    text = report.format_text()
+    assert "recorded: the same calls' time in the recording" in text
+    assert any(line.split()[:1] == ["all_reduce"] and "3000" in line.split() for line in text.splitlines())
+    # one of the two members replayed: its 5000 us include waiting for the other, so no recorded time is shown
+    alone = run_replay(ReplayConfig(str(bare), clock="virtual", ranks=(0,)))
+    assert alone.baseline.top_collectives[0]["recorded_us"] is None
+    assert any(line.split()[:1] == ["all_reduce"] and "-" in line.split() for line in alone.format_text().splitlines())
+
+
+def test_the_shipped_fsdp_bundle_shows_recorded_times_for_every_top_collective() -> None:
+    tops = virtual(TRACES / "fsdp2_transformer")["baseline"]["top_collectives"]  # type: ignore[index]
+    assert tops and all(c["recorded_us"] is not None and c["recorded_us"] > 0 for c in tops)
+
+
+def test_a_recorded_call_queued_behind_its_groups_previous_one_counts_from_that_ones_end(tmp_path: Path) -> None:
+    """Two asynchronous all-reduces issued 1 ms apart: the second's recorded 6000 us include 4000 us of waiting
+    for the first on the group's stream, so its own time is the 2000 us after the first ended."""
+    out = tmp_path / "queued"
+    out.mkdir()
+    for rank in (0, 1):
+        nodes = [_node(1, pb.COMP_NODE, "aten::mm", [], 100, tid=1),
+                 _node(2, pb.COMM_COLL_NODE, "all_reduce", [1], 5000, comm_type=0, comm_size=1 << 20, pg_name="0",
+                       tid=1),
+                 _node(3, pb.COMM_COLL_NODE, "all_reduce", [1], 6000, comm_type=0, comm_size=1 << 19, pg_name="0",
+                       tid=1),
+                 _node(4, pb.COMP_NODE, "aten::add_", [2, 3], 20, tid=1)]
+        for n, start in zip(nodes, (900, 1000, 2000, 8000), strict=True):
+            n.start_time_micros = start + 10 * rank  # each rank's own clock
+        write_et(out / f"t.{rank}.et", pb.GlobalMetadata(version="0.0.4"), nodes)
+    run = run_replay(ReplayConfig(str(out), clock="virtual")).baseline
+    tops = {c["bytes"]: c["recorded_us"] for c in run.top_collectives}
+    assert tops == {1 << 20: 5000, 1 << 19: 2000}
+
+
+def test_recorded_times_edge_cases() -> None:
+    from nbox_replay.recorded_calls import RecordedStreams, recorded_call_us, recording_complete
+    s = RecordedStreams()
+    assert s.own_us("0", 0.0, 700.0) == 700.0  # no recorded start: the duration
+    assert s.own_us("0", 100.0, 500.0) == 500.0  # the group's first call: from its issue
+    assert s.own_us("1", 200.0, 300.0) == 300.0  # another group: its own stream
+    assert s.own_us("0", 300.0, 900.0) == 900.0 - 300.0  # queued behind the first (ended at 600)
+    assert s.own_us("0", 2000.0, 100.0) == 100.0  # issued after the previous ended
+    s.reset()
+    assert s.own_us("0", 2050.0, 10.0) == 10.0
+    assert recorded_call_us({0: 500.0, 1: 300.0}) == 300.0
+    assert recorded_call_us({0: 500.0, 1: 0.0}) is None and recorded_call_us({}) is None
+    assert recording_complete([0, 1], {0: 1.0, 1: 2.0}) and not recording_complete([0, 1], {0: 1.0})
+    assert not recording_complete([0], {0: 1.0})  # one member: nothing to take the shortest over
