@@ -275,7 +275,9 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                             made, made_obs = record(tb, where, ex, warmup, steps - warmup, capture, lean)
                             once = (made, made_obs, predict(made, scenario) | captured(made))
                         bundle, rec_obs, pred = once
-                        got |= {"recorder_observed_us": rec_obs, "predicted_us": pred["predicted_us"]}
+                        keep = ("collective", "bytes", "count", "modeled_us", "recorded_us")
+                        got |= {"recorder_observed_us": rec_obs, "predicted_us": pred["predicted_us"],
+                                "collectives": [{k: c[k] for k in keep} for c in pred.get("top_collectives", [])]}
                         if live:
                             turn = rnd % len(host_work)  # each mode first in its share of the rounds
                             for mode in host_work[turn:] + host_work[:turn]:
@@ -327,6 +329,21 @@ def _vs(us: float, ref_us: float) -> str:
     return f"{(us - ref_us) / ref_us * 100:+.1f}%" if ref_us > 0 else "-"
 
 
+def per_collective(rounds: list[dict[str, Any]]) -> dict[tuple[str, float, int], tuple[float, float | None]]:
+    """Per (collective, bytes, calls per iteration) of the rounds' top collectives: the median over rounds of the
+    modeled and of the recorded time per call (us; recorded None where no round had it)."""
+    acc: dict[tuple[str, float, int], tuple[list[float], list[float]]] = {}
+    for rnd in rounds:
+        for c in rnd.get("collectives", []):
+            if c["count"] < 1:
+                continue
+            mod, rec = acc.setdefault((c["collective"], c["bytes"], c["count"]), ([], []))
+            mod.append(c["modeled_us"] / c["count"])
+            if c.get("recorded_us") is not None:
+                rec.append(c["recorded_us"] / c["count"])
+    return {k: (statistics.median(m), statistics.median(r) if r else None) for k, (m, r) in acc.items()}
+
+
 def format_rows(rows: list[dict[str, Any]]) -> str:
     head = (f"{'example':<18} {'observed ms (p10-p90)':>24} {'recorder ms':>11} {'predicted ms':>12} {'err':>7} "
             f"{'vs rec':>7} {'exposed comm':>12} {'rank CPU ms':>11}  per-round err  target |err| <= 5%")
@@ -361,6 +378,20 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             if fig.get("live_vs_recorder_paired"):
                 lines.append(f"  {'':<18}   against its recording's clean iterations: "
                              f"{Paired.from_dict(fig['live_vs_recorder_paired']).describe()}")
+    lines.append("the model against the recordings, per collective (the top collectives of the prediction's median "
+                 "iteration; per call, ms, median over the rounds' recordings; recorded: from the call's last "
+                 "arrival, nbox_replay.recorded_calls):")
+    for r in rows:
+        calls = per_collective(r.get("rounds", []))
+        for (coll, nbytes, count), (mod, rec) in calls.items():
+            diff = f"{(mod - rec) / rec * 100:+.1f}%" if rec else "-"
+            lines.append(f"  {r['example']:<18} {coll:<15} {nbytes / 1024:9.1f} KiB x{count}  modeled {mod / 1e3:.2f}  "
+                         f"recorded {rec / 1e3 if rec else float('nan'):.2f}  model {diff}")
+        if calls and all(rec for _, rec in calls.values()):  # calls gloo ran at once split their time otherwise
+            mod_sum = sum(k[2] * m for k, (m, _) in calls.items())
+            rec_sum = sum(k[2] * (rec or 0.0) for k, (_, rec) in calls.items())
+            lines.append(f"  {r['example']:<18} {'all of them':<15} per iteration   modeled {mod_sum / 1e3:.2f}  "
+                         f"recorded {rec_sum / 1e3:.2f}  model {(mod_sum - rec_sum) / rec_sum * 100:+.1f}%")
     lines.append("prediction by --profiler-correction (error against the observed median / against the recorder's; "
                  "with a lean pass, off plays its times and gaps; a named rule: the profiled times under it, as "
                  "without a lean pass; the table's prediction is the default, on):")

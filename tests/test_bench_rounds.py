@@ -58,7 +58,10 @@ def _replay_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh: bool,
         return where / f"{ex}.{k}.bundle", 1000.0 + k
 
     def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
-        return {"predicted_us": 1000.0 + 10 * int(bundle.name.split(".")[1])}
+        k = int(bundle.name.split(".")[1])
+        return {"predicted_us": 1000.0 + 10 * k,
+                "top_collectives": [{"collective": "all_reduce", "bytes": 1048576.0, "count": 2,
+                                     "modeled_us": 2000.0 + 200 * k, "recorded_us": 1600.0, "exposed_us": 0.0}]}
 
     def plain_run(tb: Any, tmp: Path, ex: str, steps: int, warmup: int, rnd: int) -> tuple[list[float], list[Any]]:
         events.append(f"real{rnd}")
@@ -92,7 +95,13 @@ def test_the_replay_bench_records_every_round_and_alternates_the_order(fake_test
     assert row["predicted_us"] == 1015.0 and row["fresh_recordings"] is True
     assert row["paired"]["rounds"] == 4 and row["paired"]["round_errors_pct"] == pytest.approx([0, 1, 2, 3])
     assert row["live_paired"]["mean_error_pct"] == pytest.approx(5.0)
-    assert "a fresh recording every round" in ft.format_rows([row])
+    text = ft.format_rows([row])
+    assert "a fresh recording every round" in text
+    # the model against the recordings, per call: the median over the rounds' recordings (1150 and 800 us per call)
+    assert [r["collectives"][0]["modeled_us"] for r in row["rounds"]] == [2000.0, 2200.0, 2400.0, 2600.0]
+    assert ft.per_collective(row["rounds"]) == {("all_reduce", 1048576.0, 2): (1150.0, 800.0)}
+    assert "modeled 1.15  recorded 0.80  model +43.8%" in text
+    assert "all of them     per iteration   modeled 2.30  recorded 1.60  model +43.8%" in text
 
 
 def test_one_recording_is_made_once_and_paired_with_every_round(fake_testbed: None,
