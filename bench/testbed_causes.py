@@ -17,7 +17,8 @@ computes (whether a member's compute holds back a gloo collective, which needs e
 an all_reduce after a call that drained the link and a rest of 0 to 3 ms (the shaper's bucket refills at the
 link's rate: ``burst_bytes``, emulator_core/answer.py), beside the scenario's price of a drained call; and
 per collective of ``--cpu-bytes``, a call after a draining call against one after 3 ms of rest (the share of the
-bucket each gets: ``rest_factor``, ``nbox calibrate --rest``).
+bucket each gets: ``rest_factor``, ``nbox calibrate --rest``) and one after the same rest with its members
+arriving 0.5 ms apart (whether the share holds when they do not arrive together).
 Medians are the slower rank's, except ``peer``: the waiting rank's.
 """
 
@@ -121,13 +122,18 @@ def main() -> int:
     print(f"one call of {args.cpu_bytes} bytes (full buffer) right after a draining call and after 3 ms of rest, "
           "ms, the slower rank's per call: median (p10-p90), and how many rested calls were faster than their "
           "drained partner")
-    print(f"{'collective':>16} {'drained':>20} {'rested':>20} {'faster':>8}")
+    print("  and after 3 ms of rest with rank 1 arriving 0.5 ms after rank 0 ('apart': rank 1's time, from the last "
+          "arrival)")
+    print(f"{'collective':>16} {'drained':>20} {'rested':>20} {'faster':>8} {'rested, apart':>20} {'faster':>8}")
     for name in ("all_reduce", "reduce_scatter", "all_gather"):
         pair = [[max(v) for v in zip(raw[0][f"pair_{name}_{m}"], raw[1][f"pair_{name}_{m}"], strict=True)]
                 for m in ("drained", "rested")]
-        faster = sum(1 for d, r in zip(*pair, strict=True) if r < d)
-        cells = [f"{pct(xs, 50) / 1e3:.2f} ({pct(xs, 10) / 1e3:.2f}-{pct(xs, 90) / 1e3:.2f})" for xs in pair]
-        print(f"{name:>16} {cells[0]:>20} {cells[1]:>20} {faster:>3} of {len(pair[0])}")
+        pair.append(list(raw[1].get(f"pair_{name}_apart", [])))
+        cells = [f"{pct(xs, 50) / 1e3:.2f} ({pct(xs, 10) / 1e3:.2f}-{pct(xs, 90) / 1e3:.2f})" if xs else "-"
+                 for xs in pair]
+        faster = [f"{sum(1 for d, r in zip(pair[0], xs, strict=True) if r < d):>3} of {len(xs)}" if xs else "-"
+                  for xs in pair[1:]]
+        print(f"{name:>16} {cells[0]:>20} {cells[1]:>20} {faster[0]:>8} {cells[2]:>20} {faster[1]:>8}")
     return 0
 
 

@@ -12,8 +12,10 @@ does after issuing a collective) for ``compute_ms`` before waiting, on both rank
 rank 1 waits at once (rank 1's figure is the one read: the peer's compute delaying its completion). And the
 link's rest (``rest_{ms}_{size}``): an all_reduce that drains the link, then both ranks rest ``ms``
 (busy-waiting), then the timed all_reduce: the shaper's bucket refills while the link rests. And per collective
-(``pair_{name}_{drained|rested}``, argv[4] bytes): a call right after a draining call, then one after 3 ms of
-sleep on every rank (what ``nbox calibrate --rest`` measures at its own size: each collective's share).
+(``pair_{name}_{drained|rested|apart}``, argv[4] bytes): a call right after a draining call, then one after 3 ms
+of sleep on every rank (what ``nbox calibrate --rest`` measures at its own size: each collective's share), then
+one after 3 ms of sleep with rank 1 arriving 0.5 ms later than rank 0 (busy-waiting): members that arrive apart,
+as a backward pass's do.
 Writes JSON to argv[1].rank<R>."""
 
 from __future__ import annotations
@@ -134,14 +136,18 @@ def main() -> None:
                 dist.all_reduce(done_bufs[n])
                 res[f"rest_{r:g}_{n}"].append((time.perf_counter() - t) * 1e6)
     for name in calls:
-        res.update({f"pair_{name}_{m}": [] for m in ("drained", "rested")})
-    for _ in range(reps):  # per collective: a call right after a draining call, then one after 3 ms of rest
-        for name, call in calls.items():
+        res.update({f"pair_{name}_{m}": [] for m in ("drained", "rested", "apart")})
+    for _ in range(reps):  # per collective: a call right after a draining call, then one after 3 ms of rest,
+        for name, call in calls.items():  # then one after 3 ms of rest with rank 1 arriving 0.5 ms after the rest
             dist.barrier()
             call()
-            for m in ("drained", "rested"):
-                if m == "rested":
+            for m in ("drained", "rested", "apart"):
+                if m != "drained":
                     time.sleep(0.003)
+                if m == "apart" and dist.get_rank() == 1:
+                    end = time.perf_counter() + 0.0005
+                    while time.perf_counter() < end:
+                        pass
                 t = time.perf_counter()
                 call()
                 res[f"pair_{name}_{m}"].append((time.perf_counter() - t) * 1e6)
