@@ -31,9 +31,12 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   20 ms. Not every collective gets the bucket: on the testbed (2026-11-27, 1 MiB, 15 pairs after 10 ms of rest,
   four calibrations) the all_reduce saved 0.71-0.84 ms, the reduce_scatter 0.47-0.74 ms (share 0.57-0.89) and
   the all_gather nothing (3-7 of 15 rested calls faster): gloo's all_gather there is bimodal, fast or about 35%
-  slower at random, and the slow calls get no credit. At a 396 KB shard the rested all_gathers were faster in
-  11-14 of 15 pairs (``bench/testbed_causes.py``), so the share depends on the size; FSDP2's replay agrees with
-  the calibrated 0 (README, runs P16/P17), and why is not known.
+  slower at random, and the slow calls get no credit. What decides it is whether its members arrive together:
+  in FSDP2's recordings (README, runs P16-P20) the all_gathers of a 396 KB shard whose members arrived within
+  0.1 ms got the credit in 43 of 46 calls and the others in 20 of 74, and ``bench/testbed_causes.py`` with the
+  members 0.5 ms apart gets it in 2 of 15 pairs, where the all_reduce and reduce_scatter keep theirs. One share
+  per collective cannot say that, and a together share that matches training is not yet measured, so FSDP2's
+  replay on the testbed prices its forward all_gathers without the credit they get (2-4% high; README).
   A call queued behind the previous one (below) has no rest and no credit.
 * With the scenario's ``jitter = "calibrated"``,
   ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
