@@ -110,6 +110,11 @@ def main() -> None:
         while time.perf_counter() < end:
             torch.mm(a, b)
 
+    def spin_for(ms: float) -> None:  # the main thread busy-waits ``ms`` (a precise end, no sleep's late wake-up)
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            pass
+
     for _ in range(reps):
         for n in done_sizes:
             compute_ms = 8.0 if n < 1_000_000 else 12.0  # longer than the call alone
@@ -129,9 +134,7 @@ def main() -> None:
         for n in (262144, 1048576, 2097152):
             for r in rests_ms:  # a call that drains the link, both ranks rest r ms (busy-waiting), a timed call
                 dist.all_reduce(done_bufs[n])
-                end = time.perf_counter() + r / 1e3
-                while time.perf_counter() < end:
-                    pass
+                spin_for(r)
                 t = time.perf_counter()
                 dist.all_reduce(done_bufs[n])
                 res[f"rest_{r:g}_{n}"].append((time.perf_counter() - t) * 1e6)
@@ -144,10 +147,8 @@ def main() -> None:
             for m in ("drained", "rested", "apart"):
                 if m != "drained":
                     time.sleep(0.003)
-                if m == "apart" and dist.get_rank() == 1:
-                    end = time.perf_counter() + 0.0005
-                    while time.perf_counter() < end:
-                        pass
+                if m == "apart" and rank == 1:
+                    spin_for(0.5)
                 t = time.perf_counter()
                 call()
                 res[f"pair_{name}_{m}"].append((time.perf_counter() - t) * 1e6)
