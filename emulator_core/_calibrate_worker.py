@@ -18,14 +18,20 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
 3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
    min, max and the count over all rounds, and the per-round samples;
 4. the link's rest (``--rest-ms`` > 0, all_reduce measured): for each of :data:`REST_COLLECTIVES` measured, at
-   its largest size whose warm-up took at most :data:`REST_CALL_MAX_US` (else the smallest), pairs of one call
-   right after another call (a drained link) and one call after every rank slept ``--rest-ms`` (a rested one: a
-   token-bucket shaper's bucket refilled meanwhile), interleaved, at least :data:`REST_MIN_PAIRS` pairs; reported
-   as ``rested``, a list with one entry per collective (per-pair times, max over ranks); on CPU ranks also as
-   many pairs of a call right after a call on an idle core and one right after that while a thread of the rank
-   computes a matmul loop on it (``idle_us``, ``busy_us``: gloo's threads sharing the core with compute).
-   ``emulator_core.calibrate`` turns the all_reduce's difference into the dimension's ``burst_bytes``, each
-   collective's into its share of it (``rest_factor``), and the busy calls' ratio into ``busy_slowdown``.
+   its largest size whose warm-up took at most :data:`REST_CALL_MAX_US` (the all_reduce) or
+   :data:`REST_SHARE_CALL_MAX_US` (the others; else the smallest), pairs of one call right after another call (a
+   drained link), one call after every rank slept ``--rest-ms`` (a rested one: a token-bucket shaper's bucket
+   refilled meanwhile), one after a one-element all_reduce and the same rest busy-waited on every rank (members
+   that arrive together: ``together_us``) and one after the same with the last rank :data:`REST_APART_S` later
+   (members that arrive apart: ``apart_us``, that rank's own time), interleaved, at least :data:`REST_MIN_PAIRS`
+   pairs; reported as ``rested``, a list with one entry per collective (per-pair times, max over ranks); on CPU
+   ranks also as many pairs of a call right after a call on an idle core and one right after that while a thread
+   of the rank computes a matmul loop on it (``idle_us``, ``busy_us``: gloo's threads sharing the core with
+   compute; at the size :data:`REST_CALL_MAX_US` picks, ``busy_nbytes``: the ratio changes with the size, x1.28
+   at 1 MiB and x3.71 at 256 KiB for the testbed's all_gather). ``emulator_core.calibrate`` turns the
+   all_reduce's together difference into the dimension's ``burst_bytes`` (the slept one where there are no
+   together calls), each collective's together and apart differences over it into its shares of it
+   (``rest_factor``, ``apart_rest_factor``), and the busy calls' ratio into ``busy_slowdown``.
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
@@ -60,8 +66,16 @@ SCHEMA = "nbox.calibrate-result/1"
 REST_CALL_MAX_US = 20_000.0
 #: Collectives the rest measurement times (those measured; the all_reduce's saving is the bucket's own measure).
 REST_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-#: Fewest (drained, rested) pairs the rest measurement times.
-REST_MIN_PAIRS = 15
+#: Fewest (drained, rested) pairs the rest measurement times: the saving is ~7% of a 1 MiB all_reduce on the
+#: testbed and its median moved 494-694 us between two calibrations of 15 pairs (burst_bytes 71-83 KB).
+REST_MIN_PAIRS = 40
+#: How late (seconds) the last rank arrives at the rest measurement's "apart" call: members that do not arrive
+#: together (``emulator_core.answer.APART_US``), as a backward pass's do.
+REST_APART_S = 0.0005
+#: The shares' rest calls (all but the all_reduce, whose saving sets the bucket) take at most this long back to
+#: back (microseconds): on the two-node testbed gloo's 1 MiB all_gathers ran in two modes (8.8 and 12.1 ms, p10
+#: and median of one sweep) whose mix hid the rest's saving; the ~0.4 ms saving stands out of a shorter call.
+REST_SHARE_CALL_MAX_US = 5_000.0
 #: Collectives the worker can time.
 SUPPORTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "send_recv")
 
@@ -182,18 +196,40 @@ def _iterations(op: Callable[[], object], args: argparse.Namespace, device: Any)
     return int(min(args.max_iters, max(args.min_iters, args.budget_s // per_iter_s))), warm
 
 
-def _rested(op: Callable[[], object], pairs: int, rest_s: float, device: Any) -> tuple[list[float], list[float]]:
-    """``pairs`` x (a call right after a call, a call after ``rest_s`` of sleep on every rank): per pair the max over
-    ranks of each call's time, microseconds (module docstring, step 4). The calls end together on every rank (a
-    collective), so the sleeps overlap and the link rests for ``rest_s``."""
-    drained, rested = [], []
+def _spin(seconds: float) -> None:
+    """Busy-wait ``seconds``: a precise end (a sleep of a few ms wakes up to ~1 ms late on a VM)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _rested(op: Callable[[], object], pairs: int, rest_s: float,
+            device: Any) -> tuple[list[float], list[float], list[float], list[float]]:
+    """``pairs`` x (a call right after a call; a call after ``rest_s`` of sleep on every rank; a call after a
+    one-element all_reduce and ``rest_s`` busy-waited on every rank; the same with the last rank
+    :data:`REST_APART_S` later), microseconds (module docstring, step 4): per pair the max over ranks of the first
+    three calls' times (the third's members arrive within the small call's exit skew: together) and the last rank's
+    own time of the fourth (from the last arrival: apart). The calls end together on every rank (a collective), so
+    the rests overlap and the link rests for ``rest_s``."""
+    import torch
+    import torch.distributed as dist
+
+    late = dist.get_rank() == dist.get_world_size() - 1
+    one = torch.zeros(1, dtype=torch.float32, device=device)
+    drained, rested, together, apart = [], [], [], []
     for _ in range(pairs):
         op()  # drains the link
         drained += _timed_calls(op, 1, device)
         time.sleep(rest_s)
         rested += _timed_calls(op, 1, device)
-    times = _max_over_ranks(drained + rested, device)
-    return times[:pairs], times[pairs:]
+        dist.all_reduce(one)  # aligns the ranks: they leave a one-element call within its exit skew
+        _spin(rest_s)
+        together += _timed_calls(op, 1, device)
+        dist.all_reduce(one)
+        _spin(rest_s + (REST_APART_S if late else 0.0))
+        apart += [t if late else 0.0 for t in _timed_calls(op, 1, device)]
+    times = _max_over_ranks(drained + rested + together + apart, device)
+    return times[:pairs], times[pairs:2 * pairs], times[2 * pairs:3 * pairs], times[3 * pairs:]
 
 
 def _beside_compute(op: Callable[[], object], pairs: int, device: Any) -> tuple[list[float], list[float]]:
@@ -302,19 +338,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not coll_sizes:
                     continue
                 fit_in = [n for n in coll_sizes if warm_us[(coll, n)] <= REST_CALL_MAX_US]
+                busy_bytes = max(fit_in) if fit_in else min(coll_sizes)
+                cap_us = REST_CALL_MAX_US if coll == "all_reduce" else REST_SHARE_CALL_MAX_US
+                fit_in = [n for n in coll_sizes if warm_us[(coll, n)] <= cap_us]
                 nbytes = max(fit_in) if fit_in else min(coll_sizes)
                 where = {"collective": coll, "nbytes": nbytes, "phase": "rest"}
                 if writer:
                     _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
-                pair_s = 3 * warm_us[(coll, nbytes)] * 1e-6 + args.rest_ms * 1e-3
+                pair_s = 5 * warm_us[(coll, nbytes)] * 1e-6 + 3 * args.rest_ms * 1e-3
                 pairs = int(min(args.max_iters, max(REST_MIN_PAIRS, args.min_iters, args.budget_s // pair_s)))
                 elems = element_count(coll, nbytes, world)
                 op = _make_op(coll, elems, dist.get_rank(), world, device)
-                drained, rest_times = _rested(op, pairs, args.rest_ms * 1e-3, device)
+                drained, rest_times, together, apart = _rested(op, pairs, args.rest_ms * 1e-3, device)
+                if busy_bytes != nbytes:  # the busy ratio is the rest call's size's (it changes with the size)
+                    del op
+                    op = _make_op(coll, element_count(coll, busy_bytes, world), dist.get_rank(), world, device)
                 idle, loaded = _beside_compute(op, pairs, device) if device.type == "cpu" else ([], [])
                 del op
                 rested.append({"collective": coll, "nbytes": elems * 4, "rest_us": args.rest_ms * 1e3,
-                               "drained_us": drained, "rested_us": rest_times, "idle_us": idle, "busy_us": loaded})
+                               "drained_us": drained, "rested_us": rest_times, "together_us": together,
+                               "apart_us": apart, "idle_us": idle,
+                               "busy_us": loaded,
+                               "busy_nbytes": element_count(coll, busy_bytes, world) * 4})
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()
         if writer:

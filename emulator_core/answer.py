@@ -27,16 +27,15 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   medians of 40): 1 MiB took 8.80 ms back to back, 8.32 ms after 0.5 ms of rest, 8.03 ms after 1 to 3 ms; 2
   MiB 17.59 / 17.11 / 16.83 ms; 256 KiB 2.23 ms and 1.46-1.56 ms rested (``bench/testbed_causes.py``).
   ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved
-  against the all_reduce's, measured by ``nbox calibrate --rest`` at the largest size whose call takes at most
-  20 ms. Not every collective gets the bucket: on the testbed (2026-11-27, 1 MiB, 15 pairs after 10 ms of rest,
-  four calibrations) the all_reduce saved 0.71-0.84 ms, the reduce_scatter 0.47-0.74 ms (share 0.57-0.89) and
-  the all_gather nothing (3-7 of 15 rested calls faster): gloo's all_gather there is bimodal, fast or about 35%
-  slower at random, and the slow calls get no credit. What decides it is whether its members arrive together:
-  in FSDP2's recordings (README, runs P16-P20) the all_gathers of a 396 KB shard whose members arrived within
-  0.1 ms got the credit in 43 of 46 calls and the others in 20 of 74, and ``bench/testbed_causes.py`` with the
-  members 0.5 ms apart gets it in 2 of 15 pairs, where the all_reduce and reduce_scatter keep theirs. One share
-  per collective cannot say that, and a together share that matches training is not yet measured, so FSDP2's
-  replay on the testbed prices its forward all_gathers without the credit they get (2-4% high; README).
+  against the all_reduce's, measured by ``nbox calibrate --rest`` with the members arriving together (a
+  one-element call, then the rest busy-waited), and ``apart_rest_factor`` the same with the last member 0.5 ms
+  late. A call whose last member arrives at least :data:`APART_US` after its first (its stragglers' and
+  mirrors' lateness included) gets the apart share where the calibration has one. Not every collective gets
+  the bucket when apart: in FSDP2's recordings on the testbed (README, runs P16-P20) gloo's all_gathers of a
+  396 KB shard whose members arrived within 0.1 ms got the credit in 43 of 46 calls and the others in 20 of 74;
+  calibrations on the testbed (2026-11-28, 256 KiB, 15-40 pairs after 10 ms of rest) give the all_gather a
+  together share of 0.75-0.99 and an apart share of 0, the reduce_scatter 0.64-0.95 and 0.75-1, the
+  all_reduce 1 and 1.
   A call queued behind the previous one (below) has no rest and no credit.
 * With the scenario's ``jitter = "calibrated"``,
   ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
@@ -87,6 +86,12 @@ from emulator_core.scenario import Calibration, Scenario
 __all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
 
 _MASK64 = (1 << 64) - 1
+
+#: Arrivals this far apart (us, the last after the first) make a rested call "apart" (``apart_rest_factor``): on
+#: the namespace testbed gloo's all_gathers whose members arrived within 0.1 ms got the rest credit in 43 of 46
+#: calls of FSDP2's recordings, 0.1-0.3 ms apart in 9 of 23; a second member 0.1 ms late in a microbenchmark: 3-4
+#: of 15 pairs (README, "FSDP2's collectives in training against the calibration").
+APART_US = 100.0
 
 
 def _mix64(x: int) -> int:
@@ -171,7 +176,7 @@ class FabricGroup:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
         self._pricers: dict[str, Pricer] = {}
         self._cal: dict[str, Calibration | None] = {}  # collective -> its calibration on this group's shape
-        self._credit: dict[str, tuple[float, float, float]] = {}  # collective -> (burst_us, share, floor us)
+        self._credit: dict[str, tuple[float, float, float, float]] = {}  # collective -> (burst_us, shares, floor)
         # the running collective beside compute: its start, the latest arrival counted, its busy_slowdown
         self._busy: tuple[float, float, float] = (-math.inf, -math.inf, 1.0)
         # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
@@ -259,17 +264,19 @@ class Fabric:
         cal = self._calibration(group, collective)
         return cal is not None and cal.library == "gloo" and cal.ranks == group.shape.size
 
-    def _credit_of(self, group: FabricGroup, collective: str) -> tuple[float, float, float]:
-        """``(burst_us, share, floor_us)`` of ``collective`` on ``group``: the most a rested link's bucket saves, the
-        share of it this collective gets (its calibration's ``rest_factor``) and the zero-byte price no saving goes
+    def _credit_of(self, group: FabricGroup, collective: str) -> tuple[float, float, float, float]:
+        """``(burst_us, share, apart_share, floor_us)`` of ``collective`` on ``group``: the most a rested link's bucket
+        saves, the share of it this collective gets when its members arrive together (its calibration's
+        ``rest_factor``) and apart (``apart_rest_factor``, else the same), and the zero-byte price no saving goes
         below (module docstring)."""
         hit = group._credit.get(collective)
         if hit is None:
             most = burst_us(self.scenario, group.shape)
             cal = self._calibration(group, collective)
             share = cal.rest_factor if cal is not None else 1.0  # measured per collective
-            hit = group._credit[collective] = (most, share,
-                                               self.price(group, collective, 0)[1] if most * share > 0 else 0.0)
+            apart = cal.apart_rest_factor if cal is not None and cal.apart_rest_factor is not None else share
+            hit = group._credit[collective] = (most, share, apart, self.price(group, collective, 0)[1]
+                                               if most * max(share, apart) > 0 else 0.0)
         return hit
 
     def _slowdown_of(self, group: FabricGroup, collective: str) -> float:
@@ -336,7 +343,9 @@ class Fabric:
             else:
                 group._burst = (collective, nbytes, 0.0)
         if start > free:  # the link rested: its bucket's bytes leave at once
-            most, share, floor = self._credit_of(group, collective)
+            most, share, apart, floor = self._credit_of(group, collective)
+            if last - min(arrivals_us) >= APART_US:
+                share = apart
             if most * share > 0:
                 cost = max(cost - share * min(start - free, most), min(cost, floor))
         run_start, counted, slowdown = group._busy

@@ -30,6 +30,7 @@ from emulator_core.calibration_fit import (
     ALPHA_FLOOR_US,
     BurstFit,
     Fit,
+    apart_shares,
     bucket_fit,
     fit,
     fit_burst,
@@ -45,7 +46,8 @@ from nbox_trace.files import write_atomic
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
                       world_size: int | None = None, library: str = "", burst_saving_us: float = 0.0,
                       shares: Mapping[str, float] | None = None,
-                      slowdowns: Mapping[str, float] | None = None) -> Scenario:
+                      slowdowns: Mapping[str, float] | None = None,
+                      apart: Mapping[str, float] | None = None) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
@@ -57,6 +59,8 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
     (``emulator_core.pricing.burst_us``). ``shares``: per collective, its ``rest_factor``
     (:func:`emulator_core.calibration_fit.rest_shares`; a collective not in it keeps 1). ``slowdowns``: per
     collective, its ``busy_slowdown`` (:func:`emulator_core.calibration_fit.fit_busy`; 1 where not in it).
+    ``apart``: per collective, its ``apart_rest_factor`` (:func:`emulator_core.calibration_fit.apart_shares`; not
+    written where not in it).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -74,9 +78,10 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         names = [f.collective] + (["all_to_all_v"] if f.collective == "all_to_all" else [])
         sizes = sorted(p.nbytes for p in f.points)
         share = (shares or {}).get(f.collective, 1.0) if burst_saving_us > 0 else 1.0
+        apart_share = (apart or {}).get(f.collective) if burst_saving_us > 0 else None
         cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
                              library, (sizes[0], sizes[-1]) if sizes else (), share,
-                             (slowdowns or {}).get(f.collective, 1.0)) for n in names]
+                             (slowdowns or {}).get(f.collective, 1.0), apart_share) for n in names]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -155,8 +160,8 @@ class CalibrateResult:
 
 def describe_rests(rests: Sequence[BurstFit], burst_bytes: float) -> list[str]:
     """One line per rest-measured collective (the all_reduce's first): what it saved and what that set."""
-    shares = rest_shares(rests)
-    return [b.describe(burst_bytes, shares.get(b.collective))
+    shares, apart = rest_shares(rests), apart_shares(rests)
+    return [b.describe(burst_bytes, shares.get(b.collective), apart.get(b.collective))
             for b in sorted(rests, key=lambda b: b.collective != "all_reduce")]
 
 
@@ -174,8 +179,9 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None)
     rests = tuple(fit_burst(r) for r in run.rested)
     burst = bucket_fit(rests)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
-                                 burst_saving_us=burst.saving_us if burst is not None else 0.0,
-                                 shares=rest_shares(rests), slowdowns={b.collective: b.busy_slowdown for b in rests})
+                                 burst_saving_us=burst.bucket_saving_us if burst is not None else 0.0,
+                                 shares=rest_shares(rests), slowdowns={b.collective: b.busy_slowdown for b in rests},
+                                 apart=apart_shares(rests))
     write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, rests=rests),
                  error=CalibrationWriteError)
     return CalibrateResult(out, scenario, fits, run.info, run.wall_s, rests)

@@ -220,7 +220,9 @@ class Rested:
     """The link's rest (``_calibrate_worker`` step 4): per pair, a ``collective`` of ``nbytes`` right after another
     (``drained_us``) and one after every rank slept ``rest_us`` (``rested_us``); and pairs of a call on an idle core
     (``idle_us``) and one beside a computing thread (``busy_us``; both empty: not measured); microseconds, max over
-    ranks."""
+    ranks; and per pair one after a one-element call and the same rest busy-waited, its members together
+    (``together_us``), and one with a member arriving late (``apart_us``: the late member's own time, from the last
+    arrival); both empty: not measured. ``busy_nbytes``: the size of the idle and busy calls (0: ``nbytes``)."""
 
     nbytes: int
     rest_us: float
@@ -229,6 +231,9 @@ class Rested:
     collective: str = "all_reduce"
     idle_us: tuple[float, ...] = ()
     busy_us: tuple[float, ...] = ()
+    apart_us: tuple[float, ...] = ()
+    together_us: tuple[float, ...] = ()
+    busy_nbytes: int = 0
 
     def __post_init__(self) -> None:
         if len(self.drained_us) != len(self.rested_us) or not self.drained_us:
@@ -237,9 +242,19 @@ class Rested:
         if len(self.idle_us) != len(self.busy_us):
             raise CalibrateInputError(f"rest measurement: {len(self.idle_us)} idle and {len(self.busy_us)} busy calls "
                                       "(needs as many of each)")
+        for name, seq in (("together", self.together_us), ("apart", self.apart_us)):
+            if seq and len(seq) != len(self.drained_us):
+                raise CalibrateInputError(f"rest measurement: {len(seq)} {name} and {len(self.drained_us)} "
+                                          "drained calls (needs as many of each, or none)")
+        if bool(self.together_us) != bool(self.apart_us):
+            raise CalibrateInputError(f"rest measurement: {len(self.together_us)} together and {len(self.apart_us)} "
+                                      "apart calls (needs both or neither)")
         if not all(math.isfinite(t) and t >= 0 for t in (*self.drained_us, *self.rested_us, self.rest_us,
-                                                          *self.idle_us, *self.busy_us)):
+                                                          *self.idle_us, *self.busy_us, *self.apart_us,
+                                                          *self.together_us)):
             raise CalibrateInputError("rest measurement: times must be finite and >= 0")
+        if self.busy_nbytes < 0:
+            raise CalibrateInputError(f"rest measurement: busy_nbytes must be >= 0, got {self.busy_nbytes}")
 
 
 def summarize(collective: str, nbytes: int, requested_bytes: int, ranks: int,

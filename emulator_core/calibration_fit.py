@@ -297,7 +297,9 @@ class BurstFit:
     """What the link's rest saved (``_calibrate_worker`` step 4): medians of the drained and rested calls of
     ``nbytes`` (microseconds), ``faster`` of ``pairs`` rested calls faster than their drained partner, and
     ``saving_us``: the difference of the medians when significant (:data:`BURST_MIN_FASTER`,
-    :data:`BURST_MIN_SAVING`), else 0 (no shaper seen: NVLink, InfiniBand, loopback)."""
+    :data:`BURST_MIN_SAVING`), else 0 (no shaper seen: NVLink, InfiniBand, loopback). ``together_*`` and
+    ``apart_*``: the same for the calls after a one-element call and the same rest busy-waited, whose members
+    arrived together and apart (None: not measured)."""
 
     nbytes: int
     rest_us: float
@@ -308,23 +310,48 @@ class BurstFit:
     saving_us: float
     collective: str = "all_reduce"
     busy_slowdown: float = 1.0
+    apart_us: float | None = None
+    apart_faster: int = 0
+    apart_saving_us: float | None = None
+    together_us: float | None = None
+    together_faster: int = 0
+    together_saving_us: float | None = None
+    busy_nbytes: int = 0
 
-    def describe(self, burst_bytes: float, share: float | None = None) -> str:
+    @property
+    def bucket_saving_us(self) -> float:
+        """What the rest saved a call timed from its last member's arrival (microseconds): the together calls'
+        saving where measured (the slept rest wakes the ranks apart, and the first one's time holds its wait for
+        the last: testbed, three calibrations, 30-120 us less saved than together), else the slept calls'."""
+        return self.together_saving_us if self.together_saving_us is not None else self.saving_us
+
+    def describe(self, burst_bytes: float, share: float | None = None, apart_share: float | None = None) -> str:
         """One line for the fit table and the TOML header: the all_reduce's with the ``burst_bytes`` it sets,
-        another collective's with its ``share`` of that saving (its ``rest_factor``; None: no bucket to share)."""
+        another collective's with its ``share`` of that saving (its ``rest_factor``; None: no bucket to share), and
+        each with its ``apart_share`` when its members arrived apart (``apart_rest_factor``; None: not measured)."""
         if self.collective == "all_reduce":
-            seen = (f"burst_bytes = {burst_bytes:.0f} (the saving x the link's bandwidth)" if self.saving_us > 0
-                    else "not significant: burst_bytes = 0")
+            which = "together" if self.together_saving_us is not None else "slept"
+            seen = (f"burst_bytes = {burst_bytes:.0f} (the {which} calls' saving x the link's bandwidth)"
+                    if self.bucket_saving_us > 0 else "not significant: burst_bytes = 0")
         elif share is None:
             seen = "no bucket (the all_reduce saved nothing)"
         else:
-            seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if self.saving_us > 0
+            own = self.together_saving_us if self.together_saving_us is not None else self.saving_us
+            seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if own > 0
                     else "not significant: rest_factor = 0")
-        busy = (f"; beside a computing thread x{self.busy_slowdown:g} (busy_slowdown)" if self.busy_slowdown > 1
-                else "")
+        at = f" at {self.busy_nbytes} bytes" if self.busy_nbytes and self.busy_nbytes != self.nbytes else ""
+        busy = (f"; beside a computing thread{at} x{self.busy_slowdown:g} (busy_slowdown)"
+                if self.busy_slowdown > 1 else "")
+        apart = ""
+        if self.together_us is not None and self.apart_us is not None:
+            apart = (f"; members together: {self.together_us:.0f} us ({self.together_faster} of {self.pairs} "
+                     f"faster), {worker.REST_APART_S * 1e3:g} ms apart: {self.apart_us:.0f} us ({self.apart_faster} "
+                     f"of {self.pairs} faster)")
+            if apart_share is not None:
+                apart += f": apart_rest_factor = {apart_share:g}"
         return (f"link rest: {self.collective} of {self.nbytes} bytes, {self.drained_us:.0f} us right after a "
                 f"call, {self.rested_us:.0f} us after {self.rest_us / 1e3:g} ms of rest (medians; {self.faster} "
-                f"of {self.pairs} faster): {seen}{busy}")
+                f"of {self.pairs} faster): {seen}{apart}{busy}")
 
 
 def bucket_fit(fits: Sequence[BurstFit]) -> BurstFit | None:
@@ -334,26 +361,51 @@ def bucket_fit(fits: Sequence[BurstFit]) -> BurstFit | None:
 
 def rest_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
     """Each rest-measured collective's share of the all_reduce's saving (``scenario.Calibration.rest_factor``):
-    its own significant saving over the all_reduce's, at most 1 (the bucket is the all_reduce's measure; a larger
+    its own significant saving over the all_reduce's (:attr:`BurstFit.bucket_saving_us`: the calls whose members
+    arrived together where those were measured), at most 1 (the bucket is the all_reduce's measure; a larger
     saving is that call's noise), 0 where it saved nothing significant; empty when the all_reduce saved nothing
     (no bucket: nothing to share) or was not measured."""
     ref = bucket_fit(fits)
-    if ref is None or ref.saving_us <= 0:
+    if ref is None or ref.bucket_saving_us <= 0:
         return {}
-    return {f.collective: min(1.0, significant(f.saving_us / ref.saving_us, 3)) for f in fits}
+    return {f.collective: min(1.0, significant(f.bucket_saving_us / ref.bucket_saving_us, 3)) for f in fits}
+
+
+def apart_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
+    """Each collective's share of the all_reduce's saving when its members arrived apart
+    (``scenario.Calibration.apart_rest_factor``): its apart calls' saving over the all_reduce's together calls'
+    saving, as :func:`rest_shares`; only the collectives whose apart calls were measured; empty when there is no
+    bucket."""
+    ref = bucket_fit(fits)
+    if ref is None or ref.bucket_saving_us <= 0:
+        return {}
+    return {f.collective: min(1.0, significant(f.apart_saving_us / ref.bucket_saving_us, 3)) for f in fits
+            if f.apart_saving_us is not None}
+
+
+def _saving(drained_us: Sequence[float], rested_us: Sequence[float]) -> tuple[float, int, float]:
+    """The rested calls' median, how many were faster than their drained partner, and the difference of the
+    medians when significant (:data:`BURST_MIN_FASTER`, :data:`BURST_MIN_SAVING`), else 0."""
+    drained = worker.percentile(list(drained_us), 0.5)
+    rest = worker.percentile(list(rested_us), 0.5)
+    faster = sum(1 for d, r in zip(drained_us, rested_us, strict=True) if r < d)
+    saving = drained - rest
+    ok = faster >= math.ceil(BURST_MIN_FASTER * len(drained_us)) and saving > BURST_MIN_SAVING * drained
+    return rest, faster, significant(saving) if ok else 0.0
 
 
 def fit_burst(rested: Rested) -> BurstFit:
     """The saving a rested link gives (see :class:`BurstFit`). A lower bound on a shaper's bucket when the call's
     bytes or the rest are smaller than it (the worker picks a call of up to 20 ms; the rest is ``--rest``)."""
     pairs = len(rested.drained_us)
-    drained = worker.percentile(rested.drained_us, 0.5)
-    rest = worker.percentile(rested.rested_us, 0.5)
-    faster = sum(1 for d, r in zip(rested.drained_us, rested.rested_us, strict=True) if r < d)
-    saving = drained - rest
-    ok = faster >= math.ceil(BURST_MIN_FASTER * pairs) and saving > BURST_MIN_SAVING * drained
-    return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, significant(saving) if ok else 0.0,
-                    rested.collective, fit_busy(rested.idle_us, rested.busy_us))
+    drained = worker.percentile(list(rested.drained_us), 0.5)
+    rest, faster, saving = _saving(rested.drained_us, rested.rested_us)
+    apart = _saving(rested.drained_us, rested.apart_us) if rested.apart_us else None
+    together = _saving(rested.drained_us, rested.together_us) if rested.together_us else None
+    return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, saving, rested.collective,
+                    fit_busy(rested.idle_us, rested.busy_us), apart[0] if apart else None, apart[1] if apart else 0,
+                    apart[2] if apart else None, together[0] if together else None,
+                    together[1] if together else 0, together[2] if together else None, rested.busy_nbytes)
 
 
 def fit_busy(idle_us: Sequence[float], busy_us: Sequence[float]) -> float:

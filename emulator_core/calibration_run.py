@@ -98,7 +98,10 @@ def _rested(doc: dict[str, Any]) -> tuple[Rested, ...]:
         return tuple(Rested(int(r["nbytes"]), float(r["rest_us"]), tuple(float(t) for t in r["drained_us"]),
                             tuple(float(t) for t in r["rested_us"]), str(r["collective"]),
                             tuple(float(t) for t in r.get("idle_us", ())),
-                            tuple(float(t) for t in r.get("busy_us", ()))) for r in entries)
+                            tuple(float(t) for t in r.get("busy_us", ())),
+                            tuple(float(t) for t in r.get("apart_us", ())),
+                            tuple(float(t) for t in r.get("together_us", ())),
+                            int(r.get("busy_nbytes", 0))) for r in entries)
     except (KeyError, TypeError, ValueError, CalibrateInputError) as exc:
         raise CalibrationError(f"the worker's result has a malformed rest measurement: {exc!r}") from None
 

@@ -127,7 +127,8 @@ TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers
             "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown")
+                    "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown",
+                    "apart_rest_factor")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -219,6 +220,11 @@ class Calibration:
             default: not slowed; at most 100): gloo's threads share a node's core with the training step
             (``emulator_core.answer``, "beside compute"); ``nbox calibrate --rest`` measures it beside
             a matmul thread (CPU ranks only).
+        apart_rest_factor: ``rest_factor`` for a call whose members arrive apart (the last at least
+            ``emulator_core.answer.APART_US`` after the first), 0 to 1; None (the default): ``rest_factor`` whatever
+            the arrivals. ``nbox calibrate --rest`` measures it with one member arriving 0.5 ms late: on the
+            namespace testbed gloo's all_gather keeps its share only when its members arrive together (0 apart), the
+            all_reduce and reduce_scatter keep theirs either way.
     """
 
     collective: str
@@ -233,6 +239,7 @@ class Calibration:
     sizes_bytes: tuple[int, ...] = ()
     rest_factor: float = 1.0
     busy_slowdown: float = 1.0
+    apart_rest_factor: float | None = None
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -271,6 +278,12 @@ class Calibration:
         if rest > 1:
             raise bad("rest_factor", self.rest_factor, "must be <= 1 (a share of the rested link's saving)")
         object.__setattr__(self, "rest_factor", rest)
+        if self.apart_rest_factor is not None:
+            apart = check_float("apart_rest_factor", self.apart_rest_factor, ge=0)
+            if apart > 1:
+                raise bad("apart_rest_factor", self.apart_rest_factor,
+                          "must be <= 1 (a share of the rested link's saving)")
+            object.__setattr__(self, "apart_rest_factor", apart)
         busy = check_float("busy_slowdown", self.busy_slowdown, ge=1)
         if busy > 100:
             raise bad("busy_slowdown", self.busy_slowdown, "must be <= 100 (times longer beside a computing thread)")
@@ -287,10 +300,10 @@ class Calibration:
         return table[-1][1]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes``, ``rest_factor`` and
-        ``busy_slowdown`` only when recorded (files without them stay the same)."""
+        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes``, ``rest_factor``,
+        ``busy_slowdown`` and ``apart_rest_factor`` only when recorded (files without them stay the same)."""
         d = {k: getattr(self, k) for k in CALIBRATION_KEYS
-             if k not in ("jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown")}
+             if k not in ("jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown", "apart_rest_factor")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
@@ -302,6 +315,8 @@ class Calibration:
             out["rest_factor"] = self.rest_factor
         if self.busy_slowdown != 1.0:
             out["busy_slowdown"] = self.busy_slowdown
+        if self.apart_rest_factor is not None:
+            out["apart_rest_factor"] = self.apart_rest_factor
         return out
 
     @classmethod

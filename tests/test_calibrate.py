@@ -208,17 +208,39 @@ def test_worker_times_its_calls_back_to_back_after_one_barrier(monkeypatch: pyte
     assert len(times) == 5 and all(t >= 0 for t in times)
 
 
-def test_worker_times_drained_and_rested_calls_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Step 4: per pair, a draining call, a timed call right after it, a rest, a timed call; one max over ranks."""
+def test_worker_times_drained_rested_together_and_apart_calls_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 4: per pair, a draining call, a timed call right after it, a slept rest, a timed call; a one-element
+    all_reduce, the rest busy-waited, a timed call (together); the same with the last rank 0.5 ms later (apart);
+    one max over ranks, the apart calls the late rank's own time."""
     import torch
     import torch.distributed as dist
 
     events: list[str] = []
-    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: events.append(f"max over {len(t)}"))
-    monkeypatch.setattr(worker.time, "sleep", lambda s: events.append(f"rest {s}"))
-    drained, rested = worker._rested(lambda: events.append("op"), 3, 0.01, torch.device("cpu"))
-    assert events == ["op", "op", "rest 0.01", "op"] * 3 + ["max over 6"]
-    assert len(drained) == len(rested) == 3
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: events.append(f"all_reduce {len(t)}"))
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(worker.time, "sleep", lambda s: events.append(f"sleep {s:g}"))
+    monkeypatch.setattr(worker, "_spin", lambda s: events.append(f"spin {s:g}"))
+    for rank in (0, 1):
+        events.clear()
+        monkeypatch.setattr(dist, "get_rank", lambda r=rank: r)
+        drained, rested, together, apart = worker._rested(lambda: events.append("op"), 3, 0.01,
+                                                          torch.device("cpu"))
+        late = "spin 0.0105" if rank == 1 else "spin 0.01"
+        assert events == ["op", "op", "sleep 0.01", "op", "all_reduce 1", "spin 0.01", "op", "all_reduce 1", late,
+                          "op"] * 3 + ["all_reduce 12"]
+        assert len(drained) == len(rested) == len(together) == len(apart) == 3
+        assert all(t > 0 for t in apart) if rank == 1 else apart == [0.0] * 3  # only the late rank's time counts
+
+
+def test_a_spin_busy_waits_its_whole_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sleep of a few ms wakes up late on a VM (the ranks would arrive apart): the together rests spin."""
+    import time
+
+    slept: list[float] = []
+    monkeypatch.setattr(worker.time, "sleep", lambda s: slept.append(s))
+    t0 = time.perf_counter()
+    worker._spin(0.002)
+    assert slept == [] and time.perf_counter() - t0 >= 0.002
 
 
 def test_the_link_rest_fit_takes_a_significant_saving_only() -> None:
@@ -238,6 +260,87 @@ def test_the_link_rest_fit_takes_a_significant_saving_only() -> None:
         cc.Rested(1, 1.0, (1.0,), ())
     with pytest.raises(cc.CalibrateInputError, match="finite"):
         cc.Rested(1, 1.0, (1.0,), (math.nan,))
+    with pytest.raises(cc.CalibrateInputError, match="apart and 1 drained"):
+        cc.Rested(1, 1.0, (1.0,), (1.0,), apart_us=(1.0, 2.0), together_us=(1.0,))
+    with pytest.raises(cc.CalibrateInputError, match="together and 1 drained"):
+        cc.Rested(1, 1.0, (1.0,), (1.0,), apart_us=(1.0,), together_us=(1.0, 2.0))
+    with pytest.raises(cc.CalibrateInputError, match="needs both or neither"):
+        cc.Rested(1, 1.0, (1.0,), (1.0,), apart_us=(1.0,))
+    with pytest.raises(cc.CalibrateInputError, match="busy_nbytes"):
+        cc.Rested(1, 1.0, (1.0,), (1.0,), busy_nbytes=-1)
+
+
+def test_calls_whose_members_arrive_apart_get_their_own_share() -> None:
+    """The all_gather of the testbed: its rested calls save what the all_reduce's do when its members arrive
+    together, nothing when one is 0.5 ms late (2 of 15 faster); the all_reduce keeps its saving apart. The shares
+    and the bucket compare the together calls (the slept ones wake the ranks apart: less saved); without them,
+    the slept ones."""
+    drained = tuple(3300.0 + 10 * (i % 3) for i in range(15))
+    minus = lambda us: tuple(d - us for d in drained)  # noqa: E731
+    ar = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, minus(600.0), "all_reduce", apart_us=minus(700.0),
+                                together_us=minus(700.0)))
+    late = tuple(d - 700.0 if i < 2 else d + 170.0 for i, d in enumerate(drained))
+    ag = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, drained, "all_gather", apart_us=late,
+                                together_us=minus(700.0)))
+    old = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, minus(350.0), "reduce_scatter"))
+    assert ar.saving_us == pytest.approx(600.0) and ar.bucket_saving_us == pytest.approx(700.0)
+    assert old.bucket_saving_us == pytest.approx(350.0)  # no together calls: the slept ones
+    assert ag.apart_faster == 2 and ag.apart_saving_us == 0.0 and old.apart_saving_us is None
+    assert cf.rest_shares([ar, ag, old]) == {"all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 0.5}
+    assert cf.apart_shares([ar, ag, old]) == {"all_reduce": 1.0, "all_gather": 0.0}  # not measured: not written
+    line = ag.describe(0.0, 1.0, 0.0)
+    assert ("members together: 2610 us (15 of 15 faster), 0.5 ms apart: 3480 us (2 of 15 faster): "
+            "apart_rest_factor = 0") in line and "rest_factor = 1 (its saving" in line
+    lines = cal.describe_rests([ag, ar, old], 85_000.0)
+    assert lines[0].startswith("link rest: all_reduce") and "apart_rest_factor = 1" in lines[0]
+    assert "the together calls' saving" in lines[0] and "the slept calls'" not in lines[0]
+
+
+def test_the_bucket_is_the_together_calls_saving_where_measured(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate() writes burst_bytes from the all_reduce's together calls (timed from the last arrival), not the
+    slept ones (their first rank's time holds its wait for the last), and each share and apart share from them."""
+    from emulator_core.calibration import CalibrateConfig
+    from emulator_core.calibration_run import MeasureRun
+
+    drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
+    minus = lambda us: tuple(d - us for d in drained)  # noqa: E731
+    rests = (cc.Rested(1 << 20, 10_000.0, drained, minus(500.0), "all_reduce", together_us=minus(700.0),
+                       apart_us=minus(700.0)),
+             cc.Rested(1 << 18, 10_000.0, drained, drained, "all_gather", together_us=minus(350.0),
+                       apart_us=drained))
+    link = cm.Link(70.0, 150.0)
+    meas = [*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]), *synthetic("all_gather", "ring", 2, link,
+                                                                               SIZES[2:7])]
+    monkeypatch.setattr(cal, "measure_run", lambda c: MeasureRun(meas, {"backend": "gloo", "world_size": 2}, 1.0,
+                                                                 rests))
+    res = cal.calibrate(CalibrateConfig(backend="gloo", collectives=("all_reduce", "all_gather"),
+                                        sizes=tuple(SIZES[2:7]), dimension="network"), tmp_path / "c.toml")
+    dim = res.scenario.topology.dims[0]
+    assert dim.burst_bytes == pytest.approx(700.0 * dim.bandwidth_bytes_per_us, rel=1e-3)
+    ag = res.scenario.calibrated("all_gather", "network")
+    assert ag is not None and ag.rest_factor == 0.5 and ag.apart_rest_factor == 0.0
+    assert "the together calls' saving x the link's bandwidth" in (tmp_path / "c.toml").read_text()
+
+
+def test_shares_and_busy_sizes_are_kept_apart() -> None:
+    """The shares' calls are short (REST_SHARE_CALL_MAX_US: the all_gather's 1 MiB calls ran in two modes), the
+    busy ratio is measured at the rest size of REST_CALL_MAX_US (it changes with the size) and says so."""
+    assert worker.REST_SHARE_CALL_MAX_US < worker.REST_CALL_MAX_US
+    drained = tuple(2200.0 + 10 * (i % 3) for i in range(15))
+    r = cc.Rested(1 << 18, 10_000.0, drained, drained, "all_gather", idle_us=(8800.0,) * 15,
+                  busy_us=(11000.0,) * 15, busy_nbytes=1 << 20)
+    fit = cf.fit_burst(r)
+    assert fit.busy_nbytes == 1 << 20 and fit.busy_slowdown == pytest.approx(1.25)
+    assert "beside a computing thread at 1048576 bytes x1.25" in fit.describe(0.0, 0.0)
+    same = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, drained, "all_gather", idle_us=(8800.0,) * 15,
+                                  busy_us=(11000.0,) * 15))
+    assert "beside a computing thread x1.25" in same.describe(0.0, 0.0)
+    doc = {"rested": [{"collective": "all_gather", "nbytes": 1 << 18, "rest_us": 1e4, "drained_us": [9.0],
+                       "rested_us": [8.0], "together_us": [7.0], "apart_us": [9.0], "idle_us": [1.0],
+                       "busy_us": [2.0], "busy_nbytes": 1 << 20}]}
+    got = cr._rested(doc)[0]
+    assert got.together_us == (7.0,) and got.busy_nbytes == 1 << 20
 
 
 def test_the_fragment_burst_gives_the_measured_saving_back_through_pricing() -> None:
@@ -610,3 +713,41 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
             continue
         res = cal.calibrate(cfg, out)
         assert f"2 ranks, {reported}." in out.read_text() and res.fits[0].collective == "all_reduce"
+
+
+def test_apart_rest_factor_acts_on_calls_whose_members_arrive_apart_and_is_written_only_where_measured() -> None:
+    """The fragment writes each measured ``apart_rest_factor``; the answer gives a rested call whose last member
+    arrives APART_US or more after its first that share of the bucket, a together call its ``rest_factor``."""
+    from emulator_core.answer import APART_US, Fabric
+
+    link = cm.Link(70.0, 150.0)
+    fits = cf.fit([*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]),
+                   *synthetic("all_gather", "ring", 2, link, SIZES[2:7])], 2)
+    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", burst_saving_us=730.0,
+                                 shares={"all_reduce": 1.0, "all_gather": 1.0}, apart={"all_gather": 0.0})
+    ag = frag.calibrated("all_gather", "network")
+    assert ag is not None and ag.apart_rest_factor == 0.0
+    assert frag.calibrated("all_reduce", "network").apart_rest_factor is None  # type: ignore[union-attr]
+    text = dump_toml(frag)
+    assert loads_scenario(text) == frag and text.count("apart_rest_factor") == 1
+    fabric = Fabric(frag)
+
+    def cost(coll: str, spread_us: float) -> float:
+        g = fabric.group(None, [0, 1])
+        return fabric.answer(g, coll, 1 << 20, [0.0, spread_us]).cost_us
+
+    full = fabric.price(fabric.group(None, [0, 1]), "all_gather", 1 << 20)[1]
+    assert cost("all_gather", 0.0) == pytest.approx(full - 730.0, rel=1e-3)  # together: the whole credit
+    assert cost("all_gather", APART_US * 0.9) == pytest.approx(full - 730.0, rel=1e-3)
+    assert cost("all_gather", APART_US) == pytest.approx(full)  # apart: its apart share, 0
+    assert cost("all_reduce", APART_US * 5) == cost("all_reduce", 0.0)  # no apart share: rest_factor either way
+    base = {"collective": "all_gather", "dimension": "network", "algorithm": "ring", "ranks": 2}
+    assert Calibration.from_dict({**base, "apart_rest_factor": 0}).apart_rest_factor == 0.0
+    for bad in (-0.1, 1.5, "half", math.inf):
+        with pytest.raises(ScenarioError, match="apart_rest_factor"):
+            Calibration.from_dict({**base, "apart_rest_factor": bad})
+    doc = {"rested": [{"collective": "all_gather", "nbytes": 1 << 20, "rest_us": 1e4, "drained_us": [9.0, 9.0],
+                       "rested_us": [8.0, 8.0], "apart_us": [9.5, 9.4], "together_us": [8.0, 8.1]}]}
+    assert cr._rested(doc)[0].apart_us == (9.5, 9.4)
+    with pytest.raises(cal.CalibrationError, match="malformed rest"):
+        cr._rested({"rested": [{**doc["rested"][0], "apart_us": [9.5]}]})

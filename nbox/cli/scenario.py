@@ -226,9 +226,11 @@ def calibrate_cmd(
                          "points": [vars(p) for p in f.points]} for f in result.fits],
                "link_rest": None if result.burst is None else {
                    **vars(result.burst), "burst_bytes": result.scenario.topology.dims[0].burst_bytes,
-                   "collectives": [{**vars(b), "rest_factor": next(
-                       (c.rest_factor for c in result.scenario.calibration if c.collective == b.collective), 1.0)}
-                       for b in result.rests]}}  # each BurstFit carries its busy_slowdown
+                   "collectives": [{**vars(b), **next(
+                       ({"rest_factor": c.rest_factor, "apart_rest_factor": c.apart_rest_factor}
+                        for c in result.scenario.calibration if c.collective == b.collective),
+                       {"rest_factor": 1.0, "apart_rest_factor": None})}
+                       for b in result.rests]}}  # each BurstFit carries its busy_slowdown and apart figures
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     from emulator_core.calibrate import format_fits
