@@ -17,21 +17,22 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    median 11.04 against 8.96 ms), and a training step does not barrier before its collectives;
 3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
    min, max and the count over all rounds, and the per-round samples;
-4. the link's rest (``--rest-ms`` > 0, all_reduce measured): for each of :data:`REST_COLLECTIVES` measured, at
-   its largest size whose warm-up took at most :data:`REST_CALL_MAX_US` (the all_reduce) or
+4. the link's rest (``--rest-ms`` > 0, all_reduce measured): for each of :data:`REST_COLLECTIVES` measured, at its
+   largest size whose warm-up took at most :data:`REST_CALL_MAX_US` (the all_reduce) or
    :data:`REST_SHARE_CALL_MAX_US` (the others; else the smallest), pairs of one call right after another call (a
    drained link), one call after every rank slept ``--rest-ms`` (a rested one: a token-bucket shaper's bucket
-   refilled meanwhile), one after a one-element all_reduce and the same rest busy-waited on every rank (members
-   that arrive together: ``together_us``) and one after the same with the last rank :data:`REST_APART_S` later
-   (members that arrive apart: ``apart_us``, that rank's own time), interleaved, at least :data:`REST_MIN_PAIRS`
-   pairs; reported as ``rested``, a list with one entry per collective (per-pair times, max over ranks); on CPU
-   ranks also as many pairs of a call right after a call on an idle core and one right after that while a thread
-   of the rank computes a matmul loop on it (``idle_us``, ``busy_us``: gloo's threads sharing the core with
-   compute; at the size :data:`REST_CALL_MAX_US` picks, ``busy_nbytes``: the ratio changes with the size, x1.28
-   at 1 MiB and x3.71 at 256 KiB for the testbed's all_gather). ``emulator_core.calibrate`` turns the
-   all_reduce's together difference into the dimension's ``burst_bytes`` (the slept one where there are no
-   together calls), each collective's together and apart differences over it into its shares of it
-   (``rest_factor``, ``apart_rest_factor``), and the busy calls' ratio into ``busy_slowdown``.
+   refilled meanwhile), one after a one-element all_reduce and the same rest on every rank, its last
+   :data:`REST_SPIN_S` busy-waited (members that arrive together: ``together_us``) and one after the same with the
+   last rank :data:`REST_APART_S` later (members that arrive apart: ``apart_us``, that rank's own time), interleaved,
+   at least :data:`REST_MIN_PAIRS` pairs; reported as ``rested``, a list with one entry per collective (per-pair
+   times, max over ranks); on CPU ranks also as many pairs of a call right after a call on an idle core and one right
+   after that while a thread of the rank computes a matmul loop on it (``idle_us``, ``busy_us``: gloo's threads
+   sharing the core with compute; at the size :data:`REST_CALL_MAX_US` picks, ``busy_nbytes``: the ratio changes with
+   the size, x1.28 at 1 MiB and x3.71 at 256 KiB for the testbed's all_gather). ``emulator_core.calibrate`` turns the
+   all_reduce's together saving into the dimension's ``burst_bytes`` (the slept one where there are no together
+   calls), each collective's together and apart savings over it into its shares of it (``rest_factor``,
+   ``apart_rest_factor``; ``emulator_core.calibration_fit``: expected savings), and the busy calls' ratio into
+   ``busy_slowdown``.
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
@@ -72,6 +73,10 @@ REST_MIN_PAIRS = 40
 #: How late (seconds) the last rank arrives at the rest measurement's "apart" call: members that do not arrive
 #: together (``emulator_core.answer.APART_US``), as a backward pass's do.
 REST_APART_S = 0.0005
+#: The together and apart calls' rests end busy-waiting this long (seconds): a sleep of a few ms wakes up to ~1 ms
+#: late on a VM (the ranks would arrive apart), and a whole rest spun held the core: four testbed nodes on two
+#: CPUs, each CPU shared by two ranks that spun 10 ms, took 18.7 ms for a 1 MiB all_reduce that took 13.2 drained.
+REST_SPIN_S = 0.002
 #: The shares' rest calls (all but the all_reduce, whose saving sets the bucket) take at most this long back to
 #: back (microseconds): on the two-node testbed gloo's 1 MiB all_gathers ran in two modes (8.8 and 12.1 ms, p10
 #: and median of one sweep) whose mix hid the rest's saving; the ~0.4 ms saving stands out of a shorter call.
@@ -196,9 +201,12 @@ def _iterations(op: Callable[[], object], args: argparse.Namespace, device: Any)
     return int(min(args.max_iters, max(args.min_iters, args.budget_s // per_iter_s))), warm
 
 
-def _spin(seconds: float) -> None:
-    """Busy-wait ``seconds``: a precise end (a sleep of a few ms wakes up to ~1 ms late on a VM)."""
+def _rest(seconds: float) -> None:
+    """Rest ``seconds``: sleep, then busy-wait the last :data:`REST_SPIN_S` (a precise end: a sleep of a few ms
+    wakes up to ~1 ms late on a VM; a short spin: a rank that spins holds a core another rank may share)."""
     end = time.perf_counter() + seconds
+    if seconds > REST_SPIN_S:
+        time.sleep(seconds - REST_SPIN_S)
     while time.perf_counter() < end:
         pass
 
@@ -206,7 +214,7 @@ def _spin(seconds: float) -> None:
 def _rested(op: Callable[[], object], pairs: int, rest_s: float,
             device: Any) -> tuple[list[float], list[float], list[float], list[float]]:
     """``pairs`` x (a call right after a call; a call after ``rest_s`` of sleep on every rank; a call after a
-    one-element all_reduce and ``rest_s`` busy-waited on every rank; the same with the last rank
+    one-element all_reduce and ``rest_s`` of rest (:func:`_rest`) on every rank; the same with the last rank
     :data:`REST_APART_S` later), microseconds (module docstring, step 4): per pair the max over ranks of the first
     three calls' times (the third's members arrive within the small call's exit skew: together) and the last rank's
     own time of the fourth (from the last arrival: apart). The calls end together on every rank (a collective), so
@@ -223,10 +231,10 @@ def _rested(op: Callable[[], object], pairs: int, rest_s: float,
         time.sleep(rest_s)
         rested += _timed_calls(op, 1, device)
         dist.all_reduce(one)  # aligns the ranks: they leave a one-element call within its exit skew
-        _spin(rest_s)
+        _rest(rest_s)
         together += _timed_calls(op, 1, device)
         dist.all_reduce(one)
-        _spin(rest_s + (REST_APART_S if late else 0.0))
+        _rest(rest_s + (REST_APART_S if late else 0.0))
         apart += [t if late else 0.0 for t in _timed_calls(op, 1, device)]
     times = _max_over_ranks(drained + rested + together + apart, device)
     return times[:pairs], times[pairs:2 * pairs], times[2 * pairs:3 * pairs], times[3 * pairs:]

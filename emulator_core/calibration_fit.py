@@ -290,8 +290,8 @@ def fit(measurements: Sequence[Measurement], nproc: int, backend: str = "gloo") 
 BURST_MIN_FASTER = 0.75
 #: ... and faster by at least this share of the drained median (the link's run-to-run noise is below it).
 BURST_MIN_SAVING = 0.01
-#: The together and apart calls' expected saving leaves out this share of the pairs at each end (their
-#: differences sorted): one call in gloo's slow mode (+35% at random) would move a plain mean of 40 by 0.3%.
+#: The together and apart calls' expected saving leaves out this share of those calls at each end (sorted by
+#: time): one all_gather of 256 KiB in gloo's slow mode (+10 ms on the testbed) moves a plain mean of 40 by 0.25 ms.
 SAVING_TRIM = 0.1
 
 
@@ -340,8 +340,7 @@ class BurstFit:
         elif share is None:
             seen = "no bucket (the all_reduce saved nothing)"
         else:
-            own = self.together_saving_us if self.together_saving_us is not None else self.saving_us
-            seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if own > 0
+            seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if self.bucket_saving_us > 0
                     else "not significant: rest_factor = 0")
         at = f" at {self.busy_nbytes} bytes" if self.busy_nbytes and self.busy_nbytes != self.nbytes else ""
         busy = (f"; beside a computing thread{at} x{self.busy_slowdown:g} (busy_slowdown)"

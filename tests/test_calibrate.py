@@ -210,7 +210,7 @@ def test_worker_times_its_calls_back_to_back_after_one_barrier(monkeypatch: pyte
 
 def test_worker_times_drained_rested_together_and_apart_calls_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 4: per pair, a draining call, a timed call right after it, a slept rest, a timed call; a one-element
-    all_reduce, the rest busy-waited, a timed call (together); the same with the last rank 0.5 ms later (apart);
+    all_reduce, a rest ending busy-waited, a timed call (together); the same with the last rank 0.5 ms later (apart);
     one max over ranks, the apart calls the late rank's own time."""
     import torch
     import torch.distributed as dist
@@ -219,28 +219,32 @@ def test_worker_times_drained_rested_together_and_apart_calls_in_pairs(monkeypat
     monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: events.append(f"all_reduce {len(t)}"))
     monkeypatch.setattr(dist, "get_world_size", lambda: 2)
     monkeypatch.setattr(worker.time, "sleep", lambda s: events.append(f"sleep {s:g}"))
-    monkeypatch.setattr(worker, "_spin", lambda s: events.append(f"spin {s:g}"))
+    monkeypatch.setattr(worker, "_rest", lambda s: events.append(f"rest {s:g}"))
     for rank in (0, 1):
         events.clear()
         monkeypatch.setattr(dist, "get_rank", lambda r=rank: r)
         drained, rested, together, apart = worker._rested(lambda: events.append("op"), 3, 0.01,
                                                           torch.device("cpu"))
-        late = "spin 0.0105" if rank == 1 else "spin 0.01"
-        assert events == ["op", "op", "sleep 0.01", "op", "all_reduce 1", "spin 0.01", "op", "all_reduce 1", late,
+        late = "rest 0.0105" if rank == 1 else "rest 0.01"
+        assert events == ["op", "op", "sleep 0.01", "op", "all_reduce 1", "rest 0.01", "op", "all_reduce 1", late,
                           "op"] * 3 + ["all_reduce 12"]
         assert len(drained) == len(rested) == len(together) == len(apart) == 3
         assert all(t > 0 for t in apart) if rank == 1 else apart == [0.0] * 3  # only the late rank's time counts
 
 
-def test_a_spin_busy_waits_its_whole_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sleep of a few ms wakes up late on a VM (the ranks would arrive apart): the together rests spin."""
+def test_a_rest_sleeps_then_busy_waits_its_last_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sleep of a few ms wakes up late on a VM (the ranks would arrive apart): the last REST_SPIN_S spin; no
+    more (a spinning rank holds a core another rank may share)."""
     import time
 
     slept: list[float] = []
     monkeypatch.setattr(worker.time, "sleep", lambda s: slept.append(s))
     t0 = time.perf_counter()
-    worker._spin(0.002)
-    assert slept == [] and time.perf_counter() - t0 >= 0.002
+    worker._rest(worker.REST_SPIN_S + 0.002)
+    assert slept == [pytest.approx(0.002)] and time.perf_counter() - t0 >= worker.REST_SPIN_S
+    slept.clear()
+    worker._rest(worker.REST_SPIN_S / 2)  # shorter than the spin: no sleep at all
+    assert slept == []
 
 
 def test_the_link_rest_fit_takes_a_significant_saving_only() -> None:
