@@ -26,16 +26,17 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   drained link's. Measured on the namespace testbed (1 Gb/s, tbf burst 125000 bytes, gloo all_reduce,
   medians of 40): 1 MiB took 8.80 ms back to back, 8.32 ms after 0.5 ms of rest, 8.03 ms after 1 to 3 ms; 2
   MiB 17.59 / 17.11 / 16.83 ms; 256 KiB 2.23 ms and 1.46-1.56 ms rested (``bench/testbed_causes.py``).
-  ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved
-  against the all_reduce's, measured by ``nbox calibrate --rest`` with the members arriving together (a
-  one-element call, then the rest busy-waited), and ``apart_rest_factor`` the same with the last member 0.5 ms
-  late. A call whose last member arrives at least :data:`APART_US` after its first (its stragglers' and
-  mirrors' lateness included) gets the apart share where the calibration has one. Not every collective gets
-  the bucket when apart: in FSDP2's recordings on the testbed (README, runs P16-P20) gloo's all_gathers of a
-  396 KB shard whose members arrived within 0.1 ms got the credit in 43 of 46 calls and the others in 20 of 74;
-  calibrations on the testbed (2026-11-28, 256 KiB, 15-40 pairs after 10 ms of rest) give the all_gather a
-  together share of 0.75-0.99 and an apart share of 0, the reduce_scatter 0.64-0.95 and 0.75-1, the
-  all_reduce 1 and 1.
+  ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved against
+  the all_reduce's, measured by ``nbox calibrate --rest`` with the members arriving together (a one-element call,
+  then the rest, its end busy-waited), and ``apart_rest_factor`` the same with the last member 0.5 ms late (expected
+  savings, ``emulator_core.calibration_fit``). A call whose last member arrives at least :data:`APART_US` after its
+  first (its stragglers' and mirrors' lateness included) gets the apart share where the calibration has one. Not
+  every collective gets the bucket when apart: in FSDP2's recordings on the testbed (README, runs P16-P20) gloo's
+  all_gathers of a 396 KB shard whose members arrived within 0.1 ms got the credit in 43 of 46 calls and the others
+  in 20 of 74; calibrations on the testbed (2026-11-28, 256 KiB, 40 sets after 10 ms of rest, expected savings) gave
+  the all_gather a together share of 0-0.97 (it moves with the hour, and not with training's: README, "Together and
+  apart shares, measured") and an apart share of 0-0.18, the reduce_scatter 0.82-0.99 and 0.86-1, the all_reduce's
+  apart share 1.
   A call queued behind the previous one (below) has no rest and no credit.
 * With the scenario's ``jitter = "calibrated"``,
   ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the

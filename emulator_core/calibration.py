@@ -220,7 +220,7 @@ class Rested:
     """The link's rest (``_calibrate_worker`` step 4): per pair, a ``collective`` of ``nbytes`` right after another
     (``drained_us``) and one after every rank slept ``rest_us`` (``rested_us``); and pairs of a call on an idle core
     (``idle_us``) and one beside a computing thread (``busy_us``; both empty: not measured); microseconds, max over
-    ranks; and per pair one after a one-element call and the same rest busy-waited, its members together
+    ranks; and per pair one after a one-element call and the same rest, its end busy-waited, its members together
     (``together_us``), and one with a member arriving late (``apart_us``: the late member's own time, from the last
     arrival); both empty: not measured. ``busy_nbytes``: the size of the idle and busy calls (0: ``nbytes``)."""
 
