@@ -2,7 +2,7 @@
 
     python bench/astra_parity.py [GRID.csv] [--min-bytes N] [--all-configs] [--json]
 
-GRID.csv defaults to ``../shared/astra/reference_grid_upto64.csv`` (see its README: ASTRA-sim 2.0's analytical
+GRID.csv defaults to ``tests/data/astra_grid/reference_grid_upto64.csv`` (see its README: ASTRA-sim 2.0's analytical
 backends, one dimension, 50 GB/s with GB = 2^30 B, 500 ns per link). Each row becomes an nbox scenario through
 ``emulator_core.astra`` (the same rule ``nbox scenario import`` uses): the topology's kind, per-link bandwidth, a
 switch traversal = two links of latency, store-and-forward links and ``congestion = "aware"`` for the
@@ -34,7 +34,7 @@ from emulator_core.astra import ALGORITHM_FROM_ASTRA, dimension_from_astra, netw
 from emulator_core.pricing import group_shape, make_pricer  # noqa: E402
 from emulator_core.scenario import Scenario, Topology  # noqa: E402
 
-DEFAULT_GRID = ROOT.parent / "shared" / "astra" / "reference_grid_upto64.csv"
+DEFAULT_GRID = ROOT / "tests" / "data" / "astra_grid" / "reference_grid_upto64.csv"
 
 
 def scenario_for(row: dict[str, str]) -> Scenario:

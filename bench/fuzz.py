@@ -4,7 +4,7 @@
 
 Targets, each fed mutations of a corpus of real inputs:
 
-* ``et``: Chakra ET files (the shipped bundles' traces and ``../shared/samples``) through
+* ``et``: Chakra ET files (the shipped bundles' traces and ``tests/data/samples``) through
   :func:`nbox_trace.check.inspect_rank` (which streams :class:`~nbox_trace.chakra.codec.EtReader`);
 * ``manifest``: the shipped bundles' ``manifest.json`` through :func:`nbox_trace.bundle.parse_manifest`, and when
   one parses, :func:`nbox_trace.bundle.verify_files` against its bundle;
@@ -48,7 +48,7 @@ from nbox_trace.chakra import codec  # noqa: E402
 from nbox_trace.check import inspect_rank  # noqa: E402
 from nbox_trace.errors import NboxError  # noqa: E402
 
-SAMPLES = REPO_ROOT.parent / "shared" / "samples"
+SAMPLES = REPO_ROOT / "tests" / "data" / "samples"
 #: Corpus files larger than this are left out (mutating a multi-megabyte file per case is mostly copying).
 MAX_SEED_BYTES = 1 << 20
 #: A case running longer than this is a hang, counted as a crash.

@@ -3,7 +3,7 @@
     python bench/replay_snapshot.py OUT.json [--samples DIR]     # write the snapshot of this tree's simulate()
     python bench/replay_snapshot.py OUT.json --check OLD.json    # ... and fail on any difference
 
-Cases: every shipped bundle in traces/ and every Chakra ET sample in ../shared/samples/chakra_et, each
+Cases: every shipped bundle in traces/ and every Chakra ET sample in tests/data/samples/chakra_et, each
 under several scenarios (the baseline at the recorded world size, dgx_h100_400g at 64 and 1024 ranks,
 ethernet_100g with a straggler and a compute scale, loopback_cpu with calibrated jitter) and
 repetitions, all ranks and rank 0 alone. Per case: each rank's iteration times, compute, exposed and
@@ -31,7 +31,7 @@ from nbox_replay.source import open_source  # noqa: E402
 from nbox_replay.virtual import SimResult, simulate  # noqa: E402
 from nbox_trace.errors import NboxError  # noqa: E402
 
-SAMPLES = ROOT.parent / "shared" / "samples" / "chakra_et"
+SAMPLES = ROOT / "tests" / "data" / "samples" / "chakra_et"
 
 
 def _sources(samples: Path) -> list[str]:

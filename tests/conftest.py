@@ -1,7 +1,7 @@
 """Shared fixtures for the nbox test-suite.
 
-Sample traces written by other tools live in ``../shared/samples`` beside the repository root (see
-``MANIFEST.md`` there). Tests that need them skip with a clear reason when the folder is missing.
+Sample traces written by other tools live in ``tests/data/samples`` (see ``MANIFEST.md`` there for each file's
+source); they are part of the repository, so a test that needs them fails, never skips, when they are missing.
 
 Test functions that take one of these arguments are parametrized over sample files (ids are the
 paths relative to the samples folder):
@@ -20,12 +20,12 @@ import pytest
 #: The repository root (the folder holding ``nbox/`` and ``tests/``).
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Real traces from other tools, kept beside the repository (never edited by tests).
-SAMPLES = REPO_ROOT.parent / "shared" / "samples"
-SAMPLES_MISSING_REASON = f"sample traces not found: {SAMPLES} (expected ../shared/samples beside the repo root)"
+SAMPLES = REPO_ROOT / "tests" / "data" / "samples"
 
 
-def samples_present() -> bool:
-    return (SAMPLES / "chakra_et").is_dir()
+def _require_samples() -> None:
+    if not (SAMPLES / "chakra_et").is_dir():
+        raise FileNotFoundError(f"sample traces not found: {SAMPLES} (they are part of the repository)")
 
 
 def _rank_key(path: Path) -> tuple[str, int, str]:
@@ -37,8 +37,7 @@ def _rank_key(path: Path) -> tuple[str, int, str]:
 
 def sample_et_files() -> list[Path]:
     """All sample ET files (raw protobuf), sorted by folder then rank."""
-    if not samples_present():
-        return []
+    _require_samples()
     files = list((SAMPLES / "chakra_et").rglob("*.et")) + list((SAMPLES / "cpu_gloo_official_pipeline").glob("*.et"))
     return sorted(files, key=_rank_key)
 
@@ -48,8 +47,7 @@ def microbench_files() -> list[Path]:
 
 
 def _params(files: list[Path]) -> list[object]:
-    if not files:
-        return [pytest.param(None, id="no-samples", marks=pytest.mark.skip(reason=SAMPLES_MISSING_REASON))]
+    assert files, f"no sample files under {SAMPLES}"
     return [pytest.param(p, id=p.relative_to(SAMPLES).as_posix()) for p in files]
 
 
@@ -62,9 +60,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def samples() -> Path:
-    """The samples folder; skips the test when it is missing."""
-    if not samples_present():
-        pytest.skip(SAMPLES_MISSING_REASON)
+    """The samples folder (part of the repository)."""
+    _require_samples()
     return SAMPLES
 
 

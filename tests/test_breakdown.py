@@ -287,7 +287,7 @@ def test_property_parts_add_up_on_random_graphs(world: tuple[dict[int, RankGraph
 
 
 def _corpus() -> list[str]:
-    samples = ROOT.parent / "shared" / "samples"
+    samples = ROOT / "tests" / "data" / "samples"
     found = sorted({str(p)[: -len(".0.et")] for p in samples.rglob("*.0.et")})
     return [*(str(p) for p in sorted(TRACES.iterdir()) if p.is_dir()), *found]
 
@@ -296,14 +296,14 @@ def _corpus() -> list[str]:
 def imported(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     from nbox_record.importer import ConvertConfig, import_traces
 
-    meg = ROOT.parent / "shared" / "samples" / "pytorch_et" / "megatron_tp8_nccl"
+    meg = ROOT / "tests" / "data" / "samples" / "pytorch_et" / "megatron_tp8_nccl"
     out = tmp_path_factory.mktemp("imported") / "megatron.bundle"
     pairs = tuple((meg / f"megatron_et_{r}.json.gz", meg / f"megatron_kineto_{r}.json.gz") for r in (0, 1))
     return [str(import_traces(ConvertConfig(pairs=pairs, out=out))[0])]
 
 
 def test_property_parts_add_up_on_every_shipped_bundle_sample_and_imported_trace(imported: list[str]) -> None:
-    """Issue 13, "Must show": over every shipped bundle in traces/, every sample in ../shared/samples and an
+    """Issue 13, "Must show": over every shipped bundle in traces/, every sample in tests/data/samples and an
     imported (Megatron, 2-stream GPU) trace, every rank's parts sum to every iteration's time within 0.1%."""
     from nbox_replay.replay import _load
     from nbox_replay.source import open_source

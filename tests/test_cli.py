@@ -22,12 +22,13 @@ from nbox_trace.chakra.attrs import make_attr
 from nbox_trace.chakra.codec import write_et
 from nbox_trace.check import REPORT_SCHEMA
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "samples"
 CHAKRA_ET = SAMPLES / "chakra_et"
 GLOO = SAMPLES / "cpu_gloo_official_pipeline"
 T3D = CHAKRA_ET / "multi_pg_T3D" / "trace"
 
-needs_samples = pytest.mark.skipif(not CHAKRA_ET.is_dir(), reason=f"sample traces not found: {SAMPLES}")
+#: The samples are part of the repository: a test that needs them fails, not skips, without them.
+needs_samples = pytest.mark.usefixtures("samples")
 
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
@@ -356,15 +357,13 @@ def test_human_output_prints_untrusted_text_verbatim(tmp_path: Path, case: str) 
 
 def test_every_path_a_help_example_names_exists() -> None:
     """Issue 12: `nbox trace inspect --help` named traces/example_ddp_mlp/trace, which does not exist. Every repo
-    path an example names (traces/..., emulator_core/..., ../shared/...) must exist, relative to the repo root."""
+    path an example names (traces/..., emulator_core/..., tests/data/...) must exist, relative to the repo root."""
     root = Path(__file__).resolve().parents[1]
     named = set()
     for path in (root / "nbox" / "cli").glob("*.py"):
         for line in path.read_text().splitlines():
             if line.strip().startswith("nbox "):
-                named.update(re.findall(r"(?:traces|emulator_core|\.\./shared)/[\w./-]+", line))
+                named.update(re.findall(r"(?:traces|emulator_core|tests/data)/[\w./-]+", line))
     assert named, "no example names a path: the check found nothing to check"
-    missing = sorted(p for p in named if not (root / p).exists() and not p.startswith("../shared"))
-    missing += sorted(p for p in named if p.startswith("../shared") and SAMPLES.parent.is_dir()
-                      and not (root / p).exists())
+    missing = sorted(p for p in named if not (root / p).exists())
     assert not missing, missing

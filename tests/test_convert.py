@@ -32,10 +32,11 @@ from nbox_trace.chakra.codec import read_et, write_et
 from nbox_trace.check import inspect_trace
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "samples"
 MEGATRON = SAMPLES / "pytorch_et" / "megatron_tp8_nccl"
 GLOO = SAMPLES / "cpu_gloo_official_pipeline"
-needs_samples = pytest.mark.skipif(not (MEGATRON.is_dir() and GLOO.is_dir()), reason=f"samples not found: {SAMPLES}")
+#: The samples are part of the repository: a test that needs them fails, not skips, without them.
+needs_samples = pytest.mark.usefixtures("samples")
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -92,8 +93,6 @@ def check_graph(conv: RankConversion) -> None:
 # -- Megatron TP8 (NCCL, schema 1.0.1) --------------------------------------------------------------
 @pytest.fixture(scope="module")
 def megatron() -> list[RankConversion]:
-    if not MEGATRON.is_dir():
-        pytest.skip(f"samples not found: {SAMPLES}")
     return [convert_rank(MEGATRON / f"megatron_et_{r}.json.gz", MEGATRON / f"megatron_kineto_{r}.json.gz", rank=r)
             for r in (0, 1)]
 
@@ -207,8 +206,6 @@ def gloo_c10d(rank: int) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def gloo() -> list[RankConversion]:
-    if not GLOO.is_dir():
-        pytest.skip(f"samples not found: {SAMPLES}")
     return [convert_rank(GLOO / f"host.{r}.json", GLOO / f"device.{r}.json", rank=r) for r in (0, 1)]
 
 

@@ -16,7 +16,7 @@ from emulator_core.scenario import Calibration, Dimension, Network, Scenario, Sc
 from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-GRID = ROOT.parent / "shared" / "astra" / "reference_grid_upto64.csv"
+GRID = ROOT / "tests" / "data" / "astra_grid" / "reference_grid_upto64.csv"
 MIB = 1 << 20
 
 
@@ -200,7 +200,6 @@ def test_a_group_inside_one_dimension_never_pays_another_dimensions_figures(s: S
 # ---------------------------------------------------------------------------------------- ASTRA-sim parity
 
 
-@pytest.mark.skipif(not GRID.exists(), reason=f"{GRID} not found (../shared beside the project)")
 def test_astra_sim_parity_within_five_percent_at_one_mib_and_more() -> None:
     spec = importlib.util.spec_from_file_location("astra_parity", ROOT / "bench" / "astra_parity.py")
     assert spec and spec.loader

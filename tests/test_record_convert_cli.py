@@ -7,17 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
 from nbox_trace.chakra import pb, read_et
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.check import inspect_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-MEGATRON = ROOT.parent / "shared" / "samples" / "pytorch_et" / "megatron_tp8_nccl"
-if not MEGATRON.is_dir():
-    pytest.skip(f"samples not found at {MEGATRON}", allow_module_level=True)
+MEGATRON = ROOT / "tests" / "data" / "samples" / "pytorch_et" / "megatron_tp8_nccl"
 
 
 def nbox(*args: object) -> subprocess.CompletedProcess[str]:

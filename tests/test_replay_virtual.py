@@ -24,7 +24,7 @@ from nbox_trace.errors import InputNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
-SAMPLES = ROOT.parent / "shared" / "samples" / "chakra_et"
+SAMPLES = ROOT / "tests" / "data" / "samples" / "chakra_et"
 
 
 def virtual(bundle: Path | str, **kw: object) -> dict[str, object]:

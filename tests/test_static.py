@@ -182,3 +182,48 @@ def test_ruff_is_clean() -> None:
 def test_mypy_strict_is_clean_on_the_library() -> None:
     proc = subprocess.run([*_tool("mypy")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------- tests and benches stay inside the repo
+
+#: What reaching outside the repository looks like in a test or bench: the repo root's parent (``ROOT.parent``,
+#: ``parents[1].parent``, ``Path("..")``), a ``../shared`` path, or the project's shared reference folder by name.
+#: A user's clone has none of these; what a test needs is copied into tests/data/.
+_OUTSIDE = re.compile(r"""(?:ROOT\.parent\b|parents\[1\]\.parent|["']\.\./shared|Path\(["']\.\.["']\)"""
+                      r"""|["']shared["']\s*[/,)]|/ ["']shared["'])""")
+
+
+def _reaches_outside(source: str) -> list[str]:
+    """The lines of ``source`` (code, not comments) that name a path outside the repository."""
+    found = []
+    for n, line in enumerate(source.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if _OUTSIDE.search(code):
+            found.append(f"{n}: {line.strip()}")
+    return found
+
+
+def test_no_test_or_bench_reads_outside_the_repository() -> None:
+    """A fresh clone has no ``../shared`` beside it: the suite and the benches read only what the repository has
+    (test vectors live in tests/data/ with their provenance)."""
+    offenders = {}
+    for folder in ("tests", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path == Path(__file__).resolve():
+                continue  # this file's own examples of the forms
+            hits = _reaches_outside(path.read_text(encoding="utf-8"))
+            if hits:
+                offenders[str(path.relative_to(ROOT))] = hits
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("line", [
+    'SAMPLES = ROOT.parent / "shared" / "samples"',
+    'SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"',
+    'GRID = Path("..") / "astra"',
+    'open("../shared/astra/x.csv")',
+    'p = root / "shared" / "samples"',
+])
+def test_the_outside_reader_check_finds_each_form(line: str) -> None:
+    assert _reaches_outside(line) == [f"1: {line}"]
+    assert _reaches_outside(f"x = 1  # {line}") == []

@@ -9,7 +9,7 @@ import pytest
 from nbox_trace.chakra.tracefiles import TraceSet, resolve_trace_set, split_rank_name
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "samples"
 
 
 def touch(directory: Path, *names: str) -> list[Path]:
@@ -158,7 +158,6 @@ def test_errors_are_nbox_errors(tmp_path: Path) -> None:
         resolve_trace_set(tmp_path / "missing.0.et")
 
 
-@pytest.mark.skipif(not (SAMPLES / "chakra_et").is_dir(), reason=f"sample traces not found: {SAMPLES}")
 def test_samples_resolve() -> None:
     t3d = resolve_trace_set(SAMPLES / "chakra_et" / "multi_pg_T3D" / "trace")
     assert (t3d.prefix, t3d.ranks) == ("trace", list(range(8)))

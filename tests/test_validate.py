@@ -2,8 +2,8 @@
 
 Three groups:
 
-* real traces from other tools (``../shared/samples``), with facts checked by reading the nodes
-  independently of the validator (skipped when the samples folder is missing);
+* real traces from other tools (``tests/data/samples``), with facts checked by reading the nodes
+  independently of the validator (the samples are part of the repository);
 * crafted traces written into ``tmp_path`` with the codec, one defect each;
 * a long dependency chain (depth and critical path without recursion).
 """
@@ -33,11 +33,12 @@ from nbox_trace.check import (
 from nbox_trace.contract import PG_INIT_NODE
 from nbox_trace.errors import TraceDecodeError, TraceWriteError
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "samples"
 CHAKRA_ET = SAMPLES / "chakra_et"
 GLOO = SAMPLES / "cpu_gloo_official_pipeline"
 
-needs_samples = pytest.mark.skipif(not CHAKRA_ET.is_dir(), reason=f"sample traces not found: {SAMPLES}")
+#: The samples are part of the repository: a test that needs them fails, not skips, without them.
+needs_samples = pytest.mark.usefixtures("samples")
 
 ONE_MIB = 1 << 20
 
@@ -344,8 +345,7 @@ def test_microbenchmark_folders_present() -> None:
 
 
 @pytest.mark.parametrize(
-    "folder", [pytest.param(d, id=f"{d.parent.name}/{d.name}") for d in _microbench_dirs()]
-    or [pytest.param(None, marks=pytest.mark.skip(reason="samples missing"))])
+    "folder", [pytest.param(d, id=f"{d.parent.name}/{d.name}") for d in _microbench_dirs()])
 def test_microbenchmarks_have_no_problems(folder: Path) -> None:
     report = inspect_trace(folder)
     npus = int(folder.name.split("npus")[0])

@@ -57,7 +57,7 @@ def trace_inspect(
 
       nbox trace inspect traces/ddp_mlp  (a bundle: its traces, every recorded rank present)
 
-      nbox trace inspect ../shared/samples/chakra_et/multi_pg_T3D/trace --json
+      nbox trace inspect tests/data/samples/chakra_et/multi_pg_T3D/trace --json
 
       nbox trace inspect run/trace.0.et --strict
     """
