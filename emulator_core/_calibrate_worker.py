@@ -13,8 +13,8 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    all points instead of spoiling one): fresh tensors, one untimed iteration, then ``ceil(count / rounds)``
    timed iterations after one barrier, back to back, each ``t0; op; t1`` (CUDA: synchronize before t0 and
    before t1), as nccl-tests times its iterations: a barrier before every call made large calls late far more
-   often (two-node testbed, 1 Gb/s: a 1 MiB all_reduce 2-3 ms late in 62% of the calls with one, 22% without;
-   median 11.04 against 8.96 ms), and a training step does not barrier before its collectives;
+   often on the two-node testbed (docs/results.md, "Calibration timed back to back"), and a training step does
+   not barrier before its collectives;
 3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
    min, max and the count over all rounds, and the per-round samples;
 4. the link's rest (``--rest-ms`` > 0, all_reduce measured): for each of :data:`REST_COLLECTIVES` measured, at its
@@ -28,7 +28,7 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    times, max over ranks); on CPU ranks also as many pairs of a call right after a call on an idle core and one right
    after that while a thread of the rank computes a matmul loop on it (``idle_us``, ``busy_us``: gloo's threads
    sharing the core with compute; at the size :data:`REST_CALL_MAX_US` picks, ``busy_nbytes``: the ratio changes with
-   the size, x1.28 at 1 MiB and x3.71 at 256 KiB for the testbed's all_gather). ``emulator_core.calibrate`` turns the
+   the size, so the size it was measured at is kept). ``emulator_core.calibrate`` turns the
    all_reduce's together saving into the dimension's ``burst_bytes`` (the slept one where there are no together
    calls), each collective's together and apart savings over it into its shares of it (``rest_factor``,
    ``apart_rest_factor``; ``emulator_core.calibration_fit``: expected savings), and the busy calls' ratio into

@@ -23,20 +23,17 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   less than the collective's zero-byte price, with ``burst_us = burst_bytes / the dimension's bandwidth``
   (:func:`emulator_core.pricing.burst_us`): the bucket refills at the link's rate while it rests, and its bytes
   then leave at once. The calibration's calls run back to back (an empty bucket), so ``cost`` is the
-  drained link's. Measured on the namespace testbed (1 Gb/s, tbf burst 125000 bytes, gloo all_reduce,
-  medians of 40): 1 MiB took 8.80 ms back to back, 8.32 ms after 0.5 ms of rest, 8.03 ms after 1 to 3 ms; 2
-  MiB 17.59 / 17.11 / 16.83 ms; 256 KiB 2.23 ms and 1.46-1.56 ms rested (``bench/testbed_causes.py``).
+  drained link's. On the namespace testbed's shaped link a rested call is measurably faster than one right after
+  another (bench/testbed_causes.py; docs/results.md).
   ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved against
   the all_reduce's, measured by ``nbox calibrate --rest`` with the members arriving together (a one-element call,
   then the rest, its end busy-waited), and ``apart_rest_factor`` the same with the last member 0.5 ms late (expected
   savings, ``emulator_core.calibration_fit``). A call whose last member arrives at least :data:`APART_US` after its
   first (its stragglers' and mirrors' lateness included) gets the apart share where the calibration has one. Not
-  every collective gets the bucket when apart: in FSDP2's recordings on the testbed (README, runs P16-P20) gloo's
-  all_gathers of a 396 KB shard whose members arrived within 0.1 ms got the credit in 43 of 46 calls and the others
-  in 20 of 74; calibrations on the testbed (2026-11-28, 256 KiB, 40 sets after 10 ms of rest, expected savings) gave
-  the all_gather a together share of 0-0.97 (it moves with the hour, and not with training's: README, "Together and
-  apart shares, measured") and an apart share of 0-0.18, the reduce_scatter 0.82-0.99 and 0.86-1, the all_reduce's
-  apart share 1.
+  every collective gets the bucket when apart: in FSDP2's recordings on the testbed gloo's all_gathers got the
+  credit mostly when their members arrived together, while the reduce_scatter and the all_reduce keep theirs apart
+  too; the calibrated shares, and how the all_gather's together share moves from one calibration to the next, are
+  in docs/results.md ("Together and apart shares, measured").
   A call queued behind the previous one (below) has no rest and no credit.
 * With the scenario's ``jitter = "calibrated"``,
   ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
@@ -47,9 +44,9 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   the same kind, calibrated with gloo at the group's size, costs what its bytes add to the burst it joins:
   ``price(burst + bytes) - price(burst)``, not ``price(bytes)``. gloo runs a group's async collectives on its
   worker threads at once, so DDP's buckets keep the link busy and pay a call's fixed losses (the calibrated
-  efficiency at small sizes) once per burst. Measured on the namespace testbed (1 Gb/s, ddp_mlp's buckets of
-  1181952 and 526336 bytes issued together): 14.54 ms; priced one after the other, 15.43 ms (+6.1%); as a
-  burst, 14.06 ms (-3.3%). NCCL runs a communicator's kernels one after another, each paying its own cost,
+  efficiency at small sizes) once per burst. On the namespace testbed ddp_mlp's two buckets issued together
+    are priced closer as a burst than one after the other (docs/results.md). NCCL runs a communicator's kernels one
+  after another, each paying its own cost,
   so it keeps ``price(bytes)``. With ``jitter = "calibrated"`` a call that joins a burst draws too, but the
   burst's calls run at once, so their delays overlap: it adds only what its draw exceeds the largest drawn in
   the burst so far (the burst ends the largest of its calls' delays later, not their sum).
@@ -59,12 +56,10 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   ``busy_slowdown`` s > 1 (gloo's threads share the node's core with that compute), it progressed at 1 / s of
   its rate for that long, so the stream ends ``overlap * (1 - 1 / s)`` later: this call's cost carries it. Only
   what an arrival shows is counted; compute after a member's last call before it waits is not (the replay and
-  the live backend answer at the call, not at the wait). Measured on the namespace testbed (2026-11-27):
-  ``nbox calibrate --rest`` at 1 MiB, the calls right after another call, s = 1.66 and 2.18 (all_reduce, two
-  calibrations), 1.83 and 2.1 (reduce_scatter), 1.29 and 1.26 (all_gather); ``bench/testbed_causes.py`` at 793
-  KB, its thread started 2 ms before the call, 2.23, 2.22 and 2.62. ddp_mlp's first bucket runs beside the rest
-  of the backward pass for 0.9 ms per iteration, and its recordings' communication took 0.35-0.45 ms more than
-  the idle-core price (README, runs P16-P19).
+  the live backend answer at the call, not at the wait). On the namespace testbed ``nbox calibrate --rest`` and
+  ``bench/testbed_causes.py`` find every gloo collective slower beside compute, and ddp_mlp's first bucket runs
+  beside the end of the backward pass (the figures: docs/results.md, "A collective beside its members'
+  compute").
 
 Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
 1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the

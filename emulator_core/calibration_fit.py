@@ -403,11 +403,11 @@ def _expected_saving(drained_us: Sequence[float], rested_us: Sequence[float]) ->
     the drained median less the mean of the rested calls with :data:`SAVING_TRIM` of them cut at each end (a call
     in gloo's slow mode is not the rest's), when more than half were faster and it is at least
     :data:`BURST_MIN_SAVING` of the drained median, else 0. A mean, not the difference of the medians: where a
-    call gets the bucket only some of the time (gloo's all_gather with its members together on the testbed:
-    62-93% of the calls in four calibrations, 74% in FSDP2's recordings), the medians' difference jumps between
+    call gets the bucket only some of the time (gloo's all_gather with its members together on the testbed;
+    docs/results.md, "Together and apart shares, measured"), the medians' difference jumps between
     0 and all of it with that share; what a prediction of many calls needs is the expected saving. Against the
-    drained median, not pair by pair: a drained partner in the slow mode (+10 ms at 256 KiB, 2197 us median)
-    made a pair's difference larger than the call (testbed: a mean saving of 2014 us)."""
+    drained median, not pair by pair: a drained partner in the slow mode can make a pair's difference larger
+    than the call itself."""
     drained = worker.percentile(list(drained_us), 0.5)
     rest = worker.percentile(list(rested_us), 0.5)
     xs = sorted(rested_us)

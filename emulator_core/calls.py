@@ -6,9 +6,9 @@ arrival times are in. With timing only (``NBOX_MOVE_DATA=0``, the live replay) t
 and queues the call: the resolver starts its arrival exchange (:func:`start_exchange`), and before it waits on the
 oldest call it starts the exchange of every call already queued (:func:`in_issue_order`), so that their exchanges
 overlap as when the caller started them, and the group's inner gloo group carries collectives from one thread in
-issue order. Why: on the calling thread the exchange's buffers and gloo call cost 0.44-0.50 ms of CPU per
-``all_reduce`` between other work, 0.24-0.27 ms without them (medians, two ranks on a 2-CPU VM, 2026-11-27), time a
-replayed rank's training thread would otherwise spend that the real one, issuing from DDP's C++ reducer, does not.
+issue order. Why: on the calling thread the exchange's buffers and gloo call would roughly double the CPU time each
+``all_reduce`` costs the caller (measured: docs/results.md), time a replayed rank's training thread would
+otherwise spend that the real one, issuing from DDP's C++ reducer, does not.
 """
 
 from __future__ import annotations

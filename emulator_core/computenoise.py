@@ -3,9 +3,9 @@
 Why: a real job waits at each collective for its slowest rank, and ranks on their own CPUs draw their compute noise
 independently. An emulated member *mirrors* a real one (:mod:`emulator_core.answer`): it arrives exactly with it, so
 it carries none of that noise, and ``nbox emulate -n 1`` sees one CPU's luck where the real W = 2 job sees the slower
-of two. Measured on the namespace testbed (2026-11-26, 8 rounds of ddp_transformer): the per-iteration maximum of two
-independent one-rank emulations was 5.4% above one of them alone, the real two-rank job's excess over
-``nbox emulate -n 1`` (README, "Emulate and the slowest of two CPUs").
+of two. On the namespace testbed the per-iteration maximum of two
+independent one-rank emulations is above one of them alone by about the real two-rank job's excess over
+``nbox emulate -n 1`` (bench/emulate_fidelity.py; docs/results.md, "Emulate and the slowest of two CPUs").
 
 The rule, kept by each real rank for the emulated members that mirror it on one group (:class:`MirrorNoise`):
 
@@ -32,11 +32,11 @@ The rule, kept by each real rank for the emulated members that mirror it on one 
 * **arrival.** At the call the copies arrive ``max(0, max_c L_c)`` after the real rank
   (:meth:`emulator_core.answer.Fabric.answer`'s ``mirror_late_us``).
 
-Why segments of CPU time and absorption, not intervals from the previous completion: the rule of 2026-11-26 (commit
+Why segments of CPU time and absorption, not intervals from the previous completion: an earlier rule (commit
 21e47f1, reverted) replayed the interval from the group's previous completion to the arrival. Where a rank computes
 while a collective is in flight (FSDP2's prefetched all-gathers), that interval shrinks when the completion is late
 and grows when it is early, so a copy replaying an early-completion iteration against a late completion counted the
-overlapped compute twice; it overshot FSDP2 by 8-9 points (runs E4-E6). The CPU time of a segment does not depend on
+overlapped compute twice, and it overshot FSDP2 (docs/results.md). The CPU time of a segment does not depend on
 when the network answered.
 """
 

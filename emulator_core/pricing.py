@@ -173,8 +173,8 @@ def burst_us(scenario: Scenario, shape: GroupShape) -> float:
     ``burst_bytes / bandwidth_bytes_per_us`` of each dimension it spans, the smallest of them (a group over several
     dimensions is as fast as its slowest one); 0 when a spanned dimension has no bucket or the group is one rank.
     The dimension's own bandwidth, not a collective's calibrated one: the bucket holds link bytes, which leave
-    at the link's rate (a reduce_scatter calibrated at 0.54 x the all_reduce's bandwidth saved 0.6-1.2 ms after a
-    rest on the testbed, as the all_reduce's 0.75 ms). See ``emulator_core.answer`` for how a call uses it."""
+    at the link's rate (on the testbed a reduce_scatter calibrated well below the all_reduce's bandwidth saved about
+    as much after a rest as the all_reduce: docs/results.md). See ``emulator_core.answer`` for how a call uses it."""
     if shape.size <= 1:
         return 0.0
     spanned = _spanned(scenario, shape)

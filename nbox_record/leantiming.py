@@ -4,12 +4,12 @@ Why
 ---
 The captured iterations run under the execution-trace observer and Kineto with ``record_shapes``; the
 observer serializes every operator (its inputs, outputs, ids) as it runs, and that cost lands inside the
-recorded durations: measured on the FSDP2 example (one rank, thread CPU per iteration, torch 2.13 CPU,
-2026-11-23), plain 26.8 ms, Kineto alone 27.8 ms (+4%), Kineto with shapes 31.8 ms (+18%), the observer
-with Kineto 49.4-50.6 ms (+84-89%). ``nbox_replay.profiler`` scales the recorded durations back from the
+recorded durations: on the FSDP2 example the observer with Kineto costs far more thread CPU per iteration than
+Kineto alone, which costs little (docs/results.md, "The lean pass against the profiled times").
+``nbox_replay.profiler`` scales the recorded durations back from the
 thread's clean CPU time (each captured iteration's operators to it, or by clean / captured CPU time: one
-factor per rank either way), which is only as good as those figures are stable (the ratio read x0.28 to x0.70
-on the testbed across runs). The lean pass measures instead: ``L`` iterations
+factor per rank either way), which is only as good as those figures are stable (the ratio moves from run to run on the
+testbed). The lean pass measures instead: ``L`` iterations
 before the capture run under Kineto only (CPU activity, no shapes, no observer), and each captured
 top-level operator takes the median duration of its counterpart in them.
 
@@ -19,8 +19,8 @@ Both passes are read the same way (:func:`top_sequences`): an iteration is the s
 boundary markers; on each thread, its **top-level events** are the ``cpu_op`` events not inside an earlier
 one on that thread (user annotations such as ``record_function`` scopes are not operators). An event's key
 is ``(thread, name, k)``: it is the k-th top-level event of that name on that thread in its iteration. A
-training step issues the same operators in the same order every iteration (checked on the examples: 476 of
-476 FSDP2 top-level events agree by name and position), so the key names the same operator call in every
+training step issues the same operators in the same order every iteration (checked on the examples: FSDP2's top-level
+events all agree by name and position), so the key names the same operator call in every
 iteration of either pass. A captured event whose key is absent from the lean iterations (data-dependent
 control flow) keeps its recorded duration, and the replay's profiler correction still applies to it.
 
@@ -29,39 +29,30 @@ The gap
 Each key also carries the **gap before** it: the time on its thread from the end of the previous top-level
 event (or the iteration's opening marker) to its start, the framework's own Python work between operators
 (module hooks, autograd bookkeeping, the optimizer's loop), which no operator records. The replay charges it
-to the thread before the operator (``nbox_gap_micros``). Measured the same way, the FSDP2 example's lean
-top-level operators took 23 ms of a 28 ms iteration: the gaps are the other 5 ms.
+to the thread before the operator (``nbox_gap_micros``). Measured the same way, the gaps are a
+sizeable share of the FSDP2 example's iteration.
 
 On a CUDA rank the backward pass runs on the autograd engine's device thread while the caller waits in
-``backward()`` (seen on an H100, 2026-11-27: every ``autograd::engine::evaluate_function`` event of the DDP and
-FSDP2 examples on a second thread). Counted per thread, the caller's gap before its next operator held the whole
-backward (ddp_mlp: 1.98 ms of a 2.3 ms gap total), which the replay then played beside the backward it waited
+``backward()`` (seen on an H100: every ``autograd::engine::evaluate_function`` event of the DDP and FSDP2 examples on
+a second thread). Counted per thread, the caller's gap before its next operator held almost the whole backward,
+which the replay then played beside the backward it waited
 for, and the engine's own work between backward events counted nowhere. Such a thread (:func:`_handoff_threads`)
-and the caller are one timeline, one of them working at a time: a gap runs from the previous event on either
-(ddp_mlp: the caller's gaps 0.48 ms, the engine's 0.25 ms per iteration). Such a gap is marked
+and the caller are one timeline, one of them working at a time: a gap runs from the previous event on either. Such a
+gap is marked
 (``LeanTime.joined``, ``nbox_gap_joined``), and the replay starts it once the work on another host thread that
 its node depends on has ended (nbox_replay/virtual.py); an unmarked gap already holds such waits.
 
 Measured, and why it is off by default
 --------------------------------------
-``nbox record --lean-iterations 3`` on the namespace testbed (2 nodes x 1 rank, pinned, 1 Gb/s),
-``bench/fidelity.py --testbed`` (2026-11-23): the virtual replay with the lean figures and gaps against the same
-recording's profiled durations under the proportional rule (both on the same bundle: ``--profiler-correction
-off`` vs ``proportional``), error of the predicted median against fresh real runs:
+With ``nbox record --lean-iterations 3`` on the namespace testbed, the virtual replay with the lean figures and
+gaps predicts worse than the same recording's profiled durations under the proportional rule (both on the same
+bundle: ``--profiler-correction off`` vs ``proportional``), far worse on FSDP2 (bench/fidelity.py --testbed --lean;
+docs/results.md, "The lean pass against the profiled times").
 
-=================  ==============  =====================  ======================
-example            run             lean times + gaps      profiled, proportional
-=================  ==============  =====================  ======================
-ddp_mlp            G               +5.4%                  +2.8%
-ddp_transformer    G / H           +15.8% / +4.8%         +5.5% / -0.8%
-fsdp2_transformer  G / H           +49.4% / +52.1%        +2.3% / +4.5%
-=================  ==============  =====================  ======================
-
-The lean pass removes the observer's cost (FSDP2: 46 ms of operator time per iteration against 92 ms
-profiled), but a wall-clock time cannot tell work from waiting: FSDP2's training thread waits for its
-all-gathers and reduce-scatters inside operators (``evaluate_function: RegisterPostBackward`` 9 ms,
-``AddBackward0`` 7 ms, which run FSDP's backward hooks) and between them (5.6 ms before an ``aten::chunk``),
-and those waits, 19 ms of gaps and most of the operators' 46 ms, are played as compute on top of the
+The lean pass removes the observer's cost, but a wall-clock time cannot tell work from waiting: FSDP2's
+training thread waits for its all-gathers and reduce-scatters inside operators (``evaluate_function:
+RegisterPostBackward`` and ``AddBackward0``, which run FSDP's backward hooks) and between them (before an
+``aten::chunk``), and those waits, in the gaps and in the operators' times, are played as compute on top of the
 collectives the replay models. What is missing is each operator's and gap's time on a CPU (the thread's CPU
 clock at every operator boundary), which Kineto does not record; until then the default is no lean pass, and
 the default rule of ``nbox_replay.profiler`` (built on the thread's CPU time, which leaves waits out; with a
@@ -137,7 +128,7 @@ def _handoff_threads(cpu: Sequence[CpuEvent], iteration: dict[Key, int],
     """The threads that work while a training thread waits for them: each runs at least one backward event
     (:data:`AUTOGRAD_EVENT`) and none of its top-level events overlaps a training thread's. On a CUDA rank the
     autograd engine runs the backward on its device thread while the caller blocks in ``backward()`` (checked on
-    an H100, 2026-11-27: every backward event of the DDP examples on a second thread); on a CPU rank the caller
+    an H100: every backward event of the DDP examples on a second thread); on a CPU rank the caller
     runs it itself, and there is no such thread."""
     spans = sorted((cpu[i].ts, cpu[i].end) for key, i in iteration.items() if key[0] in training)
     starts = [s for s, _ in spans]

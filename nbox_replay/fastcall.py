@@ -5,12 +5,9 @@ autograd engine, a module's forward in C++ kernels). That call's own cost is the
 it counts on the replayed thread as if it were compute (:mod:`nbox_replay.hostwork`). ``OpOverload._op`` (the
 resolved overload's entry) parses its arguments against the schema through the TorchScript stack machinery;
 torch's generated bindings (``torch._C._VariableFunctions.mm``, ``torch.Tensor.view``, ``torch._C._nn.gelu``)
-parse them with the faster generated parser. Measured on this VM (torch 2.13 CPU, one thread, 2026-11-27): a
-``view`` 3.3 us through ``_op`` against 2.4 us, ``as_strided`` 4.8 against 1.8, ``add_`` 2.7 against 1.8. Rank 0's
-live operators per captured iteration (one process, one pinned thread, interleaved A/B, loopback recordings,
-paired medians): ddp_transformer -0.33 ms of about 15.3 ms (390 of its 411 operator calls per 3 iterations moved),
-FSDP2 -0.63 ms of 34 ms, ddp_mlp -0.20 ms of 3.3 ms (README, "The replay's own overhead: operators through
-torch's bindings").
+parse them with the faster generated parser, so a small operator's call costs measurably less and a replayed
+iteration's live operators take less time (docs/results.md, "The replay's own overhead: operators through torch's
+bindings").
 
 A binding is picked by name and then **checked** (:func:`choose`), because it selects its overload by parsing
 the arguments itself and may pick another one, or reject the schema's positional form (``ones_like``'s

@@ -26,22 +26,18 @@ over the operators in proportion to their time. A bundle recorded before the run
 CPU time alone.
 
 **The repetitions before.** ``replay_us`` is the median over the repetitions before the padded one, the first (cold)
-one left out when there are two or more. Until 2026-11-27 it was the last repetition's alone, and that lag was a
+one left out when there are two or more. The last repetition's alone would be a
 bias: the pad cannot be negative, so a repetition that happened to run fast raised the next one's pad while a slow
 one could not lower it, and the padded time averaged ``E[R] + E[max(0, clean - R')]`` (``R'`` the repetition before)
-rather than ``max(clean, E[R])``. Measured on the two-node testbed (ddp_transformer, 4 launches x 2 ranks x 9
-repetitions of 5 iterations, 2026-11-27): within one launch a rank's replayed thread varies from one repetition to
-the next with a standard deviation of 2.2 ms per iteration (0.9-4.0 ms; 9% of its 24 ms). Both rules replayed on
-those 16 sequences (the pad does not change what is measured), the target set 1 ms below / at / 1 ms above each
-launch's mean (the pooled P1 + P2 runs had it 1.0 ms below on this example): the last repetition's pad added +0.53 /
-+1.05 / +1.79 ms per iteration over the unpadded thread, the median of five or more +0.08 / +0.28 / +0.90 ms (the
-right answer: 0 / 0 / +1 ms); on a 29 ms iteration the lag was 1.5-2.7% too much. A pad still cannot take back a
-replay slower than its recording, whose launch drew other luck: that part of the one-sided share stays (README,
-"Where the live replay's extra 2-4% over its recording comes from").
+rather than ``max(clean, E[R])``; a replayed thread varies from one repetition to the next within a launch, and
+both rules replayed on measured repetitions showed the median's pad near the right answer and the last
+repetition's too large (docs/results.md, "The live replay's pad and its own overhead"). A pad still cannot take back
+a replay slower than its recording, whose launch drew other luck: that part of the one-sided share stays
+(docs/results.md, "Where the live replay's extra over its recording comes from").
 
 **Both ways (``--host-work match``).** The pad only lengthens: a replayed thread busier than the recorded one (its
-walk through the graph and the backend's issue of each collective cost about 1.2 ms per iteration on
-ddp_transformer, README "P8"; the real thread's framework work is what the recorded figure holds instead) keeps its
+walk through the graph and the backend's issue of each collective; the real thread's framework work is what the
+recorded figure holds instead) keeps its
 excess, and that excess is the replay's, not the training job's. ``match`` credits it back: with ``pad_us`` negative
 the factor falls below 1, and each live operator, instead of a wait after it, moves the rank's own timeline
 ``(1 - factor) x`` its time behind the host clock (:meth:`emulator_core.clocksync.Clock.credit`). The rank's arrivals
@@ -51,9 +47,8 @@ one's, either way. The credit is taken on the operators in proportion to their t
 exceed them (factor >= 0). Under ``match`` the replay's figure (``replay_us``) is its time outside its waits (host
 time, a fallback's recorded duration counted as spent), not its thread's busy time: time the walk spends blocked
 outside a wait (on the GIL while the backend's resolver thread answers a call, for instance) is on neither the CPU
-nor the run queue, and the busy figure would leave it in. Measured on ddp_transformer on the two-node testbed
-(2 ranks x 2 launches, 2026-11-27): 22.65 / 20.87 / 24.51 / 22.04 ms outside the waits against 23.10 / 21.29 / 24.79
-/ 21.92 ms busy, so that blocking is small there; both are reported (``busy_us``).
+nor the run queue, and the busy figure would leave it in. On the testbed's examples the two figures are close
+(docs/results.md); both are reported (``busy_us``).
 
 Credit alone would not shorten the job: the answer to a collective needs every real peer's arrival time, which comes
 in host time, and a peer credited more than this rank runs that much behind in host time, so this rank would wait
@@ -66,14 +61,9 @@ virtual clock. Reported per rank as ``caught_up_us`` per iteration.
 Each worker holds its heap first (:mod:`nbox_replay.allocator`: no trimming, a fixed mmap threshold), so its
 operators do not page-fault more than the real run's did: the pad then starts from the operators' own time.
 
-The first repetition of a worker is slow (its tensors are made, caches are cold: ddp_mlp's operators took
-about 10 ms per iteration in it and about 2 ms after it; FSDP2's 26.8 ms per iteration over two warm-ups
-against 20.5 ms in the timed repetitions), so a warm figure needs ``--warmup`` 2 or more, and a median a few
+The first repetition of a worker is slow (its tensors are made, caches are cold: its operators run several
+times slower than in the repetitions after it), so a warm figure needs ``--warmup`` 2 or more, and a median a few
 more (``nbox replay`` defaults to 4); with ``--warmup 1`` the first timed repetition is padded too little.
-
-Measured on the two-node testbed (FSDP2, README, fidelity): the real training thread spent 22.4 ms on a CPU and
-0.5-4.1 ms waiting for one per iteration (its process 27-32 ms of CPU in all threads); the replayed thread's
-operators 20.5 ms.
 
 Not applied (``pad_us`` 0, the reason kept): on CUDA (the host thread's CPU time is not the device's
 operator time), without a repetition before to measure on, or without the recorder's figure for the rank.

@@ -11,8 +11,8 @@ An iteration is a captured iteration, as in the virtual replay (:mod:`nbox_repla
 reports when it ended each captured iteration of a repetition, on its own clock from the repetition's start,
 and the job's iteration windows of the repetition follow by :func:`nbox_replay.breakdown.job_windows` (iteration
 j ends when its last rank ends it; the windows add up to the slowest rank's wall time for the repetition).
-Until 2026-11-24 a repetition of k captured iterations was timed whole and reported as k times its mean
-iteration, which hid their spread and put a mean beside the observed run's median. No clock is shared across
+Timing a repetition of k captured iterations whole would report k times its mean iteration, hiding their
+spread and putting a mean beside the observed run's median. No clock is shared across
 nodes: each rank's times count from its own start of the repetition (the ranks meet at the first collective).
 What each rank measured (its compute intervals and its collectives' issue, start and end) is cut into the
 breakdown of each window by :func:`nbox_replay.breakdown.partition` (:attr:`LiveResult.rank_breakdown`).
@@ -254,8 +254,8 @@ def launch_spec(config: LiveConfig, work: Path, config_path: Path, scenario_path
     """The launch of one ``nbox_replay._live_worker`` per replayed rank, standalone on this machine; the ranks see
     the what-if world through ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO``. ``NBOX_MOVE_DATA=0``:
     the replayed buffers carry no information, so only arrival times travel and every collective completes at the
-    modeled time (it completed at the later of the model and the real transfer: on the 1 Gb/s testbed the real
-    transfer's own spread made ddp_mlp's live replay +19% to +34% against +2% for the model alone)."""
+    modeled time (moving real data, a call would complete at the later of the model and the real transfer, and the real
+    transfer's own spread would show in the answer: docs/results.md)."""
     env = {"NBOX_WORLD_SIZE": str(config.scenario.world_size),
            "NBOX_REAL_RANKS": ",".join(str(r) for r in sorted(config.files)),
            "NBOX_SCENARIO": str(scenario_path), "NBOX_MOVE_DATA": "0"}

@@ -19,10 +19,9 @@ builds its arguments in a per-rank :class:`TensorPool`:
 * a tensor id first met as an input whose recorded storage is that of an earlier output is a **view of
   that output** (recorded storage offset, shape and strides), made on each use: the activations a backward
   reads were views made inside recorded operators (``aten::linear`` reshapes its input), so no recorded
-  operator produced them. Made as new tensors, they were memory the real run had not touched since long
-  (cold in cache): ddp_transformer's replayed operators took 8-10% longer per iteration than the real
-  model's (interleaved, one process, this VM: ``mm``, ``gelu``, flash attention and their backward), 4.7-5.5%
-  with the views. A view that does not fit (another dtype, past the storage's end) is a new tensor;
+  operator produced them. Made as new tensors, they would be memory the real run had not touched since long
+    (cold in cache), and the replayed operators measurably slower than the real model's (docs/results.md). A view
+  that does not fit (another dtype, past the storage's end) is a new tensor;
 * value-dependent operators (embedding, index_select, gather, scatter, index, nll_loss targets, ...) get
   valid values: integer and bool tensors are filled with zeros (index 0 is always valid), floating-point
   ones with uniform values in [-1, 1) (never NaN or denormals, which would change the speed);

@@ -4,8 +4,8 @@ Why
 ---
 The recorder captures its iterations with the ET observer and Kineto (``record_shapes``) attached. They make
 every operator slower, and the recorded durations carry that: on the namespace testbed the captured
-iterations' compute was +4% (ddp_mlp), +31% (ddp_transformer) and +109% (fsdp2_transformer) over the
-un-instrumented ones (``bench/testbed_causes.py``), so a replay that plays the recorded durations predicts
+iterations' compute is longer than the un-instrumented ones', by far the most on FSDP2
+(``bench/testbed_causes.py``; docs/results.md), so a replay that plays the recorded durations predicts
 too slow. The recorder samples the training thread's time on a CPU both in its clean timed iterations and in
 its captured ones (``nbox_record/recordclock.py``); the bundle carries them per rank
 (``observed.thread_cpu_us``, :mod:`nbox_trace.bundle`). With ``clean`` = the median clean CPU time per
@@ -21,7 +21,7 @@ touched) are corrected by one of three rules:
   recorded_j their recorded sum: each captured iteration's compute on that thread adds up to the clean
   iteration's thread CPU time (which may lengthen it: a factor above 1 where the operators took less than the
   thread). The training thread is the host thread with the most recorded compute (the recorder's figures are
-  its); compute on another host thread (FSDP2 has a few nodes on one, 0.3-0.6% of its compute) is corrected
+  its); compute on another host thread (FSDP2 has a few nodes on one, a small share of its compute) is corrected
   by ``proportional``.
 
 Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
@@ -32,94 +32,51 @@ which neither rule sees. ``proportional`` assumes the overhead is spread like th
 
 The rule chosen (:data:`DEFAULT_RULE`)
 --------------------------------------
-``to_clean`` since 2026-11-25, for a rank whose work is its host thread's: a rank with lean-timed operators
+``to_clean`` for a rank whose work is its host thread's: a rank with lean-timed operators
 (their figures and gaps already hold part of the thread's time) gets :data:`FALLBACK_RULE`, ``proportional``,
-and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either. Why,
-and the history, below.
+and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either.
 
-It was ``proportional`` before, by fidelity on the namespace testbed: ``bench/fidelity.py --testbed --rounds 3``
-(2 nodes x 1 rank, pinned, 1 Gb/s, 5 captured iterations), each rule's virtual-clock prediction of the same
-recording against the same fresh real runs (error of the predicted median against the observed one,
-2026-11-23):
+Why ``to_clean``: ``proportional`` assumes the profiler's cost sits inside the operators in proportion to their
+time, but once communication waits are taken out of the operators' durations (nbox_replay/graph.py,
+:func:`~nbox_replay.graph.waits_inside`) much of ``captured - clean`` is outside every operator (between them), so
+it shortens the operators by more than the profiler lengthened them and leaves out the framework's work between
+operators, which the virtual replay has nowhere else to play; ``to_clean`` charges the whole clean thread time to
+the operators. Against the recording's own un-instrumented iterations (the same launch, so the same memory layout
+and moment of the machine) ``proportional`` comes out low on nearly every example-run and ``to_clean`` does not;
+against fresh real runs the two are close, as a launch's own luck is larger than their difference
+(bench/fidelity.py --testbed; docs/results.md, "The model's own error, with the launch-to-launch drift taken
+out"). ``per_op`` removes far less than the gap it is given: most top-level operators are shorter than their share
+of it and stop at the floor, and the profiler's cost follows the operator's own time (its children, recorded too),
+not a fixed amount per operator.
 
-=================  ==============  ===========  ============  ======
-example            observed ms     uncorrected  proportional  per_op
-=================  ==============  ===========  ============  ======
-run 1
-ddp_mlp            19.85           +20.3%       -2.4%         +6.6%
-ddp_transformer    20.75           +74.0%       +31.1%        +48.3%
-fsdp2_transformer  71.52           +62.3%       +9.7%         +44.1%
-run 2
-ddp_mlp            17.91           +18.0%       +1.8%         +3.8%
-ddp_transformer    20.19           +43.3%       +4.4%         +22.5%
-fsdp2_transformer  66.71           +70.9%       +18.0%        +51.2%
-=================  ==============  ===========  ============  ======
-
-(These two runs predate taking the communication waits out of the operators: FSDP2's operators then carried
-about 19 ms of waits per iteration, which ``proportional`` cut with the rest.) ``proportional`` is closest on
-every example in both runs. ``per_op`` removes far less than the gap it is given: most
-top-level operators are shorter than their share of it and stop at the floor (per iteration of rank 0:
-ddp_mlp 17 of 26 operators, ddp_transformer 46 of 70, fsdp2_transformer 207 of 264), so it took 1.7 / 4.8 /
-14.1 ms off gaps of 3.1 / 8.4 / 36.0 ms. The profiler's cost is not the same per operator: it follows the
-operator's own time (its children, recorded too). ``proportional`` took 2.1 / 7.4 / 40.0 ms off: about the
-gap (run 1). Run 1's ddp_transformer residue was not the profiler: that recording's own un-instrumented
-iterations (27.15 ms) were already slower than the plain runs (20.75 ms), and the prediction (27.21 ms)
-matched them; in run 2 they agreed (20.61 ms vs 20.19 ms) and so did the prediction (+4.4%).
-
-``to_clean`` (opt-in, 2026-11-24) follows from the same figures once communication waits are no longer in the
-operators' durations (nbox_replay/graph.py, :func:`~nbox_replay.graph.waits_inside`): ``proportional`` assumes
-the profiler's cost sits inside the operators in proportion, but much of ``captured - clean`` is outside every
-operator (between them), so it shortens the operators by more than the profiler lengthened them; ``to_clean``
-charges the whole clean thread time to the operators (the virtual replay has nowhere else to put the
-framework's work between operators). Against the fresh real runs of testbed runs J, K and M (their
-recordings, replayed again under CAL, the calibration of runs I-K; error of the median): fsdp2_transformer
--10.2 / -17.6 / -13.6% with ``proportional``, -6.8 / -13.4 / -7.6% with ``to_clean``; ddp_transformer -2.0 /
-+6.5 / -4.5% against -2.9 / +3.7 / -1.0%; ddp_mlp +8.6 / +5.4 / +9.7% against +9.6 / +6.5 / +10.7%.
-
-Nine later testbed runs (B, B0, C to G, I and K of 2026-11-24/25, README; the first eight's saved recordings
-replayed again under each rule, 2026-11-25) say more, once the drift between launches is taken out: against the
-recording's own un-instrumented iterations (the same launch, so the same memory layout and moment of this VM),
-``proportional`` is low on 17 of the 18 DDP example-runs (median error ddp_mlp -3.9%, ddp_transformer -2.4%,
-fsdp2_transformer -7.2%; mean absolute 3.8 / 3.1 / 5.4%; 19 of 27 within 5%), ``to_clean`` is not (-1.0 / -0.2 /
-+1.9%; mean absolute 1.4 / 1.4 / 3.3%; 24 of 27): ``proportional`` leaves out the framework's work between
-operators, which the virtual replay has nowhere else to play. Against the fresh real runs (what the bench's
-target counts, launch drift included) the two tie (mean absolute 5.10% and 4.87%; 18 and 17 of 27 within 5%):
-there a launch's luck (about 5-9% per launch on this VM, README) is larger than the difference. So ``to_clean``
-became the default, with two limits. On a GPU the host thread's CPU time holds its spins in synchronizing
-calls, which ``to_clean`` would play as operator time: such ranks keep ``proportional``. Neither rule is right
-there (measured on one H100, 2026-11-26, README "The GPU kit"): the captured ddp_mlp iteration took 12.2 ms of
-wall time against 1.45 ms clean with its thread on a CPU for 2.1 ms of it; CUDA activity tracing blocks the
-thread inside operators, and blocked time is not in the CPU-time figures either rule scales by (virtual replay
-+284%). And where the recording machine was oversubscribed (W = 4 on two CPUs, two nodes per CPU:
-each training thread waited for a CPU 68-103% as long as it ran, against 1-8% at W = 2), ``to_clean`` is
-22-42% low against the recording's own iterations (``proportional`` 2-12%), because the thread's CPU time
-leaves out its turns waiting for the CPU, which a node with a CPU of its own does not take; adding the
-run-queue time back (as the live pad does, nbox_replay/hostwork.py) gives -9 / -6 / +7% there but +5% median on
-FSDP2 at W = 2, where that wait is mostly gloo's own threads, whose work the calibrated collectives already
-hold. The report names such ranks (a wait of :data:`OVERSUBSCRIBED_SHARE` or more of the CPU time) instead of
-guessing which machine the user meant.
+Two limits. On a GPU the host thread's CPU time holds its spins in synchronizing calls, which ``to_clean`` would
+play as operator time, and CUDA activity tracing blocks the thread inside operators, time that neither CPU-time
+rule sees: such ranks get ``to_wall`` (below). And where the recording machine was oversubscribed (more ranks than
+CPUs), ``to_clean`` comes out low, because the thread's CPU time leaves out its turns waiting for the CPU, which a
+node with a CPU of its own does not take; adding the run-queue time back (as the live pad does,
+nbox_replay/hostwork.py) helps there but overshoots where the wait is mostly gloo's own threads, whose work the
+calibrated collectives already hold. The report names such ranks (a wait of :data:`OVERSUBSCRIBED_SHARE` or more
+of the CPU time) instead of guessing which machine the user meant.
 
 A rank with device compute: ``to_wall``
 ---------------------------------------
-Since 2026-11-27 (before: ``proportional``). On a CUDA rank the training thread's CPU time says little about its
+On a CUDA rank the training thread's CPU time says little about its
 host work: it spins in synchronizing calls, and its backward pass runs on the autograd engine's device thread
 while it waits (nbox_record/leantiming.py), a thread the recorder's CPU figures do not cover; and CUDA activity
-tracing blocks the thread inside the captured operators, time no CPU figure holds. Measured on one H100
-(2026-11-26/27, README "The GPU kit"): the captured ddp_mlp iteration took 12.2 ms of wall time against 1.45 ms
-clean with its thread on a CPU for 2.1 ms; ``proportional`` replayed +43% to +284% (one-iteration captures) and
-+45% to +84% (lean ones). ``to_wall`` scales each captured iteration's host work (every compute node on a host
-thread, lean-timed ones too, each one's gap, and what issuing each collective cost its thread, also where the
+tracing blocks the thread inside the captured operators, time no CPU figure holds. On a lent H100 the captured
+iteration's wall time was many times its clean one while its thread was on a CPU for little of it, and
+``proportional`` replayed far too slow (docs/results.md, "The GPU kit"). ``to_wall`` scales each captured
+iteration's host work (every compute node on a host thread, lean-timed ones too, each one's gap, and what issuing
+each collective cost its thread, also where the
 walk charges that issue to the stream of its NCCL kernel; all of which the profiler lengthened) by
 ``min(1, clean_wall / host_j)``, clean_wall the rank's median clean iteration (``observed.per_rank_us``) and
 host_j that work's recorded sum. The assumption is a host-bound rank, one whose
 iteration is its host's work end to end (the DDP and FSDP2 examples on an H100: a few microseconds of kernel per
 operator); a rank whose host work is shorter than its iteration (GPU-bound, or waiting on a collective) keeps
 it (factor 1: the GPU streams and the collectives carry the rest). Its baseline is then the recording's clean
-iteration by construction (within 0.5% on the H100, 2026-11-27), so its fidelity is what another launch says:
-against a fresh launch of each example, ddp_mlp +26% / +32% (one-iteration / lean recording; its launches
-ranged 1.19-2.17 ms the day before), ddp_transformer +6% / +10%, fsdp2_transformer -15% (lean): each the
-recording's own distance from that launch. Not measured: a rank whose host
-waits on NCCL inside its clean iterations (that wait is in the wall time and would be scaled with the work;
+iteration by construction, so its fidelity is what another launch says (docs/results.md, "The GPU kit").
+Not measured: a rank whose host waits on NCCL inside its clean iterations (that wait is in the wall time and would
+be scaled with the work;
 one GPU here, no real collective).
 
 A correction by ``proportional`` or ``per_op`` never lengthens compute: a rank whose captured CPU time is not
@@ -150,10 +107,8 @@ iterations the recorder did not mark (one span, however many iterations it holds
 iteration.
 
 The live worker of ``--clock real --compute recorded`` waits each node's corrected duration, so it plays the same
-rule; its own walk between nodes comes on top under either. Measured on run L's recordings across the testbed
-(2026-11-25, two interleaved rounds, the medians' mean): against the recording's own iterations ``to_clean``
-+0.9% / -1.3% / +0.7% (ddp_mlp / ddp_transformer / fsdp2_transformer), ``proportional`` -1.6% / -4.9% / -8.5%;
-2-3% above the same bundle's virtual replay.
+rule; its own walk between nodes comes on top under either. On the testbed it lands a little above the same bundle's
+virtual replay (docs/results.md, "Run L").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ median, p10, p90 and every sample per rank); how the capture was made; whether i
 ``observed.thread_cpu_us`` (optional, written since the recorder times its captured iterations; no version
 bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the training thread's time on a
 CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
-wall time (``captured_wall``), and (since 2026-11-24) its time runnable but waiting for a CPU per clean
+wall time (``captured_wall``), and (in newer recordings) its time runnable but waiting for a CPU per clean
 iteration (``clean_run_queue``), microseconds. The replay corrects the recorded compute for the profiler's
 overhead with them (``nbox_replay.profiler``; a bundle without them is replayed uncorrected, and says so), and
 a live replay pads its re-executed operators for the host work it does not re-run (``nbox_replay.hostwork``).

@@ -1,11 +1,11 @@
 """nbox's own launcher for the ranks of one machine: what ``torchrun --standalone --max-restarts 0 --redirects 3``
 did for a single-node launch, without torchrun's agent process.
 
-Why: the agent imports torch before it starts a rank (2.2-2.8 s on the 2-core development VM, measured), and it
-does nothing a single-node nbox launch needs beyond starting the ranks, watching them and stopping the rest when
-one fails. ``python -m torch.distributed.run`` of two ranks of a script that only joins a gloo group and
-all-reduces once took 5.2-5.9 s; the same two ranks started directly, 3.0-3.5 s (three launches each). A
-multi-node launch still goes through torchrun (its c10d rendezvous assigns the nodes' ranks).
+Why: the agent imports torch before it starts a rank, which costs seconds per launch, and it does nothing a
+single-node nbox launch needs beyond starting the ranks, watching them and stopping the rest when one fails; two
+ranks started directly start measurably sooner than under ``python -m torch.distributed.run`` (the launch times:
+bench/record_overhead.py; docs/results.md). A multi-node launch still goes through torchrun (its c10d rendezvous
+assigns the nodes' ranks).
 
 What the ranks see is what torchrun's ``LocalElasticAgent`` gives its workers (torch 2.13,
 ``local_elastic_agent.py`` ``_start_workers``): ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,

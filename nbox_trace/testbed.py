@@ -23,8 +23,8 @@ process that made it):
   may use);
 * gloo's TCP device-loop threads (``gloo_tcp_loop``) of every process in the nodes given ``SCHED_BATCH``
   (``gloo_loop_batch``, default on): on a one-CPU node the loop otherwise preempts the gloo worker that holds
-  its lock and spins until the scheduler tick, making 35-55% of the calls 2-4 ms late, which a real node with a
-  core per thread does not do (measurements: :mod:`nbox_trace.testbed_threads`).
+  its lock and spins until the scheduler tick, making many calls milliseconds late, which a real node with a core per
+  thread does not do (why: :mod:`nbox_trace.testbed_threads`; the measurements: docs/results.md).
 
 Tear-down always happens: :meth:`Testbed.close` (the ``with`` block's end, also on an error) stops every process
 started with :meth:`Testbed.run_on` (its whole process group: SIGTERM, then SIGKILL), then any process left in

@@ -1,20 +1,18 @@
 """Give named threads of the processes inside a testbed's network namespaces a scheduling policy.
 
-Why (measured on the development VM: 2 vCPUs, Linux 6.18, HZ=250, ``preempt=none``; tracefs ``sched_switch``
-around 80 64-KiB all-reduces across two one-CPU testbed nodes): a node pinned to one CPU runs the rank, gloo's
+Why (found with a tracefs ``sched_switch`` trace of all-reduces across two one-CPU testbed nodes on a kernel with
+HZ=250 and ``preempt=none``): a node pinned to one CPU runs the rank, gloo's
 worker threads (``pt_gloo_runloop``) and gloo's TCP device loop (``gloo_tcp_loop``) on that CPU. When data
 arrives, the woken device loop preempts the worker that holds the pair's lock; gloo's ``Pair::handleEvents``
 then only *tries* the lock and returns, so the loop calls ``epoll_wait`` again and again on the same ready
-socket until the scheduler tick preempts it (4 ms at HZ=250). Every stalled call of that trace (29 of 29,
-2.3-3.9 ms late) had the device loop running 2.3-4.5 ms straight inside it. That is what made a testbed call
-either fast or 2-4 ms late, on 35-55% of calls. On a real node the two threads sit on different cores and the
+socket until the scheduler tick preempts it (a tick is 4 ms at HZ=250). Every stalled call of that trace had the device
+loop running straight inside it, which is what made a testbed call either fast or late by about a tick. On a real
+node the two threads sit on different cores and the
 spin ends as soon as the lock is free.
 
 ``SCHED_BATCH`` on the device loop stops its wakeup preemption (it still gets its fair share of the CPU), so it
-no longer preempts the lock holder. Same script, interleaved, 3 rounds of 10 iterations per example on the
-two-node 1 Gb/s testbed: p10-p90 spread over the median 17 -> 10% (ddp_mlp), 24 -> 12% (ddp_transformer),
-15 -> 7% (fsdp2_transformer); medians 15.48 -> 15.71, 17.71 -> 16.74, 59.81 -> 53.15 ms; 16 KiB all-reduces
-late by > 1.5 ms on 2% of calls instead of 34-45%.
+no longer preempts the lock holder; on the two-node testbed it narrows the examples' spread of iteration times
+and makes late calls rare (bench/fidelity.py --gloo-loop; docs/results.md).
 
 :class:`ThreadPolicy` is a daemon thread that scans ``/proc`` every ``interval_s`` seconds: each process whose
 network namespace is one of the testbed's, each of its threads named in ``names``, gets ``SCHED_BATCH``
@@ -22,9 +20,9 @@ network namespace is one of the testbed's, each of its threads named in ``names`
 iteration. Another user's threads need root (the testbed runs as root). Imports no torch.
 
 The scan's own cost: it runs on one of the nodes' CPUs (the testbed's process is not pinned). Reading every
-thread's name at every scan cost 22 ms of CPU per second (2.2% of a node's CPU, measured during a live replay
-on the two-node testbed, 2026-11-27: ``/proc/<tid>/schedstat`` of the scanning thread over 5 s), which grows
-with the threads inside the namespaces, so a replay's launcher and workers paid more for it than a plain run.
+thread's name at every scan costs CPU time that grows with the threads inside the namespaces (the scanning
+thread's ``/proc/<tid>/schedstat`` shows it), so a replay's launcher and workers would pay more for it than a
+plain run.
 A thread's name is now read while the thread is young (:data:`_NAME_SETTLES_S`: gloo names its loop thread as
 the thread starts) and not after; a thread that got the policy, or kept another name that long, is not read
 again.
