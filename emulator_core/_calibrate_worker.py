@@ -67,15 +67,15 @@ SCHEMA = "nbox.calibrate-result/1"
 REST_CALL_MAX_US = 20_000.0
 #: Collectives the rest measurement times (those measured; the all_reduce's saving is the bucket's own measure).
 REST_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-#: Fewest (drained, rested) pairs the rest measurement times: the saving is ~7% of a 1 MiB all_reduce on the
-#: testbed and its median moved 494-694 us between two calibrations of 15 pairs (burst_bytes 71-83 KB).
+#: Fewest (drained, rested) pairs the rest measurement times: the saving is a small share of the call on the
+#: testbed, and with fewer pairs its median moved a lot between calibrations (docs/results.md).
 REST_MIN_PAIRS = 40
 #: How late (seconds) the last rank arrives at the rest measurement's "apart" call: members that do not arrive
 #: together (``emulator_core.answer.APART_US``), as a backward pass's do.
 REST_APART_S = 0.0005
 #: The together and apart calls' rests end busy-waiting this long (seconds): a sleep of a few ms wakes up to ~1 ms
-#: late on a VM (the ranks would arrive apart), and a whole rest spun held the core: four testbed nodes on two
-#: CPUs, each CPU shared by two ranks that spun 10 ms, took 18.7 ms for a 1 MiB all_reduce that took 13.2 drained.
+#: late on a VM (the ranks would arrive apart), and a whole rest spun holds the core: where two ranks share a CPU
+#: (four testbed nodes on two CPUs) spinning the whole rest slowed the very call it measures (docs/results.md).
 REST_SPIN_S = 0.002
 #: The shares' rest calls (all but the all_reduce, whose saving sets the bucket) take at most this long back to
 #: back (microseconds): on the two-node testbed gloo's 1 MiB all_gathers ran in two modes (8.8 and 12.1 ms, p10

@@ -84,9 +84,9 @@ __all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_w
 _MASK64 = (1 << 64) - 1
 
 #: Arrivals this far apart (us, the last after the first) make a rested call "apart" (``apart_rest_factor``): on
-#: the namespace testbed gloo's all_gathers whose members arrived within 0.1 ms got the rest credit in 43 of 46
-#: calls of FSDP2's recordings, 0.1-0.3 ms apart in 9 of 23; a second member 0.1 ms late in a microbenchmark: 3-4
-#: of 15 pairs (README, "FSDP2's collectives in training against the calibration").
+#: the namespace testbed gloo's all_gathers whose members arrived within about this much got the rest credit
+#: nearly always in FSDP2's recordings, and much less often further apart (docs/results.md, "FSDP2's collectives
+#: in training against the calibration").
 APART_US = 100.0
 
 

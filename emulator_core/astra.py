@@ -18,7 +18,7 @@ innermost first (its ``npus_count`` order): nbox's per-dimension ``[algorithms]`
 halving-doubling over all NPUs (``GeneralComplexTopology`` then builds a single dimension): nbox's single
 algorithm name on a multi-dimension topology. ``directN`` (a window of N messages in flight) has no nbox model.
 Sources: astra-sim/astra-sim @ 518bd51 and
-astra-network-analytical @ 599a047 (``../shared/astra/README.md``), and the results in that directory.
+astra-network-analytical @ 599a047 (``tests/data/astra_grid/README.md``), and the results copied there.
 """
 
 from __future__ import annotations

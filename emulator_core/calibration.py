@@ -120,8 +120,8 @@ class CalibrateConfig:
         rest_ms: how long the link rests before the rested calls that measure a shaper's bucket and each
             collective's share of it, milliseconds (0: not measured, ``burst_bytes = 0``; at most 1000;
             ``_calibrate_worker`` step 4). ``None`` (the default): :data:`REST_MS_ACROSS_NODES` across nodes, where
-            a shaped NIC may be, 0 on one node (loopback or shared memory has no bucket). See the README's ``nbox
-            calibrate`` for what it does to the testbed's figures.
+            a shaped NIC may be, 0 on one node (loopback or shared memory has no bucket). See docs/calibrate.md
+            for what it measures.
         dimension: the name of the topology dimension the fragment describes.
         nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: a measurement across nodes, as ``nbox record``
             takes them (:class:`nbox_trace.launch.Launch`): each node runs ``nbox calibrate`` with its node rank,

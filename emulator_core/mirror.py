@@ -29,7 +29,7 @@ recv_object_list       from a real peer: the objects; from an emulated peer: ref
 DDP divides gradients by the world size and sums them, so with mirrors its averaged gradient is the real
 ranks' average: training stays numerically sane. FSDP2's all-gather rebuilds a parameter from the real
 members' shards repeated (the emulated shards never existed anywhere); the loss stays finite and trains,
-but the values differ from a real W-rank run (documented in the README).
+but the values differ from a real W-rank run (documented in docs/scenarios.md).
 
 Each function takes the group :class:`Layout`, the real communication backend among the real members
 (``inner``; ``None`` when this process is the group's only real member) and the script's tensors, issues

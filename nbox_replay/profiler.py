@@ -137,8 +137,8 @@ FALLBACK_RULE = "proportional"
 #: ... and of a rank with device compute (GPU stream nodes) whose clean wall time the bundle carries.
 DEVICE_RULE = "to_wall"
 #: A rank whose training thread waited for a CPU at least this share of its CPU time per clean iteration is
-#: named in the report as recorded on an oversubscribed machine (W = 2 on the testbed: 1-8%; W = 4 on 2 CPUs:
-#: 68-103%).
+#: named in the report as recorded on an oversubscribed machine: a node with a CPU of its own stays far below
+#: it, two ranks per CPU far above (docs/results.md).
 OVERSUBSCRIBED_SHARE = 0.25
 #: ``per_op``: a node keeps at least this share of its recorded duration.
 PER_OP_FLOOR = 0.1

@@ -462,12 +462,10 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
         report.fallbacks = dict(paired.what_if.fallbacks)
 
 
-#: ``--warmup-s`` on CUDA when not given (seconds). Measured on an H100 (2026-11-27, the same one-iteration
-#: ddp_transformer bundle, one launch each, back to back): the live replay's three timed repetitions took 4.8, 5.4
-#: and 4.8 ms after one warm-up repetition and 2.4, 2.4 and 2.3 ms after 300 (about 0.7 s), against 2.65 ms
-#: recorded; earlier runs' repetitions fell steadily over the first second (4.2 -> 2.4 ms over nine). The device
-#: (or its host) runs slow until it has been busy a while. On a CPU only a worker's first repetition is cold
-#: (README, ``--warmup``), so 0 there.
+#: ``--warmup-s`` on CUDA when not given (seconds). On a lent H100 a live replay's repetitions ran about twice as
+#: long after one warm-up repetition as after a second of them, and fell steadily over the first second: the device
+#: (or its host) runs slow until it has been busy a while (bench/gpu_check.py; docs/results.md, "The GPU kit"). On
+#: a CPU only a worker's first repetition is cold (``--warmup``, docs/replay.md), so 0 there.
 CUDA_WARMUP_S = 1.0
 #: Bounds of ``--warmup-s`` and of the repetitions it may ask for.
 MAX_WARMUP_S = 600.0

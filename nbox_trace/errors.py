@@ -2,7 +2,7 @@
 
 The library raises only :class:`NboxError` subclasses for anything a user can cause (bad files,
 bad arguments, limits). Only the CLI (``nbox/cli/``) turns them into a one- or two-line message and an
-exit code; each class carries the exit code the CLI uses, documented in the README:
+exit code; each class carries the exit code the CLI uses, documented in docs/output.md:
 
 ====  =========================================================================
 code  meaning

@@ -3,7 +3,8 @@
 A measurement ages: "run P17 gave -3.6% on 2026-11-27" is true of one machine in one hour and wrong the next
 week, while the docstring stays in the code. So docstrings (modules, classes, functions) of the library packages
 carry no date, no bench run name and no measured figure; a rule that a measurement justifies cites its bench and the
-journal instead, e.g. "(bench/fidelity.py; docs/results.md)", and the figures live in docs/results.md.
+journal instead, e.g. "(bench/fidelity.py; docs/results.md)", and the figures live in docs/results.md. The same
+holds for the ``#:`` comments that document a module's constants (Sphinx's attribute docs).
 
 The detector is deliberately narrow so that a specification is not taken for a measurement: "1 Gb/s", "a 100 us
 threshold", "32 MiB", "within 5%" are the code's own parameters and targets and pass; what fails is a date
@@ -76,8 +77,24 @@ def _modules() -> list[Path]:
     return out
 
 
+def _attribute_docs(source: str) -> list[tuple[int, str]]:
+    """The ``#:`` comment blocks (Sphinx's attribute docs: what a constant is and why), as (first line, text)."""
+    blocks: list[tuple[int, str]] = []
+    previous = -2
+    for n, line in enumerate(source.splitlines(), 1):
+        stripped = line.lstrip()
+        if stripped.startswith("#:"):
+            if n == previous + 1:
+                blocks[-1] = (blocks[-1][0], blocks[-1][1] + " " + stripped[2:].strip())
+            else:
+                blocks.append((n, stripped[2:].strip()))
+            previous = n
+    return blocks
+
+
 def docstring_hits(path: Path) -> list[Hit]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source, str(path))
     rel = path.relative_to(ROOT).as_posix()
     hits = []
     for node in ast.walk(tree):
@@ -87,6 +104,8 @@ def docstring_hits(path: Path) -> list[Hit]:
                 name = getattr(node, "name", "<module>")
                 line = node.body[0].lineno if node.body else 0
                 hits += [Hit(f"{rel}:{line} ({name})", what, text) for what, text in find_figures(doc)]
+    for line, doc in _attribute_docs(source):
+        hits += [Hit(f"{rel}:{line} (#: comment)", what, text) for what, text in find_figures(doc)]
     return hits
 
 
@@ -131,6 +150,11 @@ def test_the_detector_leaves_specifications_alone(text: str) -> None:
 def test_library_docstrings_carry_no_dates_runs_or_measured_figures() -> None:
     hits = [h for path in _modules() for h in docstring_hits(path)]
     assert hits == [], "\n".join(f"{h.where}: {h.what}: {h.text!r}" for h in hits)
+
+
+def test_attribute_doc_comments_are_read_as_one_block() -> None:
+    source = "#: a threshold chosen on 2026-11-27\n#: after run P17\nX = 1\n# plain comment +34%\n#: other\n"
+    assert _attribute_docs(source) == [(1, "a threshold chosen on 2026-11-27 after run P17"), (5, "other")]
 
 
 def test_the_walk_covers_the_library() -> None:
