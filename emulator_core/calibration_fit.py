@@ -291,7 +291,7 @@ BURST_MIN_FASTER = 0.75
 #: ... and faster by at least this share of the drained median (the link's run-to-run noise is below it).
 BURST_MIN_SAVING = 0.01
 #: The together and apart calls' expected saving leaves out this share of those calls at each end (sorted by
-#: time): one all_gather of 256 KiB in gloo's slow mode (+10 ms on the testbed) moves a plain mean of 40 by 0.25 ms.
+#: time): one all_gather in gloo's slow mode, many milliseconds slower on the testbed, moves a plain mean a lot.
 SAVING_TRIM = 0.1
 
 

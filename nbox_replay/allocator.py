@@ -5,10 +5,10 @@ mmap threshold with a fresh ``mmap`` and gives it back on free, and returns the 
 kernel once it passes the trim threshold; either way the next tensor of that size touches new pages, and every
 4 KiB page costs a minor page fault the first time it is written. A replay worker re-runs the same operators with
 the same sizes over and over, but through a pool that frees each output at its recorded last use
-(:class:`nbox_replay.ops.TensorPool`), in an order the real training process did not have: measured on
-ddp_transformer's rank 0 (this 2-vCPU VM, CPU build of torch 2.13, one thread), the operators of one captured
-iteration took 700-750 minor faults and 14.1 ms (median of 15 passes) against 0 faults and 12.1 ms with the
-heap held; the real training loop of the same model took 0-740 (median about 300) faults per step.
+(:class:`nbox_replay.ops.TensorPool`), in an order the real training process did not have: on ddp_transformer the
+operators of one
+captured iteration took hundreds of minor faults and measurably longer than with the heap held, more faults than
+the real training loop of the same model takes per step (docs/results.md, "Smaller measurements").
 
 The replay's compute is meant to cost what the operators cost, and the real thread's own extras (its faults,
 the autograd engine, Python) are put back by the host-work pad (:mod:`nbox_replay.hostwork`), which can only

@@ -118,8 +118,8 @@ def choose(op: Any, slow: Callable[..., Any], args: Sequence[Any], kwargs: dict[
     """The entry to call ``op`` with from now on: the first of :func:`bindings` that dispatches the same overloads
     as ``slow`` (``op._op``) on these arguments and returns outputs of the same layout, else ``slow`` (module
     docstring). ``args`` and ``kwargs`` are the call's arguments, real or ``meta``; they are not touched.
-    The first call in a process loads torch's meta kernels (about 0.7-1.3 s on this VM), later ones take about
-    0.5 ms."""
+    The first call in a process loads torch's meta kernels, which takes about a second; later ones are far
+    cheaper."""
     if not _on_meta(list(args)) and not _on_meta(list(kwargs.values())):
         return slow  # it would run on a real device (a factory operator without a device): not checked, not changed
     want = _trace(slow, args, kwargs)
