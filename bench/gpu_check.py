@@ -151,7 +151,8 @@ def err_pct(predicted: float | None, observed: float | None) -> float | None:
 
 
 #: The lean variant's recording flags: Kineto-alone operator times over 5 iterations, 3 captured iterations. On the
-#: first GPU (README, "The GPU kit") a one-iteration capture ran 8x its clean time (the thread blocked inside the
+#: first GPU (docs/results.md, "The GPU kit") a one-iteration capture ran 8x its clean time (the thread blocked
+#: inside the
 #: operators under CUDA activity tracing) and replayed +41% to +284%; this variant replayed live within 1.3% on
 #: the DDP examples, so the kit measures both.
 LEAN_FLAGS: tuple[object, ...] = ("--lean-iterations", 5, "--capture", 3)
@@ -239,7 +240,7 @@ def paired_rounds(chk: Check, device: str, gpus: int, rounds: int, lean: bool) -
     virtual and live, and one plain launch (the real run, first in odd rounds and last in even ones, as
     ``bench/fidelity.py`` pairs them); then a row with the real launches' median and each prediction's paired error
     over the rounds (``bench/roundstats.py``: the geometric mean of the rounds' ratios, a 90% interval). One launch
-    against one recording says little where a launch's median moves by a quarter (README, "The GPU kit")."""
+    against one recording says little where a launch's median moves by a quarter (docs/results.md, "The GPU kit")."""
     from roundstats import paired
 
     backend, nproc = _launch_shape(device, gpus)

@@ -1,7 +1,7 @@
 """The error of a prediction against real runs over interleaved rounds, with its uncertainty (the testbed benches).
 
 Why an interval: on the development VM a launch's median iteration time is a draw. Back-to-back launches of one
-example on the two-node testbed have medians with a standard deviation of 7-9% of their median (README, "The
+example on the two-node testbed have medians with a standard deviation of 7-9% of their median (docs/results.md, "The
 launch's luck"), and half of that variance follows the process's address-space layout, which is fixed for a
 process's life and differs between programs. One recording against three real launches is therefore an error
 with a standard deviation of about 9%, and a 5% target met or missed by one such comparison says little about the

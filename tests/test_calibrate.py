@@ -173,7 +173,7 @@ def test_a_node_of_several_measures_with_one_rank_and_the_record_flags(tmp_path:
     assert "--standalone" not in cmd and cmd[cmd.index("--nnodes") + 1] == "2"
     assert cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400" and cmd[cmd.index("--node-rank") + 1] == "1"
     assert cmd[cmd.index("--local-addr") + 1] == "10.0.0.2" and cmd[cmd.index("--nproc-per-node") + 1] == "1"
-    # across nodes the link's rest is measured unless switched off (a shaped NIC's bucket: README)
+    # across nodes the link's rest is measured unless switched off (a shaped NIC's bucket: docs/calibrate.md)
     assert float(cmd[cmd.index("--rest-ms") + 1]) == cc.REST_MS_ACROSS_NODES == cfg.rest_ms
     assert replace(cfg, rest_ms=0).rest_ms == 0.0
     for kw, match in (({"nnodes": "2"}, "--nnodes 2 needs --rdzv-endpoint"), ({"nproc": 1}, "on one node")):

@@ -4,7 +4,7 @@ errors of calibrate, record and emulate, which never launch a rank here) is driv
 missing and truncated files, foreign JSON, an empty file, a folder where a file is expected, empty bundles, a
 truncated and a garbage ``.nbox`` archive, a manifest of the wrong schema or not JSON, a bundle with a truncated
 trace, bad ``--set`` values, unknown algorithm names, outputs that clash. Each must exit with the documented code
-(README / nbox_trace/errors.py: 1 a check failed, 2 usage, 3 invalid input, 4 not found, 5 output not written),
+(docs/output.md / nbox_trace/errors.py: 1 a check failed, 2 usage, 3 invalid input, 4 not found, 5 output not written),
 print no traceback, and say what is wrong in one or two ``nbox: error:`` lines (the parser's own usage errors end
 in one ``Error:`` line after its usage line).
 

@@ -95,7 +95,7 @@ def test_two_node_record_merges_into_one_bundle_that_verifies_and_replays(tmp_pa
 
 def test_two_node_calibrate_measures_the_shaped_link(tmp_path: Path) -> None:
     """The scenario written describes the fabric: its bandwidth is the tbf rate's (sanity bounds only: timing is
-    not a unit test's business; bench figures are in the README)."""
+    not a unit test's business; bench figures are in docs/results.md)."""
     with Testbed(2, rate="200mbit") as tb:
         endpoint = f"{tb.node(0).addr}:{PORT}"
         done = on_both(tb, tmp_path, lambda k: nbox_cmd(
