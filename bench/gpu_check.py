@@ -152,9 +152,8 @@ def err_pct(predicted: float | None, observed: float | None) -> float | None:
 
 #: The lean variant's recording flags: Kineto-alone operator times over 5 iterations, 3 captured iterations. On the
 #: first GPU (docs/results.md, "The GPU kit") a one-iteration capture ran 8x its clean time (the thread blocked
-#: inside the
-#: operators under CUDA activity tracing) and replayed +41% to +284%; this variant replayed live within 1.3% on
-#: the DDP examples, so the kit measures both.
+#: inside the operators under CUDA activity tracing) and replayed +41% to +284%; this variant replayed live within
+#: 1.3% on the DDP examples, so the kit measures both.
 LEAN_FLAGS: tuple[object, ...] = ("--lean-iterations", 5, "--capture", 3)
 
 
