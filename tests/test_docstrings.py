@@ -14,8 +14,8 @@ measuring verb with a figure ("took 4.8 ms", "gave 12.0 ms").
 Literal spans (``...``) are skipped for ratios and percentages: they quote the format of a report line, such as
 ``1.022x``, not a result.
 
-nbox/cli/ is left out here: its help texts and docstrings belong to the CLI layer, whose own tests check that no
-help text carries a date or a measured figure.
+nbox/cli/ is read for its module docstrings only: its functions' docstrings are the commands' help texts, which
+belong to the CLI layer, whose own tests check that no help text carries a date or a measured figure.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("nbox", "nbox_trace", "emulator_core", "nbox_record", "nbox_replay")
-EXEMPT = ("nbox/cli/",)  # the CLI helper's tests cover help texts (see the module docstring)
+MODULE_ONLY = ("nbox/cli/",)  # function docstrings there are help texts, which the CLI's own tests check
 
 _NUM = r"\d+(?:\.\d+)?"
 _UNIT = r"(?:ns|us|\u00b5s|ms|s|min|%|x|GB/s|Gb/s|MB|MiB|KiB|GiB)"
@@ -74,7 +74,7 @@ def _modules() -> list[Path]:
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if not any(rel.startswith(e) for e in EXEMPT) and not rel.endswith("_pb2.py"):
+            if not rel.endswith("_pb2.py"):
                 out.append(path)
     return out
 
@@ -98,9 +98,11 @@ def docstring_hits(path: Path) -> list[Hit]:
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source, str(path))
     rel = path.relative_to(ROOT).as_posix()
+    module_only = rel.startswith(MODULE_ONLY)
     hits = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and (
+                isinstance(node, ast.Module) or not module_only):
             doc = ast.get_docstring(node, clean=False)
             if doc:
                 name = getattr(node, "name", "<module>")
@@ -165,4 +167,4 @@ def test_attribute_doc_comments_are_read_as_one_block() -> None:
 def test_the_walk_covers_the_library() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _modules()}
     assert {"nbox_replay/profiler.py", "emulator_core/answer.py", "nbox_trace/errors.py"} <= names
-    assert not any(n.startswith("nbox/cli/") for n in names)
+    assert "nbox/cli/app.py" in names  # its module docstring; its commands' help texts are the CLI's tests' own
