@@ -1,0 +1,73 @@
+"""Evaluate an ``[[nccl_fit]]`` entry: the time of its collective at a size and node count.
+
+The model and the source of each term are in :mod:`emulator_core.nccl_fit`'s docstring; this module computes
+``floor(N)``, ``K(N)`` and ``T(S, N)`` with NCCL's tuner (:mod:`emulator_core.nccl_tuner`) for the node-count
+scaling.
+"""
+
+from __future__ import annotations
+
+from emulator_core.nccl_fit import PER_RANK, Fabric, NcclFit, network_share, regime, step_bytes
+from emulator_core.nccl_tests import BUS_FACTORS
+from emulator_core.nccl_tuner import nccl_supports, nccl_tune
+
+__all__ = ["floor_us", "regime_factor", "time_us"]
+
+
+def _nccl_busbw(collective: str, size: float, nodes: int, gpn: int, fabric: Fabric) -> float | None:
+    """NCCL's modeled bus bandwidth (GB/s) of ``collective`` at nccl-tests size ``size``; None if not modeled."""
+    p = nodes * gpn
+    if not nccl_supports(collective) or p < 2:
+        return None
+    n = size / p if collective == "all_gather" else size
+    t = nccl_tune(collective, n, p, nodes, intra_bw_gbps=fabric.intra_bw_gbps, inter_bw_gbps=fabric.inter_bw_gbps,
+                  nvls=fabric.nvls, collnet=fabric.collnet).time_us
+    return size * BUS_FACTORS[collective](p) / (t * 1e3) if t > 0 else None
+
+
+def _nccl_floor_us(collective: str, size: float, nodes: int, gpn: int, fabric: Fabric) -> float | None:
+    p = nodes * gpn
+    if not nccl_supports(collective) or p < 2:
+        return None
+    n = size / p if collective == "all_gather" else size
+    return nccl_tune(collective, n, p, nodes, intra_bw_gbps=fabric.intra_bw_gbps,
+                     inter_bw_gbps=fabric.inter_bw_gbps, nvls=fabric.nvls, collnet=fabric.collnet).time_us
+
+
+def regime_factor(fit: NcclFit, nodes: int, fabric: Fabric) -> float:
+    """``K(N)`` of the module docstring: 1 within the fit's regime, else NCCL's (or the datasheet's) ratio."""
+    if regime(nodes) == regime(fit.nodes):
+        return 1.0
+    big = fit.busbw[-1][0] * (fit.ranks if fit.collective in PER_RANK else 1)
+    there = _nccl_busbw(fit.collective, big, nodes, fit.gpus_per_node, fabric)
+    here = _nccl_busbw(fit.collective, big, fit.nodes, fit.gpus_per_node, fabric)
+    if there is not None and here is not None and here > 0:
+        return there / here
+    def link(n: int) -> float:
+        return fabric.intra_bw_gbps if n == 1 else fabric.inter_bw_gbps
+    return link(nodes) / link(fit.nodes)
+
+
+def floor_us(fit: NcclFit, nodes: int, fabric: Fabric) -> float:
+    """``floor(N)`` of the module docstring."""
+    if fit.latency_us == 0 or nodes == fit.nodes:
+        return fit.latency_us
+    there = _nccl_floor_us(fit.collective, 8.0, nodes, fit.gpus_per_node, fabric)
+    here = _nccl_floor_us(fit.collective, 8.0, fit.nodes, fit.gpus_per_node, fabric)
+    if there is None or here is None or here <= 0:
+        return fit.latency_us
+    return fit.latency_us * there / here
+
+
+def time_us(fit: NcclFit, size_bytes: float, nodes: int, fabric: Fabric) -> float:
+    """The modeled time (us) of the fit's collective at nccl-tests size ``size_bytes`` on ``nodes`` nodes of the
+    fit's GPUs per node (module docstring). 0 bytes cost the floor."""
+    p = nodes * fit.gpus_per_node
+    if p < 2:
+        return 0.0
+    floor = floor_us(fit, nodes, fabric)
+    if size_bytes <= 0:
+        return floor
+    k = regime_factor(fit, nodes, fabric) if regime(nodes) != regime(fit.nodes) else 1.0
+    b = fit.busbw_at(step_bytes(fit.collective, size_bytes, p)) * k / network_share(fit.collective, nodes)
+    return floor + size_bytes * BUS_FACTORS[fit.collective](p) / (b * 1e3)
