@@ -34,7 +34,8 @@ from emulator_core.pricing import fabric_of  # noqa: E402
 DATA = ROOT / "bench" / "data" / "nccl_tests"
 CSV_COLLECTIVES = {"nccl_all_reduce.csv": "all_reduce", "nccl_all_gather.csv": "all_gather",
                    "nccl_alltoall.csv": "all_to_all"}
-BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30), (">= 2 GiB", (1 << 30) + 1, 1 << 62))
+BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30),
+         (">= 2 GiB", (1 << 30) + 1, 1 << 62))
 
 
 def csv_curves(path: Path) -> list[Curve]:
