@@ -60,8 +60,8 @@ class FitRow:
 def fit_curve(curve: Curve) -> NcclFit:
     """The ``[[nccl_fit]]`` entry of one curve: the floor is the median time of the sizes up to
     :data:`~emulator_core.nccl_fit.FLOOR_MAX_BYTES` (0 when none was measured); the table is each larger size's
-    bus bandwidth of its time above the floor, at its step message (never below 5% of the time: a size that
-    sits on the floor carries no bandwidth)."""
+    bus bandwidth of its time above the floor, at its step message; a size whose time is within 5% of the floor
+    carries no bandwidth and is left out (below the table, :meth:`NcclFit.busbw_at` extrapolates)."""
     small = [pt.time_us for pt in curve.points if pt.size_bytes <= FLOOR_MAX_BYTES]
     floor = statistics.median(small) if small else 0.0
     big = [pt for pt in curve.points if pt.size_bytes > FLOOR_MAX_BYTES] or list(curve.points)
@@ -69,9 +69,10 @@ def fit_curve(curve: Curve) -> NcclFit:
     factor = BUS_FACTORS[curve.collective](p)
     share = network_share(curve.collective, curve.nodes)
     table: list[list[float]] = []
-    for pt in big:
+    bound = [pt for pt in big if pt.time_us - floor >= 0.05 * pt.time_us] or big[-1:]
+    for pt in bound:
         rest = max(pt.time_us - floor, 0.05 * pt.time_us)
-        m = _sig(step_bytes(curve.collective, pt.size_bytes, p))
+        m = step_bytes(curve.collective, pt.size_bytes, p)
         if table and m <= table[-1][0]:
             continue
         bus = pt.size_bytes * factor * share / (rest * 1e3) if factor > 0 else pt.size_bytes / (rest * 1e3)
