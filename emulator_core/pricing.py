@@ -27,6 +27,9 @@ bandwidth are scaled by its factors with its efficiency curve, and ``auto`` mean
 the measured library runs). A group larger than the calibration's ``ranks`` is extrapolated through the
 topology model; :func:`extrapolation_note` says so.
 
+**Measured curves**: a scenario's ``[[nccl_fit]]`` (``nbox calibrate --nccl-tests``) prices its collective under
+``auto`` for groups with its GPUs per node (``emulator_core.nccl_fit``; the name reported is ``nccl_fit``).
+
 ``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's own tuner (``nccl_tuner``) for the collectives
 it tunes; else the fastest by modeled time of NCCL's algorithm set (ring, double binary tree), plus
 ``hierarchical`` over several dimensions and ``in_network`` where the dimension reduces in the switch. For
