@@ -27,7 +27,7 @@ from emulator_core.world import resize
 from nbox_trace.files import write_atomic
 
 __all__ = ["FitRow", "NcclTestsConfig", "base_scenario", "calibrate_from_curves", "calibrate_nccl_tests", "compare",
-           "fit_curve", "format_rows", "read_curves", "row_dict", "summary", "write_fabric"]
+           "fit_curve", "format_rows", "notes", "read_curves", "row_dict", "summary", "write_fabric"]
 
 #: Significant digits kept in the written table.
 _DIGITS = 5
@@ -213,13 +213,13 @@ def base_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
     return load_scenario(path if path is not None else shipped_scenarios()["dgx_h100_400g"], tuple(overrides))
 
 
-def calibrate_nccl_tests(cfg: NcclTestsConfig, out: Path) -> tuple[Scenario, list[FitRow]]:
-    """Read the files, fit, write the scenario to ``out`` atomically; the scenario and the fit rows. Nothing is
-    written when a file is refused."""
+def calibrate_nccl_tests(cfg: NcclTestsConfig, out: Path) -> tuple[Scenario, list[FitRow], list[str]]:
+    """Read the files, fit, write the scenario to ``out`` atomically; the scenario, the fit rows and the
+    :func:`notes`. Nothing is written when a file is refused."""
     curves = read_curves(cfg)
     scenario, rows = calibrate_from_curves(curves, base_scenario(cfg.base, cfg.overrides))
     write_fabric(scenario, out)
-    return scenario, rows
+    return scenario, rows, notes(curves, scenario)
 
 
 def summary(rows: Sequence[FitRow], *, min_bytes: int = 1 << 20, compared: bool = False) -> list[dict[str, object]]:
@@ -242,3 +242,22 @@ def row_dict(r: FitRow) -> dict[str, object]:
     return {"file": r.path, "collective": r.collective, "nodes": r.nodes, "gpus_per_node": r.gpus_per_node,
             "size_bytes": r.size_bytes, "real_us": r.real_us, "model_us": round(r.model_us, 3),
             "error_pct": round(100 * r.error, 2), "model": r.source}
+
+
+def notes(curves: Sequence[Curve], scenario: Scenario) -> list[str]:
+    """What a user should know about the curves against the datasheet (stderr, and ``notes`` in ``--json``): a
+    curve on 2 nodes whose bus bandwidth beats the NICs' line rate ran an NVLink-assisted algorithm (priced at
+    more nodes through NCCL's regime ratio), and a curve on more nodes whose bus bandwidth beats the node's NICs
+    together says the datasheet's NIC figure is too low (the regime ratio reads it)."""
+    fabric = fabric_of(scenario)
+    out: list[str] = []
+    for c in curves:
+        peak = max(pt.busbw_gbps for pt in c.points)
+        node_nics = fabric.inter_bw_gbps * c.gpus_per_node
+        if c.nodes == 2 and c.collective == "all_reduce" and peak > node_nics:
+            out.append(f"{c.path}: busbw {peak:g} GB/s on 2 nodes is above the NICs' line rate ({node_nics:g} GB/s "
+                       f"a node): an NVLink-assisted algorithm; more nodes are priced through NCCL's regime ratio")
+        elif c.nodes > 2 and c.collective in ("all_reduce", "all_gather", "reduce_scatter") and peak > node_nics:
+            out.append(f"{c.path}: busbw {peak:g} GB/s is above the datasheet's NICs ({node_nics:g} GB/s a node); "
+                       f"set the network dimension's bandwidth_gbps to the cluster's (--set)")
+    return out

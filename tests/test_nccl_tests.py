@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator_core.nccl_calibrate import calibrate_from_curves, compare, fit_curve
+from emulator_core.nccl_calibrate import calibrate_from_curves, compare, fit_curve, notes
 from emulator_core.nccl_curve import time_us
 from emulator_core.nccl_fit import NcclFit
 from emulator_core.nccl_tests import MAX_FILE_BYTES, NcclTestsError, parse_shape, read_curve, read_curve_text
@@ -225,6 +225,9 @@ def test_two_node_curve_above_line_rate_is_scaled_down_beyond_two_nodes() -> Non
     t4 = time_us(fit, 8 << 30, 4, fabric)
     busbw4 = (8 << 30) * 2 * 31 / 32 / (t4 * 1e3)
     assert busbw4 < 476.25 * 0.9
+    curve = read_curve_text(rows, "two.txt", collective="all_reduce", shape=(2, 8))
+    assert any("NVLink-assisted" in n for n in notes([curve], DGX))
+    assert not notes([read_curve(AR4)], DGX)
 
 
 def test_nccl_fit_entries_are_validated() -> None:

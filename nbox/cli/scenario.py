@@ -335,13 +335,15 @@ def _calibrate_nccl_tests(files: list[Path], collective: str | None, shape: str 
     cfg = NcclTestsConfig(tuple(files), collective, parse_shape(shape) if shape is not None else None, what_if,
                           tuple(overrides))
     check_outputs([Output("-o/--out", out, "file")], inputs=[*files, what_if])
-    scenario, rows = calibrate_nccl_tests(cfg, out)
+    scenario, rows, said = calibrate_nccl_tests(cfg, out)
     if json_out:
-        doc = {"profile": str(out), "scenario": scenario.to_dict(), "summary": summary(rows),
+        doc = {"profile": str(out), "scenario": scenario.to_dict(), "summary": summary(rows), "notes": said,
                "rows": [row_dict(r) for r in rows]}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     sys.stdout.write(format_rows(rows) + "\n")
+    for line in said:
+        sys.stderr.write(f"nbox calibrate: note: {line}\n")
     dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
     sys.stderr.write(f"nbox calibrate: wrote {out}: world size {scenario.world_size} ({dims}), "
                      f"{len(scenario.nccl_fit)} curve(s); price another world size with `nbox scenario cost "
