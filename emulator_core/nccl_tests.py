@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbox_trace.errors import InvalidInputError
@@ -56,9 +56,10 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
                "broadcast": lambda p: 1.0, "reduce": lambda p: 1.0, "send_recv": lambda p: 1.0}
 
 _REDOPS = frozenset({"sum", "prod", "max", "min", "avg", "none", "premulsum", "mulsum"})
-_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+_RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
                       r"\s*(?:\[[^\]]*\])?\s*(.*)$")
-_TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_TEST_RE = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
+_COMMAND_RE = re.compile(r"\b([a-z_]+_perf)(?:_mpi)?\b")
 _INT_RE = re.compile(r"^\d+$")
 _NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\d+)\s*$")
@@ -196,6 +197,7 @@ class _State:
     layout: _Layout | None = None
     rows_started: bool = False
     ended: bool = False
+    commands: set[str] = field(default_factory=set)
 
 
 def read_curve_text(text: str, name: str, *, collective: str | None = None,
@@ -221,8 +223,9 @@ def read_curve_text(text: str, name: str, *, collective: str | None = None,
             st.version = s.split()[2][:40] if len(s.split()) > 2 else ""
             continue
         tokens = s.split()
-        if not _INT_RE.match(tokens[0]) or len(tokens[0]) > 20:
-            continue  # a launcher's or NCCL's own line
+        if not _INT_RE.match(tokens[0]) or len(tokens[0]) > 20 or (len(tokens) > 1 and not _INT_RE.match(tokens[1])):
+            _stray(st, s, where, bool(points))  # a launcher's, NCCL's or a report's own line
+            continue
         if st.ended:
             raise NcclTestsError(f"{where}: a second curve in one file; give one nccl-tests run per file")
         if len(points) >= MAX_ROWS:
@@ -237,6 +240,17 @@ def read_curve_text(text: str, name: str, *, collective: str | None = None,
     if not points:
         raise NcclTestsError(f"{name}: no nccl-tests rows (size count type ... time algbw busbw) found")
     return _finish(st, points, collective, shape)
+
+
+def _stray(st: _State, s: str, where: str, have_rows: bool) -> None:
+    """A line that is neither a comment nor a row: a rank line or the test name that lost its '#' (pasted through
+    Markdown), the command line naming the ``*_perf`` binary, or anything else (skipped)."""
+    if _RANK_RE.match(s) or _TEST_RE.match(s):
+        _comment(st, s, where, have_rows)
+        return
+    for name in _COMMAND_RE.findall(s):
+        if name in TESTS:
+            st.commands.add(TESTS[name])
 
 
 def _comment(st: _State, s: str, where: str, have_rows: bool) -> None:
@@ -283,6 +297,12 @@ def _finish(st: _State, points: list[Point], collective: str | None, shape: tupl
         if collective is not None and collective != st.test:
             raise NcclTestsError(f"{st.name}: the log ran {st.test}, not --collective {collective}")
         coll = st.test
+    if st.test is None and len(st.commands) == 1:  # no test line, but one *_perf binary named (the command line)
+        said.add("collective")
+        (named,) = st.commands
+        if collective is not None and collective != named:
+            raise NcclTestsError(f"{st.name}: the log's command ran {named}, not --collective {collective}")
+        coll = named
     if coll is None:
         raise NcclTestsError(f"{st.name}: the log does not say its collective (no '# Collective test starting' "
                              f"line); give --collective")

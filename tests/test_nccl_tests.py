@@ -281,3 +281,19 @@ def test_compare_prices_every_size_on_the_curves_shape() -> None:
     assert all(r.model_us > 0 and r.nodes == 4 for r in rows)
     with pytest.raises(NcclTestsError, match="GPUs per node"):
         compare(DGX, read_curve_text(_rows(AR4), "r.txt", collective="all_reduce", shape=(8, 4)))
+
+
+def test_a_log_pasted_through_markdown(tmp_path: Path) -> None:
+    """A report's copy: '#' lost on the rank and test lines (Markdown headings), a code fence, the command line
+    naming the binary, prose with numbers after the table."""
+    lines = AR4.read_text().splitlines()
+    pasted = ["## NCCL TEST RESULT", "", "> mpirun -np 32 ./build/all_reduce_perf -b 8 -e 8G -f 2 -g 1", "```"]
+    pasted += [ln.lstrip("#") if "Rank" in ln else ln for ln in lines if "Collective test starting" not in ln]
+    pasted += ["```", "", "2 nodes were not used; the `all_reduce_perf` run above had 32 ranks.", "1. Summary"]
+    md = tmp_path / "report.md"
+    md.write_text("\n".join(pasted) + "\n")
+    c = read_curve(md)
+    assert (c.collective, c.nodes, c.gpus_per_node) == ("all_reduce", 4, 8)
+    assert c.said == {"collective", "shape"} and c.points == read_curve(AR4).points
+    with pytest.raises(NcclTestsError, match="command ran all_reduce"):
+        read_curve(md, collective="broadcast")
