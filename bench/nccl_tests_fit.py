@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator_core.nccl_calibrate import base_scenario, compare, fit_curve  # noqa: E402
-from emulator_core.nccl_curve import time_us  # noqa: E402
-from emulator_core.nccl_fit import regime, step_bytes  # noqa: E402
+from emulator_core.nccl_curve import between_us, time_us  # noqa: E402
+from emulator_core.nccl_fit import bracket, regime, step_bytes  # noqa: E402
 from emulator_core.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
 from emulator_core.pricing import fabric_of  # noqa: E402
 
@@ -116,6 +116,17 @@ def main() -> int:
         print(f"    of which across regimes:                          {stats(crossing)}")
         print(f"    of which step message inside the fitted range: {stats(inside)}")
         print(f"    of which extrapolated beyond it:               {stats(outside)}")
+        between: list[float] = []
+        for target in curves:
+            fits = tuple(fit_curve(c) for c in curves if c is not target and c.collective == target.collective
+                         and c.gpus_per_node == target.gpus_per_node)
+            pair = bracket(fits, target.collective, target.nodes, target.gpus_per_node)
+            if pair is None:
+                continue
+            between += [abs(between_us(*pair, pt.size_bytes, target.nodes, fabric) / pt.time_us - 1)
+                        for pt in target.points if pt.size_bytes >= 1 << 20]
+        print(f"  fits at the node counts around it -> the one between: {stats(between)}")
+        overall["between"] += between
         overall["fit"] += allerr
         overall["same"] += same_regime
         sheet: dict[str, list[float]] = defaultdict(list)
@@ -130,6 +141,7 @@ def main() -> int:
         overall["datasheet"] += sall
     print(f"\nall clusters: fit -> other node count {stats(overall['fit'])}")
     print(f"all clusters: fit -> other node count in the same regime {stats(overall['same'])}")
+    print(f"all clusters: fits around a node count -> it  {stats(overall['between'])}")
     print(f"all clusters: datasheet alone        {stats(overall['datasheet'])}")
     return 0
 

@@ -7,11 +7,13 @@ scaling.
 
 from __future__ import annotations
 
+import math
+
 from emulator_core.nccl_fit import PER_RANK, Fabric, NcclFit, network_share, regime, step_bytes
 from emulator_core.nccl_tests import BUS_FACTORS
 from emulator_core.nccl_tuner import nccl_supports, nccl_tune
 
-__all__ = ["floor_us", "regime_factor", "time_us"]
+__all__ = ["between_us", "floor_us", "regime_factor", "time_us"]
 
 
 def _nccl_busbw(collective: str, size: float, nodes: int, gpn: int, fabric: Fabric) -> float | None:
@@ -71,3 +73,13 @@ def time_us(fit: NcclFit, size_bytes: float, nodes: int, fabric: Fabric) -> floa
     k = regime_factor(fit, nodes, fabric) if regime(nodes) != regime(fit.nodes) else 1.0
     b = fit.busbw_at(step_bytes(fit.collective, size_bytes, p)) * k / network_share(fit.collective, nodes)
     return floor + size_bytes * BUS_FACTORS[fit.collective](p) / (b * 1e3)
+
+
+def between_us(lo: NcclFit, hi: NcclFit, size_bytes: float, nodes: int, fabric: Fabric) -> float:
+    """The time at ``nodes`` between two fits measured at ``lo.nodes < nodes < hi.nodes``: each one's prediction,
+    interpolated linearly in log time over log nodes."""
+    t_lo, t_hi = time_us(lo, size_bytes, nodes, fabric), time_us(hi, size_bytes, nodes, fabric)
+    if t_lo <= 0 or t_hi <= 0:
+        return max(t_lo, t_hi)
+    w = math.log(nodes / lo.nodes) / math.log(hi.nodes / lo.nodes)
+    return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))

@@ -37,7 +37,8 @@ with each term from:
 ``factor(p)`` is nccl-tests' bus factor (``doc/PERFORMANCE.md``). The evaluation lives in
 :mod:`emulator_core.nccl_curve` (it reads NCCL's tuner); this module is the scenario's data. A fit applies to
 groups with the same GPUs per node as it measured; among several curves of one collective (several node counts),
-the one nearest in node count within the same regime is used, else the nearest.
+the one nearest in node count within the same regime is used, else the nearest; between two measured node counts of
+one regime, the two entries' times are interpolated, log time over log nodes.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from emulator_core.nccl_tests import BUS_FACTORS
 from emulator_core.scenario_values import MAX_WORLD_SIZE, ScenarioError, bad, check_float, check_int, check_table
 
 __all__ = ["FLOOR_MAX_BYTES", "NCCL_FIT_KEYS", "PER_RANK", "Fabric", "NcclFit", "check_fits", "choose_fit",
-           "network_share", "regime", "step_bytes"]
+           "bracket", "network_share", "regime", "step_bytes"]
 
 NCCL_FIT_KEYS = ("collective", "nodes", "gpus_per_node", "latency_us", "busbw", "source")
 #: Sizes up to this are latency-bound on every fabric nbox models (one 64 KiB message is < 2 us at 50 GB/s).
@@ -170,6 +171,19 @@ def choose_fit(fits: tuple[NcclFit, ...], collective: str, nodes: int, gpus_per_
     if not cands:
         return None
     return min(cands, key=lambda f: (regime(f.nodes) != regime(nodes), abs(math.log(f.nodes / nodes)), -f.nodes))
+
+
+def bracket(fits: tuple[NcclFit, ...], collective: str, nodes: int,
+            gpus_per_node: int) -> tuple[NcclFit, NcclFit] | None:
+    """The two entries of ``collective`` with ``gpus_per_node`` nearest below and above ``nodes`` in its regime, or
+    ``None`` when the measured node counts do not surround it."""
+    same = [f for f in fits if f.collective == collective and f.gpus_per_node == gpus_per_node
+            and regime(f.nodes) == regime(nodes)]
+    below = [f for f in same if f.nodes < nodes]
+    above = [f for f in same if f.nodes > nodes]
+    if not below or not above:
+        return None
+    return max(below, key=lambda f: f.nodes), min(above, key=lambda f: f.nodes)
 
 
 def check_fits(entries: Any) -> tuple[NcclFit, ...]:

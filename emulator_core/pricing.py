@@ -61,8 +61,9 @@ from emulator_core.collective_time import (
     phase_candidates,
     wire,
 )
+from emulator_core.nccl_curve import between_us
 from emulator_core.nccl_curve import time_us as fitted_time_us
-from emulator_core.nccl_fit import Fabric, choose_fit
+from emulator_core.nccl_fit import Fabric, bracket, choose_fit
 from emulator_core.nccl_tests import BUS_FACTORS
 from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
 from nbox_trace.errors import UsageError
@@ -341,6 +342,10 @@ def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     fabric = fabric_of(scenario)
     p = shape.size
     times_p = collective in ("all_gather", "gather", "scatter")
+    pair = bracket(scenario.nccl_fit, collective, nodes, on_node)
+    if pair is not None:
+        lo, hi = pair
+        return lambda nbytes, **kw: (FITTED, between_us(lo, hi, nbytes * p if times_p else nbytes, nodes, fabric))
 
     def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
         return FITTED, fitted_time_us(fit, nbytes * p if times_p else nbytes, nodes, fabric)

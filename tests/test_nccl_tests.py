@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from emulator_core.nccl_calibrate import calibrate_from_curves, compare, fit_curve, notes
 from emulator_core.nccl_curve import time_us
 from emulator_core.nccl_fit import NcclFit
-from emulator_core.nccl_tests import MAX_FILE_BYTES, NcclTestsError, parse_shape, read_curve, read_curve_text
+from emulator_core.nccl_tests import (
+    MAX_FILE_BYTES,
+    Curve,
+    NcclTestsError,
+    Point,
+    parse_shape,
+    read_curve,
+    read_curve_text,
+)
 from emulator_core.pricing import fabric_of, group_shape, make_pricer
 from emulator_core.scenario import ScenarioError
 from emulator_core.scenario_files import load_scenario, shipped_scenarios
@@ -297,3 +305,16 @@ def test_a_log_pasted_through_markdown(tmp_path: Path) -> None:
     assert c.said == {"collective", "shape"} and c.points == read_curve(AR4).points
     with pytest.raises(NcclTestsError, match="command ran all_reduce"):
         read_curve(md, collective="broadcast")
+
+
+def test_between_two_node_counts_the_fits_are_interpolated() -> None:
+    """Curves at 4 and 16 nodes (scaled copies of one real curve, as if measured) price 8 nodes between them."""
+    base = read_curve(AR4)
+    far = Curve("far.txt", "all_reduce", 16, 8, tuple(Point(p.size_bytes, p.time_us * 1.5, p.algbw_gbps / 1.5,
+                                                           p.busbw_gbps / 1.5) for p in base.points))
+    scenario, _ = calibrate_from_curves([base, far], DGX)
+    sized = resize(scenario, 64)
+    name, t = make_pricer(sized, "all_reduce", group_shape(sized))(256 << 20)
+    fabric = fabric_of(sized)
+    alone = sorted(time_us(f, 256 << 20, 8, fabric) for f in scenario.nccl_fit)
+    assert name == "nccl_fit" and alone[0] < t < alone[1]
