@@ -3,7 +3,8 @@
 What a file may hold, and how each part is read (nccl-tests ``src/common.cu`` prints them; versions differ):
 
 * ``# Collective test starting: all_reduce_perf``: the collective (``*_perf`` name, :data:`TESTS`).
-* ``#  Rank  3 Group  0 Pid 1234 on host-a device  3 [0000:5d:00] NVIDIA H100 80GB HBM3``: one line per rank;
+* ``#  Rank  3 Group  0 Pid 1234 on host-a device  3 [0000:5d:00] NVIDIA H100 80GB HBM3`` (old versions: no
+  ``Group``): one line per rank;
   the distinct hosts are the nodes, the ranks per host the GPUs per node (every host must hold as many). A
   single process driving 8 GPUs (``-g 8``) prints 8 rank lines on one host.
 * the column header ``#  size  count  type  redop  root  time  algbw  busbw  #wrong  time ...``: which of the
@@ -56,7 +57,7 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
                "broadcast": lambda p: 1.0, "reduce": lambda p: 1.0, "send_recv": lambda p: 1.0}
 
 _REDOPS = frozenset({"sum", "prod", "max", "min", "avg", "none", "premulsum", "mulsum"})
-_RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+_RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)"
                       r"\s*(?:\[[^\]]*\])?\s*(.*)$")
 _TEST_RE = re.compile(r"^#?\s*Collective test starting:\s*(\S+)")
 _COMMAND_RE = re.compile(r"\b([a-z_]+_perf)(?:_mpi)?\b")
@@ -271,10 +272,10 @@ def _comment(st: _State, s: str, where: str, have_rows: bool) -> None:
         rank = int(m.group(1))
         if rank in hosts or rank >= MAX_RANKS:
             raise NcclTestsError(f"{where}: rank {rank} listed twice or out of range")
-        hosts[rank] = m.group(4)
+        hosts[rank] = m.group(2)
         st.hosts = hosts
         if rank == 0:
-            st.gpu = m.group(6).strip()[:80]
+            st.gpu = m.group(4).strip()[:80]
         return
     tokens = s.lstrip("#").split()
     layout = _header_layout(tokens)

@@ -318,3 +318,13 @@ def test_between_two_node_counts_the_fits_are_interpolated() -> None:
     fabric = fabric_of(sized)
     alone = sorted(time_us(f, 256 << 20, 8, fabric) for f in scenario.nccl_fit)
     assert name == "nccl_fit" and alone[0] < t < alone[1]
+
+
+def test_old_rank_lines_without_group() -> None:
+    """nccl-tests before groups: ``#   Rank  0 Pid  23196 on   dgx1 device  0 [0x06] Tesla V100-SXM2-16GB``."""
+    ranks = "".join(f"#   Rank {r:2d} Pid {100 + r:6d} on {'a' if r < 4 else 'b':>6} device {r % 4:2d} [0x06] "
+                    f"Tesla V100\n" for r in range(8))
+    rows = "".join(f"{1 << k} {(1 << k) // 4} float sum {(1 << k) / 100.0e3:.2f} 100.00 175.00 0\n"
+                   for k in range(24, 28))
+    curve = read_curve_text("# Using devices\n" + ranks + rows, "old.txt", collective="all_reduce")
+    assert (curve.nodes, curve.gpus_per_node, curve.gpu) == (2, 4, "Tesla V100")
