@@ -249,6 +249,10 @@ def calibrate_cmd(
       nbox calibrate --sizes 1KiB,64KiB --collectives all_reduce,all_gather -o small.toml --json
 
       nbox calibrate -n 1 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400 -o net.toml  (and rank 1)
+
+      nbox calibrate --nccl-tests all_reduce_4x8.txt all_gather_4x8.txt -o fabric.toml
+
+      nbox calibrate --nccl-tests pasted_rows.txt --collective all_reduce --shape 2x8 -o fabric.toml
     """
     from nbox_trace.errors import UsageError
 
