@@ -98,6 +98,7 @@ class NcclFit:
     busbw: tuple[tuple[float, float], ...]
     source: str = ""
     _logs: tuple[tuple[float, float], ...] = field(default=(), init=False, repr=False, compare=False, hash=False)
+    _xs: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.collective, str) or self.collective not in BUS_FACTORS:
@@ -119,6 +120,7 @@ class NcclFit:
         if not isinstance(self.source, str) or len(self.source) > 256:
             raise bad("source", str(self.source)[:40], "must be a string of at most 256 characters")
         object.__setattr__(self, "_logs", tuple((math.log(m), math.log(b)) for m, b in pts))
+        object.__setattr__(self, "_xs", tuple(x for x, _ in self._logs))
 
     @property
     def ranks(self) -> int:
@@ -135,7 +137,7 @@ class NcclFit:
             if len(logs) > 1:
                 slope = min(1.0, max(0.0, (logs[1][1] - logs[0][1]) / (logs[1][0] - logs[0][0])))
             return math.exp(logs[0][1] + slope * (x - logs[0][0]))
-        i = bisect.bisect_right([lx for lx, _ in logs], x)
+        i = bisect.bisect_right(self._xs, x)
         (x0, y0), (x1, y1) = logs[i - 1], logs[i]
         return math.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 

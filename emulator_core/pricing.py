@@ -61,8 +61,7 @@ from emulator_core.collective_time import (
     phase_candidates,
     wire,
 )
-from emulator_core.nccl_curve import between_us
-from emulator_core.nccl_curve import time_us as fitted_time_us
+from emulator_core.nccl_curve import between, prepare
 from emulator_core.nccl_fit import Fabric, bracket, choose_fit
 from emulator_core.nccl_tests import BUS_FACTORS
 from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
@@ -343,12 +342,11 @@ def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     p = shape.size
     times_p = collective in ("all_gather", "gather", "scatter")
     pair = bracket(scenario.nccl_fit, collective, nodes, on_node)
-    if pair is not None:
-        lo, hi = pair
-        return lambda nbytes, **kw: (FITTED, between_us(lo, hi, nbytes * p if times_p else nbytes, nodes, fabric))
+    model = between(prepare(pair[0], nodes, fabric), prepare(pair[1], nodes, fabric), nodes) if pair is not None \
+        else prepare(fit, nodes, fabric)
 
     def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
-        return FITTED, fitted_time_us(fit, nbytes * p if times_p else nbytes, nodes, fabric)
+        return FITTED, model(nbytes * p if times_p else nbytes)
     return pricer
 
 
