@@ -27,6 +27,9 @@ bandwidth are scaled by its factors with its efficiency curve, and ``auto`` mean
 the measured library runs). A group larger than the calibration's ``ranks`` is extrapolated through the
 topology model; :func:`extrapolation_note` says so.
 
+**Measured curves**: a scenario's ``[[nccl_fit]]`` (``nbox calibrate --nccl-tests``) prices its collective under
+``auto`` for groups with its GPUs per node (``emulator_core.nccl_fit``; the name reported is ``nccl_fit``).
+
 ``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's own tuner (``nccl_tuner``) for the collectives
 it tunes; else the fastest by modeled time of NCCL's algorithm set (ring, double binary tree), plus
 ``hierarchical`` over several dimensions and ``in_network`` where the dimension reduces in the switch. For
@@ -58,6 +61,9 @@ from emulator_core.collective_time import (
     phase_candidates,
     wire,
 )
+from emulator_core.nccl_curve import between, prepare
+from emulator_core.nccl_fit import Fabric, bracket, choose_fit
+from emulator_core.nccl_tests import BUS_FACTORS
 from emulator_core.scenario import AUTO, Calibration, Dimension, Scenario
 from nbox_trace.errors import UsageError
 from nbox_trace.units import format_bytes
@@ -250,6 +256,9 @@ def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorith
     if algorithm != AUTO:
         model, chosen = model_of(algorithm), algorithm
         return lambda nbytes, **kw: (chosen, model(nbytes, **kw))
+    fitted = _fit_pricer(scenario, collective, shape, spanned)
+    if fitted is not None:
+        return fitted
     nccl = _nccl_pricer(scenario, collective, shape, spanned)
     if nccl is not None:
         return nccl
@@ -296,6 +305,48 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
         choice = plan.choose(nbytes)
         return f"{choice.algorithm}/{choice.protocol}", choice.time_us
+    return pricer
+
+
+#: The name ``auto`` reports for a collective priced by a measured nccl-tests curve (``[[nccl_fit]]``).
+FITTED = "nccl_fit"
+
+
+def fabric_of(scenario: Scenario) -> Fabric:
+    """The datasheet figures an ``[[nccl_fit]]`` scales by: the innermost dimension is the node (NVLink), the
+    others the network (as NCCL's view in :func:`_nccl_pricer`); GB/s per GPU per direction."""
+    dims = scenario.topology.dims
+    node, outer = dims[0], (list(dims[1:]) or [dims[0]])
+    return Fabric(node.bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
+                  min(d.bandwidth_bytes_per_us for d in outer) / cm.BYTES_PER_US_PER_GBPS,
+                  nvls=len(dims) > 1 and node.in_network_reduction,
+                  collnet=len(dims) > 1 and any(d.in_network_reduction for d in outer))
+
+
+def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
+                spanned: list[tuple[int, Dimension]]) -> Pricer | None:
+    """A measured nccl-tests curve's model (``emulator_core.nccl_fit``) when the scenario has one for
+    ``collective`` with the group's GPUs per node (its extent on the innermost dimension; on a one-dimension
+    topology every rank is a node of one GPU); ``None`` otherwise."""
+    if not scenario.nccl_fit or collective not in BUS_FACTORS:
+        return None
+    dims = scenario.topology.dims
+    on_node = next((p for p, d in spanned if len(dims) > 1 and d.name == dims[0].name), 1)
+    if shape.size % on_node:
+        return None
+    nodes = shape.size // on_node
+    fit = choose_fit(scenario.nccl_fit, collective, nodes, on_node)
+    if fit is None:
+        return None
+    fabric = fabric_of(scenario)
+    p = shape.size
+    times_p = collective in ("all_gather", "gather", "scatter")
+    pair = bracket(scenario.nccl_fit, collective, nodes, on_node)
+    model = between(prepare(pair[0], nodes, fabric), prepare(pair[1], nodes, fabric), nodes) if pair is not None \
+        else prepare(fit, nodes, fabric)
+
+    def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
+        return FITTED, model(nbytes * p if times_p else nbytes)
     return pricer
 
 

@@ -74,6 +74,7 @@ from typing import Any
 from emulator_core import costmodels as cm
 from emulator_core import netmodel as nm
 from emulator_core.mesh import MeshError, parse_mesh, parse_placement
+from emulator_core.nccl_fit import NcclFit, check_fits
 from emulator_core.scenario_topology import (
     CONGESTION,
     DIM_KEYS,
@@ -124,7 +125,7 @@ AUTO = "auto"
 #: The keys of each table (the top level, ``[[stragglers]]``, ``[[calibration]]``), in the order the TOML
 #: writer puts them.
 TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration",
-            "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement")
+            "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
                     "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown",
@@ -360,6 +361,8 @@ class Scenario:
             ``nbox replay`` plays when ``--mesh`` is not given. Not checked against ``world_size`` here: the
             dimensions not named keep the recording's degree, so the mesh's world size is known at replay.
         mesh_placement: the mesh dimensions outermost first as laid on ranks (empty: tensor parallel innermost).
+        nccl_fit: measured nccl-tests curves as models (``[[nccl_fit]]``, ``emulator_core.nccl_fit``), at most one
+            per (collective, nodes, GPUs per node); ``auto`` prices their collectives with them.
     """
 
     world_size: int
@@ -375,6 +378,7 @@ class Scenario:
     network: Network = field(default_factory=Network)
     mesh: tuple[tuple[str, int], ...] = ()
     mesh_placement: tuple[str, ...] = ()
+    nccl_fit: tuple[NcclFit, ...] = ()
     _calibrated: Mapping[tuple[str, str], Calibration] = field(default_factory=dict, init=False, repr=False,
                                                                compare=False, hash=False)
     _slowdowns: Mapping[int, float] = field(default_factory=dict, init=False, repr=False, compare=False,
@@ -436,6 +440,7 @@ class Scenario:
         object.__setattr__(self, "mesh", mesh)
         object.__setattr__(self, "mesh_placement", placement)
         self._check_calibration()
+        object.__setattr__(self, "nccl_fit", check_fits(self.nccl_fit))
 
     def _check_calibration(self) -> None:
         entries, names, found = tuple(self.calibration), {d.name for d in self.topology.dims}, {}
@@ -507,7 +512,8 @@ class Scenario:
         algorithms = {c: a if isinstance(a, str) else list(a) for c, a in self.algorithms}
         return {**out, "algorithms": algorithms, "topology": self.topology.to_dict(),
                 "stragglers": [s.to_dict() for s in self.stragglers],
-                "calibration": [c.to_dict() for c in self.calibration]}
+                "calibration": [c.to_dict() for c in self.calibration],
+                **({"nccl_fit": [f.to_dict() for f in self.nccl_fit]} if self.nccl_fit else {})}
 
     @classmethod
     def from_dict(cls, d: Any) -> Scenario:
@@ -536,6 +542,9 @@ class Scenario:
                 kwargs["network"] = Network.from_dict(d["network"])
             except ScenarioError as e:
                 raise e.prefixed("network.") from None
+        if not isinstance(raw_fit := d.get("nccl_fit", []), list):
+            raise bad("nccl_fit", raw_fit, "must be an array of tables [[nccl_fit]]")
+        kwargs["nccl_fit"] = tuple(parse_tables("nccl_fit", raw_fit, NcclFit.from_dict))
         return cls(world_size=d["world_size"], topology=topo, algorithms=tuple(algos.items()),
                    stragglers=tuple(stragglers),
                    calibration=tuple(parse_tables("calibration", raw_cal, Calibration.from_dict)), **kwargs)

@@ -78,4 +78,6 @@ def dump_toml(scenario: Scenario) -> str:
         lines += ["", "[[stragglers]]"] + [f"{k} = {_toml_value(v)}" for k, v in s.items()]
     for c in d["calibration"]:
         lines += ["", "[[calibration]]"] + [f"{k} = {_toml_value(v)}" for k, v in c.items()]
+    for f in d.get("nccl_fit", []):
+        lines += ["", "[[nccl_fit]]"] + [f"{k} = {_toml_value(v)}" for k, v in f.items()]
     return "\n".join(lines) + "\n"

@@ -52,7 +52,13 @@ def scenario_validate(
 @scenario_app.command("cost")
 def scenario_cost(
     collective: Annotated[str, typer.Argument(help="all_reduce, all_gather, reduce_scatter, all_to_all, ...")],
-    nbytes: Annotated[int, typer.Option("--bytes", help="Per-rank input bytes (all-gather: the shard).", min=0)],
+    nbytes: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        "--bytes", help="Per-rank input bytes (all-gather: the shard). Required unless --compare.", min=0)] = None,
+    compare: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="An nccl-tests output file: print the scenario's time beside it, size by size (default scenario: "
+             "the shipped dgx_h100_400g).")] = None,
+    shape: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="With --compare: NODESxGPUS_PER_NODE when the file has no rank lines, e.g. 4x8.")] = None,
     world_size: Annotated[Optional[int], typer.Option(help="Price at this world size.", min=1)] = None,  # noqa: UP045
     algorithm: Annotated[str, typer.Option(help="An algorithm, 'auto', or 'all'.")] = "all",
     what_if: Annotated[Optional[Path], typer.Option(help="Scenario TOML (default: loopback).")] = None,  # noqa: UP045
@@ -62,7 +68,22 @@ def scenario_cost(
     """Modeled time and bus bandwidth (nccl-tests style) of one collective, per algorithm.
 
     Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
+
+    With --compare FILE (nccl-tests output): the scenario priced at every size of the file, on the file's shape,
+    beside the measured time (size, real us, nbox us, error).
     """
+    from nbox_trace.errors import UsageError
+
+    if compare is not None:
+        if nbytes is not None or world_size is not None or algorithm != "all":
+            raise UsageError("--compare: the sizes and the shape come from the file; drop --bytes, --world-size "
+                             "and --algorithm")
+        _compare(collective, compare, shape, what_if, set_ or [], json_out)
+        return
+    if shape is not None:
+        raise UsageError("--shape: only with --compare")
+    if nbytes is None:
+        raise UsageError("--bytes: required (or --compare FILE)")
     from emulator_core.pricing import extrapolation_note, group_shape, price
     from emulator_core.scenario_files import load_scenario
     from emulator_core.world import resize
@@ -92,6 +113,21 @@ def scenario_cost(
     sys.stdout.write("\n".join(lines) + "\n")
     if note:
         sys.stderr.write(f"nbox: note: {note}\n")
+
+
+def _compare(collective: str, path: Path, shape: str | None, what_if: Path | None, overrides: list[str],
+             json_out: bool) -> None:
+    from emulator_core.nccl_calibrate import base_scenario, compare, format_rows, row_dict, summary
+    from emulator_core.nccl_tests import parse_shape, read_curve
+
+    scenario = base_scenario(what_if, overrides)
+    curve = read_curve(path, collective=collective, shape=parse_shape(shape) if shape is not None else None)
+    rows = compare(scenario, curve)
+    if json_out:
+        doc = {"summary": summary(rows, compared=True), "rows": [row_dict(r) for r in rows]}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    sys.stdout.write(format_rows(rows, compared=True) + "\n")
 
 
 _BACKENDS = {"aware": "analytical_congestion_aware", "unaware": "analytical_congestion_unaware"}
@@ -180,8 +216,25 @@ def calibrate_cmd(
     local_addr: LocalAddrOpt = None,
     rdzv_host: RdzvHostOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+    nccl_tests: Annotated[bool, typer.Option(
+        "--nccl-tests", help="Launch nothing: fit the fabric from the nccl-tests output FILES instead.")] = False,
+    files: Annotated[Optional[list[Path]], typer.Argument(  # noqa: UP045
+        help="nccl-tests output files (with --nccl-tests): one run each, any collectives and node counts of one "
+             "cluster.", show_default=False)] = None,
+    collective: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="With --nccl-tests: the collective of files that do not say it (all_reduce, all_gather, ...).")]
+    = None,
+    shape: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="With --nccl-tests: NODESxGPUS_PER_NODE of files without rank lines, e.g. 4x8.")] = None,
+    what_if: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="With --nccl-tests: the scenario whose datasheet figures the fit scales by (default: the shipped "
+             "dgx_h100_400g).")] = None,
+    set_: _SetOpt = None,
 ) -> None:
     """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
+
+    With --nccl-tests FILE...: no rank is launched; the fabric is fitted from nccl-tests output (docs/nccl-tests.md)
+    and the fit error per collective and size is printed.
 
     Across nodes, run it on each node with the same --nnodes and --rdzv-endpoint (as `nbox record`): the
     collectives then cross the network between them, and every node writes the same scenario.
@@ -196,7 +249,30 @@ def calibrate_cmd(
       nbox calibrate --sizes 1KiB,64KiB --collectives all_reduce,all_gather -o small.toml --json
 
       nbox calibrate -n 1 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400 -o net.toml  (and rank 1)
+
+      nbox calibrate --nccl-tests all_reduce_4x8.txt all_gather_4x8.txt -o fabric.toml
+
+      nbox calibrate --nccl-tests pasted_rows.txt --collective all_reduce --shape 2x8 -o fabric.toml
     """
+    from nbox_trace.errors import UsageError
+
+    nccl_only = {"FILES": files, "--collective": collective, "--shape": shape, "--what-if": what_if, "--set": set_}
+    if nccl_tests:
+        launch = {"-n/--nproc": nproc != 2, "--backend": backend != "auto", "--sizes": sizes != "1KiB..64MiB",
+                  "--collectives": collectives != "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,"
+                                                 "barrier,send_recv",
+                  "--budget": budget != 0.3, "--timeout": timeout != 600.0, "--rest": rest is not None,
+                  "--dimension": dimension is not None, "--nnodes": nnodes != "1", "--node-rank": node_rank != 0,
+                  "--rdzv-endpoint": rdzv_endpoint is not None, "--local-addr": local_addr is not None,
+                  "--rdzv-host": rdzv_host is not None}
+        given = [k for k, v in launch.items() if v]
+        if given:
+            raise UsageError(f"{given[0]}: measures on launched ranks; --nccl-tests launches none")
+        _calibrate_nccl_tests(files or [], collective, shape, what_if, set_ or [], out, json_out)
+        return
+    given = [k for k, v in nccl_only.items() if v]
+    if given:
+        raise UsageError(f"{given[0]}: only with --nccl-tests (fit from nccl-tests output files)")
     from emulator_core.calibrate import calibrate
     from emulator_core.calibration import CalibrateConfig, parse_sizes
     from nbox_trace.files import Output, check_outputs
@@ -243,3 +319,36 @@ def calibrate_cmd(
             result.rests, result.scenario.topology.dims[0].burst_bytes)))
     sys.stderr.write(f"nbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
 
+
+
+def _calibrate_nccl_tests(files: list[Path], collective: str | None, shape: str | None, what_if: Path | None,
+                          overrides: list[str], out: Path, json_out: bool) -> None:
+    from emulator_core.nccl_calibrate import (
+        NcclTestsConfig,
+        calibrate_nccl_tests,
+        format_rows,
+        row_dict,
+        summary,
+    )
+    from emulator_core.nccl_tests import parse_shape
+    from nbox_trace.errors import UsageError
+    from nbox_trace.files import Output, check_outputs
+
+    if not files:
+        raise UsageError("--nccl-tests: give the nccl-tests output FILES to fit")
+    cfg = NcclTestsConfig(tuple(files), collective, parse_shape(shape) if shape is not None else None, what_if,
+                          tuple(overrides))
+    check_outputs([Output("-o/--out", out, "file")], inputs=[*files, what_if])
+    scenario, rows, said = calibrate_nccl_tests(cfg, out)
+    if json_out:
+        doc = {"profile": str(out), "scenario": scenario.to_dict(), "summary": summary(rows), "notes": said,
+               "rows": [row_dict(r) for r in rows]}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return
+    sys.stdout.write(format_rows(rows) + "\n")
+    for line in said:
+        sys.stderr.write(f"nbox calibrate: note: {line}\n")
+    dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
+    sys.stderr.write(f"nbox calibrate: wrote {out}: world size {scenario.world_size} ({dims}), "
+                     f"{len(scenario.nccl_fit)} curve(s); price another world size with `nbox scenario cost "
+                     f"--world-size N` (or --set world_size=N --set topology.dims.1.size=0)\n")

@@ -1,0 +1,150 @@
+"""How well a fit at one node count predicts another: every public nccl-tests curve in bench/data/nccl_tests/.
+
+For each cluster (a folder of bench/data/nccl_tests/ with its PROVENANCE.md) and collective, each curve in turn
+is fitted (``emulator_core.nccl_calibrate.fit_curve``) and every other node count of the same cluster and
+collective is predicted from it (``emulator_core.nccl_curve.time_us``, the datasheet figures of the shipped
+dgx_h100_400g scenario for the regime factor). Reported per cluster and size band: the median and worst |error|
+of the predicted time at sizes >= 1 MiB; predictions whose step message lies outside the fitted curve's measured
+range are counted apart as well ("extrapolated"). Then the datasheet alone: the shipped scenario, no fit, priced
+at every curve's sizes on its shape (``nbox scenario cost --compare``).
+
+Files: ``*.txt`` are nccl-tests' standard output (read by ``emulator_core.nccl_tests``); ``*.csv`` with columns
+``Nodes,GPUs,size(MB),...,out algbw(GB/s),...`` are per-node-count summaries of nccl-tests rows (AWS's benchmark
+repository), turned into curves here (time = size / algbw, MB = MiB). Run: ``python bench/nccl_tests_fit.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from emulator_core.nccl_calibrate import base_scenario, compare, fit_curve  # noqa: E402
+from emulator_core.nccl_curve import between_us, time_us  # noqa: E402
+from emulator_core.nccl_fit import bracket, regime, step_bytes  # noqa: E402
+from emulator_core.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
+from emulator_core.pricing import fabric_of  # noqa: E402
+
+DATA = ROOT / "bench" / "data" / "nccl_tests"
+CSV_COLLECTIVES = {"nccl_all_reduce.csv": "all_reduce", "nccl_all_gather.csv": "all_gather",
+                   "nccl_alltoall.csv": "all_to_all"}
+BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30),
+         (">= 2 GiB", (1 << 30) + 1, 1 << 62))
+
+
+def csv_curves(path: Path) -> list[Curve]:
+    """One curve per node count of an AWS-style summary CSV."""
+    coll = CSV_COLLECTIVES[path.name]
+    rows: dict[tuple[int, int], list[Point]] = defaultdict(list)
+    with path.open(newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            nodes, gpus = int(r["Nodes"]), int(r["GPUs"])
+            size = int(float(r["size(MB)"])) << 20
+            alg = float(r["out algbw(GB/s)"])
+            rows[(nodes, gpus)].append(Point(size, size / alg / 1e3, alg, alg * BUS_FACTORS[coll](gpus)))
+    return [Curve(f"{path.name}@{n}x{g // n}", coll, n, g // n, tuple(pts)) for (n, g), pts in sorted(rows.items())]
+
+
+def load() -> dict[str, list[Curve]]:
+    clusters: dict[str, list[Curve]] = {}
+    for folder in sorted(p for p in DATA.iterdir() if p.is_dir()):
+        curves = [read_curve(f) for f in sorted(folder.glob("*.txt"))]
+        for f in sorted(folder.glob("*.csv")):
+            curves += csv_curves(f)
+        clusters[folder.name] = curves
+    return clusters
+
+
+def band(size: int) -> str:
+    return next(name for name, lo, hi in BANDS if lo <= size <= hi)
+
+
+def stats(errs: list[float]) -> str:
+    if not errs:
+        return "-"
+    return f"median {100 * statistics.median(errs):5.1f}%  worst {100 * max(errs):6.1f}%  ({len(errs)} points)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--verbose", action="store_true", help="print every predicted point")
+    args = parser.parse_args()
+    base = base_scenario(None)
+    fabric = fabric_of(base)
+    print(f"datasheet: the shipped dgx_h100_400g (NVLink {fabric.intra_bw_gbps:g} GB/s, NIC "
+          f"{fabric.inter_bw_gbps:g} GB/s per GPU, NVLS {fabric.nvls}); sizes >= 1 MiB")
+    overall: dict[str, list[float]] = defaultdict(list)
+    for cluster, curves in load().items():
+        by_band: dict[str, list[float]] = defaultdict(list)
+        same_regime: list[float] = []
+        crossing: list[float] = []
+        inside: list[float] = []
+        outside: list[float] = []
+        pairs = 0
+        for ref in curves:
+            fit = fit_curve(ref)
+            lo, hi = fit.busbw[0][0], fit.busbw[-1][0]
+            for target in curves:
+                if target.collective != ref.collective or target.nodes == ref.nodes \
+                        or target.gpus_per_node != ref.gpus_per_node:
+                    continue
+                pairs += 1
+                for pt in target.points:
+                    if pt.size_bytes < 1 << 20:
+                        continue
+                    model = time_us(fit, pt.size_bytes, target.nodes, fabric)
+                    err = abs(model / pt.time_us - 1)
+                    by_band[band(pt.size_bytes)].append(err)
+                    (same_regime if regime(ref.nodes) == regime(target.nodes) else crossing).append(err)
+                    m = step_bytes(target.collective, pt.size_bytes, target.ranks)
+                    (inside if lo <= m <= hi else outside).append(err)
+                    if args.verbose:
+                        print(f"  {cluster} {ref.collective} {ref.nodes}->{target.nodes} nodes {pt.size_bytes:>11} "
+                              f"real {pt.time_us:10.1f} nbox {model:10.1f} {100 * (model / pt.time_us - 1):+6.1f}%")
+        print(f"\n{cluster}: {len(curves)} curves, {pairs} (fitted node count -> other node count) pairs")
+        for name, _, _ in BANDS:
+            print(f"  fit -> other node count, {name:>14}: {stats(by_band[name])}")
+        allerr = [e for v in by_band.values() for e in v]
+        print(f"  fit -> other node count, {'all':>14}: {stats(allerr)}")
+        print(f"    of which within NCCL's node regime (1, 2, >2 nodes): {stats(same_regime)}")
+        print(f"    of which across regimes:                          {stats(crossing)}")
+        print(f"    of which step message inside the fitted range: {stats(inside)}")
+        print(f"    of which extrapolated beyond it:               {stats(outside)}")
+        between: list[float] = []
+        for target in curves:
+            fits = tuple(fit_curve(c) for c in curves if c is not target and c.collective == target.collective
+                         and c.gpus_per_node == target.gpus_per_node)
+            pair = bracket(fits, target.collective, target.nodes, target.gpus_per_node)
+            if pair is None:
+                continue
+            between += [abs(between_us(*pair, pt.size_bytes, target.nodes, fabric) / pt.time_us - 1)
+                        for pt in target.points if pt.size_bytes >= 1 << 20]
+        print(f"  fits at the node counts around it -> the one between: {stats(between)}")
+        overall["between"] += between
+        overall["fit"] += allerr
+        overall["same"] += same_regime
+        sheet: dict[str, list[float]] = defaultdict(list)
+        for c in curves:
+            for r in compare(base, c):
+                if r.size_bytes >= 1 << 20:
+                    sheet[band(r.size_bytes)].append(abs(r.error))
+        for name, _, _ in BANDS:
+            print(f"  datasheet alone,          {name:>14}: {stats(sheet[name])}")
+        sall = [e for v in sheet.values() for e in v]
+        print(f"  datasheet alone,          {'all':>14}: {stats(sall)}")
+        overall["datasheet"] += sall
+    print(f"\nall clusters: fit -> other node count {stats(overall['fit'])}")
+    print(f"all clusters: fit -> other node count in the same regime {stats(overall['same'])}")
+    print(f"all clusters: fits around a node count -> it  {stats(overall['between'])}")
+    print(f"all clusters: datasheet alone        {stats(overall['datasheet'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
