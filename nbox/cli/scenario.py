@@ -13,21 +13,47 @@ import typer
 from nbox.cli.app import app
 from nbox.cli.options import LocalAddrOpt, NnodesOpt, NodeRankOpt, RdzvEndpointOpt, RdzvHostOpt
 
-scenario_app = typer.Typer(help="What-if scenarios: show, validate, price a collective, ASTRA-sim configs.",
+scenario_app = typer.Typer(help="What-if scenarios: list the shipped ones, show, validate, price a collective, "
+                                "ASTRA-sim configs.",
                            no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 _SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a key: a.b=c (repeatable).")]  # noqa: UP045
 
 
+#: Help of an argument or option that takes a scenario: a file, or a shipped one by name.
+SCENARIO_HELP = "Scenario: a TOML file, or a shipped one by name (dgx-h100, ethernet-100g...; nbox scenario list)."
+
+
+@scenario_app.command("list")
+def scenario_list(
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """List the shipped scenarios: the name to pass to --what-if, what cluster it is, its world size, its file.
+
+    Example: nbox replay traces/ddp_mlp --what-if dgx-h100 --world-size 1024 --clock virtual
+    """
+    from emulator_core.scenario_files import shipped_catalog
+
+    catalog = shipped_catalog()
+    if json_out:
+        sys.stdout.write(json.dumps({"scenarios": [e.to_dict() for e in catalog]}, indent=1) + "\n")
+        return
+    width = max(len(e.name) for e in catalog) + 2
+    lines = [f"{'name':<{width}}{'world':>6}  description", *(
+        f"{e.name:<{width}}{e.world_size:>6}  {e.description}\n{'':<{width + 8}}{e.path}" for e in catalog)]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
 @scenario_app.command("show")
 def scenario_show(
-    file: Annotated[Optional[Path], typer.Argument(help="Scenario TOML (default: the loopback one).")] = None,  # noqa: UP045
+    file: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        help="Scenario: a TOML file or a shipped name (default: loopback-cpu).")] = None,
     set_: _SetOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Print a scenario after overrides, as TOML (or --json) on stdout.
 
-    Example: nbox scenario show emulator_core/scenarios/dgx_h100_400g.toml --set world_size=2048
+    Example: nbox scenario show dgx-h100 --set world_size=2048
     """
     from emulator_core.scenario_files import load_scenario
     from emulator_core.scenario_toml import dump_toml
@@ -38,7 +64,7 @@ def scenario_show(
 
 @scenario_app.command("validate")
 def scenario_validate(
-    file: Annotated[Path, typer.Argument(help="Scenario TOML.")],
+    file: Annotated[Path, typer.Argument(help=SCENARIO_HELP)],
     set_: _SetOpt = None,
 ) -> None:
     """Check a scenario; exit 0 when valid, 3 with the bad key named when not."""
@@ -52,21 +78,25 @@ def scenario_validate(
 @scenario_app.command("cost")
 def scenario_cost(
     collective: Annotated[str, typer.Argument(help="all_reduce, all_gather, reduce_scatter, all_to_all, ...")],
-    nbytes: Annotated[int, typer.Option("--bytes", help="Per-rank input bytes (all-gather: the shard).", min=0)],
+    size: Annotated[str, typer.Option("--bytes", help="Per-rank input size: 4096, 1KiB, 64MiB, 1GiB (all-gather: "
+                                                      "the shard).")],
     world_size: Annotated[Optional[int], typer.Option(help="Price at this world size.", min=1)] = None,  # noqa: UP045
     algorithm: Annotated[str, typer.Option(help="An algorithm, 'auto', or 'all'.")] = "all",
-    what_if: Annotated[Optional[Path], typer.Option(help="Scenario TOML (default: loopback).")] = None,  # noqa: UP045
+    what_if: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Scenario: a TOML file or a shipped name (default: loopback-cpu).")] = None,
     set_: _SetOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Modeled time and bus bandwidth (nccl-tests style) of one collective, per algorithm.
 
-    Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
+    Example: nbox scenario cost all_reduce --bytes 1GiB --what-if dgx-h100
     """
+    from emulator_core.calibration import parse_size
     from emulator_core.pricing import extrapolation_note, group_shape, price
     from emulator_core.scenario_files import load_scenario
     from emulator_core.world import resize
 
+    nbytes = parse_size(size, "--bytes")  # the way nbox prints sizes, as calibrate --sizes takes them
     scenario = load_scenario(what_if, tuple(set_ or ()))
     if world_size is not None:
         scenario = resize(scenario, world_size)
@@ -130,7 +160,7 @@ def scenario_import(
 
 @scenario_app.command("export")
 def scenario_export(
-    file: Annotated[Path, typer.Argument(help="Scenario TOML.")],
+    file: Annotated[Path, typer.Argument(help=SCENARIO_HELP)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder for network.yml and system.json.")],
     set_: _SetOpt = None,
 ) -> None:
