@@ -259,7 +259,7 @@ class Correction:
                   f"from clean {clean} ms vs captured {captured} ms CPU per iteration"
                   + (f"; rank(s) {walled}: {work} to their clean wall time, {walls} ms" if walled else ""))
         text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, {source} "
-                "(median; --profiler-correction off: as recorded)"
+                "(median; --set replay.profiler_correction=off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
                 + self._oversubscribed(ranks))
         if not self.use_lean:
@@ -350,9 +350,9 @@ def plan_correction(mode: str, observed: Mapping[str, Any] | None) -> Correction
     """The correction ``mode`` (:data:`MODES`) asks for, with the figures of a manifest's ``observed`` (None: a
     bare ET)."""
     if mode not in MODES:
-        raise UsageError(f"--profiler-correction {mode!r}: must be one of {', '.join(MODES)}")
+        raise UsageError(f"--set replay.profiler_correction={mode!r}: must be one of {', '.join(MODES)}")
     if mode == "off":
-        return Correction(None, why_not="--profiler-correction off")
+        return Correction(None, why_not="replay.profiler_correction=off")
     figures = read_figures(observed)
     if not figures:
         return Correction(None, why_not="the bundle carries no clean/captured CPU times (observed."

@@ -40,6 +40,7 @@ from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_wo
 from nbox_replay.profiler import MODES as PROFILER_MODES
 from nbox_replay.profiler import Correction, correct_graphs, plan_correction, read_figures
 from nbox_replay.report import ReplayReport
+from nbox_replay.settings import HOST_WORK, PROFILER_CORRECTION, split_settings
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
@@ -135,16 +136,21 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         as_paths(self, "what_if", "baseline", "out")
+        overrides, settings = split_settings(self.overrides)  # --set replay.<key>: nbox_replay.settings
+        object.__setattr__(self, "overrides", overrides)
+        object.__setattr__(self, "profiler_correction", settings.get(PROFILER_CORRECTION, self.profiler_correction))
+        object.__setattr__(self, "host_work", settings.get(HOST_WORK, self.host_work))
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
                                      ("--device", self.device, DEVICES),
-                                     ("--profiler-correction", self.profiler_correction, PROFILER_MODES)):
+                                     (f"--set {PROFILER_CORRECTION}", self.profiler_correction, PROFILER_MODES)):
             if value not in allowed:
                 raise ReplayConfigError(f"{name} {value!r}: must be one of {', '.join(allowed)}")
         if self.host_work is not None and self.host_work not in HOST_WORK_MODES:
-            raise ReplayConfigError(f"--host-work {self.host_work!r}: must be one of {', '.join(HOST_WORK_MODES)}")
+            raise ReplayConfigError(f"--set {HOST_WORK}={self.host_work!r}: must be one of "
+                                    f"{', '.join(HOST_WORK_MODES)}")
         if self.host_work is not None and self.clock != "real":
-            raise ReplayConfigError(f"--host-work {self.host_work}: pads the operators a live replay re-executes; "
-                                    f"with --clock {self.clock} nothing is re-executed on the real clock")
+            raise ReplayConfigError(f"--set {HOST_WORK}={self.host_work}: pads the operators a live replay "
+                                    f"re-executes; with --clock {self.clock} nothing is re-executed on the real clock")
         if self.warmup_s is not None:
             if not (0 <= self.warmup_s <= MAX_WARMUP_S):
                 raise ReplayConfigError(f"--warmup-s must be between 0 and {MAX_WARMUP_S:g} s, got {self.warmup_s}")
@@ -296,7 +302,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
                        f"compute (nbox_replay.graph.waits_inside), per pass: {waited}")
     correction = profiler_correction(config.profiler_correction, source, compute)
     if config.host_work is not None and compute != "live":
-        raise ReplayConfigError(f"--host-work {config.host_work}: pads operators re-executed live; this replay's "
+        raise ReplayConfigError(f"--set {HOST_WORK}={config.host_work}: pads operators re-executed live; this replay's "
                                 f"compute is {compute} (use --compute live)")
     graphs = correct_graphs(graphs, correction)
     if _no_durations(graphs):
@@ -514,7 +520,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
     if compute != "live":
         return None, ""
     if config.host_work == "off":
-        return None, "--host-work off"
+        return None, f"{HOST_WORK}=off"
     if device != "cpu":
         return None, f"compute runs on {device}, where the host thread's CPU time is not the operators' time"
     if config.warmup < 1:
@@ -554,8 +560,8 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
             parts[-1] += f", its heap not held ({heap[r]})"
     parts += [f"rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()) if r not in pads]
     head = ("live operators padded for the host work the replay does not re-run, and credited for the replay's own "
-            "beyond the real thread's (--host-work match): " if mode == "match" else
-            "live operators padded for the host work the replay does not re-run (--host-work pad): ")
+            f"beyond the real thread's ({HOST_WORK}=match): " if mode == "match" else
+            f"live operators padded for the host work the replay does not re-run ({HOST_WORK}=pad): ")
     return {"line": head + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
             "why_not": None, "mode": mode, "heap_not_held": heap_doc}
 

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from nbox.cli.app import app
+from nbox.cli.app import ADVANCED, PanelCommand, app
 from nbox.cli.options import LocalAddrOpt, NnodesOpt, NodeRankOpt, RdzvEndpointOpt, RdzvHostOpt
 
 scenario_app = typer.Typer(help="What-if scenarios: list the shipped ones, show, validate, price a collective, "
@@ -24,7 +24,7 @@ _SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a 
 SCENARIO_HELP = "Scenario: a TOML file, or a shipped one by name (dgx-h100, ethernet-100g...; nbox scenario list)."
 
 
-@scenario_app.command("list")
+@scenario_app.command("list", cls=PanelCommand)
 def scenario_list(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
@@ -44,7 +44,7 @@ def scenario_list(
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-@scenario_app.command("show")
+@scenario_app.command("show", cls=PanelCommand)
 def scenario_show(
     file: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
         help="Scenario: a TOML file or a shipped name (default: loopback-cpu).")] = None,
@@ -62,7 +62,7 @@ def scenario_show(
     sys.stdout.write(json.dumps(scenario.to_dict(), indent=1) + "\n" if json_out else dump_toml(scenario))
 
 
-@scenario_app.command("validate")
+@scenario_app.command("validate", cls=PanelCommand)
 def scenario_validate(
     file: Annotated[Path, typer.Argument(help=SCENARIO_HELP)],
     set_: _SetOpt = None,
@@ -75,7 +75,7 @@ def scenario_validate(
     sys.stdout.write(f"{file}: valid: world size {scenario.world_size} ({dims})\n")
 
 
-@scenario_app.command("cost")
+@scenario_app.command("cost", cls=PanelCommand)
 def scenario_cost(
     collective: Annotated[str, typer.Argument(help="all_reduce, all_gather, reduce_scatter, all_to_all, ...")],
     size: Annotated[str, typer.Option("--bytes", help="Per-rank input size: 4096, 1KiB, 64MiB, 1GiB (all-gather: "
@@ -132,7 +132,7 @@ def _notes(command: str, notes: list[str]) -> None:
         sys.stderr.write(f"nbox scenario {command}: note: {note}\n")
 
 
-@scenario_app.command("import")
+@scenario_app.command("import", cls=PanelCommand)
 def scenario_import(
     network: Annotated[Path, typer.Argument(help="ASTRA-sim analytical network config (YAML).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Scenario TOML to write.")],
@@ -158,7 +158,7 @@ def scenario_import(
     sys.stdout.write(f"wrote {out}: world size {imported.scenario.world_size} ({dims}), {backend} backend\n")
 
 
-@scenario_app.command("export")
+@scenario_app.command("export", cls=PanelCommand)
 def scenario_export(
     file: Annotated[Path, typer.Argument(help=SCENARIO_HELP)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder for network.yml and system.json.")],
@@ -182,7 +182,7 @@ def scenario_export(
                      f"backend\n")
 
 
-@app.command("calibrate")
+@app.command("calibrate", cls=PanelCommand)
 def calibrate_cmd(
     out: Annotated[Path, typer.Option("-o", "--out", help="Scenario fragment (TOML) to write.")],
     nproc: Annotated[int, typer.Option("-n", "--nproc", help="Ranks to launch on this machine (node).")] = 2,
@@ -194,16 +194,14 @@ def calibrate_cmd(
     collectives: Annotated[str, typer.Option(help="Comma list (default: all measurable).")]
     = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier,send_recv",
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
-    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
-    = 600.0,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",
+                                           rich_help_panel=ADVANCED)] = 600.0,
     rest: Annotated[Optional[float], typer.Option(  # noqa: UP045
-        help="Milliseconds the link rests before the calls that measure a shaper's burst (burst_bytes: the "
-             "all_reduce's saving; each collective's rest_factor: its share of it; and, on CPU ranks, its "
-             "busy_slowdown beside a computing thread); 0: skip. Default: 10 across nodes (--nnodes > 1), 0 on "
-             "one node.")] = None,
+        help="Rest the link this long (ms) before the calls that measure a traffic shaper's burst; 0: skip "
+             "(default: 10 across nodes, 0 on one).", rich_help_panel=ADVANCED)] = None,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
-    = None,
+        help="Name of the topology dimension written (default: loopback on one node, network across nodes).",
+        rich_help_panel=ADVANCED)] = None,
     nnodes: NnodesOpt = "1",
     node_rank: NodeRankOpt = 0,
     rdzv_endpoint: RdzvEndpointOpt = None,
