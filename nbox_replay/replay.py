@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
+from emulator_core.question import describe_changes
 from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if, refuse_emulate_only, scenario_mesh
@@ -336,7 +337,8 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
                           source.observed, baseline, whatif, coverage=coverage, fallbacks=fallbacks,
                           unpriced=wi_sim.unpriced, notices=notices, world=world,
                           mesh_lines=mesh_lines(recorded_mesh, plan, spans), mesh=mesh_dict(recorded_mesh, plan, spans),
-                          profiler=correction)
+                          profiler=correction, changes=describe_changes(config.what_if, config.overrides, what_if,
+                                                                        config.mesh))
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, device, report, say, correction)
     if config.out is not None:
