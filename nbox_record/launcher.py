@@ -32,6 +32,7 @@ from typing import Any
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 from nbox_record.recordpeers import read_peers
+from nbox_record.scriptexit import SCRIPT_EXIT
 from nbox_trace import __version__
 from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
@@ -227,8 +228,9 @@ def _failure(cfg: RecordConfig, work: Path, result: LaunchResult) -> RecordError
     if f.root_error is not None:
         err = f.root_error
         lost = node.lost_peer(err.message) if is_consequence(err.message) else ""
+        own = f.root_tail_text() if err.type == SCRIPT_EXIT else ""  # the script's own words say why
         return RecordError(f"rank {err.rank}{node.of(err.rank)} failed{lost}: {err.type}: {err.message}"
-                           f"{then_failed(f.others)}")
+                           f"{then_failed(f.others)}{own}")
     if cfg.rdzv_endpoint:  # this node's ranks have global ranks torchrun's rendezvous chose: those that started
         unfinished = [r for r, d in _rank_dirs(work).items() if not (d / raw.TIMINGS).is_file()]
     else:
