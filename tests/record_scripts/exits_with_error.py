@@ -5,7 +5,6 @@ iteration boundary."""
 import argparse
 import sys
 
-import torch
 import torch.distributed as dist
 
 parser = argparse.ArgumentParser()
