@@ -22,7 +22,6 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,11 +37,13 @@ from nbox_record.launcher import (
     _read_json,
     _write_bundle,
     launch_spec,
+    rank_step,
     script_path,
 )
 from nbox_trace.errors import UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Nodes, run
+from nbox_trace.progress import Report, watch
 from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time_unit
 
 __all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
@@ -279,8 +280,9 @@ def _merge_collectives(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (-r["modeled_us"], r["collective"]))
 
 
-def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -> EmulateResult:
-    """Run the emulation described by ``cfg``; see the module docstring.
+def emulate(cfg: EmulateConfig, progress: Report | None = None) -> EmulateResult:
+    """Run the emulation described by ``cfg``; see the module docstring. ``progress`` is told each phase, and
+    while the ranks run, how far they are (:class:`nbox_trace.progress.Step`).
 
     Raises:
         EmulateError: a rank failed (the message names it: real rank and the global rank it played),
@@ -310,7 +312,9 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
         say(f"launching {cfg.nproc} real rank(s) of {script.name}{node}; global rank(s) {list(cfg.real_ranks)} "
             f"real in a world of {cfg.world_size}: warm-up {cfg.warmup}, timed {cfg.iterations}; scenario "
             f"{scenario_desc}")
-        result = run(replace(spec, env=env))
+        total = max(cfg.warmup, 1) + cfg.iterations + (1 if cfg.out is not None else 0)
+        with watch(lambda: rank_step(work, total, "emulating"), progress):
+            result = run(replace(spec, env=env))
         dirs = _rank_dirs(work)
         needed = (raw.TIMINGS, EMULATE_REPORT, EMULATE_ALL) + ((raw.HOST_ET,) if cfg.out is not None else ())
         complete = result.ok and len(dirs) == cfg.nproc and all(

@@ -51,6 +51,7 @@ from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Nodes
 from nbox_trace.mesh import RecordedMesh, parse_names
+from nbox_trace.progress import Report
 
 if TYPE_CHECKING:
     from nbox_replay.live import LiveResult
@@ -237,7 +238,7 @@ def _load(source: ReplaySource, ranks: Sequence[int] | None) -> dict[int, RankGr
     return {r: load_rank(source.trace_set.files[r], r) for r in chosen}
 
 
-def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = None) -> ReplayReport:
+def run_replay(config: ReplayConfig, progress: Report | None = None) -> ReplayReport:
     """Replay ``config.bundle`` (a bundle directory, a ``.nbox`` archive or a bare Chakra ET) under the baseline
     and the what-if; see the module docstring.
 
@@ -248,7 +249,7 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
         return _replay(config, root, progress)
 
 
-def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | None) -> ReplayReport:
+def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> ReplayReport:
     say = progress or (lambda _msg: None)
     source = open_source(root, name=config.bundle)
     notices: list[str] = []
@@ -441,7 +442,7 @@ def _device(config: ReplayConfig, source: ReplaySource) -> str:
 
 
 def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, RankGraph], base: Scenario,
-              what_if: Scenario, device: str, report: ReplayReport, say: Callable[[str], None],
+              what_if: Scenario, device: str, report: ReplayReport, say: Report,
               correction: Correction) -> None:
     """Replace the report's iteration times and breakdowns by what interleaved live runs measured (module
     docstring); the virtual model's iteration time stays beside them (``modeled_iteration_us``)."""

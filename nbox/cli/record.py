@@ -27,11 +27,6 @@ _RECORD_EPILOG = """Examples:
 """
 
 
-def _say_record(msg: str) -> None:
-    sys.stderr.write(f"nbox record: {msg}\n")
-    sys.stderr.flush()
-
-
 @app.command("record", cls=PanelCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
              epilog=_RECORD_EPILOG)
 def record_cmd(
@@ -85,7 +80,10 @@ def record_cmd(
                        iterations=iterations, capture=capture, lean=lean_iterations,
                        backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
                        overwrite=overwrite, timeout_s=timeout)  # a bad option: UsageError naming the flag (exit 2)
-    result = record(cfg, progress=_say_record)
+    from nbox.cli.progress import ProgressLines
+
+    with ProgressLines("record") as say:
+        result = record(cfg, progress=say)
     doc = {"bundle": str(result.bundle), "ranks": result.ranks, "complete": result.complete,
            "observed_iteration_median_us": result.observed_median_us, "wall_s": round(result.wall_s, 3),
            "nodes_per_rank": {str(k): v for k, v in result.nodes_per_rank.items()}}
@@ -179,11 +177,10 @@ def emulate_cmd(
                         scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
                         timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)
 
-    def say(message: str) -> None:
-        sys.stderr.write(f"nbox emulate: {message}\n")
-        sys.stderr.flush()
+    from nbox.cli.progress import ProgressLines
 
-    result = emulate(cfg, progress=say)
+    with ProgressLines("emulate") as say:
+        result = emulate(cfg, progress=say)
     sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n" if json_out else format_text(result) + "\n")
 
 

@@ -97,10 +97,10 @@ def replay_cmd(
                        mesh=mesh, placement=placement, recorded_mesh=recorded_mesh, global_batch=global_batch,
                        batch_size=batch_size,
                        nodes=Nodes(nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host))
-    def say(message: str) -> None:
-        sys.stderr.write(f"nbox replay: {message}\n")
+    from nbox.cli.progress import ProgressLines
 
-    report = run_replay(cfg, progress=None if json_out else say)
+    with ProgressLines("replay") as say:
+        report = run_replay(cfg, progress=None if json_out else say)
     # The report is the result: stdout (--json: one document); progress and notices went to stderr.
     sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n" if json_out else report.format_text() + "\n")
 
@@ -163,19 +163,15 @@ def sweep_cmd(
                             batch_size=global_batch_size(global_batch, batch_size),
                             profiler=correction_for(settings.get(PROFILER_CORRECTION, "on"), source, "recorded"))
 
-    def progress(done: int, total: int) -> None:
-        if json_out:
-            return
-        if sys.stderr.isatty():  # one line that counts up
-            sys.stderr.write(f"\rnbox sweep: {done}/{total} points" + ("\n" if done == total else ""))
-        elif done == total:  # a log: one line, not a run of carriage returns
-            sys.stderr.write(f"nbox sweep: {total} points evaluated\n")
-        sys.stderr.flush()
+    from nbox.cli.progress import ProgressLines
+    from nbox_trace.progress import Step
 
     def notice(message: str) -> None:
         sys.stderr.write(f"nbox sweep: {message}\n")
 
-    rows = run_sweep(cfg, progress=progress)
+    with ProgressLines("sweep") as say:
+        rows = run_sweep(cfg, progress=None if json_out else lambda done, total: say(
+            Step("evaluating the grid", done, total, "points")))
     if cfg.profiler is not None and not json_out:
         notice(cfg.profiler.describe())
     written = write_outputs(rows, out, notice)

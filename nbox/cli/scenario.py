@@ -242,7 +242,10 @@ def calibrate_cmd(
                          + (f" of this node (node rank {cfg.node_rank} of {cfg.nnodes})" if cfg.nnodes != "1" else "")
                          + "\n")
     cmd = "nbox calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else None
-    result = calibrate(cfg, out, command=cmd)
+    from nbox.cli.progress import ProgressLines
+
+    with ProgressLines("calibrate") as say:
+        result = calibrate(cfg, out, command=cmd, progress=None if json_out else say)
     if json_out:
         doc = {"profile": str(result.path), "backend": cfg.backend, "nproc": cfg.nproc, "nnodes": cfg.nnodes,
                "world_size": result.info.get("world_size"),
