@@ -170,7 +170,7 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
               progress: Report | None = None) -> CalibrateResult:
     """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring.
     ``progress`` is told how far the ranks' measurements are (:class:`nbox_trace.progress.Step`)."""
-    run = measure_run(config, progress)
+    run = measure_run(config, progress=progress)
     if config.backend == "auto":  # the ranks decided (emulator_core._calibrate_worker): the fit is per library
         used = run.info.get("backend")
         if used not in ("gloo", "nccl"):
