@@ -46,8 +46,8 @@ Measured, and why it is off by default
 --------------------------------------
 ``nbox record --lean-iterations 3`` on the namespace testbed (2 nodes x 1 rank, pinned, 1 Gb/s),
 ``bench/fidelity.py --testbed`` (2026-11-23): the virtual replay with the lean figures and gaps against the same
-recording's profiled durations under the proportional rule (both on the same bundle: ``--profiler-correction
-off`` vs ``proportional``), error of the predicted median against fresh real runs:
+recording's profiled durations under the proportional rule (both on the same bundle: ``replay.profiler_correction=off``
+vs ``proportional``), error of the predicted median against fresh real runs:
 
 =================  ==============  =====================  ======================
 example            run             lean times + gaps      profiled, proportional

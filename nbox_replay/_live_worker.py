@@ -7,32 +7,32 @@ replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_D
 answered with the emulator core's modeled delays; the replayed ranks exchange only their arrival times (the
 buffers carry no information, and a real transfer slower than the model would set the answer).
 
-The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that
-depends on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's
-collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.ops`) or, with
-``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
-gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
-own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
-``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
-(the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
-``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
-own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
-the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
-repetition's); with ``config["host_credit"]`` (``--host-work match``) a factor below 1 credits the rank instead: each
-live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
-:class:`emulator_core.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's wall
-time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
-rank's timeline is credited the overshoot too: the answer needs every real peer's arrival time, which comes in host
-time, so a peer whose own credit put its host clock behind (or the exchange's round trip) would make the rank late on
-its timeline for a delay that is the emulator's, not the cluster's; credited, each wait ends on the rank's timeline
-where the model put it, as on the virtual clock (``caught_up_us`` per timed repetition in the result). The worker
-holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
-``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
-the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
-``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is
-waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
-(not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
-removes the compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
+The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that depends
+on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's collectives
+are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or
+on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded gap before it: the training
+framework's work between operators, which a live re-execution replaces by the worker's own) times the rank's compute
+factor (``config["factors"]``: the straggler slowdown divided by the scenario's ``compute_scale``, decided by the
+parent); a live node with a factor above 1 is padded to factor x its measured time (the parent refuses factors below 1
+for live compute: an operator cannot run faster than it does). With ``config["host_cpu_us"]`` (``replay.host_work=pad``,
+:mod:`nbox_replay.hostwork`) every repetition measures the thread's own time per iteration, and each timed one stretches
+every live operator by the rank's host-work factor planned from the repetitions before it (their median, the cold first
+left out; reported as ``host_pad``: the last timed repetition's); with ``config["host_credit"]``
+(``replay.host_work=match``) a factor below 1 credits the rank instead: each live operator moves the rank's own timeline
+``(1 - factor) x`` its time behind the host clock (the backend's :class:`emulator_core.clocksync.Clock`), and every time
+the walk reads (spans, iteration ends, the repetition's wall time) is on that timeline. In a timed repetition with
+``host_credit`` a wait that ends past the answered end on the rank's timeline is credited the overshoot too: the answer
+needs every real peer's arrival time, which comes in host time, so a peer whose own credit put its host clock behind (or
+the exchange's round trip) would make the rank late on its timeline for a delay that is the emulator's, not the
+cluster's; credited, each wait ends on the rank's timeline where the model put it, as on the virtual clock
+(``caught_up_us`` per timed repetition in the result). The worker holds its heap first (:mod:`nbox_replay.allocator`;
+``heap_not_held`` says why not where it could not). With ``config["serialize"]`` (the scenario's ``overlap =
+"serialize"``) every outstanding collective is waited for before the next compute node, so communication never overlaps
+compute on the rank. A comm node is issued with ``async_op=True`` on buffers of the retargeted size
+(:func:`nbox_replay.virtual.retarget`), and a blocking one is waited on at once. A repetition ends when its last work
+has completed. Warm-up repetitions run first (not timed), then the timed ones. The backend's scenario
+(``NBOX_SCENARIO``) is the network's only: the parent removes the compute keys and the replayed ranks' stragglers from
+it, so a straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
 time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
@@ -236,7 +236,7 @@ class Replayer:
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
         self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.hostwork), set after the warm-up
-        # --host-work match in a timed repetition: a wait past the answered end is credited (module docstring)
+        # replay.host_work=match in a timed repetition: a wait past the answered end is credited (module docstring)
         self.catch_up = False
         self.caught_up_ns = 0  # credited so (since the last reset)
         # live operators' own time, fallbacks' waits, the CPU time of the walk's waits (since the last reset)
@@ -334,7 +334,7 @@ class Replayer:
             self.live_ns += t1 - t0
             if stretch > 1.0:
                 self._idle_until(t0 + int((t1 - t0) * stretch))
-            elif stretch < 1.0:  # --host-work match: the replay's own excess, credited on the rank's clock
+            elif stretch < 1.0:  # replay.host_work=match: the replay's own excess, credited on the rank's clock
                 self.clock.credit(int((t1 - t0) * (1.0 - stretch)))
         else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
             gap = 0.0 if self.live else self.gaps[i]
@@ -349,7 +349,7 @@ class Replayer:
         walk reaches the first node of iteration j + 1, the last one when the repetition ends.
         """
         g = self.g
-        clock = self._now  # the rank's timeline: credited time (--host-work match) is not the rank's
+        clock = self._now  # the rank's timeline: credited time (replay.host_work=match) is not the rank's
         works: dict[int, Any] = {}
         compute_ns = wait_ns = 0
         marks = [len(r) for r in self.records]
@@ -446,12 +446,12 @@ def main(argv: list[str]) -> int:
         ends_us: list[list[float]] = []
         compute_us: list[float] = []
         wait_us: list[float] = []
-        caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (--host-work match)
+        caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (replay.host_work=match)
         spans: list[dict[str, Any]] = []
         host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
         history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
         busy_history: list[float] = []  # and its thread's busy time (the replay figure without match)
-        credit = bool(cfg.get("host_credit"))  # --host-work match
+        credit = bool(cfg.get("host_credit"))  # replay.host_work=match
         pad = None
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
@@ -466,7 +466,7 @@ def main(argv: list[str]) -> int:
             wall, comp, waited = replayer.repetition()
             busy = (_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0
             # outside its waits: the host time the rank spent on anything but a wait (a fallback's recorded
-            # duration counts as spent), what --host-work match holds to the real thread's (nbox_replay.hostwork)
+            # duration counts as spent), what replay.host_work=match holds to the real thread's (nbox_replay.hostwork)
             outside = (time.perf_counter_ns() - host0 - replayer.wait_host_ns + replayer.fallback_ns) / 1000.0
             history.append((outside if credit else busy, replayer.live_ns / 1000.0))
             busy_history.append(busy)

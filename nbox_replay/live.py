@@ -127,7 +127,7 @@ class LiveConfig:
             each worker pads its live operators for the host work the replay does not re-run
             (:mod:`nbox_replay.hostwork`; needs ``warmup`` >= 1). None: no padding.
         host_credit: with ``host_cpu_us``, also credit a rank whose replay is busier than the real thread
-            (``--host-work match``, :mod:`nbox_replay.hostwork`); False: lengthen only.
+            (``replay.host_work=match``, :mod:`nbox_replay.hostwork`); False: lengthen only.
     """
 
     files: Mapping[int, Path]

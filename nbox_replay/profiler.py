@@ -143,7 +143,7 @@ Old bundles
 -----------
 A bundle without ``observed.thread_cpu_us`` (recorded before the figures existed, imported, a bare ET) or
 without figures for a replayed rank is replayed uncorrected for that rank, and the report says so. The
-correction is on by default (``--profiler-correction on``); ``off`` plays the recorded durations as they are;
+correction is on by default (``replay.profiler_correction=on``); ``off`` plays the recorded durations as they are;
 ``proportional`` / ``per_op`` / ``to_clean`` name one rule for every rank. Under ``on`` a capture whose
 iterations the recorder did not mark (one span, however many iterations it holds) is corrected by
 ``proportional`` too: ``to_clean`` needs each captured iteration's operators to scale them to one clean

@@ -11,13 +11,13 @@ this device to measure them, :mod:`nbox_replay.measure`, and the simulation uses
 ``--clock real`` both run live on this machine (:mod:`nbox_replay.live`) in interleaved, counterbalanced
 pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_paired`): the iteration times
 and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread;
-live compute is padded for the host work the replay does not re-run, and with ``--host-work match`` credited
+live compute is padded for the host work the replay does not re-run, and with ``replay.host_work=match`` credited
 for the replay's own work beyond the real thread's (:mod:`nbox_replay.hostwork`).
 A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
 device) is refused before any rank starts.
 
 Recorded compute is corrected for the profiler's overhead where the bundle carries the figures
-(:mod:`nbox_replay.profiler`; ``--profiler-correction``): in virtual time and in a live replay with
+(:mod:`nbox_replay.profiler`; ``replay.profiler_correction``): in virtual time and in a live replay with
 ``--compute recorded``, the same rule and factors; the report says which.
 """
 
