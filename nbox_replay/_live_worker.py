@@ -7,32 +7,32 @@ replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_D
 answered with the emulator core's modeled delays; the replayed ranks exchange only their arrival times (the
 buffers carry no information, and a real transfer slower than the model would set the answer).
 
-The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that depends
-on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's collectives
-are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.ops`) or, with ``compute="recorded"`` or
-on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded gap before it: the training
-framework's work between operators, which a live re-execution replaces by the worker's own) times the rank's compute
-factor (``config["factors"]``: the straggler slowdown divided by the scenario's ``compute_scale``, decided by the
-parent); a live node with a factor above 1 is padded to factor x its measured time (the parent refuses factors below 1
-for live compute: an operator cannot run faster than it does). With ``config["host_cpu_us"]`` (``replay.host_work=pad``,
-:mod:`nbox_replay.hostwork`) every repetition measures the thread's own time per iteration, and each timed one stretches
-every live operator by the rank's host-work factor planned from the repetitions before it (their median, the cold first
-left out; reported as ``host_pad``: the last timed repetition's); with ``config["host_credit"]``
-(``replay.host_work=match``) a factor below 1 credits the rank instead: each live operator moves the rank's own timeline
-``(1 - factor) x`` its time behind the host clock (the backend's :class:`emulator_core.clocksync.Clock`), and every time
-the walk reads (spans, iteration ends, the repetition's wall time) is on that timeline. In a timed repetition with
-``host_credit`` a wait that ends past the answered end on the rank's timeline is credited the overshoot too: the answer
-needs every real peer's arrival time, which comes in host time, so a peer whose own credit put its host clock behind (or
-the exchange's round trip) would make the rank late on its timeline for a delay that is the emulator's, not the
-cluster's; credited, each wait ends on the rank's timeline where the model put it, as on the virtual clock
-(``caught_up_us`` per timed repetition in the result). The worker holds its heap first (:mod:`nbox_replay.allocator`;
-``heap_not_held`` says why not where it could not). With ``config["serialize"]`` (the scenario's ``overlap =
-"serialize"``) every outstanding collective is waited for before the next compute node, so communication never overlaps
-compute on the rank. A comm node is issued with ``async_op=True`` on buffers of the retargeted size
-(:func:`nbox_replay.virtual.retarget`), and a blocking one is waited on at once. A repetition ends when its last work
-has completed. Warm-up repetitions run first (not timed), then the timed ones. The backend's scenario
-(``NBOX_SCENARIO``) is the network's only: the parent removes the compute keys and the replayed ranks' stragglers from
-it, so a straggler is slowed once, here.
+The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that
+depends on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's
+collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.ops`) or, with
+``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
+gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
+own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
+``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
+(the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
+``config["host_cpu_us"]`` (``host_work=pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
+own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
+the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
+repetition's); with ``config["host_credit"]`` (``host_work=match``) a factor below 1 credits the rank instead: each
+live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
+:class:`emulator_core.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's wall
+time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
+rank's timeline is credited the overshoot too: the answer needs every real peer's arrival time, which comes in host
+time, so a peer whose own credit put its host clock behind (or the exchange's round trip) would make the rank late on
+its timeline for a delay that is the emulator's, not the cluster's; credited, each wait ends on the rank's timeline
+where the model put it, as on the virtual clock (``caught_up_us`` per timed repetition in the result). The worker
+holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
+``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
+the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
+``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is
+waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
+(not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
+removes the compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
 time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
