@@ -109,3 +109,14 @@ def test_replay_asks_a_named_cluster_at_1024_ranks() -> None:
                     "--clock", "virtual", "--json")
     assert baseline.returncode == 0, baseline.stderr
     assert json.loads(baseline.stdout)["what_if"]["world_size"] == 64
+
+
+def test_emulate_and_sweep_take_a_name_too(tmp_path: Path) -> None:
+    from nbox_record.emulate import EmulateConfig
+
+    cfg = EmulateConfig(world_size=None, nproc=2, scenario=Path("ethernet-100g"))  # the file's own world size
+    assert cfg.world_size == 64 and "ethernet_100g.toml" in cfg.world_from
+    proc = nbox("sweep", "traces/ddp_mlp", "--what-if", "dgx-h100", "--vary", "world_size=8,16", "--out",
+                str(tmp_path / "sw"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["world_size"] for r in json.loads(proc.stdout)["rows"]] == [8, 16]
