@@ -42,7 +42,7 @@ def describe_override(text: str, scenario: Scenario | None = None) -> str | None
         dims = scenario.topology.dims if scenario is not None else ()
         on = f" {dims[index].name}" if len(dims) > 1 and index < len(dims) else ""
         words = {"bandwidth_gbps": f"{value} Gb/s{on}", "latency_us": f"{value} us latency{on}",
-                 "size": f"{on.strip() or 'dimension ' + str(index)} of {value}"}
+                 "size": f"{on.strip() or 'dimension ' + str(index)} size {value}"}
         return words.get(field, f"{key}={value}")
     if key == "compute_scale":
         return f"compute x{value}"

@@ -44,6 +44,7 @@ def test_what_changed_in_words() -> None:
     assert describe_override("topology.dims.0.bandwidth_gbps=10") == "10 Gb/s"
     assert describe_override("topology.dims.1.bandwidth_gbps=200", dgx) == "200 Gb/s ib"
     assert describe_override("topology.dims.1.latency_us=3", dgx) == "3 us latency ib"
+    assert describe_override("topology.dims.0.size=16", dgx) == "nvlink size 16"
     assert describe_override("compute_scale=2") == "compute x2"
     assert describe_override("mesh.dp=512") == "dp=512"
     assert describe_override("overlap=serialize") == "overlap=serialize"
