@@ -37,6 +37,7 @@ class PanelCommand(TyperCommand):
             record = param.get_help_record(ctx)
             if record is None:
                 continue
+            record = (record[0].replace(" <int range>", " <int>").replace(" <float range>", " <float>"), record[1])
             if param.param_type_name == "argument":
                 args.append(record)
             else:

@@ -191,7 +191,8 @@ def calibrate_cmd(
     = "auto",
     sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
     = "1KiB..64MiB",
-    collectives: Annotated[str, typer.Option(help="Comma list (default: all measurable).")]
+    collectives: Annotated[str, typer.Option(help="Comma list (default: every collective nbox measures).",
+                                             show_default=False)]
     = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier,send_recv",
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",
