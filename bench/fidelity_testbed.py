@@ -192,7 +192,7 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int, host
     outs = on_nodes(tb, tmp, f"live-{host_work}-{bundle.stem}-{rnd}", lambda k: _nbox(
         "replay", bundle, "--clock", "real", "--compute", "live", "--baseline", scenario, "--iterations", 1,
         "--warmup", 6, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--timeout", 400,
-        "--host-work", host_work, "--json"), timeout_s=500)
+        "--set", f"replay.host_work={host_work}", "--json"), timeout_s=500)
     docs = [json.loads(o) for o in outs]
     if docs[0].get("host_work"):
         print(f"live {bundle.stem} round {rnd}: {docs[0]['host_work']['line']}", file=sys.stderr)

@@ -41,6 +41,7 @@ from emulator_core.calibration_run import measure_run
 from emulator_core.scenario import Calibration, Dimension, Scenario, Topology
 from emulator_core.scenario_toml import dump_toml
 from nbox_trace.files import write_atomic
+from nbox_trace.progress import Report
 
 
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
@@ -165,9 +166,11 @@ def describe_rests(rests: Sequence[BurstFit], burst_bytes: float) -> list[str]:
             for b in sorted(rests, key=lambda b: b.collective != "all_reduce")]
 
 
-def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None) -> CalibrateResult:
-    """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring."""
-    run = measure_run(config)
+def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
+              progress: Report | None = None) -> CalibrateResult:
+    """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring.
+    ``progress`` is told how far the ranks' measurements are (:class:`nbox_trace.progress.Step`)."""
+    run = measure_run(config, progress=progress)
     if config.backend == "auto":  # the ranks decided (emulator_core._calibrate_worker): the fit is per library
         used = run.info.get("backend")
         if used not in ("gloo", "nccl"):

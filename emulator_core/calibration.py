@@ -62,15 +62,16 @@ FLAGS = {"nproc": "--nproc", "backend": "--backend", "sizes": "--sizes", "collec
          "budget_s": "--budget", "timeout_s": "--timeout", "dimension": "--dimension", "rest_ms": "--rest"}
 
 
-def parse_size(text: str) -> int:
-    """Bytes from ``1024``, ``1KiB``, ``64MiB``, ``1.5GiB`` (K/KB/KiB etc. are all binary: 1 KiB = 1024 B)."""
+def parse_size(text: str, flag: str = "--sizes") -> int:
+    """Bytes from ``1024``, ``1KiB``, ``64MiB``, ``1.5GiB`` (K/KB/KiB etc. are all binary: 1 KiB = 1024 B), the
+    way nbox prints sizes; every option that takes a byte count parses it here (an error names ``flag``)."""
     m = _SIZE_RE.match(text)
     unit = m.group(2).lower() if m else ""
     if m is None or unit not in _UNITS:
-        raise CalibrateUsageError(f"--sizes {text!r}: not a size (e.g. 4096, 1KiB, 64MiB, 1GiB)")
+        raise CalibrateUsageError(f"{flag} {text!r}: not a size (e.g. 4096, 1KiB, 64MiB, 1GiB)")
     n = float(m.group(1)) * _UNITS[unit]
     if n != int(n):
-        raise CalibrateUsageError(f"--sizes {text!r}: not a whole number of bytes")
+        raise CalibrateUsageError(f"{flag} {text!r}: not a whole number of bytes")
     return int(n)
 
 

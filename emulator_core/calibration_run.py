@@ -23,6 +23,8 @@ from emulator_core.calibration import (
     summarize,
 )
 from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
+from nbox_trace.progress import Report, Step, watch
+from nbox_trace.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,29 @@ def _rested(doc: dict[str, Any]) -> tuple[Rested, ...]:
         raise CalibrationError(f"the worker's result has a malformed rest measurement: {exc!r}") from None
 
 
-def measure_run(config: CalibrateConfig) -> MeasureRun:
-    """Launch the ranks, wait at most ``config.timeout_s`` seconds, return the measurements and worker facts.
+def measure_step(work: Path, config: CalibrateConfig) -> Step | None:
+    """How far the measuring ranks are, from the ``progress.json`` rank 0 writes before each point: a warm-up pass
+    over every (collective, size), then ``config.rounds`` timed passes (emulator_core._calibrate_worker); None
+    before it wrote one."""
+    path = work / worker.PROGRESS
+    p = json.loads(path.read_bytes()) if path.is_file() else None
+    if not isinstance(p, dict):
+        return None
+    phase, coll, nbytes = str(p.get("phase")), p.get("collective"), p.get("nbytes")
+    points = [(c, n) for c in config.collectives for n in ((0,) if c == "barrier" else config.sizes)]
+    what = f"calibrating, {phase}"
+    detail = f"{coll} of {format_bytes(int(nbytes))}" if coll and nbytes is not None else ""
+    point = (str(coll), nbytes if isinstance(nbytes, int) else -1)
+    if point not in points or not (phase == "warm-up" or phase.startswith("round ")):
+        return Step(what, detail=detail)
+    pass_ = 0 if phase == "warm-up" else int(phase.split()[1]) + 1
+    return Step(what, pass_ * len(points) + points.index(point), (config.rounds + 1) * len(points), "measurements",
+                detail)
+
+
+def measure_run(config: CalibrateConfig, progress: Report | None = None) -> MeasureRun:
+    """Launch the ranks, wait at most ``config.timeout_s`` seconds, return the measurements and worker facts
+    (``progress``: told how far they are, :func:`measure_step`).
 
     Raises:
         CalibrationError: a rank failed (named with its collective and size), the run timed out (the ranks'
@@ -116,7 +139,8 @@ def measure_run(config: CalibrateConfig) -> MeasureRun:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="nbox-calibrate-"))
     try:
-        result = run(launch_spec(config, work))
+        with watch(lambda: measure_step(work, config), progress):
+            result = run(launch_spec(config, work))
         if not result.ok or not (work / worker.RESULT).is_file():
             raise _failure(config, work, result)
         doc = _read_json(work / worker.RESULT)

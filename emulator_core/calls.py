@@ -35,7 +35,7 @@ MAX_RECORDS = 1 << 20
 
 class OpRecord(NamedTuple):
     """One answered call. Times in microseconds on the rank's own timeline: ``time.perf_counter_ns()/1000`` less
-    the clock's lag (:mod:`emulator_core.clocksync`; no lag outside a live replay's ``--host-work match``)."""
+    the clock's lag (:mod:`emulator_core.clocksync`; no lag outside a live replay's ``replay.host_work=match``)."""
 
     call: str
     collective: str

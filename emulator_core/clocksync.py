@@ -21,7 +21,7 @@ What is not followed: drift. Offsets are estimated once, when the default proces
 hosts' clocks under NTP drift by a few parts per million, i.e. a few microseconds per second of run.
 
 A rank's own lag. A live replay's worker may credit its rank with time it spent on work the real run did not do
-(:mod:`nbox_replay.hostwork`, ``--host-work match``): the rank's timeline then reads ``lag`` behind its host clock,
+(:mod:`nbox_replay.hostwork`, ``replay.host_work=match``): the rank's timeline then reads ``lag`` behind its host clock,
 ``reference = perf_counter + c - lag``. Its arrivals go out that much earlier and its deadlines fall that much later
 in host time, so on the reference timeline the rank is where the real one would have been. The lag only grows (the
 rank's timeline never runs backward), and only the worker's own thread moves it; a deadline is turned into host
@@ -106,7 +106,7 @@ class Clock:
     ``skew_ns`` is the deliberate test offset (:func:`deliberate_skew_ns`), ``correction_ns`` maps this process's
     ``perf_counter_ns`` onto the reference (it includes the skew), ``bound_ns`` is the estimate's error bound
     (0 for the reference itself or before any estimate), ``lag_ns`` the time the rank has been credited
-    (module docstring, "A rank's own lag"; 0 outside a live replay's ``--host-work match``).
+    (module docstring, "A rank's own lag"; 0 outside a live replay's ``replay.host_work=match``).
     """
 
     skew_ns: int = 0

@@ -14,7 +14,7 @@ on Linux: one clock for every process on a host, which is what lets real ranks c
   sleeps-and-spins to the deadline; ``get_future()`` gives a future the timer completes at the deadline.
   A work given the process's :class:`emulator_core.clocksync.Clock` holds its deadline on the reference
   timeline and turns it into ``perf_counter_ns`` when it is waited for, so a rank credited time after the call
-  was answered (a live replay's ``--host-work match``) waits that much longer in host time; a future's deadline
+  was answered (a live replay's ``replay.host_work=match``) waits that much longer in host time; a future's deadline
   is turned when the future is made.
 """
 

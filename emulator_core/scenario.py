@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -124,8 +125,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_
 AUTO = "auto"
 #: The keys of each table (the top level, ``[[stragglers]]``, ``[[calibration]]``), in the order the TOML
 #: writer puts them.
-TOP_KEYS = ("world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap", "calibration",
-            "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
+TOP_KEYS = ("name", "description", "world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap",
+            "calibration", "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
                     "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown",
@@ -363,6 +364,8 @@ class Scenario:
         mesh_placement: the mesh dimensions outermost first as laid on ranks (empty: tensor parallel innermost).
         nccl_fit: measured nccl-tests curves as models (``[[nccl_fit]]``, ``emulator_core.nccl_fit``), at most one
             per (collective, nodes, GPUs per node); ``auto`` prices their collectives with them.
+        name: a short name a user asks for the scenario by (``--what-if dgx-h100``; empty: none; lower-case letters,
+            digits and dashes); description: one line saying what cluster it is (``nbox scenario list``).
     """
 
     world_size: int
@@ -379,6 +382,8 @@ class Scenario:
     mesh: tuple[tuple[str, int], ...] = ()
     mesh_placement: tuple[str, ...] = ()
     nccl_fit: tuple[NcclFit, ...] = ()
+    name: str = ""
+    description: str = ""
     _calibrated: Mapping[tuple[str, str], Calibration] = field(default_factory=dict, init=False, repr=False,
                                                                compare=False, hash=False)
     _slowdowns: Mapping[int, float] = field(default_factory=dict, init=False, repr=False, compare=False,
@@ -386,6 +391,10 @@ class Scenario:
 
     def __post_init__(self) -> None:
         w = check_int("world_size", self.world_size, 1, MAX_WORLD_SIZE)
+        if not isinstance(self.name, str) or not re.fullmatch(r"([a-z0-9][a-z0-9-]*)?", self.name):
+            raise bad("name", self.name, "must be a short name of lower-case letters, digits and dashes")
+        if not isinstance(self.description, str) or "\n" in self.description or len(self.description) > 200:
+            raise bad("description", self.description, "must be one line of text (at most 200 characters)")
         if not isinstance(self.topology, Topology):
             raise bad("topology", self.topology, "must be a Topology")
         self._resolve_topology(w)
@@ -497,7 +506,9 @@ class Scenario:
         """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self). ``jitter``,
         ``jitter_seed``, ``network``, ``mesh`` and ``mesh_placement`` only when not the defaults, so scenarios
         written before they existed stay the same."""
-        out: dict[str, Any] = {"world_size": self.world_size, "compute_scale": self.compute_scale,
+        out: dict[str, Any] = {**({"name": self.name} if self.name else {}),
+                               **({"description": self.description} if self.description else {}),
+                               "world_size": self.world_size, "compute_scale": self.compute_scale,
                                "overlap": self.overlap}
         if self.jitter != "off" or self.jitter_seed != 0:
             out.update(jitter=self.jitter, jitter_seed=self.jitter_seed)
@@ -536,7 +547,8 @@ class Scenario:
         if not isinstance(raw_cal := d.get("calibration", []), list):
             raise bad("calibration", raw_cal, "must be an array of tables [[calibration]]")
         kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "jitter", "jitter_seed",
-                                                    "compute_noise", "mesh", "mesh_placement") if k in d}
+                                                    "compute_noise", "mesh", "mesh_placement", "name",
+                                                    "description") if k in d}
         if "network" in d:
             try:
                 kwargs["network"] = Network.from_dict(d["network"])

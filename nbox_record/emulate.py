@@ -22,7 +22,6 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,12 +37,14 @@ from nbox_record.launcher import (
     _read_json,
     _write_bundle,
     launch_spec,
+    rank_step,
     script_path,
 )
 from nbox_trace.errors import UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Nodes, run
-from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
+from nbox_trace.progress import Report, watch
+from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time_unit
 
 __all__ = ["SCHEMA", "EmulateConfig", "EmulateError", "EmulateResult", "emulate"]
 
@@ -157,6 +158,22 @@ class EmulateResult:
     bundle: str | None = None            # ``-o``: the bundle written
     world_from: str = ""                 # where the world size came from (EmulateConfig.world_from)
     clocks: dict[int, dict[str, float]] = field(default_factory=dict)  # by global rank: Clock.describe()
+    changes: tuple[str, ...] = ()        # what the emulated world changed, in words (emulator_core.question)
+
+    def answer(self) -> dict[str, Any]:
+        """The report's first line and its facts: the emulated world, labelled by what it changed, its median
+        iteration time, and the share of it that was exposed communication (when the breakdown was measured)."""
+        from emulator_core.question import share_words
+
+        label = f"emulated ({', '.join(self.changes) or f'{self.world_size} ranks'})"
+        median = self.quantile_us(0.5)
+        b = self.breakdown
+        share = share_words(b["exposed_comm_us"], b["iteration_us"], "exposed communication") if b else None
+        real = len(self.real_ranks)
+        line = (f"{label}: {format_us(median)} per iteration with {real} real rank{'s' if real != 1 else ''}"
+                + (f"; {share}" if share else ""))
+        return {"line": line, "label": label, "changes": list(self.changes), "iteration_us": median,
+                "exposed_share": b["exposed_comm_us"] / b["iteration_us"] if share and b else None}
 
     def quantile_us(self, q: float) -> float:
         return _quantile(self.iteration_us, q)
@@ -165,6 +182,7 @@ class EmulateResult:
         """The ``nbox.emulate/1`` document."""
         return {
             "schema": SCHEMA,
+            "answer": self.answer(),
             "world_size": self.world_size,
             "world_size_source": self.world_from,
             "real_ranks": list(self.real_ranks),
@@ -220,9 +238,11 @@ def iteration_breakdown(timings: dict[int, dict[str, Any]]) -> dict[str, float] 
     return {k: v / n for k, v in sums.items()}
 
 
-def _scenario_toml(cfg: EmulateConfig, path: Path) -> str:
-    """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description."""
+def _scenario_toml(cfg: EmulateConfig, path: Path) -> tuple[str, tuple[str, ...]]:
+    """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description and
+    what the user changed, in words (:func:`emulator_core.question.describe_changes`)."""
     from emulator_core.live_policy import live_unsupported
+    from emulator_core.question import describe_changes
     from emulator_core.scenario import ScenarioError
     from emulator_core.scenario_toml import dump_toml
     from emulator_core.world import load_what_if
@@ -236,7 +256,8 @@ def _scenario_toml(cfg: EmulateConfig, path: Path) -> str:
                             f"remove it or emulate a larger world", value=scenario.compute_noise, has_value=True)
     path.write_text(dump_toml(scenario), encoding="utf-8")
     name = str(cfg.scenario) if cfg.scenario is not None else "default (loopback_cpu)"
-    return name + (f" with {', '.join(cfg.overrides)}" if cfg.overrides else "") + f"; world size {cfg.world_from}"
+    desc = name + (f" with {', '.join(cfg.overrides)}" if cfg.overrides else "") + f"; world size {cfg.world_from}"
+    return desc, tuple(describe_changes(cfg.scenario, cfg.overrides, scenario))
 
 
 def _merge_collectives(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -259,8 +280,9 @@ def _merge_collectives(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (-r["modeled_us"], r["collective"]))
 
 
-def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -> EmulateResult:
-    """Run the emulation described by ``cfg``; see the module docstring.
+def emulate(cfg: EmulateConfig, progress: Report | None = None) -> EmulateResult:
+    """Run the emulation described by ``cfg``; see the module docstring. ``progress`` is told each phase, and
+    while the ranks run, how far they are (:class:`nbox_trace.progress.Step`).
 
     Raises:
         EmulateError: a rank failed (the message names it: real rank and the global rank it played),
@@ -276,7 +298,7 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
                                  dir=cfg.out.resolve().parent if cfg.out else None))
     log_dir = work / "logs"
     try:
-        scenario_desc = _scenario_toml(cfg, work / "scenario.toml")
+        scenario_desc, changes = _scenario_toml(cfg, work / "scenario.toml")
         rcfg = _record_config(cfg, work)
         spec = launch_spec(rcfg, work, "gloo", log_dir)
         env = dict(spec.env)
@@ -290,7 +312,9 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
         say(f"launching {cfg.nproc} real rank(s) of {script.name}{node}; global rank(s) {list(cfg.real_ranks)} "
             f"real in a world of {cfg.world_size}: warm-up {cfg.warmup}, timed {cfg.iterations}; scenario "
             f"{scenario_desc}")
-        result = run(replace(spec, env=env))
+        total = max(cfg.warmup, 1) + cfg.iterations + (1 if cfg.out is not None else 0)
+        with watch(lambda: rank_step(work, total, "emulating"), progress):
+            result = run(replace(spec, env=env))
         dirs = _rank_dirs(work)
         needed = (raw.TIMINGS, EMULATE_REPORT, EMULATE_ALL) + ((raw.HOST_ET,) if cfg.out is not None else ())
         complete = result.ok and len(dirs) == cfg.nproc and all(
@@ -324,7 +348,7 @@ def emulate(cfg: EmulateConfig, progress: Callable[[str], None] | None = None) -
         world = int(cfg.world_size or 0)  # always settled by EmulateConfig
         return EmulateResult(world, cfg.real_ranks, world_seen if isinstance(world_seen, int) else None, job,
                              dict(sorted(per_rank.items())), _merge_collectives(reports), scenario_desc,
-                             time.monotonic() - started, breakdown, bundle, cfg.world_from, clocks)
+                             time.monotonic() - started, breakdown, bundle, cfg.world_from, clocks, changes)
     finally:
         if cfg.keep_work:
             say(f"work folder kept in {work}")
@@ -365,7 +389,8 @@ def format_text(result: EmulateResult, top: int = 10) -> str:
     units, one time unit per line or column: :mod:`nbox_trace.units`)."""
     it = [result.quantile_us(q) for q in (0.5, 0.1, 0.9)]
     unit = time_unit(it)
-    lines = [f"emulated world size {result.world_size} on {len(result.real_ranks)} real rank(s) "
+    lines = [result.answer()["line"],
+             f"emulated world size {result.world_size} on {len(result.real_ranks)} real rank(s) "
              f"{list(result.real_ranks)}; the script saw get_world_size() = {result.world_size_seen}",
              f"scenario: {result.scenario}",
              f"iteration time (slowest real rank, {len(result.iteration_us)} timed): median "

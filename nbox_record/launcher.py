@@ -32,10 +32,12 @@ from typing import Any
 from nbox_record import rawformat as raw
 from nbox_record.recordenv import record_env
 from nbox_record.recordpeers import read_peers
+from nbox_record.scriptexit import SCRIPT_EXIT
 from nbox_trace import __version__
 from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Launch, LaunchResult, check_nodes, is_consequence, run, seconds_text, then_failed
+from nbox_trace.progress import Report, Step, watch
 
 EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer", "tp_dp_mlp")
 _EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -227,8 +229,9 @@ def _failure(cfg: RecordConfig, work: Path, result: LaunchResult) -> RecordError
     if f.root_error is not None:
         err = f.root_error
         lost = node.lost_peer(err.message) if is_consequence(err.message) else ""
+        own = f.root_tail_text() if err.type == SCRIPT_EXIT else ""  # the script's own words say why
         return RecordError(f"rank {err.rank}{node.of(err.rank)} failed{lost}: {err.type}: {err.message}"
-                           f"{then_failed(f.others)}")
+                           f"{then_failed(f.others)}{own}")
     if cfg.rdzv_endpoint:  # this node's ranks have global ranks torchrun's rendezvous chose: those that started
         unfinished = [r for r, d in _rank_dirs(work).items() if not (d / raw.TIMINGS).is_file()]
     else:
@@ -243,8 +246,28 @@ def _failure(cfg: RecordConfig, work: Path, result: LaunchResult) -> RecordError
                        f"{f.tail_text()}")
 
 
-def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> RecordResult:
-    """Run the recording described by ``cfg`` and write the bundle; see the module docstring."""
+def rank_step(work: Path, total: int, what: str) -> Step | None:
+    """How far the recording ranks writing into ``work`` are: the least advanced rank's phase and iteration
+    boundaries of ``total`` (from their ``progress.json``; None before any rank wrote one)."""
+    least: tuple[int, str] | None = None
+    for d in _rank_dirs(work).values():
+        p = json.loads((d / raw.PROGRESS).read_bytes()) if (d / raw.PROGRESS).is_file() else None
+        if isinstance(p, dict) and isinstance(p.get("iteration"), int) and (least is None or p["iteration"] < least[0]):
+            least = (p["iteration"], str(p.get("phase")))
+    if least is None:
+        return None
+    phase = _PHASES.get(least[1], least[1])
+    return Step(f"{what}, {phase}", min(least[0], total), total, "iterations")
+
+
+#: The recorder's phases (nbox_record.recorder) as a progress line says them.
+_PHASES = {"warmup": "warm-up", "timing": "timed iterations", "lean": "lean iterations", "capture": "capture",
+           "done": "writing", "failed": "failed"}
+
+
+def record(cfg: RecordConfig, progress: Report | None = None) -> RecordResult:
+    """Run the recording described by ``cfg`` and write the bundle; see the module docstring. ``progress`` is told
+    each phase, and while the ranks run, how far they are (:class:`nbox_trace.progress.Step`)."""
     say = progress or (lambda _msg: None)
     started = time.monotonic()
     script = script_path(cfg)
@@ -255,7 +278,9 @@ def record(cfg: RecordConfig, progress: Callable[[str], None] | None = None) -> 
     try:
         say(f"launching {cfg.nproc_per_node} rank(s) of {script.name} (backend {cfg.backend}): warm-up "
             f"{cfg.warmup}, timed {cfg.iterations}, lean {cfg.lean}, captured {cfg.capture}")
-        result = run(launch_spec(cfg, work, cfg.backend, log_dir))
+        needed = max(cfg.warmup, 1) + cfg.iterations + cfg.lean + cfg.capture
+        with watch(lambda: rank_step(work, needed, "recording"), progress):
+            result = run(launch_spec(cfg, work, cfg.backend, log_dir))
         dirs = _rank_dirs(work)
         complete = result.ok and len(dirs) == cfg.nproc_per_node and all(
             (d / raw.TIMINGS).is_file() and (d / raw.HOST_ET).is_file() for d in dirs.values())

@@ -46,7 +46,7 @@ Measured, and why it is off by default
 --------------------------------------
 With ``nbox record --lean-iterations 3`` on the namespace testbed, the virtual replay with the lean figures and
 gaps predicts worse than the same recording's profiled durations under the proportional rule (both on the same
-bundle: ``--profiler-correction off`` vs ``proportional``), far worse on FSDP2 (bench/fidelity.py --testbed --lean;
+bundle: ``replay.profiler_correction=off`` vs ``proportional``), far worse on FSDP2 (bench/fidelity.py --testbed --lean;
 docs/results.md, "The lean pass against the profiled times").
 
 The lean pass removes the observer's cost, but a wall-clock time cannot tell work from waiting: FSDP2's

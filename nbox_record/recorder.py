@@ -16,7 +16,7 @@ import threading
 import traceback
 import weakref
 from collections.abc import Callable
-from types import ModuleType, TracebackType
+from types import FrameType, ModuleType, TracebackType
 from typing import Any, NoReturn
 
 from nbox_record import rawformat
@@ -29,6 +29,7 @@ from nbox_record.recordfacts import optimizer_device, rank_timings
 from nbox_record.recordpeers import announce, collect
 from nbox_record.recordsession import CaptureSession, LeanSession, mark_boundary, profiler_in_use
 from nbox_record.recordwatch import report_progress, start_daemon, watch_first_boundary
+from nbox_record.scriptexit import SCRIPT_EXIT, ended_by_exception, main_frame
 from nbox_record.scriptprofiler import install as install_script_profiler
 from nbox_trace.files import write_json_atomic
 from nbox_trace.threadtime import thread_times_ns
@@ -65,6 +66,7 @@ class Recorder:
         self._progress: threading.Thread | None = None
         self._peers_known = False
         self._prev_excepthook: Callable[..., Any] = sys.excepthook
+        self._main_frame: FrameType | None = None  # the script's module frame: how it ended (scriptexit)
 
     # -- setup --------------------------------------------------------------------------------------
 
@@ -93,6 +95,7 @@ class Recorder:
     def on_torch_imported(self, _module: ModuleType) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        self._main_frame = main_frame()  # the script's own `import torch` runs this, inside its module
         if self.config.emulate:
             redirect_backend()
         if not self.config.no_capture:  # the script's own profiler would hold the one session the capture needs
@@ -254,11 +257,13 @@ class Recorder:
 
     # -- failures ------------------------------------------------------------------------------------
 
-    def fail(self, kind: str, message: str, tb: str = "") -> NoReturn:
-        """An nbox-detected failure: ``error.json``, a message on stderr, exit :data:`EXIT_FAILURE`."""
+    def fail(self, kind: str, message: str, tb: str = "", say: bool = True) -> NoReturn:
+        """An nbox-detected failure: ``error.json``, a message on stderr (unless ``say`` is False: the script's own
+        last lines are the news), exit :data:`EXIT_FAILURE`."""
         self.phase = "failed"
         self.errors.write(kind, message, tb)
-        print(f"nbox: rank {self.rank}: {kind}: {message}", file=sys.stderr)
+        if say:
+            print(f"nbox: rank {self.rank}: {kind}: {message}", file=sys.stderr)
         self.lean.abort()
         self.session.abort()
         self._end_progress()
@@ -285,6 +290,11 @@ class Recorder:
         if os.getpid() != self.pid or self.phase in ("done", "failed"):
             return
         count, kind = self.clock.count, self.clock.kind
+        if ended_by_exception(self._main_frame):  # SystemExit: the script gave up (nbox_record.scriptexit)
+            when = ("before its first iteration boundary" if count == 0 or kind is None else
+                    f"after {count} iteration(s), of the {self.config.needed} nbox needs")
+            self.fail(SCRIPT_EXIT, f"the script exited (sys.exit or raise SystemExit) {when}; its last lines of "
+                                   "stderr say why", say=False)
         if count == 0 or kind is None:
             self.fail("NoIterationBoundary", "the script ended without a single iteration boundary. " + MARKER_HINT)
         captured, lean = self.config.effective_capture, self.config.effective_lean

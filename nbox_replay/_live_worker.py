@@ -15,10 +15,10 @@ gap before it: the training framework's work between operators, which a live re-
 own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
 ``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
 (the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
-``config["host_cpu_us"]`` (``--host-work pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
+``config["host_cpu_us"]`` (``host_work=pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
 own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
 the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
-repetition's); with ``config["host_credit"]`` (``--host-work match``) a factor below 1 credits the rank instead: each
+repetition's); with ``config["host_credit"]`` (``host_work=match``) a factor below 1 credits the rank instead: each
 live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
 :class:`emulator_core.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's wall
 time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
@@ -236,7 +236,7 @@ class Replayer:
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
         self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.hostwork), set after the warm-up
-        # --host-work match in a timed repetition: a wait past the answered end is credited (module docstring)
+        # replay.host_work=match in a timed repetition: a wait past the answered end is credited (module docstring)
         self.catch_up = False
         self.caught_up_ns = 0  # credited so (since the last reset)
         # live operators' own time, fallbacks' waits, the CPU time of the walk's waits (since the last reset)
@@ -334,7 +334,7 @@ class Replayer:
             self.live_ns += t1 - t0
             if stretch > 1.0:
                 self._idle_until(t0 + int((t1 - t0) * stretch))
-            elif stretch < 1.0:  # --host-work match: the replay's own excess, credited on the rank's clock
+            elif stretch < 1.0:  # replay.host_work=match: the replay's own excess, credited on the rank's clock
                 self.clock.credit(int((t1 - t0) * (1.0 - stretch)))
         else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
             gap = 0.0 if self.live else self.gaps[i]
@@ -349,7 +349,7 @@ class Replayer:
         walk reaches the first node of iteration j + 1, the last one when the repetition ends.
         """
         g = self.g
-        clock = self._now  # the rank's timeline: credited time (--host-work match) is not the rank's
+        clock = self._now  # the rank's timeline: credited time (replay.host_work=match) is not the rank's
         works: dict[int, Any] = {}
         compute_ns = wait_ns = 0
         marks = [len(r) for r in self.records]
@@ -446,12 +446,12 @@ def main(argv: list[str]) -> int:
         ends_us: list[list[float]] = []
         compute_us: list[float] = []
         wait_us: list[float] = []
-        caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (--host-work match)
+        caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (replay.host_work=match)
         spans: list[dict[str, Any]] = []
         host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
         history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
         busy_history: list[float] = []  # and its thread's busy time (the replay figure without match)
-        credit = bool(cfg.get("host_credit"))  # --host-work match
+        credit = bool(cfg.get("host_credit"))  # replay.host_work=match
         pad = None
         for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
             where["phase"] = f"repetition {rep}"
@@ -466,7 +466,7 @@ def main(argv: list[str]) -> int:
             wall, comp, waited = replayer.repetition()
             busy = (_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0
             # outside its waits: the host time the rank spent on anything but a wait (a fallback's recorded
-            # duration counts as spent), what --host-work match holds to the real thread's (nbox_replay.hostwork)
+            # duration counts as spent), what replay.host_work=match holds to the real thread's (nbox_replay.hostwork)
             outside = (time.perf_counter_ns() - host0 - replayer.wait_host_ns + replayer.fallback_ns) / 1000.0
             history.append((outside if credit else busy, replayer.live_ns / 1000.0))
             busy_history.append(busy)

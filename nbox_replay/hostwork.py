@@ -35,7 +35,7 @@ repetition's too large (docs/results.md, "The live replay's pad and its own over
 a replay slower than its recording, whose launch drew other luck: that part of the one-sided share stays
 (docs/results.md, "Where the live replay's extra over its recording comes from").
 
-**Both ways (``--host-work match``).** The pad only lengthens: a replayed thread busier than the recorded one (its
+**Both ways (``replay.host_work=match``).** The pad only lengthens: a replayed thread busier than the recorded one (its
 walk through the graph and the backend's issue of each collective; the real thread's framework work is what the
 recorded figure holds instead) keeps its
 excess, and that excess is the replay's, not the training job's. ``match`` credits it back: with ``pad_us`` negative
@@ -77,7 +77,7 @@ from dataclasses import dataclass
 
 __all__ = ["HOST_WORK_MODES", "HostPad", "plan_pad"]
 
-#: ``--host-work``: ``pad`` (lengthen only; the default with live compute), ``match`` (lengthen or credit: module
+#: ``replay.host_work``: ``pad`` (lengthen only; the default with live compute), ``match`` (lengthen or credit: module
 #: docstring, "Both ways") or ``off``.
 HOST_WORK_MODES = ("pad", "match", "off")
 
@@ -141,7 +141,7 @@ def plan_pad(clean_us: float | None, history: Sequence[tuple[float, float]], per
     (``clean_us``; None: the bundle has none for this rank) and the ``(replay_us, live_us)`` totals of the
     worker's repetitions so far, oldest first (empty: none yet), each holding ``per_repetition`` captured
     iterations. The replay's own time is their median, the first (cold) repetition left out when there are two
-    or more (module docstring). ``both_ways`` (``--host-work match``): a replay busier than the real thread is
+    or more (module docstring). ``both_ways`` (``replay.host_work=match``): a replay busier than the real thread is
     credited the difference (a factor below 1) instead of left as it is; its history then holds each repetition's
     time outside its waits (module docstring, "Both ways"). ``busy_history``: the repetitions' busy times, the same
     length, for the report's ``busy_us`` (empty: not measured)."""

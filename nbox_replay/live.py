@@ -42,7 +42,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -56,6 +56,7 @@ from nbox_replay.summary import speedup
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.jsonio import read_json_object
 from nbox_trace.launch import Launch, LaunchResult, Nodes, run, seconds_text, then_failed
+from nbox_trace.progress import Report, Step
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "PairedResult", "compute_factors",
            "live_refusal", "network_scenario", "replay_live", "replay_paired"]
@@ -126,7 +127,7 @@ class LiveConfig:
             each worker pads its live operators for the host work the replay does not re-run
             (:mod:`nbox_replay.hostwork`; needs ``warmup`` >= 1). None: no padding.
         host_credit: with ``host_cpu_us``, also credit a rank whose replay is busier than the real thread
-            (``--host-work match``, :mod:`nbox_replay.hostwork`); False: lengthen only.
+            (``replay.host_work=match``, :mod:`nbox_replay.hostwork`); False: lengthen only.
     """
 
     files: Mapping[int, Path]
@@ -399,7 +400,7 @@ def _join(parts: Sequence[LiveResult]) -> LiveResult:
 
 
 def replay_paired(baseline: LiveConfig, what_if: LiveConfig, pairs: int,
-                  progress: Callable[[str], None] | None = None) -> PairedResult:
+                  progress: Report | None = None) -> PairedResult:
     """Replay ``baseline`` (A) and ``what_if`` (B) in ``pairs`` counterbalanced pairs of launches (A B, B A,
     ...), each launch with the config's warm-up and one timed repetition (module docstring).
 
@@ -417,7 +418,8 @@ def replay_paired(baseline: LiveConfig, what_if: LiveConfig, pairs: int,
         sides = "AB" if k % 2 == 0 else "BA"
         order.append(sides)
         for side in sides:
-            say(f"pair {k + 1}/{pairs}: {'baseline' if side == 'A' else 'what-if'}")
+            say(Step(f"live replay, pair {k + 1}/{pairs}: {'baseline' if side == 'A' else 'what-if'}", launches,
+                     2 * pairs, "launches"))
             cfg = one[side]  # across nodes, launch k rendezvouses at the endpoint's port + k (Nodes.shifted)
             got[side].append(replay_live(dataclasses.replace(cfg, nodes=cfg.nodes.shifted(launches))))
             launches += 1

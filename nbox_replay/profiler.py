@@ -100,7 +100,7 @@ Old bundles
 -----------
 A bundle without ``observed.thread_cpu_us`` (recorded before the figures existed, imported, a bare ET) or
 without figures for a replayed rank is replayed uncorrected for that rank, and the report says so. The
-correction is on by default (``--profiler-correction on``); ``off`` plays the recorded durations as they are;
+correction is on by default (``replay.profiler_correction=on``); ``off`` plays the recorded durations as they are;
 ``proportional`` / ``per_op`` / ``to_clean`` name one rule for every rank. Under ``on`` a capture whose
 iterations the recorder did not mark (one span, however many iterations it holds) is corrected by
 ``proportional`` too: ``to_clean`` needs each captured iteration's operators to scale them to one clean
@@ -214,7 +214,7 @@ class Correction:
                   f"from clean {clean} ms vs captured {captured} ms CPU per iteration"
                   + (f"; rank(s) {walled}: {work} to their clean wall time, {walls} ms" if walled else ""))
         text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, {source} "
-                "(median; --profiler-correction off: as recorded)"
+                "(median; --set replay.profiler_correction=off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
                 + self._oversubscribed(ranks))
         if not self.use_lean:
@@ -305,9 +305,9 @@ def plan_correction(mode: str, observed: Mapping[str, Any] | None) -> Correction
     """The correction ``mode`` (:data:`MODES`) asks for, with the figures of a manifest's ``observed`` (None: a
     bare ET)."""
     if mode not in MODES:
-        raise UsageError(f"--profiler-correction {mode!r}: must be one of {', '.join(MODES)}")
+        raise UsageError(f"--set replay.profiler_correction={mode!r}: must be one of {', '.join(MODES)}")
     if mode == "off":
-        return Correction(None, why_not="--profiler-correction off")
+        return Correction(None, why_not="replay.profiler_correction=off")
     figures = read_figures(observed)
     if not figures:
         return Correction(None, why_not="the bundle carries no clean/captured CPU times (observed."

@@ -11,13 +11,13 @@ this device to measure them, :mod:`nbox_replay.measure`, and the simulation uses
 ``--clock real`` both run live on this machine (:mod:`nbox_replay.live`) in interleaved, counterbalanced
 pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_paired`): the iteration times
 and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread;
-live compute is padded for the host work the replay does not re-run, and with ``--host-work match`` credited
+live compute is padded for the host work the replay does not re-run, and with ``replay.host_work=match`` credited
 for the replay's own work beyond the real thread's (:mod:`nbox_replay.hostwork`).
 A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
 device) is refused before any rank starts.
 
 Recorded compute is corrected for the profiler's overhead where the bundle carries the figures
-(:mod:`nbox_replay.profiler`; ``--profiler-correction``): in virtual time and in a live replay with
+(:mod:`nbox_replay.profiler`; ``replay.profiler_correction``): in virtual time and in a live replay with
 ``--compute recorded``, the same rule and factors; the report says which.
 """
 
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
+from emulator_core.question import describe_changes
 from emulator_core.scenario import Scenario, ScenarioError
 from emulator_core.scenario_files import SCENARIOS_DIR
 from emulator_core.world import load_what_if, refuse_emulate_only, scenario_mesh
@@ -40,6 +41,7 @@ from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_wo
 from nbox_replay.profiler import MODES as PROFILER_MODES
 from nbox_replay.profiler import Correction, correct_graphs, plan_correction, read_figures
 from nbox_replay.report import ReplayReport
+from nbox_replay.settings import HOST_WORK, PROFILER_CORRECTION, split_settings
 from nbox_replay.source import ReplaySource, open_source
 from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
 from nbox_replay.virtual import simulate
@@ -49,6 +51,7 @@ from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Nodes
 from nbox_trace.mesh import RecordedMesh, parse_names
+from nbox_trace.progress import Report
 
 if TYPE_CHECKING:
     from nbox_replay.live import LiveResult
@@ -135,16 +138,21 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         as_paths(self, "what_if", "baseline", "out")
+        overrides, settings = split_settings(self.overrides)  # --set replay.<key>: nbox_replay.settings
+        object.__setattr__(self, "overrides", overrides)
+        object.__setattr__(self, "profiler_correction", settings.get(PROFILER_CORRECTION, self.profiler_correction))
+        object.__setattr__(self, "host_work", settings.get(HOST_WORK, self.host_work))
         for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
                                      ("--device", self.device, DEVICES),
-                                     ("--profiler-correction", self.profiler_correction, PROFILER_MODES)):
+                                     (f"--set {PROFILER_CORRECTION}", self.profiler_correction, PROFILER_MODES)):
             if value not in allowed:
                 raise ReplayConfigError(f"{name} {value!r}: must be one of {', '.join(allowed)}")
         if self.host_work is not None and self.host_work not in HOST_WORK_MODES:
-            raise ReplayConfigError(f"--host-work {self.host_work!r}: must be one of {', '.join(HOST_WORK_MODES)}")
+            raise ReplayConfigError(f"--set {HOST_WORK}={self.host_work!r}: must be one of "
+                                    f"{', '.join(HOST_WORK_MODES)}")
         if self.host_work is not None and self.clock != "real":
-            raise ReplayConfigError(f"--host-work {self.host_work}: pads the operators a live replay re-executes; "
-                                    f"with --clock {self.clock} nothing is re-executed on the real clock")
+            raise ReplayConfigError(f"--set {HOST_WORK}={self.host_work}: pads the operators a live replay "
+                                    f"re-executes; with --clock {self.clock} nothing is re-executed on the real clock")
         if self.warmup_s is not None:
             if not (0 <= self.warmup_s <= MAX_WARMUP_S):
                 raise ReplayConfigError(f"--warmup-s must be between 0 and {MAX_WARMUP_S:g} s, got {self.warmup_s}")
@@ -230,7 +238,7 @@ def _load(source: ReplaySource, ranks: Sequence[int] | None) -> dict[int, RankGr
     return {r: load_rank(source.trace_set.files[r], r) for r in chosen}
 
 
-def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = None) -> ReplayReport:
+def run_replay(config: ReplayConfig, progress: Report | None = None) -> ReplayReport:
     """Replay ``config.bundle`` (a bundle directory, a ``.nbox`` archive or a bare Chakra ET) under the baseline
     and the what-if; see the module docstring.
 
@@ -241,7 +249,7 @@ def run_replay(config: ReplayConfig, progress: Callable[[str], None] | None = No
         return _replay(config, root, progress)
 
 
-def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | None) -> ReplayReport:
+def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> ReplayReport:
     say = progress or (lambda _msg: None)
     source = open_source(root, name=config.bundle)
     notices: list[str] = []
@@ -296,7 +304,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
                        f"compute (nbox_replay.graph.waits_inside), per pass: {waited}")
     correction = profiler_correction(config.profiler_correction, source, compute)
     if config.host_work is not None and compute != "live":
-        raise ReplayConfigError(f"--host-work {config.host_work}: pads operators re-executed live; this replay's "
+        raise ReplayConfigError(f"--set {HOST_WORK}={config.host_work}: pads operators re-executed live; this replay's "
                                 f"compute is {compute} (use --compute live)")
     graphs = correct_graphs(graphs, correction)
     if _no_durations(graphs):
@@ -330,7 +338,8 @@ def _replay(config: ReplayConfig, root: Path, progress: Callable[[str], None] | 
                           source.observed, baseline, whatif, coverage=coverage, fallbacks=fallbacks,
                           unpriced=wi_sim.unpriced, notices=notices, world=world,
                           mesh_lines=mesh_lines(recorded_mesh, plan, spans), mesh=mesh_dict(recorded_mesh, plan, spans),
-                          profiler=correction)
+                          profiler=correction, changes=describe_changes(config.what_if, config.overrides, what_if,
+                                                                        config.mesh))
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, device, report, say, correction)
     if config.out is not None:
@@ -433,7 +442,7 @@ def _device(config: ReplayConfig, source: ReplaySource) -> str:
 
 
 def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, RankGraph], base: Scenario,
-              what_if: Scenario, device: str, report: ReplayReport, say: Callable[[str], None],
+              what_if: Scenario, device: str, report: ReplayReport, say: Report,
               correction: Correction) -> None:
     """Replace the report's iteration times and breakdowns by what interleaved live runs measured (module
     docstring); the virtual model's iteration time stays beside them (``modeled_iteration_us``)."""
@@ -512,7 +521,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
     if compute != "live":
         return None, ""
     if config.host_work == "off":
-        return None, "--host-work off"
+        return None, f"{HOST_WORK}=off"
     if device != "cpu":
         return None, f"compute runs on {device}, where the host thread's CPU time is not the operators' time"
     if config.warmup < 1:
@@ -552,8 +561,8 @@ def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
             parts[-1] += f", its heap not held ({heap[r]})"
     parts += [f"rank {r}'s heap not held ({why})" for r, why in sorted(heap.items()) if r not in pads]
     head = ("live operators padded for the host work the replay does not re-run, and credited for the replay's own "
-            "beyond the real thread's (--host-work match): " if mode == "match" else
-            "live operators padded for the host work the replay does not re-run (--host-work pad): ")
+            f"beyond the real thread's ({HOST_WORK}=match): " if mode == "match" else
+            f"live operators padded for the host work the replay does not re-run ({HOST_WORK}=pad): ")
     return {"line": head + "; ".join(parts), "ranks": {str(r): p.to_dict() for r, p in sorted(pads.items())},
             "why_not": None, "mode": mode, "heap_not_held": heap_doc}
 

@@ -12,6 +12,10 @@ its four parts add up to the iteration time:
 * ``overlapped`` (beside the sum): communication running while the rank computes.
 
 The ``rank`` column names the rank (the slowest of the median iteration unless ``--rank`` picked one).
+
+The text opens with the answer (:meth:`ReplayReport.answer`, words from :mod:`emulator_core.question`): the
+what-if, labelled by what it changed, its iteration time, that time against the baseline's in words, and the
+share of it that is exposed communication. The JSON document carries the same facts under ``answer``.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from emulator_core.question import compare, share_words
 from emulator_core.world import WhatIfWorld
-from nbox_replay.summary import RunSummary, format_speedup, speedup
-from nbox_trace.units import fit_label, format_bytes, format_in, time_unit
+from nbox_replay.summary import RunSummary, speedup
+from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time_unit
 
 if TYPE_CHECKING:
     from nbox_replay.profiler import Correction
@@ -57,6 +62,7 @@ class ReplayReport:
     mesh: dict[str, Any] | None = None  # the same as JSON
     profiler: Correction | None = None  # how recorded compute was corrected for the profiler (nbox_replay.profiler)
     host_work: dict[str, Any] | None = None  # live compute padded for host work (nbox_replay.hostwork): "line", ranks
+    changes: list[str] = field(default_factory=list)  # what the what-if changed, in words (emulator_core.question)
 
     def paired_spread(self) -> dict[str, float] | None:
         """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
@@ -73,8 +79,31 @@ class ReplayReport:
         undefined, a zero time)."""
         return speedup(self.baseline.median_us, self.what_if.median_us)
 
+    def run_label(self, run: RunSummary) -> str:
+        """A row's label: the what-if by what it changed, the baseline by its scenario and world size."""
+        if run is self.what_if:
+            return f"what-if ({', '.join(self.changes)})" if self.changes else f"what-if ({run.world_size} ranks)"
+        return f"{run.label} ({run.scenario}, {run.world_size} rank{'s' if run.world_size != 1 else ''})"
+
+    def answer(self) -> dict[str, Any]:
+        """The report's first line and its facts: the what-if's median iteration time, against the baseline's
+        in words, and the share of it the shown rank spent in exposed communication (when measured)."""
+        wi, base = self.what_if, self.baseline
+        label = self.run_label(wi)
+        cmp = compare(wi.median_us, base.median_us)
+        exposed = wi.exposed_comm_us if wi.breakdown is not None else math.nan
+        share = share_words(exposed, wi.median_us, "exposed communication")
+        against = (f"{cmp.words} the baseline's {format_us(base.median_us)}" if cmp is not None else
+                   f"no ratio to the baseline's {format_us(base.median_us)} (an iteration time of 0)")
+        line = f"{label}: {format_us(wi.median_us)} per iteration, {against}" + (f"; {share}" if share else "")
+        return {"line": line, "what_if_label": label, "changes": list(self.changes),
+                "what_if_iteration_us": wi.median_us, "baseline_iteration_us": base.median_us,
+                "ratio": cmp.ratio if cmp else None, "direction": cmp.direction if cmp else None,
+                "exposed_share": exposed / wi.median_us if share else None}
+
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": REPORT_SCHEMA, "source": self.source, "recorded_world_size": self.recorded_world,
+        return {"schema": REPORT_SCHEMA, "answer": self.answer(), "source": self.source,
+                "recorded_world_size": self.recorded_world,
                 "device": self.device, "ranks_replayed": self.ranks, "compute": self.compute, "clock": self.clock,
                 "observed_iteration_us": self.observed, "baseline": self.baseline.to_dict(),
                 "what_if": self.what_if.to_dict(), "speedup": self.speedup, "coverage": self.coverage,
@@ -89,7 +118,8 @@ class ReplayReport:
         """The report for people (stdout): one time unit per column, IEC bytes, labels cut at a word."""
         runs = (self.baseline, self.what_if)
         obs = self.observed if self.observed and self.observed.get("median") is not None else None
-        lines = [f"replay of {self.source}: recorded on {self.device} at world size {self.recorded_world}; "
+        lines = [self.answer()["line"],
+                 f"replay of {self.source}: recorded on {self.device} at world size {self.recorded_world}; "
                  f"ranks {','.join(map(str, self.ranks))} replayed, compute {self.compute}, clock {self.clock}"]
         if self.world is not None:
             lines.append(f"what-if world size: {self.world.describe()}")
@@ -112,16 +142,17 @@ class ReplayReport:
             return format_in(v, unit) if math.isfinite(v) else "-"
 
         u = unit[0]
-        lines.append(f"{'':36} {'iteration ' + u:>13} {'p10-p90 ' + u:>17} {'rank':>4} {'compute':>9} "
+        width = min(max(36, *(len(self.run_label(run)) for run in runs)), 56)
+        lines.append(f"{'':{width}} {'iteration ' + u:>13} {'p10-p90 ' + u:>17} {'rank':>4} {'compute':>9} "
                      f"{'exposed':>9} {'waiting':>9} {'idle':>9} | {'overlapped':>10}")
         if obs is not None:
             spread = f"{t(obs.get('p10', obs['median']))}-{t(obs.get('p90', obs['median']))}"
-            lines.append(f"{'recorded (observed, un-instrumented)':36} {t(obs['median']):>13} {spread:>17}")
+            lines.append(f"{'recorded (observed, un-instrumented)':{width}} {t(obs['median']):>13} {spread:>17}")
         for run in runs:
             p10, p90 = run.spread_us()
-            name = fit_label(f"{run.label} W={run.world_size} ({run.scenario})", 36)
+            name = fit_label(self.run_label(run), width)
             rank = str(run.rank) if run.breakdown is not None else "-"
-            lines.append(f"{name:36} {t(run.median_us):>13} {t(p10) + '-' + t(p90):>17} {rank:>4} "
+            lines.append(f"{name:{width}} {t(run.median_us):>13} {t(p10) + '-' + t(p90):>17} {rank:>4} "
                          f"{t(run.compute_us):>9} {t(run.exposed_comm_us):>9} {t(run.waiting_us):>9} "
                          f"{t(run.idle_us):>9} | {t(run.overlapped_comm_us):>10}")
         for run in runs:
@@ -133,12 +164,6 @@ class ReplayReport:
         if obs is not None and obs["median"]:
             err = (self.baseline.median_us - obs["median"]) / obs["median"] * 100
             lines.append(f"baseline vs recorded: {err:+.1f}%")
-        ratio = self.speedup
-        if ratio is None:
-            lines.append("what-if vs baseline: n/a (an iteration time of 0: no ratio)")
-        else:
-            faster = "faster" if ratio > 1 else ("slower" if ratio < 1 else "the same")
-            lines.append(f"what-if vs baseline: {format_speedup(ratio)} ({faster})")
         if (ps := self.paired_spread()) is not None:
             inside = ps["p10"] <= 1.0 <= ps["p90"]
             lines.append(f"paired live repetitions: what-if vs baseline {ps['median']:.2f}x, p10-p90 "

@@ -341,8 +341,8 @@ def test_the_bucket_is_the_together_calls_saving_where_measured(tmp_path: Path,
     link = cm.Link(70.0, 150.0)
     meas = [*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]), *synthetic("all_gather", "ring", 2, link,
                                                                                SIZES[2:7])]
-    monkeypatch.setattr(cal, "measure_run", lambda c: MeasureRun(meas, {"backend": "gloo", "world_size": 2}, 1.0,
-                                                                 rests))
+    monkeypatch.setattr(cal, "measure_run", lambda c, progress=None: MeasureRun(
+        meas, {"backend": "gloo", "world_size": 2}, 1.0, rests))
     res = cal.calibrate(CalibrateConfig(backend="gloo", collectives=("all_reduce", "all_gather"),
                                         sizes=tuple(SIZES[2:7]), dimension="network"), tmp_path / "c.toml")
     dim = res.scenario.topology.dims[0]
@@ -731,7 +731,7 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
     link = cm.Link(40.0, 2000.0)
     meas = synthetic("all_reduce", "ring", 2, link, SIZES)
     for reported in ("nccl", "gloo", "mpi"):
-        monkeypatch.setattr(cal, "measure_run", lambda c, r=reported: MeasureRun(
+        monkeypatch.setattr(cal, "measure_run", lambda c, r=reported, progress=None: MeasureRun(
             meas, {"backend": r, "world_size": 2}, 1.0))
         out = tmp_path / f"{reported}.toml"
         cfg = CalibrateConfig(backend="auto", collectives=("all_reduce",), sizes=tuple(SIZES))

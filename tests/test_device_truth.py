@@ -83,7 +83,7 @@ def test_replay_of_an_imported_gpu_bundle_on_this_cpu_machine(megatron: Path, tm
     r = _nbox("replay", str(megatron), "--clock", "virtual", "--iterations", "1", cwd=tmp_path)
     out = r.stdout + r.stderr
     if not _has_cuda():
-        assert r.returncode == 0 and "recorded on cuda" in out and "baseline W=8 (dgx_h100_400g)" in out
+        assert r.returncode == 0 and "recorded on cuda" in out and "baseline (dgx_h100_400g, 8 ranks)" in out
         assert "notice: recorded on CUDA (8 x NVIDIA A100-SXM4-80GB), and this machine has no CUDA" in out
 
 

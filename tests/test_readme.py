@@ -43,9 +43,10 @@ def test_readme_main_command_records_and_replays(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stdout)  # issue 13: results (record's summary, replay's report) on stdout
     assert "wrote nbox-example.bundle" in outputs[0]  # it says where the bundle is
-    report = outputs[1]  # the comparison: recorded, baseline, what-if at 64 ranks
-    assert "recorded (observed, un-instrumented)" in report and "baseline W=2" in report
-    assert "what-if W=64" in report and "what-if vs baseline:" in report
+    report = outputs[1]  # the answer first, then the comparison: recorded, baseline, what-if
+    first = report.splitlines()[0]
+    assert first.startswith("what-if (") and " per iteration, " in first and "the baseline's" in first
+    assert "recorded (observed, un-instrumented)" in report and "baseline (" in report
 
 
 def test_shipped_synthetic_trace_is_strict_clean() -> None:

@@ -115,6 +115,26 @@ def test_a_script_without_optimizer_steps_is_told_about_the_marker(tmp_path: Pat
         assert not (raw_dir / f"rank{rank}" / rawformat.TIMINGS).exists()
 
 
+def test_a_script_that_exits_with_an_error_is_reported_as_its_own_failure(tmp_path: Path) -> None:
+    """``raise SystemExit("boom")`` before the first iteration: the script's own exit comes first, with its last
+    lines (not "no iteration boundary"); ``sys.exit(3)`` the same; a script that simply ends still hears about the
+    marker (the test above)."""
+    script = ROOT / "tests" / "record_scripts" / "exits_with_error.py"
+    proc = nbox("record", "-o", tmp_path / "x.bundle", "--timeout", 120, "--keep-raw", "--", script)
+    assert proc.returncode != 0
+    error = proc.stderr.split("nbox: error:", 1)[1]
+    assert error.lstrip().startswith(("rank 0 failed: ScriptExit: the script exited", "rank 1 failed: ScriptExit: "
+                                                                                        "the script exited"))
+    assert "before its first iteration boundary" in error and "NoIterationBoundary" not in proc.stderr
+    assert "boom: the data set is missing" in error and "loading the data set" in error  # its last lines
+    (raw_dir,) = tmp_path.glob(".x.bundle.raw-*")
+    assert all(json.loads((raw_dir / f"rank{r}" / rawformat.ERROR).read_text())["type"] == "ScriptExit"
+               for r in (0, 1))
+    coded = nbox("record", "-o", tmp_path / "y.bundle", "--timeout", 120, "--", script, "--code", 3)
+    assert coded.returncode != 0 and "ScriptExit: the script exited" in coded.stderr
+    assert not (tmp_path / "x.bundle").exists() and not (tmp_path / "y.bundle").exists()
+
+
 def test_the_marker_defines_iterations_for_a_script_without_optimizer(tmp_path: Path) -> None:
     script = tmp_path / "marked.py"
     script.write_text("import torch, torch.distributed as dist, nbox_record\ndist.init_process_group('gloo')\n"

@@ -79,7 +79,8 @@ def test_the_report_line_names_each_rank_and_why_not() -> None:
     assert doc["ranks"]["0"]["pad_us"] == 4_000.0
     credited = host_work_doc({0: plan_pad(5_000.0, [(6_000.0, 5_000.0)], 1, both_ways=True)}, "", None, "match")
     assert credited["line"].startswith("live operators padded for the host work the replay does not re-run, and "
-                                       "credited for the replay's own beyond the real thread's (--host-work match)")
+                                       "credited for the replay's own beyond the real thread's "
+                                       "(replay.host_work=match)")
     assert "rank 0 credited 1.00 ms per iteration (x0.80: the real thread 5.00 ms" in credited["line"]
     assert credited["mode"] == "match" and credited["ranks"]["0"]["pad_us"] == -1_000.0
     off = host_work_doc({}, "--host-work off")
@@ -88,11 +89,11 @@ def test_the_report_line_names_each_rank_and_why_not() -> None:
 
 
 def test_host_work_is_refused_where_it_cannot_act() -> None:
-    with pytest.raises(ReplayConfigError, match=r"--host-work 'on': must be one of pad, match, off"):
+    with pytest.raises(ReplayConfigError, match=r"replay.host_work='on': must be one of pad, match, off"):
         ReplayConfig(str(MLP), host_work="on")
-    with pytest.raises(ReplayConfigError, match=r"--host-work pad: .*--clock virtual"):
-        ReplayConfig(str(MLP), clock="virtual", host_work="pad")
-    with pytest.raises(ReplayConfigError, match=r"--host-work off: .*compute is recorded"):
+    with pytest.raises(ReplayConfigError, match=r"replay.host_work=pad: .*--clock virtual"):
+        ReplayConfig(str(MLP), clock="virtual", overrides=("replay.host_work=pad",))
+    with pytest.raises(ReplayConfigError, match=r"replay.host_work=off: .*compute is recorded"):
         run_replay(ReplayConfig(str(MLP), clock="real", compute="recorded", host_work="off", iterations=1))
 
 
@@ -185,7 +186,7 @@ def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Pa
     operators' own few milliseconds."""
     docs = _replay_modes(_with_clean_cpu(tmp_path, 200_000.0), ("pad", "off"))
     padded, off = docs["pad"], docs["off"]
-    assert off["host_work"]["ranks"] == {} and "--host-work off" in off["host_work"]["line"]
+    assert off["host_work"]["ranks"] == {} and "replay.host_work=off" in off["host_work"]["line"]
     pads = padded["host_work"]["ranks"]
     assert set(pads) == {"0", "1"} and all(p["factor"] > 5.0 and p["why_not"] is None for p in pads.values())
     for p in pads.values():
@@ -236,7 +237,7 @@ def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:
         return _host_cpu(ReplayConfig(str(MLP), **kw), source, graphs, "live", device)  # type: ignore[arg-type]
 
     assert host() == ({0: 23_000.0, 1: 10_000.0}, "")
-    assert host(host_work="off") == (None, "--host-work off")
+    assert host(host_work="off") == (None, "replay.host_work=off")
     assert host("cuda")[0] is None and "compute runs on cuda" in host("cuda")[1]
     assert host(warmup=0)[0] is None and "--warmup 0" in host(warmup=0)[1]
     bare = SimpleNamespace(manifest=None)

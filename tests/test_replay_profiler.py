@@ -72,10 +72,16 @@ def test_a_captured_time_not_above_the_clean_one_changes_nothing(rule: str) -> N
 def test_an_unknown_rule_or_mode_is_a_usage_error() -> None:
     with pytest.raises(UsageError):
         correct_durations([1.0], [True], [0], RankFigures(1.0, 2.0), "bogus")
-    with pytest.raises(UsageError, match="--profiler-correction"):
+    with pytest.raises(UsageError, match=r"replay\.profiler_correction"):
         plan_correction("bogus", {})
-    with pytest.raises(ReplayConfigError, match="--profiler-correction"):
+    with pytest.raises(ReplayConfigError, match=r"replay\.profiler_correction"):
         ReplayConfig(str(TRACES / "ddp_mlp"), profiler_correction="bogus")
+    with pytest.raises(ReplayConfigError, match=r"replay\.profiler_correction"):
+        ReplayConfig(str(TRACES / "ddp_mlp"), overrides=("replay.profiler_correction=bogus",))
+    with pytest.raises(UsageError, match="unknown replay setting"):
+        ReplayConfig(str(TRACES / "ddp_mlp"), overrides=("replay.correction=off",))
+    set_off = ReplayConfig(str(TRACES / "ddp_mlp"), overrides=("replay.profiler_correction=off", "world_size=4"))
+    assert set_off.profiler_correction == "off" and set_off.overrides == ("world_size=4",)
     assert issubclass(UsageError, NboxError)
 
 
@@ -375,7 +381,7 @@ def test_the_correction_is_on_by_default_moves_the_answer_and_off_restores_it(tm
     assert pc["factors"] == pytest.approx({str(r): f for r, f in c.factors.items()})
     assert pc["oversubscribed"] == [] and pc["rank_rules"] == {}
     assert off["profiler_correction"]["rule"] is None
-    assert off["profiler_correction"]["why_not"] == "--profiler-correction off"
+    assert off["profiler_correction"]["why_not"] == "replay.profiler_correction=off"
     rules = {rule: virtual(bundle, profiler_correction=rule)["baseline"]["breakdown_us"]["compute"]
              for rule in ("proportional", "per_op", "to_clean")}
     assert len(set(rules.values())) == 3  # each rule moves the answer its own way
@@ -406,7 +412,7 @@ def test_the_cli_flag_turns_it_off(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 
-    on, off = cli(), cli("--profiler-correction", "off")
+    on, off = cli(), cli("--set", "replay.profiler_correction=off")
     assert on["profiler_correction"]["rule"] == DEFAULT_RULE and off["profiler_correction"]["rule"] is None
     assert on["baseline"]["iteration_us"]["median"] < off["baseline"]["iteration_us"]["median"]
     assert off["baseline"]["iteration_us"] == virtual(TRACES / "ddp_mlp")["baseline"]["iteration_us"]
@@ -447,8 +453,8 @@ def test_sweep_cli_says_which_correction(tmp_path: Path) -> None:
     line = f"({DEFAULT_RULE} rule): x{c.factors[0]:.2f} (rank 0), x{c.factors[1]:.2f} (rank 1)"
     assert line in sweep("--jobs", "2").stderr
     assert "(proportional rule): x0.80 (rank 0), x0.60 (rank 1)" in sweep(
-        "--jobs", "2", "--profiler-correction", "proportional").stderr
-    doc = json.loads(sweep("--json", "--profiler-correction", "off").stdout)
+        "--jobs", "2", "--set", "replay.profiler_correction=proportional").stderr
+    doc = json.loads(sweep("--json", "--set", "replay.profiler_correction=off").stdout)
     assert doc["profiler_correction"]["rule"] is None
     on = json.loads(sweep("--json").stdout)
     assert on["profiler_correction"]["factors"] == pytest.approx({str(r): f for r, f in c.factors.items()})

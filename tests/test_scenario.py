@@ -233,7 +233,7 @@ def test_duplicate_straggler_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("foo = 1\n" + BASE, "foo: unknown key (allowed: world_size, topology"),
+    ("foo = 1\n" + BASE, "foo: unknown key (allowed: name, description, world_size, topology"),
     (BASE + "\nfoo = 1\n", "stragglers[0].foo: unknown key (allowed: rank, slowdown)"),
     (BASE.replace("latency_us = 5.0", "latency_us = 5.0\nlatency_ms = 1"),
      "topology.dims[1].latency_ms: unknown key (allowed: name, size"),

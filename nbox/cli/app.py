@@ -13,12 +13,40 @@ prints exactly one JSON document on stdout instead of the human text. Usage erro
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from nbox_trace import __version__
 from nbox_trace.errors import NboxError
+
+#: The panel of the options a person rarely needs (``rich_help_panel=ADVANCED``): listed after the everyday ones.
+ADVANCED = "Advanced options"
+
+
+class PanelCommand(TyperCommand):
+    """A command whose ``--help`` lists its options by panel: the everyday ones first (``Options``), then each
+    ``rich_help_panel`` in the order its first option was declared (``Advanced options``). Plain text, as click
+    writes it (no rich markup: help texts name TOML tables like ``[mesh]`` that markup would eat)."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        args: list[tuple[str, str]] = []
+        panels: dict[str, list[tuple[str, str]]] = {"Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            record = (record[0].replace(" <int range>", " <int>").replace(" <float range>", " <float>"), record[1])
+            if param.param_type_name == "argument":
+                args.append(record)
+            else:
+                panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        for title, rows in (("Arguments", args), *panels.items()):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="nbox",
@@ -27,6 +55,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    # Help as wide as the terminal, up to 120 columns (click's own cap is 80).
+    context_settings={"max_content_width": 120},
 )
 
 #: Exit code of a command that ran and found problems (``--strict``), or whose check failed.

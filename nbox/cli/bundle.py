@@ -20,7 +20,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from nbox.cli.app import EXIT_PROBLEMS, app
+from nbox.cli.app import EXIT_PROBLEMS, PanelCommand, app
 
 bundle_app = typer.Typer(help="Share trace bundles: inspect, verify, pack, unpack, merge, diff, anonymize.",
                          no_args_is_help=True)
@@ -40,7 +40,7 @@ def _as_directory(path: Path) -> contextlib.AbstractContextManager[Path]:
     return bundle_directory(path)
 
 
-@bundle_app.command("inspect")
+@bundle_app.command("inspect", cls=PanelCommand)
 def inspect_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or .nbox archive.")],
                 json_out: _JSON = False) -> None:
     """Manifest facts, per-rank trace summaries, and size on disk. Exit 1 when a listed file is missing.
@@ -62,7 +62,7 @@ def inspect_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-@bundle_app.command("verify")
+@bundle_app.command("verify", cls=PanelCommand)
 def verify_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or .nbox archive.")],
                json_out: _JSON = False) -> None:
     """Check a bundle: files and hashes against the manifest, version, traces (--strict rules), and the
@@ -82,7 +82,7 @@ def verify_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or 
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-@bundle_app.command("pack")
+@bundle_app.command("pack", cls=PanelCommand)
 def pack_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory (it must verify).")],
              out: Annotated[Path, typer.Option("-o", "--out", help="Archive to write (.nbox).")],
              overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing archive.")] = False,
@@ -103,7 +103,7 @@ def pack_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory (it m
     _emit({"archive": str(path), "bytes": size}, [f"packed {bundle} into {path} ({format_bytes(size)})"], json_out)
 
 
-@bundle_app.command("unpack")
+@bundle_app.command("unpack", cls=PanelCommand)
 def unpack_cmd(archive: Annotated[Path, typer.Argument(help="The .nbox archive.")],
                out: Annotated[Path, typer.Argument(help="Directory to create.")],
                overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing directory.")]
@@ -125,7 +125,7 @@ def unpack_cmd(archive: Annotated[Path, typer.Argument(help="The .nbox archive."
           json_out)
 
 
-@bundle_app.command("merge")
+@bundle_app.command("merge", cls=PanelCommand)
 def merge_cmd(bundles: Annotated[list[Path], typer.Argument(help="Each node's bundle (directory or .nbox).")],
               out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")],
               overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing bundle.")] = False,
@@ -151,7 +151,7 @@ def merge_cmd(bundles: Annotated[list[Path], typer.Argument(help="Each node's bu
     _emit(result.to_dict(), lines, json_out)
 
 
-@bundle_app.command("diff")
+@bundle_app.command("diff", cls=PanelCommand)
 def diff_cmd(a: Annotated[Path, typer.Argument(help="Bundle A (directory or .nbox).")],
              b: Annotated[Path, typer.Argument(help="Bundle B (directory or .nbox).")],
              top: Annotated[int, typer.Option(help="Rows per table in the human output.", min=1)] = 10,
@@ -171,7 +171,7 @@ def diff_cmd(a: Annotated[Path, typer.Argument(help="Bundle A (directory or .nbo
         _emit(d.to_dict(), d.lines(top=top), json_out)
 
 
-@bundle_app.command("anonymize")
+@bundle_app.command("anonymize", cls=PanelCommand)
 def anonymize_cmd(
     bundle: Annotated[Path, typer.Argument(help="Bundle directory or .nbox archive.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Anonymized bundle directory to write.")],

@@ -8,15 +8,19 @@ from typing import Annotated, Optional
 
 import typer
 
+from nbox.cli.app import ADVANCED
+
 __all__ = ["LocalAddrOpt", "NnodesOpt", "NodeRankOpt", "RdzvEndpointOpt", "RdzvHostOpt"]
 
-NnodesOpt = Annotated[str, typer.Option(help="torchrun --nnodes (e.g. 2 or 1:4); across nodes, run on each.")]
-NodeRankOpt = Annotated[int, typer.Option(help="torchrun --node-rank.", min=0)]
-RdzvEndpointOpt = Annotated[Optional[str], typer.Option(help="torchrun c10d rendezvous host:port.")]  # noqa: UP045
+NnodesOpt = Annotated[str, typer.Option(help="torchrun --nnodes (e.g. 2 or 1:4); across nodes, run on each.",
+                                         rich_help_panel=ADVANCED)]
+NodeRankOpt = Annotated[int, typer.Option(help="torchrun --node-rank.", min=0, rich_help_panel=ADVANCED)]
+RdzvEndpointOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    help="torchrun c10d rendezvous host:port.", rich_help_panel=ADVANCED)]
 LocalAddrOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
-    help="This node's address, as the other nodes reach it (default: its address on the route to the "
-         "rendezvous endpoint).")]
+    help="This node's address as the others reach it (default: its address toward the rendezvous endpoint).",
+    rich_help_panel=ADVANCED)]
 RdzvHostOpt = Annotated[Optional[bool], typer.Option(  # noqa: UP045
     "--rdzv-host/--no-rdzv-host",
-    help="Whether this node hosts the rendezvous store (default: yes when the endpoint's address is this "
-         "node's own and --node-rank is 0).")]
+    help="Host the rendezvous store here (default: when the endpoint is this node and --node-rank is 0).",
+    rich_help_panel=ADVANCED)]

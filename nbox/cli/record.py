@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from nbox.cli.app import EXIT_PROBLEMS, app
+from nbox.cli.app import ADVANCED, EXIT_PROBLEMS, PanelCommand, app
 from nbox.cli.options import LocalAddrOpt, NnodesOpt, NodeRankOpt, RdzvEndpointOpt, RdzvHostOpt
 
 _RECORD_EPILOG = """Examples:
@@ -27,12 +27,7 @@ _RECORD_EPILOG = """Examples:
 """
 
 
-def _say_record(msg: str) -> None:
-    sys.stderr.write(f"nbox record: {msg}\n")
-    sys.stderr.flush()
-
-
-@app.command("record", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+@app.command("record", cls=PanelCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
              epilog=_RECORD_EPILOG)
 def record_cmd(
     ctx: typer.Context,
@@ -46,24 +41,25 @@ def record_cmd(
     rdzv_host: RdzvHostOpt = None,
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Clean (un-instrumented) iterations timed.", min=1)] = 10,
-    capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1)] = 1,
+    capture: Annotated[int, typer.Option(help="Iterations captured with the ET observer + Kineto.", min=1,
+                                         rich_help_panel=ADVANCED)] = 1,
     lean_iterations: Annotated[int, typer.Option(
-        help="Iterations profiled by Kineto alone before the capture; the captured operators take their "
-             "median wall times (without the ET observer's cost) and the gaps between them. Off by default: "
-             "those wall times include the thread's waits for communication (README). 0: none.", min=0)] = 0,
+        help="Iterations profiled by Kineto alone first; captured operators take their wall times (default 0: "
+             "those include waits for communication).", min=0, rich_help_panel=ADVANCED)] = 0,
     backend: Annotated[str, typer.Option(
-        help="auto | gloo | nccl: the built-in examples' backend (NBOX_BACKEND; auto: nccl with CUDA, else "
-             "gloo). A script picks its own; the bundle names the one the ranks used.")] = "auto",
+        help="auto | gloo | nccl: the built-in examples' backend (auto: nccl with CUDA, else gloo).")] = "auto",
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
     example: Annotated[str, typer.Option(
         help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp.")] = "ddp_mlp",
-    run_to_end: Annotated[bool, typer.Option("--run-to-end", help="Let the script finish after the capture.")] = False,
-    keep_partial: Annotated[bool, typer.Option("--keep-partial", help="On failure, write a bundle marked incomplete.")]
-    = False,
-    keep_raw: Annotated[bool, typer.Option("--keep-raw", help="Keep the raw per-rank capture (debugging).")] = False,
+    run_to_end: Annotated[bool, typer.Option("--run-to-end", help="Let the script finish after the capture.",
+                                             rich_help_panel=ADVANCED)] = False,
+    keep_partial: Annotated[bool, typer.Option("--keep-partial", help="On failure, write a bundle marked incomplete.",
+                                               rich_help_panel=ADVANCED)] = False,
+    keep_raw: Annotated[bool, typer.Option("--keep-raw", help="Keep the raw per-rank capture (debugging).",
+                                           rich_help_panel=ADVANCED)] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing bundle.")] = False,
-    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
-    = 900.0,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",
+                                           rich_help_panel=ADVANCED)] = 900.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Record a short real run of an unmodified training script into a Chakra trace bundle.
@@ -84,7 +80,10 @@ def record_cmd(
                        iterations=iterations, capture=capture, lean=lean_iterations,
                        backend=backend, run_to_end=run_to_end, keep_partial=keep_partial, keep_raw=keep_raw,
                        overwrite=overwrite, timeout_s=timeout)  # a bad option: UsageError naming the flag (exit 2)
-    result = record(cfg, progress=_say_record)
+    from nbox.cli.progress import ProgressLines
+
+    with ProgressLines("record") as say:
+        result = record(cfg, progress=say)
     doc = {"bundle": str(result.bundle), "ranks": result.ranks, "complete": result.complete,
            "observed_iteration_median_us": result.observed_median_us, "wall_s": round(result.wall_s, 3),
            "nodes_per_rank": {str(k): v for k, v in result.nodes_per_rank.items()}}
@@ -107,13 +106,15 @@ _EMULATE_EPILOG = """Examples:
 
   nbox emulate --world-size 64 --real-ranks 0,32 --example fsdp2_transformer --json
 
+  nbox emulate --world-size 1024 --what-if dgx-h100 -n 2
+
   nbox emulate --world-size 16 --set topology.dims.0.bandwidth_gbps=10 -- train.py --lr 0.1
 
   nbox emulate --world-size 64 -n 2 -o emulated.bundle && nbox replay emulated.bundle --world-size 1024
 """
 
 
-@app.command("emulate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+@app.command("emulate", cls=PanelCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
              epilog=_EMULATE_EPILOG)
 def emulate_cmd(
     ctx: typer.Context,
@@ -125,27 +126,31 @@ def emulate_cmd(
         "-n", "--nproc-per-node", min=1, help="Real ranks (N <= W; default: 1, or as many as --real-ranks).")]
     = None,
     real_ranks: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Global ranks the real processes play, comma list (default 0..N-1).")] = None,
+        help="Global ranks the real processes play, comma list (default 0..N-1).", rich_help_panel=ADVANCED)] = None,
     nnodes: NnodesOpt = "1",
     node_rank: NodeRankOpt = 0,
     rdzv_endpoint: RdzvEndpointOpt = None,
     local_addr: LocalAddrOpt = None,
     rdzv_host: RdzvHostOpt = None,
-    what_if: Annotated[Optional[Path], typer.Option("--what-if", help="What-if scenario TOML.")] = None,  # noqa: UP045
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override key=value (repeatable).")]  # noqa: UP045
-    = None,
+    what_if: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--what-if", help="The cluster emulated: a TOML file or a shipped one by name (dgx-h100...; nbox scenario "
+                          "list).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--set", metavar="KEY=VALUE", help="Change a scenario key, e.g. topology.dims.0.bandwidth_gbps=10 "
+                                           "(repeatable).")] = None,
     example: Annotated[str, typer.Option(
         help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp.")] = "ddp_mlp",
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Iterations timed (the run stops after them).", min=1)] = 10,
-    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
-    = 300.0,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",
+                                           rich_help_panel=ADVANCED)] = 300.0,
     call_timeout: Annotated[Optional[float], typer.Option(  # noqa: UP045
-        help="Longest wait for one collective (s), then the waiting rank fails naming it (default: --timeout/3).")]
-    = None,
+        help="Longest wait for one collective (s), then the waiting rank fails naming it (default: --timeout/3).",
+        rich_help_panel=ADVANCED)] = None,
     out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "-o", "--out", help="Also capture one iteration and write a bundle of the emulated run here.")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing -o bundle.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing -o bundle.",
+                                            rich_help_panel=ADVANCED)] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Run an unmodified training script on N real ranks as if the world were W (the rest emulated).
@@ -172,15 +177,14 @@ def emulate_cmd(
                         scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
                         timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)
 
-    def say(message: str) -> None:
-        sys.stderr.write(f"nbox emulate: {message}\n")
-        sys.stderr.flush()
+    from nbox.cli.progress import ProgressLines
 
-    result = emulate(cfg, progress=say)
+    with ProgressLines("emulate") as say:
+        result = emulate(cfg, progress=say)
     sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n" if json_out else format_text(result) + "\n")
 
 
-@app.command("record-convert", hidden=True)
+@app.command("record-convert", cls=PanelCommand, hidden=True)
 def record_convert_cmd(
     files: Annotated[list[Path], typer.Argument(help="HOST_ET.json[.gz] KINETO.json[.gz], one pair per rank.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")],

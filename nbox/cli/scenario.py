@@ -10,24 +10,50 @@ from typing import Annotated, Optional
 
 import typer
 
-from nbox.cli.app import app
+from nbox.cli.app import ADVANCED, PanelCommand, app
 from nbox.cli.options import LocalAddrOpt, NnodesOpt, NodeRankOpt, RdzvEndpointOpt, RdzvHostOpt
 
-scenario_app = typer.Typer(help="What-if scenarios: show, validate, price a collective, ASTRA-sim configs.",
+scenario_app = typer.Typer(help="What-if scenarios: list the shipped ones, show, validate, price a collective, "
+                                "ASTRA-sim configs.",
                            no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 _SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a key: a.b=c (repeatable).")]  # noqa: UP045
 
 
-@scenario_app.command("show")
+#: Help of an argument or option that takes a scenario: a file, or a shipped one by name.
+SCENARIO_HELP = "Scenario: a TOML file, or a shipped one by name (dgx-h100, ethernet-100g...; nbox scenario list)."
+
+
+@scenario_app.command("list", cls=PanelCommand)
+def scenario_list(
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """List the shipped scenarios: the name to pass to --what-if, what cluster it is, its world size, its file.
+
+    Example: nbox replay traces/ddp_mlp --what-if dgx-h100 --world-size 1024 --clock virtual
+    """
+    from emulator_core.scenario_files import shipped_catalog
+
+    catalog = shipped_catalog()
+    if json_out:
+        sys.stdout.write(json.dumps({"scenarios": [e.to_dict() for e in catalog]}, indent=1) + "\n")
+        return
+    width = max(len(e.name) for e in catalog) + 2
+    lines = [f"{'name':<{width}}{'world':>6}  description", *(
+        f"{e.name:<{width}}{e.world_size:>6}  {e.description}\n{'':<{width + 8}}{e.path}" for e in catalog)]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+@scenario_app.command("show", cls=PanelCommand)
 def scenario_show(
-    file: Annotated[Optional[Path], typer.Argument(help="Scenario TOML (default: the loopback one).")] = None,  # noqa: UP045
+    file: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
+        help="Scenario: a TOML file or a shipped name (default: loopback-cpu).")] = None,
     set_: _SetOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Print a scenario after overrides, as TOML (or --json) on stdout.
 
-    Example: nbox scenario show emulator_core/scenarios/dgx_h100_400g.toml --set world_size=2048
+    Example: nbox scenario show dgx-h100 --set world_size=2048
     """
     from emulator_core.scenario_files import load_scenario
     from emulator_core.scenario_toml import dump_toml
@@ -36,9 +62,9 @@ def scenario_show(
     sys.stdout.write(json.dumps(scenario.to_dict(), indent=1) + "\n" if json_out else dump_toml(scenario))
 
 
-@scenario_app.command("validate")
+@scenario_app.command("validate", cls=PanelCommand)
 def scenario_validate(
-    file: Annotated[Path, typer.Argument(help="Scenario TOML.")],
+    file: Annotated[Path, typer.Argument(help=SCENARIO_HELP)],
     set_: _SetOpt = None,
 ) -> None:
     """Check a scenario; exit 0 when valid, 3 with the bad key named when not."""
@@ -49,45 +75,49 @@ def scenario_validate(
     sys.stdout.write(f"{file}: valid: world size {scenario.world_size} ({dims})\n")
 
 
-@scenario_app.command("cost")
+@scenario_app.command("cost", cls=PanelCommand)
 def scenario_cost(
     collective: Annotated[str, typer.Argument(help="all_reduce, all_gather, reduce_scatter, all_to_all, ...")],
-    nbytes: Annotated[Optional[int], typer.Option(  # noqa: UP045
-        "--bytes", help="Per-rank input bytes (all-gather: the shard). Required unless --compare.", min=0)] = None,
+    size: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--bytes", help="Per-rank input size: 4096, 1KiB, 64MiB, 1GiB (all-gather: the shard); not with --compare.")
+    ] = None,
     compare: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="An nccl-tests output file: print the scenario's time beside it, size by size (default scenario: "
-             "the shipped dgx_h100_400g).")] = None,
+        help="An nccl-tests output file: the scenario's time beside it, size by size (default scenario: dgx-h100).")
+    ] = None,
     shape: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="With --compare: NODESxGPUS_PER_NODE when the file has no rank lines, e.g. 4x8.")] = None,
     world_size: Annotated[Optional[int], typer.Option(help="Price at this world size.", min=1)] = None,  # noqa: UP045
     algorithm: Annotated[str, typer.Option(help="An algorithm, 'auto', or 'all'.")] = "all",
-    what_if: Annotated[Optional[Path], typer.Option(help="Scenario TOML (default: loopback).")] = None,  # noqa: UP045
+    what_if: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Scenario: a TOML file or a shipped name (default: loopback-cpu).")] = None,
     set_: _SetOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
 ) -> None:
     """Modeled time and bus bandwidth (nccl-tests style) of one collective, per algorithm.
 
-    Example: nbox scenario cost all_reduce --bytes 1073741824 --what-if emulator_core/scenarios/dgx_h100_400g.toml
+    Example: nbox scenario cost all_reduce --bytes 1GiB --what-if dgx-h100
 
     With --compare FILE (nccl-tests output): the scenario priced at every size of the file, on the file's shape,
     beside the measured time (size, real us, nbox us, error).
     """
+    from emulator_core.calibration import parse_size
     from nbox_trace.errors import UsageError
 
     if compare is not None:
-        if nbytes is not None or world_size is not None or algorithm != "all":
+        if size is not None or world_size is not None or algorithm != "all":
             raise UsageError("--compare: the sizes and the shape come from the file; drop --bytes, --world-size "
                              "and --algorithm")
         _compare(collective, compare, shape, what_if, set_ or [], json_out)
         return
     if shape is not None:
         raise UsageError("--shape: only with --compare")
-    if nbytes is None:
+    if size is None:
         raise UsageError("--bytes: required (or --compare FILE)")
     from emulator_core.pricing import extrapolation_note, group_shape, price
     from emulator_core.scenario_files import load_scenario
     from emulator_core.world import resize
 
+    nbytes = parse_size(size, "--bytes")  # the way nbox prints sizes, as calibrate --sizes takes them
     scenario = load_scenario(what_if, tuple(set_ or ()))
     if world_size is not None:
         scenario = resize(scenario, world_size)
@@ -138,7 +168,7 @@ def _notes(command: str, notes: list[str]) -> None:
         sys.stderr.write(f"nbox scenario {command}: note: {note}\n")
 
 
-@scenario_app.command("import")
+@scenario_app.command("import", cls=PanelCommand)
 def scenario_import(
     network: Annotated[Path, typer.Argument(help="ASTRA-sim analytical network config (YAML).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Scenario TOML to write.")],
@@ -164,9 +194,9 @@ def scenario_import(
     sys.stdout.write(f"wrote {out}: world size {imported.scenario.world_size} ({dims}), {backend} backend\n")
 
 
-@scenario_app.command("export")
+@scenario_app.command("export", cls=PanelCommand)
 def scenario_export(
-    file: Annotated[Path, typer.Argument(help="Scenario TOML.")],
+    file: Annotated[Path, typer.Argument(help=SCENARIO_HELP)],
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder for network.yml and system.json.")],
     set_: _SetOpt = None,
 ) -> None:
@@ -188,7 +218,7 @@ def scenario_export(
                      f"backend\n")
 
 
-@app.command("calibrate")
+@app.command("calibrate", cls=PanelCommand)
 def calibrate_cmd(
     out: Annotated[Path, typer.Option("-o", "--out", help="Scenario fragment (TOML) to write.")],
     nproc: Annotated[int, typer.Option("-n", "--nproc", help="Ranks to launch on this machine (node).")] = 2,
@@ -197,19 +227,18 @@ def calibrate_cmd(
     = "auto",
     sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
     = "1KiB..64MiB",
-    collectives: Annotated[str, typer.Option(help="Comma list (default: all measurable).")]
+    collectives: Annotated[str, typer.Option(help="Comma list (default: every collective nbox measures).",
+                                             show_default=False)]
     = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier,send_recv",
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
-    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.")]
-    = 600.0,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",
+                                           rich_help_panel=ADVANCED)] = 600.0,
     rest: Annotated[Optional[float], typer.Option(  # noqa: UP045
-        help="Milliseconds the link rests before the calls that measure a shaper's burst (burst_bytes: the "
-             "all_reduce's saving; each collective's rest_factor: its share of it; and, on CPU ranks, its "
-             "busy_slowdown beside a computing thread); 0: skip. Default: 10 across nodes (--nnodes > 1), 0 on "
-             "one node.")] = None,
+        help="Rest the link this long (ms) before the calls that measure a traffic shaper's burst; 0: skip "
+             "(default: 10 across nodes, 0 on one).", rich_help_panel=ADVANCED)] = None,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Name of the topology dimension written (default: loopback on one node, network across nodes).")]
-    = None,
+        help="Name of the topology dimension written (default: loopback on one node, network across nodes).",
+        rich_help_panel=ADVANCED)] = None,
     nnodes: NnodesOpt = "1",
     node_rank: NodeRankOpt = 0,
     rdzv_endpoint: RdzvEndpointOpt = None,
@@ -290,7 +319,10 @@ def calibrate_cmd(
                          + (f" of this node (node rank {cfg.node_rank} of {cfg.nnodes})" if cfg.nnodes != "1" else "")
                          + "\n")
     cmd = "nbox calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else None
-    result = calibrate(cfg, out, command=cmd)
+    from nbox.cli.progress import ProgressLines
+
+    with ProgressLines("calibrate") as say:
+        result = calibrate(cfg, out, command=cmd, progress=None if json_out else say)
     if json_out:
         doc = {"profile": str(result.path), "backend": cfg.backend, "nproc": cfg.nproc, "nnodes": cfg.nnodes,
                "world_size": result.info.get("world_size"),

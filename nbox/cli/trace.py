@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from nbox.cli.app import EXIT_PROBLEMS, app
+from nbox.cli.app import EXIT_PROBLEMS, PanelCommand, app
 
 if TYPE_CHECKING:
     from nbox_trace.check import TraceReport
@@ -31,7 +31,7 @@ class InspectConfig:
     max_problems: int
 
 
-@trace_app.command("inspect")
+@trace_app.command("inspect", cls=PanelCommand)
 def trace_inspect(
     path: Annotated[str, typer.Argument(help="One .et file, a directory of <prefix>.<rank>.et files, <prefix>, or a "
                                         "bundle (directory or .nbox archive).")],
