@@ -155,7 +155,9 @@ def test_readme_has_the_worked_examples_output_block() -> None:
     assert block.startswith("```text\n") and block.endswith("```")
     main = _bash_blocks(text)[0]
     bundle = main.split("nbox replay ", 1)[1].split()[0]
-    assert block.splitlines()[1].startswith(f"replay of {bundle}:")  # the output is the main command's
+    lines = block.splitlines()
+    assert lines[1].startswith("what-if (")  # the answer first
+    assert lines[2].startswith(f"replay of {bundle}:")  # the output is the main command's
 
 
 def test_headline_png_is_committed_and_shown() -> None:
