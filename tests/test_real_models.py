@@ -4,8 +4,8 @@ Unit tests: the plain-torch models have the published parameter counts of the fu
 meta device: no memory, no time), and the library's where it is installed; the one line a rank prints when the
 library is missing. Integration tests, each model in a tiny configuration (two layers, small widths) on 2 gloo
 ranks: one recording per model (module-scoped) is verified, its collectives checked against the model's own
-parameters, replayed on the virtual clock and live; ``nbox emulate`` runs it at W = 4; BERT and T5 also under
-FSDP2 (``--fsdp``).
+parameters, replayed on the virtual clock and live; ``nbox emulate`` runs it at W = 4; BERT, T5 and ResNet-152
+also under FSDP2 (``--fsdp``).
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def test_emulated_at_world_size_four(name: str) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["bert", "t5"])
+@pytest.mark.parametrize("name", ["bert", "t5", "resnet152"])
 def test_fsdp2_gathers_and_reduce_scatters_the_whole_model(name: str, tmp_path: Path) -> None:
     bundle = record(name, tmp_path, "--fsdp")
     verify = nbox("bundle", "verify", bundle)
@@ -261,7 +261,7 @@ def test_fsdp2_gathers_and_reduce_scatters_the_whole_model(name: str, tmp_path: 
         # every parameter is gathered at least once (forward; the resharded blocks again in backward: the
         # recorded size is this rank's shard, half of it) and its gradient reduce-scattered once (the recorded
         # size is the whole input); FSDP2 pads each parameter's dim 0 to a multiple of the world size
-        assert expected < 2 * sums.get("ALL_GATHER", 0) < 2 * expected, (rank, sums)
+        assert expected <= 2 * sums.get("ALL_GATHER", 0) <= 2 * expected * 1.01, (rank, sums)
         assert expected <= sums.get("REDUCE_SCATTER", 0) <= expected * 1.01, (rank, sums)
     done = nbox("replay", bundle, "--clock", "virtual", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
