@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from nbox_record import rawformat as raw
+from nbox_record.examples import EXAMPLES as _EXAMPLE_SCRIPTS
+from nbox_record.examples import EXAMPLES_DIR as _EXAMPLES_DIR
 from nbox_record.recordenv import record_env
 from nbox_record.recordpeers import read_peers
 from nbox_record.scriptexit import SCRIPT_EXIT
@@ -39,8 +41,7 @@ from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Launch, LaunchResult, check_nodes, is_consequence, run, seconds_text, then_failed
 from nbox_trace.progress import Report, Step, watch
 
-EXAMPLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer", "tp_dp_mlp")
-_EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+EXAMPLES = tuple(_EXAMPLE_SCRIPTS)
 
 
 class RecordError(NboxError):

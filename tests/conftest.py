@@ -71,7 +71,7 @@ def samples() -> Path:
 RANK_FILES = {"test_anonymize_record.py", "test_backend.py", "test_calibrate.py", "test_emulate.py",
               "test_emulate_models.py", "test_readme.py", "test_record_bn_nosync.py",
               "test_record_bootstrap.py", "test_record_cli.py", "test_zoo_emulate.py", "test_zoo_record.py",
-              "test_record_gpu.py", "test_replay_live.py"}
+              "test_record_gpu.py", "test_replay_live.py", "test_real_models.py"}
 
 
 #: Rank-launching test files whose launches each start one process (a live replay of one rank): they run first in

@@ -27,12 +27,21 @@ _RECORD_EPILOG = """Examples:
 """
 
 
+def _script_and_args(script: Path | None, extra: list[str]) -> tuple[Path | None, tuple[str, ...]]:
+    """The script and its arguments; a first word after ``--`` that is an option (``nbox record --example bert --
+    --layers 2``) starts the built-in example's arguments, not a script path."""
+    if script is not None and str(script).startswith("-"):
+        return None, (str(script), *extra)
+    return script, tuple(extra)
+
+
 @app.command("record", cls=PanelCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
              epilog=_RECORD_EPILOG)
 def record_cmd(
     ctx: typer.Context,
     script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
-        help="Training script, launched like torchrun (put `--` before it); none: --example.")] = None,
+        help="Training script, launched like torchrun (put `--` before it); none: --example (its own "
+             "arguments after `--`, e.g. `--example bert -- --layers 2`).")] = None,
     nproc_per_node: Annotated[int, typer.Option("-n", "--nproc-per-node", min=1, help="Ranks on this node.")] = 2,
     nnodes: NnodesOpt = "1",
     node_rank: NodeRankOpt = 0,
@@ -50,7 +59,8 @@ def record_cmd(
         help="auto | gloo | nccl: the built-in examples' backend (auto: nccl with CUDA, else gloo).")] = "auto",
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
     example: Annotated[str, typer.Option(
-        help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp.")] = "ddp_mlp",
+        help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp; real architectures "
+             "(docs/models.md): bert, resnet152, t5, deeplight.")] = "ddp_mlp",
     run_to_end: Annotated[bool, typer.Option("--run-to-end", help="Let the script finish after the capture.",
                                              rich_help_panel=ADVANCED)] = False,
     keep_partial: Annotated[bool, typer.Option("--keep-partial", help="On failure, write a bundle marked incomplete.",
@@ -73,8 +83,9 @@ def record_cmd(
     """
     from nbox_record.launcher import RecordConfig, record
 
+    script, script_args = _script_and_args(script, ctx.args)
     name = script.stem if script is not None else example
-    cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=tuple(ctx.args),
+    cfg = RecordConfig(out=out or Path(f"nbox-{name}.bundle"), script=script, script_args=script_args,
                        example=example, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
                        rdzv_endpoint=rdzv_endpoint, local_addr=local_addr, rdzv_host=rdzv_host, warmup=warmup,
                        iterations=iterations, capture=capture, lean=lean_iterations,
@@ -121,7 +132,8 @@ def emulate_cmd(
     world_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="World size the script sees (W; default: --set world_size, else the scenario file's).", min=1)] = None,
     script: Annotated[Optional[Path], typer.Argument(  # noqa: UP045
-        help="Training script, unmodified (put `--` before it); none: --example.")] = None,
+        help="Training script, unmodified (put `--` before it); none: --example (its own arguments "
+             "after `--`, e.g. `--example bert -- --layers 2`).")] = None,
     nproc: Annotated[Optional[int], typer.Option(  # noqa: UP045
         "-n", "--nproc-per-node", min=1, help="Real ranks (N <= W; default: 1, or as many as --real-ranks).")]
     = None,
@@ -139,7 +151,8 @@ def emulate_cmd(
         "--set", metavar="KEY=VALUE", help="Change a scenario key, e.g. topology.dims.0.bandwidth_gbps=10 "
                                            "(repeatable).")] = None,
     example: Annotated[str, typer.Option(
-        help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp.")] = "ddp_mlp",
+        help="Built-in workload: ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp; real architectures "
+             "(docs/models.md): bert, resnet152, t5, deeplight.")] = "ddp_mlp",
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Iterations timed (the run stops after them).", min=1)] = 10,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",
@@ -170,9 +183,10 @@ def emulate_cmd(
     except ValueError:
         raise UsageError(f"--real-ranks {real_ranks!r}: expected a comma list of global ranks, e.g. 0,32") from None
     nodes = int(nnodes) if nnodes.isdigit() and int(nnodes) > 0 else 1
+    script, script_args = _script_and_args(script, ctx.args)
     cfg = EmulateConfig(world_size=world_size, nproc=nproc or len(ranks) // nodes or 1,
                         real_ranks=ranks, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                        local_addr=local_addr, rdzv_host=rdzv_host, script=script, script_args=tuple(ctx.args),
+                        local_addr=local_addr, rdzv_host=rdzv_host, script=script, script_args=script_args,
                         example=example,
                         scenario=what_if, overrides=tuple(set_ or ()), warmup=warmup, iterations=iterations,
                         timeout_s=timeout, out=out, overwrite=overwrite, call_timeout_s=call_timeout)

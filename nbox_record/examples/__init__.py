@@ -13,6 +13,15 @@ without nbox::
   (``dp`` x ``tp``, tp = 2 by default, dp = world / tp): DTensor column/row-wise MLP blocks on tp, a
   gradient all-reduce on dp. Run it on 4 ranks for dp=2 x tp=2.
 
+Real architectures (full size by default, an iteration of seconds on one CPU core; ``--layers`` and width flags
+make a tiny one; DDP, and ``--fsdp`` for FSDP2 in bert, resnet152 and t5; docs/models.md):
+
+* :mod:`~nbox_record.examples.bert`: BERT-base masked LM (``transformers`` when importable, else plain torch);
+* :mod:`~nbox_record.examples.resnet152`: ResNet-152 image classification (``torchvision`` when importable, else
+  plain torch);
+* :mod:`~nbox_record.examples.t5`: T5-base sequence to sequence (``transformers`` when importable, else plain torch);
+* :mod:`~nbox_record.examples.deeplight`: DeepLight's DeepFwFM CTR model over Criteo-shaped fields (plain torch).
+
 All of them: backend from ``NBOX_BACKEND`` (default ``gloo``, or ``cpu:gloo,cuda:nccl`` when CUDA is
 available), model seeded identically on every rank and data seeded per rank, no output per step,
 ``--steps`` iterations (default 20). Each exposes ``build_model()`` so tests can compute the expected
@@ -30,6 +39,12 @@ EXAMPLES: dict[str, Path] = {
     "ddp_transformer": EXAMPLES_DIR / "ddp_transformer.py",
     "fsdp2_transformer": EXAMPLES_DIR / "fsdp2_transformer.py",
     "tp_dp_mlp": EXAMPLES_DIR / "tp_dp_mlp.py",
+    "bert": EXAMPLES_DIR / "bert.py",
+    "resnet152": EXAMPLES_DIR / "resnet152.py",
+    "t5": EXAMPLES_DIR / "t5.py",
+    "deeplight": EXAMPLES_DIR / "deeplight.py",
 }
+#: The real-architecture examples (docs/models.md).
+MODEL_EXAMPLES = ("bert", "resnet152", "t5", "deeplight")
 #: The example ``nbox record`` runs when no script is given.
 DEFAULT_EXAMPLE = "ddp_mlp"
