@@ -23,14 +23,11 @@ builds its arguments in a per-rank :class:`TensorPool`:
   (cold in cache): ddp_transformer's replayed operators took 8-10% longer per iteration than the real
   model's (interleaved, one process, this VM: ``mm``, ``gelu``, flash attention and their backward), 4.7-5.5%
   with the views. A view that does not fit (another dtype, past the storage's end) is a new tensor;
-* value-dependent operators (embedding, index_select, gather, scatter, index, nll_loss targets, ...) get
-  valid values: integer and bool tensors are filled with zeros (index 0 is always valid), floating-point
-  ones with uniform values in [-1, 1) (zero-mean; never NaN or denormals, which would change the speed);
-* a floating-point tensor a domain-restricted operator reads (:data:`POSITIVE_INPUTS`: ``sqrt``, ``log``, a
-  power, a fused Adam's second moments) is made in :data:`POSITIVE_RANGE` instead: the real run's are never
-  negative (Adam's ``exp_avg_sq``, a mean of squares the replay makes and ``mul_``/``addcmul_`` update in
-  place), and on a negative one the kernel computes NaNs, which CPU math libraries do on a slow path (with
-  AdamW, ``aten::sqrt`` made a GPT-2-class model's live replay compute far more than its recording);
+* a made tensor's values follow :mod:`nbox_replay.values`, so that no operator takes a slow path the real
+  run did not: integer and bool tensors hold zeros (index 0 is always valid for embedding, index_select,
+  gather, nll_loss targets, ...); floating-point ones uniform values in [-1, 1), except what a
+  domain-restricted operator reads (``sqrt``, ``log``, ...: positive) and a recorded Python number (a
+  0-dimensional tensor: 1), each made from the arguments of every operator that reads its tensor id;
 * a device argument is the replay device (a GPU bundle replays on a CPU and the other way round).
 
 Only the recorded top-level operators are nodes of the trace (never their children), so each node runs as
@@ -57,6 +54,7 @@ import torch
 from nbox_replay.children import TRUNCATED_ATTR, BuildError, child_nodes
 from nbox_replay.fastcall import choose
 from nbox_replay.graph import COMPUTE, RankGraph
+from nbox_replay.values import argument_rule, fill
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import attr_map
 
@@ -81,13 +79,6 @@ for _d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
 _UNDEFINED_TENSOR = "Tensor(nullptr (uninitialized))"
 #: Namespaces whose operators are replayed; others (``c10d::``, ``fsdp::``, custom ops) fall back.
 LIVE_NAMESPACES = frozenset({"aten"})
-#: Domain-restricted ``aten`` operators (name without the namespace, a ``_foreach_`` prefix and an in-place
-#: ``_`` suffix) -> the schema arguments whose floating-point tensors must not be negative (module docstring).
-POSITIVE_INPUTS: dict[str, frozenset[str]] = {
-    **{name: frozenset({"self"}) for name in ("sqrt", "rsqrt", "log", "log2", "log10", "pow")},
-    **{name: frozenset({"exp_avg_sqs", "max_exp_avg_sqs", "state_steps"}) for name in ("_fused_adam", "_fused_adamw")},
-}
-POSITIVE_RANGE = (0.5, 1.0)  # the values made for a POSITIVE_INPUTS argument: positive, normal, away from zero
 
 
 def parse_dtype(type_text: str) -> torch.dtype:
@@ -219,8 +210,8 @@ class TensorPool:
     #: tensor id -> (the id of the live tensor it is a view of, its storage offset minus that tensor's, elements):
     #: inputs no operator produced that share a recorded storage with an earlier output (:class:`LiveOps`)
     aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
-    #: tensor ids a domain-restricted operator reads (:data:`POSITIVE_INPUTS`), made in :data:`POSITIVE_RANGE`
-    positive: set[int] = field(default_factory=set)
+    #: tensor id -> its value rule when an operator's argument asks for one (:func:`nbox_replay.values.fill`)
+    rules: dict[int, str] = field(default_factory=dict)
 
     def get(self, spec: TensorSpec) -> torch.Tensor:
         """The tensor with ``spec.tid``: a view of the live tensor it aliases (:meth:`view`), else the pooled
@@ -240,10 +231,7 @@ class TensorPool:
     def make(self, spec: TensorSpec) -> torch.Tensor:
         """A new tensor of the spec's shape, strides and dtype with valid values (module docstring)."""
         base = torch.empty(_extent(spec.shape, spec.strides), dtype=spec.dtype, device=self.device)
-        if spec.dtype.is_floating_point and spec.dtype.itemsize > 1:
-            base.uniform_(*(POSITIVE_RANGE if spec.tid in self.positive else (-1.0, 1.0)))
-        else:
-            base.zero_()
+        fill(base, not spec.shape, self.rules.get(spec.tid))
         self.created += 1
         return base.as_strided(spec.shape, spec.strides)
 
@@ -298,7 +286,7 @@ class Runnable:
     args: list[Any]
     kwargs: dict[str, Any]
     outputs: list[Any]  # the recorded output values (tensor ids where the results go)
-    positive: frozenset[int] = frozenset()  # tensor ids it reads that must not be negative (POSITIVE_INPUTS)
+    rules: tuple[tuple[int, str], ...] = ()  # (tensor id, value rule) of its arguments that ask for one (values)
 
     def __post_init__(self) -> None:
         # The per-call path is the replay's own overhead, which the real run does not have: the operator's
@@ -425,13 +413,13 @@ def build_runnable(node: pb.Node, position: int, device: str) -> Runnable:
         raise BuildError(f"{len(values)} recorded inputs for {len(params)} schema arguments")
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    must_be_positive = POSITIVE_INPUTS.get(_domain_name(schema.name), frozenset())
-    positive: set[int] = set()
+    rules: dict[int, str] = {}
     for k, (v, t) in enumerate(zip(values, types, strict=True)):
         spec = _arg(v, shapes[k] if k < len(shapes) else [], str(t), strides[k] if k < len(strides) else None,
                     device)
-        if params[k].name in must_be_positive:
-            _float_tids(spec, positive)
+        rule = argument_rule(schema.name, params[k].name)
+        if rule is not None:
+            rules.update((tid, rule) for tid in _tids(spec))
         if params[k].kwarg_only:
             kwargs[params[k].name] = spec
         elif kwargs:
@@ -439,22 +427,14 @@ def build_runnable(node: pb.Node, position: int, device: str) -> Runnable:
         else:
             args.append(spec)
     outputs = _json_list(node.outputs.values, "outputs.values")
-    return Runnable(position, node.id, node.name, op, args, kwargs, outputs, frozenset(positive))
+    return Runnable(position, node.id, node.name, op, args, kwargs, outputs, tuple(rules.items()))
 
 
-def _domain_name(qualified: str) -> str:
-    """The :data:`POSITIVE_INPUTS` key of an operator name: ``aten::_foreach_sqrt_`` -> ``sqrt``."""
-    return (qualified.partition("::")[2] or qualified).removeprefix("_foreach_").removesuffix("_")
-
-
-def _float_tids(spec: Any, out: set[int]) -> None:
-    """Add the ids of the floating-point tensors in an argument spec (a tensor or a list of them) to ``out``."""
+def _tids(spec: Any) -> list[int]:
+    """The tensor ids in an argument spec (a tensor or a list of them)."""
     if isinstance(spec, TensorSpec):
-        if spec.dtype.is_floating_point:
-            out.add(spec.tid)
-    elif isinstance(spec, ListSpec):
-        for item in spec.items:
-            _float_tids(item, out)
+        return [spec.tid]
+    return [t for item in spec.items for t in _tids(item)] if isinstance(spec, ListSpec) else []
 
 
 def _schema_text(node: pb.Node) -> str:
@@ -552,7 +532,7 @@ class LiveOps:
         for built in self.runnables:
             for leaf in built.children if isinstance(built, CompositeRunnable) else [built] if built else []:
                 leaf.bind(aliased)
-                self.pool.positive.update(leaf.positive)
+                self.pool.rules.update(leaf.rules)
 
     def _fall_back(self, i: int, reason: str) -> None:
         self.runnables[i] = None
