@@ -32,7 +32,8 @@ builds its arguments in a per-rank :class:`TensorPool`:
 
 Only the recorded top-level operators are nodes of the trace (never their children), so each node runs as
 recorded. A node without an ``aten`` schema (``autograd::engine::evaluate_function: ...``, ``fsdp::``
-ops) that lists the ``aten`` operators it ran in ``nbox_children`` runs them, in order, as one
+ops), or an ``aten`` operator called on a tensor subclass (FSDP2's DTensor parameters: recorded at the global
+shape, it ran its local operator), that lists the ``aten`` operators it ran in ``nbox_children`` runs them as one
 :class:`~nbox_replay.children.CompositeRunnable` (:mod:`nbox_replay.children`); if one of them cannot be
 built the whole node falls back. A node that cannot be built (no schema and no children; not an ``aten``
 operator; an argument of a kind that cannot be made, e.g. ``Object``) or that raises when run falls back
@@ -443,14 +444,14 @@ def _schema_text(node: pb.Node) -> str:
 
 
 def build_node(node: pb.Node, position: int, device: str) -> Runnable | CompositeRunnable:
-    """:func:`build_runnable`, or the composite of its ``nbox_children`` for a node without an aten schema.
+    """The composite of the node's ``nbox_children`` when it lists them, else :func:`build_runnable`.
 
     BuildError when there is neither (or one child cannot be built: the reason names it).
     """
     schema = _schema_text(node).strip()
-    if schema and schema.split("(", 1)[0].split("::", 1)[0] in LIVE_NAMESPACES:
+    kids = child_nodes(node)  # an aten operator lists them when it ran on a tensor subclass (its local operators)
+    if kids is None and schema and schema.split("(", 1)[0].split("::", 1)[0] in LIVE_NAMESPACES:
         return build_runnable(node, position, device)
-    kids = child_nodes(node)
     if kids is None:
         if TRUNCATED_ATTR in attr_map(node.attr):
             raise BuildError(("no op_schema" if not schema else "not an aten operator")
