@@ -1,6 +1,7 @@
-"""Issue 48: live replay of a GPT-2-shaped model (tests/workloads/ddp_gpt_adamw.py: DDP, AdamW) runs each recorded
-top-level operator once, never an operator together with one inside it, and nothing inside a fallback; and the
-optimizer's made-up state keeps its ``sqrt`` in its domain (nbox_replay.values). Counts and values, never times."""
+"""Issue 48: live replay of a GPT-2-shaped model (tests/workloads/ddp_gpt_adamw.py: DDP or FSDP2, AdamW) runs each
+recorded top-level operator once, never an operator together with one inside it, nothing inside a fallback, and
+never an operator called on a tensor subclass itself (FSDP2's DTensor optimizer step: its local operator runs); and
+the optimizer's made-up state keeps its ``sqrt`` in its domain (nbox_replay.values). Counts and values, no times."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from nbox_record.convertcomp import SUBCLASS_NODE
 from nbox_record.convertinputs import RankInputs
 from nbox_record.hostet import read_host_et
 from nbox_record.kineto import read_kineto
@@ -28,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 REPETITIONS = 2
 
 
-def _record(tmp_path: Path) -> tuple[Path, Path]:
+def _record(tmp_path: Path, *script_args: str) -> tuple[Path, Path]:
     bundle = tmp_path / "gpt.bundle"
     done = subprocess.run([sys.executable, "-m", "nbox", "record", "-n", "2", "--warmup", "2", "--iterations", "2",
-                           "--keep-raw", "-o", str(bundle), "--", "tests/workloads/ddp_gpt_adamw.py"],
+                           "--keep-raw", "-o", str(bundle), "--", "tests/workloads/ddp_gpt_adamw.py", *script_args],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -44,9 +46,10 @@ def _attr(node: Any, name: str) -> Any:
     return None if found is None else found.value
 
 
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_live_replay_runs_each_recorded_operator_once_and_nothing_inside_a_fallback(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bundle, raw = _record(tmp_path)
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallel: str) -> None:
+    bundle, raw = _record(tmp_path, *(["--fsdp"] if parallel == "fsdp" else []))
     ran: Counter[int] = Counter()  # host ET id of each operator run
     et_of: dict[int, int] = {}  # id() of a runnable -> the host ET id of the operator it stands for
     run = Runnable.run
@@ -85,12 +88,17 @@ def test_live_replay_runs_each_recorded_operator_once_and_nothing_inside_a_fallb
         assert set(ran) == set(et_of.values()) and set(ran.values()) == {REPETITIONS}  # every one, once a pass
         # nothing run lies inside another operator that ran or another recorded node (but the one listing it)
         around = set(ran) | set(tops)
+        subclassed = 0
         for op_id in ran:
+            assert all(et.nodes[c].name != SUBCLASS_NODE for c in et.children(op_id)), \
+                f"rank {rank}: {et.nodes[op_id].name} ran at its subclass's global shape"
+            subclassed += et.nodes[et.nodes[op_id].parent or op_id].name == SUBCLASS_NODE
             parent = et.nodes[op_id].parent
             while parent is not None:
                 assert parent not in around or parent == owner.get(op_id), \
                     f"rank {rank}: {et.nodes[op_id].name} ran inside {et.nodes[parent].name}"
                 parent = et.nodes[parent].parent
+        assert (subclassed > 0) == (parallel == "fsdp")  # FSDP2's optimizer ran its shards' operators
         for fb in fallbacks:  # a fallback plays its recorded time: no operator under it is replayed
             inside = {c for c in et.children(fb)}
             while inside:

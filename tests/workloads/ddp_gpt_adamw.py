@@ -1,11 +1,12 @@
 """Issue 48 workload: a tiny GPT-2-shaped decoder (plain torch: token and position embeddings, pre-norm blocks of
 causal attention and a tanh-GELU MLP, a final LayerNorm, an LM head tied to the token embedding, cross-entropy)
-under DDP with ``torch.optim.AdamW``. The structure of ``transformers``' GPT2LMHeadModel without the dependency:
+under DDP (or FSDP2 with ``--fsdp``: each block and the whole model sharded, the parameters DTensors) with
+``torch.optim.AdamW``. The structure of ``transformers``' GPT2LMHeadModel without the dependency:
 its backward has the ``evaluate_function`` nodes with no operator of their own (``AddBackward0``,
 ``ExpandBackward0``, ...) that live replay plays as fallbacks, and its optimizer the ``sqrt`` of Adam's second
 moments with Python numbers recorded as 0-dimensional tensors (``beta2``, the bias correction, ``eps``).
 
-    torchrun --nproc-per-node 2 tests/workloads/ddp_gpt_adamw.py [--steps N]
+    torchrun --nproc-per-node 2 tests/workloads/ddp_gpt_adamw.py [--steps N] [--fsdp]
 """
 
 from __future__ import annotations
@@ -58,12 +59,21 @@ class Decoder(nn.Module):
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) instead of DDP")
     args = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    net = DDP(Decoder())
+    net: nn.Module = Decoder()
+    if args.fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in net.blocks:  # type: ignore[union-attr]
+            fully_shard(block)
+        fully_shard(net)
+    else:
+        net = DDP(net)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1 + dist.get_rank()))
     for _ in range(args.steps):
