@@ -2,7 +2,11 @@
 
 An operator without an ``aten`` schema lists the outermost ``aten`` operators under it (never those of a
 collective hoisted out of it) in ``nbox_children``, unless they are over :data:`MAX_CHILDREN` operators or
-:data:`MAX_CHILDREN_BYTES` of text: then ``nbox_children_truncated`` is true instead.
+:data:`MAX_CHILDREN_BYTES` of text: then ``nbox_children_truncated`` is true instead. So does an ``aten``
+operator called on a tensor subclass that dispatches in Python (a child named :data:`SUBCLASS_NODE`): FSDP2's
+parameters are DTensors, and the optimizer's ``aten::lerp_``, ``aten::sqrt``, ... are recorded with the
+parameter's global shape, while what ran is the same operator on the rank's local shard under that child. Run
+as recorded, a live replay computed the whole parameter's step on every rank, the world size times its share.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from nbox_record.leantiming import LeanTime
 from nbox_record.toplevel import Walk, op_namespace, runnable_descendants
 from nbox_trace.chakra import et_def_pb2 as pb
 
+#: The execution trace's node for a tensor subclass's ``__torch_dispatch__`` (DTensor, ...), under the operator.
+SUBCLASS_NODE = "PythonSubclass"
 #: Caps of ``nbox_children`` (per node): operators listed, and bytes of its JSON text.
 MAX_CHILDREN = 512
 MAX_CHILDREN_BYTES = 256 * 1024
@@ -44,8 +50,9 @@ def _child(c: EtNode) -> dict[str, Any]:
 
 
 def _children(n: EtNode, et: HostEt, w: Walk, node: pb.Node) -> None:
-    """``nbox_children`` of a top-level operator live replay cannot run itself (no aten schema)."""
-    if op_namespace(n.op_schema) == "aten":
+    """``nbox_children`` of a top-level operator live replay cannot run as recorded (no aten schema, or an aten
+    operator on a tensor subclass: module docstring)."""
+    if op_namespace(n.op_schema) == "aten" and all(et.nodes[c].name != SUBCLASS_NODE for c in et.children(n.id)):
         return
     found = runnable_descendants(et, w, n)
     if not found:

@@ -20,16 +20,19 @@ builds its arguments in a per-rank :class:`TensorPool`:
   that output** (recorded storage offset, shape and strides), made on each use: the activations a backward
   reads were views made inside recorded operators (``aten::linear`` reshapes its input), so no recorded
   operator produced them. Made as new tensors, they would be memory the real run had not touched since long
-    (cold in cache), and the replayed operators measurably slower than the real model's (docs/results.md). A view
+  (cold in cache), and the replayed operators measurably slower than the real model's (docs/results.md). A view
   that does not fit (another dtype, past the storage's end) is a new tensor;
-* value-dependent operators (embedding, index_select, gather, scatter, index, nll_loss targets, ...) get
-  valid values: integer and bool tensors are filled with zeros (index 0 is always valid), floating-point
-  ones with uniform values in [-1, 1) (never NaN or denormals, which would change the speed);
+* a made tensor's values follow :mod:`nbox_replay.values`, so that no operator takes a slow path the real
+  run did not: integer and bool tensors hold zeros (index 0 is always valid for embedding, index_select,
+  gather, nll_loss targets, ...); floating-point ones uniform values in [-1, 1), except what a
+  domain-restricted operator reads (``sqrt``, ``log``, ...: positive) and a recorded Python number (a
+  0-dimensional tensor: 1), each made from the arguments of every operator that reads its tensor id;
 * a device argument is the replay device (a GPU bundle replays on a CPU and the other way round).
 
 Only the recorded top-level operators are nodes of the trace (never their children), so each node runs as
 recorded. A node without an ``aten`` schema (``autograd::engine::evaluate_function: ...``, ``fsdp::``
-ops) that lists the ``aten`` operators it ran in ``nbox_children`` runs them, in order, as one
+ops), or an ``aten`` operator called on a tensor subclass (FSDP2's DTensor parameters: recorded at the global
+shape, it ran its local operator), that lists the ``aten`` operators it ran in ``nbox_children`` runs them as one
 :class:`~nbox_replay.children.CompositeRunnable` (:mod:`nbox_replay.children`); if one of them cannot be
 built the whole node falls back. A node that cannot be built (no schema and no children; not an ``aten``
 operator; an argument of a kind that cannot be made, e.g. ``Object``) or that raises when run falls back
@@ -51,6 +54,7 @@ import torch
 from nbox_replay.children import TRUNCATED_ATTR, BuildError, child_nodes
 from nbox_replay.fastcall import choose
 from nbox_replay.graph import COMPUTE, RankGraph
+from nbox_replay.values import argument_rule, fill
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import attr_map
 
@@ -206,6 +210,8 @@ class TensorPool:
     #: tensor id -> (the id of the live tensor it is a view of, its storage offset minus that tensor's, elements):
     #: inputs no operator produced that share a recorded storage with an earlier output (:class:`LiveOps`)
     aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: tensor id -> its value rule when an operator's argument asks for one (:func:`nbox_replay.values.fill`)
+    rules: dict[int, str] = field(default_factory=dict)
 
     def get(self, spec: TensorSpec) -> torch.Tensor:
         """The tensor with ``spec.tid``: a view of the live tensor it aliases (:meth:`view`), else the pooled
@@ -225,10 +231,7 @@ class TensorPool:
     def make(self, spec: TensorSpec) -> torch.Tensor:
         """A new tensor of the spec's shape, strides and dtype with valid values (module docstring)."""
         base = torch.empty(_extent(spec.shape, spec.strides), dtype=spec.dtype, device=self.device)
-        if spec.dtype.is_floating_point and spec.dtype.itemsize > 1:
-            base.uniform_(-1.0, 1.0)
-        else:
-            base.zero_()
+        fill(base, not spec.shape, self.rules.get(spec.tid))
         self.created += 1
         return base.as_strided(spec.shape, spec.strides)
 
@@ -283,6 +286,7 @@ class Runnable:
     args: list[Any]
     kwargs: dict[str, Any]
     outputs: list[Any]  # the recorded output values (tensor ids where the results go)
+    rules: tuple[tuple[int, str], ...] = ()  # (tensor id, value rule) of its arguments that ask for one (values)
 
     def __post_init__(self) -> None:
         # The per-call path is the replay's own overhead, which the real run does not have: the operator's
@@ -410,9 +414,13 @@ def build_runnable(node: pb.Node, position: int, device: str) -> Runnable:
         raise BuildError(f"{len(values)} recorded inputs for {len(params)} schema arguments")
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
+    rules: dict[int, str] = {}
     for k, (v, t) in enumerate(zip(values, types, strict=True)):
         spec = _arg(v, shapes[k] if k < len(shapes) else [], str(t), strides[k] if k < len(strides) else None,
                     device)
+        rule = argument_rule(schema.name, params[k].name)
+        if rule is not None:
+            rules.update((tid, rule) for tid in _tids(spec))
         if params[k].kwarg_only:
             kwargs[params[k].name] = spec
         elif kwargs:
@@ -420,7 +428,14 @@ def build_runnable(node: pb.Node, position: int, device: str) -> Runnable:
         else:
             args.append(spec)
     outputs = _json_list(node.outputs.values, "outputs.values")
-    return Runnable(position, node.id, node.name, op, args, kwargs, outputs)
+    return Runnable(position, node.id, node.name, op, args, kwargs, outputs, tuple(rules.items()))
+
+
+def _tids(spec: Any) -> list[int]:
+    """The tensor ids in an argument spec (a tensor or a list of them)."""
+    if isinstance(spec, TensorSpec):
+        return [spec.tid]
+    return [t for item in spec.items for t in _tids(item)] if isinstance(spec, ListSpec) else []
 
 
 def _schema_text(node: pb.Node) -> str:
@@ -429,14 +444,14 @@ def _schema_text(node: pb.Node) -> str:
 
 
 def build_node(node: pb.Node, position: int, device: str) -> Runnable | CompositeRunnable:
-    """:func:`build_runnable`, or the composite of its ``nbox_children`` for a node without an aten schema.
+    """The composite of the node's ``nbox_children`` when it lists them, else :func:`build_runnable`.
 
     BuildError when there is neither (or one child cannot be built: the reason names it).
     """
     schema = _schema_text(node).strip()
-    if schema and schema.split("(", 1)[0].split("::", 1)[0] in LIVE_NAMESPACES:
+    kids = child_nodes(node)  # an aten operator lists them when it ran on a tensor subclass (its local operators)
+    if kids is None and schema and schema.split("(", 1)[0].split("::", 1)[0] in LIVE_NAMESPACES:
         return build_runnable(node, position, device)
-    kids = child_nodes(node)
     if kids is None:
         if TRUNCATED_ATTR in attr_map(node.attr):
             raise BuildError(("no op_schema" if not schema else "not an aten operator")
@@ -518,6 +533,7 @@ class LiveOps:
         for built in self.runnables:
             for leaf in built.children if isinstance(built, CompositeRunnable) else [built] if built else []:
                 leaf.bind(aliased)
+                self.pool.rules.update(leaf.rules)
 
     def _fall_back(self, i: int, reason: str) -> None:
         self.runnables[i] = None
