@@ -10,6 +10,8 @@ before forwarding (the pipeline fill at mid sizes). See the data file for why ea
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,11 @@ class NetFabric:
 
 @functools.cache
 def fabric_kinds() -> dict[str, Any]:
-    """The parsed ``data/fabric_kinds.toml`` (read once)."""
-    from emulator_core.scenario_toml import toml_loads  # here: scenario_topology imports this module
-
-    return toml_loads()(DATA_FILE.read_text(encoding="utf-8"))
+    """The parsed ``data/fabric_kinds.toml`` (read once; ``tomllib``, or ``tomli`` on Python 3.10, directly: the
+    scenario modules import this one, so it cannot import theirs)."""
+    toml = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    doc: dict[str, Any] = toml.loads(DATA_FILE.read_text(encoding="utf-8"))
+    return doc
 
 
 def role(kind: str) -> str:
