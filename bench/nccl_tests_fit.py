@@ -34,6 +34,7 @@ from emulator_core.nccl_calibrate import base_scenario, compare, fit_curve  # no
 from emulator_core.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.nccl_fit import bracket, regime, step_bytes  # noqa: E402
 from emulator_core.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
+from emulator_core.nccl_tuner import nccl_supports  # noqa: E402
 from emulator_core.pricing import fabric_of  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tests"
@@ -90,6 +91,8 @@ def datasheet(cluster: str, curves: list[Curve], *, fabric: bool, verbose: bool)
         for r in compare(base, c):
             if r.size_bytes >= 1 << 20:
                 sheet[band(r.size_bytes)].append(abs(r.error))
+                if c.nodes > 1 and nccl_supports(c.collective):
+                    sheet["tuned " + band(r.size_bytes)].append(abs(r.error))
                 if verbose:
                     print(f"  {cluster} {'after ' if fabric else 'before'} {c.collective} {c.nodes}x{c.gpus_per_node} "
                           f"{r.size_bytes:>11} real {r.real_us:10.1f} nbox {r.model_us:10.1f} {100 * r.error:+6.1f}% "
@@ -104,10 +107,17 @@ def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[f
         label = f"datasheet, fabric = {kind!r}" if fabric else "datasheet, no fabric"
         for name, _, _ in BANDS:
             print(f"  {label:28} {name:>14}: {stats(sheet[name])}")
-        sall = [e for v in sheet.values() for e in v]
+        sall = [e for name, _, _ in BANDS for e in sheet[name]]
         print(f"  {label:28} {'all':>14}: {stats(sall)}")
-        overall["datasheet after" if fabric else "datasheet"] += sall
-        overall["datasheet 1-64 after" if fabric else "datasheet 1-64"] += sheet[BANDS[0][0]]
+        tuned = [e for name, _, _ in BANDS for e in sheet["tuned " + name]]
+        print(f"    of which NCCL-tuned collectives on several nodes (where a fabric acts): {stats(tuned)}")
+        print(f"    of which the same at 1-64 MiB:                                      "
+              f"{stats(sheet['tuned ' + BANDS[0][0]])}")
+        suffix = " after" if fabric else ""
+        overall["datasheet" + suffix] += sall
+        overall["datasheet 1-64" + suffix] += sheet[BANDS[0][0]]
+        overall["tuned" + suffix] += tuned
+        overall["tuned 1-64" + suffix] += sheet["tuned " + BANDS[0][0]]
 
 
 def band(size: int) -> str:
@@ -186,6 +196,9 @@ def main() -> int:
     print(f"all clusters: datasheet, no fabric, 1-64 MiB {stats(overall['datasheet 1-64'])}")
     print(f"all clusters: datasheet, with fabric      {stats(overall['datasheet after'])}")
     print(f"all clusters: datasheet, with fabric, 1-64 MiB {stats(overall['datasheet 1-64 after'])}")
+    for suffix, label in (("", "no fabric"), (" after", "with fabric")):
+        print(f"all clusters, NCCL-tuned collectives on several nodes, {label}: {stats(overall['tuned' + suffix])}; "
+              f"1-64 MiB {stats(overall['tuned 1-64' + suffix])}")
     held: dict[str, list[float]] = defaultdict(list)
     for cluster, curves in load_heldout().items():
         print(f"\nHELD OUT {cluster}: {len(curves)} curves (no default is set from them)")
