@@ -6,7 +6,12 @@ collective is predicted from it (``emulator_core.nccl_curve.time_us``, the datas
 dgx_h100_400g scenario for the regime factor). Reported per cluster and size band: the median and worst |error|
 of the predicted time at sizes >= 1 MiB; predictions whose step message lies outside the fitted curve's measured
 range are counted apart as well ("extrapolated"). Then the datasheet alone: the shipped scenario, no fit, priced
-at every curve's sizes on its shape (``nbox scenario cost --compare``).
+at every curve's sizes on its shape (``nbox scenario cost --compare``), before (no ``fabric`` on the network
+dimension: NCCL's model as is) and after (the network dimension's ``fabric`` set to the cluster's kind,
+:data:`CLUSTER_FABRIC`: the only thing chosen per cluster), per size band, median and worst |error|.
+
+Held-out curves (``bench/data/nccl_tests/heldout/<name>/``, each with its PROVENANCE.md) are priced the same way
+from datasheet figures alone and reported apart; nothing in nbox is set from them.
 
 Files: ``*.txt`` are nccl-tests' standard output (read by ``emulator_core.nccl_tests``); ``*.csv`` with columns
 ``Nodes,GPUs,size(MB),...,out algbw(GB/s),...`` are per-node-count summaries of nccl-tests rows (AWS's benchmark
@@ -29,6 +34,7 @@ from emulator_core.nccl_calibrate import base_scenario, compare, fit_curve  # no
 from emulator_core.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.nccl_fit import bracket, regime, step_bytes  # noqa: E402
 from emulator_core.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
+from emulator_core.nccl_tuner import nccl_supports  # noqa: E402
 from emulator_core.pricing import fabric_of  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tests"
@@ -36,6 +42,13 @@ CSV_COLLECTIVES = {"nccl_all_reduce.csv": "all_reduce", "nccl_all_gather.csv": "
                    "nccl_alltoall.csv": "all_to_all"}
 BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30),
          (">= 2 GiB", (1 << 30) + 1, 1 << 62))
+#: Each cluster's network kind (its PROVENANCE.md says which fabric it is) and the --set overrides that make the
+#: shipped scenario its datasheet: (fabric, overrides).
+CLUSTER_FABRIC: dict[str, tuple[str, tuple[str, ...]]] = {
+    "aws_p5_h100": ("efa", ()),                 # p5.48xlarge: 32 x 100 Gb/s EFAv2 = 400 Gb/s per GPU
+    "voltage_park_h100": ("infiniband", ()),    # ConnectX-7 400 Gb/s InfiniBand per GPU
+    "gcp_a3mega_2x8": ("tcpxo", ("topology.dims.1.bandwidth_gbps=200",)),  # held out: A3 Mega, 200 Gb/s per GPU
+}
 
 
 def csv_curves(path: Path) -> list[Curve]:
@@ -53,12 +66,58 @@ def csv_curves(path: Path) -> list[Curve]:
 
 def load() -> dict[str, list[Curve]]:
     clusters: dict[str, list[Curve]] = {}
-    for folder in sorted(p for p in DATA.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in DATA.iterdir() if p.is_dir() and p.name != "heldout"):
         curves = [read_curve(f) for f in sorted(folder.glob("*.txt"))]
         for f in sorted(folder.glob("*.csv")):
             curves += csv_curves(f)
         clusters[folder.name] = curves
     return clusters
+
+
+def load_heldout() -> dict[str, list[Curve]]:
+    folder = DATA / "heldout"
+    if not folder.is_dir():
+        return {}
+    return {d.name: [read_curve(f) for f in sorted(d.glob("*.txt"))] for d in sorted(folder.iterdir()) if d.is_dir()}
+
+
+def datasheet(cluster: str, curves: list[Curve], *, fabric: bool, verbose: bool) -> dict[str, list[float]]:
+    """|error| per size band of the shipped scenario, no fit, at each curve's sizes >= 1 MiB; ``fabric``: with the
+    network dimension's ``fabric`` set to the cluster's kind."""
+    kind, sets = CLUSTER_FABRIC.get(cluster, ("", ()))
+    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}",) if fabric and kind else ())))
+    sheet: dict[str, list[float]] = defaultdict(list)
+    for c in curves:
+        for r in compare(base, c):
+            if r.size_bytes >= 1 << 20:
+                sheet[band(r.size_bytes)].append(abs(r.error))
+                if c.nodes > 1 and nccl_supports(c.collective):
+                    sheet["tuned " + band(r.size_bytes)].append(abs(r.error))
+                if verbose:
+                    print(f"  {cluster} {'after ' if fabric else 'before'} {c.collective} {c.nodes}x{c.gpus_per_node} "
+                          f"{r.size_bytes:>11} real {r.real_us:10.1f} nbox {r.model_us:10.1f} {100 * r.error:+6.1f}% "
+                          f"{r.source}")
+    return sheet
+
+
+def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[float]], verbose: bool) -> None:
+    kind = CLUSTER_FABRIC.get(cluster, ("-", ()))[0]
+    for fabric in (False, True):
+        sheet = datasheet(cluster, curves, fabric=fabric, verbose=verbose)
+        label = f"datasheet, fabric = {kind!r}" if fabric else "datasheet, no fabric"
+        for name, _, _ in BANDS:
+            print(f"  {label:28} {name:>14}: {stats(sheet[name])}")
+        sall = [e for name, _, _ in BANDS for e in sheet[name]]
+        print(f"  {label:28} {'all':>14}: {stats(sall)}")
+        tuned = [e for name, _, _ in BANDS for e in sheet["tuned " + name]]
+        print(f"    of which NCCL-tuned collectives on several nodes (where a fabric acts): {stats(tuned)}")
+        print(f"    of which the same at 1-64 MiB:                                      "
+              f"{stats(sheet['tuned ' + BANDS[0][0]])}")
+        suffix = " after" if fabric else ""
+        overall["datasheet" + suffix] += sall
+        overall["datasheet 1-64" + suffix] += sheet[BANDS[0][0]]
+        overall["tuned" + suffix] += tuned
+        overall["tuned 1-64" + suffix] += sheet["tuned " + BANDS[0][0]]
 
 
 def band(size: int) -> str:
@@ -129,20 +188,21 @@ def main() -> int:
         overall["between"] += between
         overall["fit"] += allerr
         overall["same"] += same_regime
-        sheet: dict[str, list[float]] = defaultdict(list)
-        for c in curves:
-            for r in compare(base, c):
-                if r.size_bytes >= 1 << 20:
-                    sheet[band(r.size_bytes)].append(abs(r.error))
-        for name, _, _ in BANDS:
-            print(f"  datasheet alone,          {name:>14}: {stats(sheet[name])}")
-        sall = [e for v in sheet.values() for e in v]
-        print(f"  datasheet alone,          {'all':>14}: {stats(sall)}")
-        overall["datasheet"] += sall
+        print_datasheet(cluster, curves, overall, args.verbose)
     print(f"\nall clusters: fit -> other node count {stats(overall['fit'])}")
     print(f"all clusters: fit -> other node count in the same regime {stats(overall['same'])}")
     print(f"all clusters: fits around a node count -> it  {stats(overall['between'])}")
-    print(f"all clusters: datasheet alone        {stats(overall['datasheet'])}")
+    print(f"all clusters: datasheet, no fabric        {stats(overall['datasheet'])}")
+    print(f"all clusters: datasheet, no fabric, 1-64 MiB {stats(overall['datasheet 1-64'])}")
+    print(f"all clusters: datasheet, with fabric      {stats(overall['datasheet after'])}")
+    print(f"all clusters: datasheet, with fabric, 1-64 MiB {stats(overall['datasheet 1-64 after'])}")
+    for suffix, label in (("", "no fabric"), (" after", "with fabric")):
+        print(f"all clusters, NCCL-tuned collectives on several nodes, {label}: {stats(overall['tuned' + suffix])}; "
+              f"1-64 MiB {stats(overall['tuned 1-64' + suffix])}")
+    held: dict[str, list[float]] = defaultdict(list)
+    for cluster, curves in load_heldout().items():
+        print(f"\nHELD OUT {cluster}: {len(curves)} curves (no default is set from them)")
+        print_datasheet(cluster, curves, held, args.verbose)
     return 0
 
 

@@ -289,7 +289,8 @@ def astra_configs(scenario: Scenario, *, source: str | None = None) -> AstraConf
     left_out = [k for k, v in (("compute_scale", scenario.compute_scale != 1.0), ("stragglers", scenario.stragglers),
                                ("overlap", scenario.overlap != "overlap"), ("jitter", scenario.jitter != "off"),
                                ("compute_noise", scenario.compute_noise != "off"),
-                               ("network.library", scenario.network.library != "generic")) if v]
+                               ("network.library", scenario.network.library != "generic"),
+                               ("topology.dims.fabric", any(d.fabric for d in dims))) if v]
     if left_out:
         notes.append(f"not exported (not ASTRA-sim's network or collective config): {', '.join(left_out)}")
     lines = ["# ASTRA-sim analytical network, written by nbox scenario export",

@@ -21,6 +21,11 @@ Conventions of :func:`nccl_tune`:
   (the network plugin's reported latency, 0 for InfiniBand verbs): added to each inter-node step, twice for
   Simple (tuning.cc 358-360). ``intra_latency_us`` has no NCCL counterpart: it is added to each intra-node
   step's hardware latency (an nbox extension for calibrated fabrics).
+* ``net_protocols``: the protocols the network runs (``None``: NCCL's three); on several nodes the others are
+  off. ``net_slice_bytes``: per protocol, the slice a network hop holds before forwarding (NCCL's proxy posts a
+  send once a slice is in its buffer, the receiver reads it once received whole): every network hop on the
+  critical path then adds ``min(slice, the bytes a channel moves per step) / per-channel network bandwidth``, the
+  pipeline's fill (an nbox extension, ``emulator_core.fabric_kinds``; ``None``: NCCL's model exactly).
 * ``nnodes`` is the number of nodes the group spans (``nranks`` must be a multiple: ``ppn = nranks /
   nnodes`` GPUs per node); ``nvls``: the node's NVSwitch reduces (NVLink SHARP); ``collnet``: the network
   reduces (InfiniBand SHARP, NCCL's CollNet plugin); ``arch``: the GPU generation; ``cpu``: the host CPU
@@ -98,6 +103,7 @@ class _Ctx:
     graphs: Graphs
     intra_extra_us: float
     latency_inter_us: float
+    net_slices: tuple[float, float, float] | None = None
 
     @property
     def nsteps(self) -> int:  # tuning.cc 269-271
@@ -227,8 +233,35 @@ def _latency_us(c: _Ctx, a: str, p: str, g: Graph) -> float:
     return lat
 
 
+def _net_hops(c: _Ctx, a: str) -> int:
+    """The network hops on ``a``'s critical path over ``c.nnodes`` nodes (as :func:`_latency_us` counts them)."""
+    log_nodes = max(1, log2i(c.nnodes))
+    if a == "ring":
+        return 2 * (c.nnodes - 1) if c.collective == "all_reduce" else c.nnodes - 1
+    if a in ("tree", "nvls_tree"):
+        return 2 * log_nodes if c.collective == "all_reduce" else log_nodes
+    if a == "pat":
+        return log_nodes
+    return 2 if c.collective == "all_reduce" else 1  # collnet, nvls across nodes: up to the switch and back
+
+
+def _fill_us(c: _Ctx, a: str, p: str, nccl_bytes: float) -> float:
+    """The network hops' store-and-forward slices (module docstring, ``net_slice_bytes``): each hop on the critical
+    path holds one slice (at most what a channel moves per step) before forwarding it, at the channel's network
+    bandwidth."""
+    if c.net_slices is None or c.nnodes == 1:
+        return 0.0
+    g = c.graphs.for_algorithm(a)
+    channels = max(1, g.n_channels)
+    per_step = nccl_bytes / channels / (c.nranks if a == "ring" and c.collective not in ("broadcast", "reduce")
+                                        else 1)
+    chunk = min(c.net_slices[PROTOCOLS.index(p)], per_step)
+    bw = g.bw_inter_gbps if g.bw_inter_gbps > 0 else g.bw_intra_gbps
+    return _net_hops(c, a) * chunk / (1000.0 * bw) if bw > 0 else 0.0
+
+
 def _algo_time_us(c: _Ctx, a: str, p: str, bw: float, lat: float, nccl_bytes: float) -> float:
-    """ncclTopoGetAlgoTime (tuning.cc 587-605) with numPipeOps = 1."""
+    """ncclTopoGetAlgoTime (tuning.cc 587-605) with numPipeOps = 1, plus :func:`_fill_us`."""
     k = nccl_constants()
     ref = k["refinements"]
     log_size = log2i(int(nccl_bytes) >> 6)
@@ -242,7 +275,7 @@ def _algo_time_us(c: _Ctx, a: str, p: str, bw: float, lat: float, nccl_bytes: fl
             and int(nccl_bytes) // (c.graphs.comm_channels * c.nranks) >= int(ref["ring_plateau_min_bytes"])):
         cc = int(k["compute_capability"][c.arch])
         lat *= float(ref["ring_plateau_latency_factor" if cc >= 80 else "ring_plateau_latency_factor_pre_ampere"])
-    return lat + nccl_bytes / (1000.0 * bw)
+    return lat + nccl_bytes / (1000.0 * bw) + _fill_us(c, a, p, nccl_bytes)
 
 
 def _check_number(name: str, value: object, *, positive: bool) -> float:
@@ -301,7 +334,9 @@ class NcclPlan:
 
 def nccl_plan(collective: str, nranks: int, nnodes: int, *, intra_bw_gbps: float, inter_bw_gbps: float,
               intra_latency_us: float | None = None, inter_latency_us: float | None = None, nvls: bool = False,
-              collnet: bool = False, arch: str = "hopper", cpu: str = "intel") -> NcclPlan:
+              collnet: bool = False, arch: str = "hopper", cpu: str = "intel",
+              net_protocols: tuple[str, ...] | None = None,
+              net_slice_bytes: tuple[float, float, float] | None = None) -> NcclPlan:
     """The size-independent part of :func:`nccl_tune` (same arguments but the size); ``ValueError`` naming the bad
     argument and value."""
     if not nccl_supports(collective):
@@ -322,12 +357,21 @@ def nccl_plan(collective: str, nranks: int, nnodes: int, *, intra_bw_gbps: float
             raise ValueError(f"{flag} = {value!r}: must be true or false")
     arch = _check_choice("arch", arch, ARCHS)
     cpu = _check_choice("cpu", cpu, CPUS)
+    if net_protocols is not None:
+        net_protocols = tuple(_check_choice("net_protocols", q, PROTOCOLS) for q in net_protocols)
+        if not net_protocols:
+            raise ValueError("net_protocols = (): needs at least one protocol")
+    slices = None if net_slice_bytes is None else \
+        tuple(_check_number("net_slice_bytes", v, positive=True) for v in net_slice_bytes)
+    if slices is not None and len(slices) != len(PROTOCOLS):
+        raise ValueError(f"net_slice_bytes = {net_slice_bytes!r}: needs one size per protocol (LL, LL128, Simple)")
     k = nccl_constants()
     ppn = nranks // nnodes
     nvlink_gbps = intra_bw * float(k["nvlink_link_gbps"][arch]) / float(k["assumed"]["nvlink_nominal_link_gbps"][arch])
     nic_gbps = min(inter_bw, float(k["assumed"]["gpu_nic_pcie_gbps"][arch]))
     graphs = _graphs(arch, ppn, nnodes, nvlink_gbps, nic_gbps, nvls, collnet)
-    ctx = _Ctx(collective, nranks, nnodes, ppn, arch, cpu, nvls, collnet, graphs, intra_extra, lat_inter)
+    ctx = _Ctx(collective, nranks, nnodes, ppn, arch, cpu, nvls, collnet, graphs, intra_extra, lat_inter,
+               None if slices is None else (slices[0], slices[1], slices[2]))
     options: list[tuple[str, str, float, float]] = []
     if nranks > 1:
         for a in ALGORITHMS:
@@ -335,6 +379,8 @@ def nccl_plan(collective: str, nranks: int, nnodes: int, *, intra_bw_gbps: float
                 continue
             g = graphs.for_algorithm(a)
             for p in PROTOCOLS:
+                if nnodes > 1 and net_protocols is not None and p not in net_protocols:
+                    continue
                 bw = _bus_bandwidth(ctx, a, p, g)
                 if bw > 0:
                     options.append((a, p, bw, _latency_us(ctx, a, p, g)))

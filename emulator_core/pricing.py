@@ -281,7 +281,10 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     of the topology: the innermost dimension is the node (NVLink; with one dimension every rank is a node of its
     own), the others the network; a group's ranks on one node and its node count come from its shape; NVLS when
     the node's switch reduces, CollNet when a network dimension's does. NCCL's own latency tables replace the
-    dimensions' ``latency_us`` for these collectives; the name is NCCL's ``algorithm/protocol``."""
+    dimensions' ``latency_us`` for these collectives; the name is NCCL's ``algorithm/protocol``. The network
+    dimension's ``fabric`` (the slowest spanned one's), when set, gives NCCL's model its transport's latency, its
+    protocols and its hops' store-and-forward slices (``emulator_core.fabric_kinds``)."""
+    from emulator_core.fabric_kinds import net_fabric
     from emulator_core.nccl_tuner import nccl_plan, nccl_supports
 
     if scenario.network.library != "nccl" or not nccl_supports(collective):
@@ -293,12 +296,17 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     if shape.size % on_node:
         raise PricingError(f"{collective} over {shape.size} ranks with {on_node} on a node: NCCL's model needs the "
                            f"same number of ranks on every node")
+    slowest = min(outer, key=lambda d: d.bandwidth_bytes_per_us)
+    net = net_fabric(slowest.fabric) if slowest.fabric else None
     try:
         plan = nccl_plan(collective, shape.size, shape.size // on_node,
                          intra_bw_gbps=(node or outer[0]).bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
-                         inter_bw_gbps=min(d.bandwidth_bytes_per_us for d in outer) / cm.BYTES_PER_US_PER_GBPS,
+                         inter_bw_gbps=slowest.bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
                          nvls=node is not None and node.in_network_reduction,
-                         collnet=any(d.in_network_reduction for d in outer))
+                         collnet=any(d.in_network_reduction for d in outer),
+                         inter_latency_us=net.latency_us if net else None,
+                         net_protocols=net.protocols if net else None,
+                         net_slice_bytes=net.slice_bytes if net else None)
     except ValueError as exc:
         raise PricingError(f"NCCL's tuner: {exc}") from None
 

@@ -18,6 +18,11 @@ microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.w
   many bytes that refills at the link's bandwidth while the link rests: a collective that starts ``r``
   microseconds after its group's previous one ended sends up to ``min(burst_bytes, r x bandwidth)`` bytes at
   once (``emulator_core.answer``). ``nbox calibrate`` measures it; default 0: no shaper (NVLink, InfiniBand).
+* ``fabric``: what the dimension is made of, for NCCL's pricing (``[network] library = "nccl"``): ``nvlink`` (the
+  node, innermost dimension only) or a network kind, ``infiniband``, ``roce``, ``efa``, ``tcpx``, ``tcpxo`` (outer
+  dimensions, or the only one). A network kind adds its transport's per-message latency, its protocols and the
+  network hops' store-and-forward slices to NCCL's model (``emulator_core.fabric_kinds``, data/fabric_kinds.toml);
+  unset: NCCL's model as is.
 
 ``[network]`` holds what applies to every dimension: ``congestion`` (``aware``: links are shared, a step lasts
 as long as its busiest link; ``unaware``: every message runs alone on its path, ASTRA-sim's
@@ -33,6 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from emulator_core.fabric_kinds import FABRIC_KINDS, role
 from emulator_core.scenario_values import (
     MAX_WORLD_SIZE,
     NAME_RE,
@@ -56,7 +62,7 @@ CONGESTION = ("aware", "unaware")
 LIBRARIES = ("generic", "nccl")
 TOPOLOGY_KEYS = ("dims",)
 DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank", "forwarding",
-            "in_network_reduction", "burst_bytes")
+            "in_network_reduction", "burst_bytes", "fabric")
 NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library")
 #: Most chunks a collective may be cut into.
 MAX_CHUNKS = 4096
@@ -80,6 +86,7 @@ class Dimension:
         in_network_reduction: the switch reduces (``kind = "switch"`` only).
         burst_bytes: the link's token bucket, bytes (>= 0; 0: none): what a rested link sends at once (module
             docstring; the effective figure ``nbox calibrate`` measures, not necessarily the shaper's setting).
+        fabric: ``""`` (unset) or one of :data:`FABRIC_KINDS` (module docstring).
     """
 
     name: str
@@ -91,6 +98,7 @@ class Dimension:
     forwarding: str = "cut_through"
     in_network_reduction: bool = False
     burst_bytes: float = 0.0
+    fabric: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -106,6 +114,8 @@ class Dimension:
         if self.in_network_reduction and self.kind != "switch":
             raise bad("in_network_reduction", True, f"needs kind = \"switch\" (this dimension is {self.kind!r})")
         object.__setattr__(self, "burst_bytes", check_float("burst_bytes", self.burst_bytes, ge=0))
+        if self.fabric != "":
+            choice("fabric", self.fabric, FABRIC_KINDS)
 
     @property
     def link_bytes_per_us(self) -> float:
@@ -119,7 +129,8 @@ class Dimension:
         return self.link_bytes_per_us * self.links_per_rank
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form; ``forwarding``, ``in_network_reduction`` and ``burst_bytes`` only when not the defaults."""
+        """Plain form; ``forwarding``, ``in_network_reduction``, ``burst_bytes`` and ``fabric`` only when not the
+        defaults."""
         out: dict[str, Any] = {"name": self.name, "size": self.size, "kind": self.kind,
                                "bandwidth_gbps": self.bandwidth_gbps, "latency_us": self.latency_us,
                                "links_per_rank": self.links_per_rank}
@@ -129,6 +140,8 @@ class Dimension:
             out["in_network_reduction"] = True
         if self.burst_bytes:
             out["burst_bytes"] = self.burst_bytes
+        if self.fabric:
+            out["fabric"] = self.fabric
         return out
 
     @classmethod
@@ -161,6 +174,14 @@ class Topology:
             seen.add(d.name)
             if d.size == 0 and i != len(self.dims) - 1:
                 raise bad(f"dims[{i}].size", 0, "only the last dimension may have size 0 (= fill to world_size)")
+            if d.fabric:
+                node = i == 0 and len(self.dims) > 1
+                if role(d.fabric) == "node" and not node:
+                    raise bad(f"dims[{i}].fabric", d.fabric, "is a node fabric: only the innermost dimension of a "
+                              "topology of several dimensions may say it")
+                if role(d.fabric) == "network" and node:
+                    raise bad(f"dims[{i}].fabric", d.fabric, "is a network: the innermost dimension of a topology of "
+                              "several dimensions is the node (nvlink)")
 
     @property
     def world_size(self) -> int:

@@ -407,3 +407,11 @@ def test_cli_export_unwritable_folder_exit_5() -> None:
     proc = nbox("scenario", "export", ROOT / "emulator_core" / "scenarios" / "dgx_h100_400g.toml", "-o", out,
                 "--set", "topology.dims.0.in_network_reduction=false", "--set", "network.message_overhead_us=0.0")
     assert proc.returncode == 5 and "cannot write" in proc.stderr and not out.exists()
+
+
+def test_export_notes_a_fabric_kind_it_leaves_out() -> None:
+    plain = "\n".join(astra_configs(_base()).notes)
+    dims = _base().topology.dims
+    s = replace(_base(), topology=replace(_base().topology, dims=(dims[0], replace(dims[1], fabric="efa"))))
+    assert "topology.dims.fabric" not in plain
+    assert "topology.dims.fabric" in "\n".join(astra_configs(s).notes)
