@@ -159,6 +159,7 @@ class EmulateResult:
     world_from: str = ""                 # where the world size came from (EmulateConfig.world_from)
     clocks: dict[int, dict[str, float]] = field(default_factory=dict)  # by global rank: Clock.describe()
     changes: tuple[str, ...] = ()        # what the emulated world changed, in words (emulator_core.question)
+    peak_memory: dict[int, dict[str, Any]] = field(default_factory=dict)  # by global rank: emulaterank.peak_memory
 
     def answer(self) -> dict[str, Any]:
         """The report's first line and its facts: the emulated world, labelled by what it changed, its median
@@ -172,7 +173,11 @@ class EmulateResult:
         real = len(self.real_ranks)
         line = (f"{label}: {format_us(median)} per iteration with {real} real rank{'s' if real != 1 else ''}"
                 + (f"; {share}" if share else ""))
+        peak = max((int(m.get("bytes", 0)) for m in self.peak_memory.values()), default=0)
+        if peak > 0:
+            line += f"; peak memory {format_bytes(peak)} per rank"
         return {"line": line, "label": label, "changes": list(self.changes), "iteration_us": median,
+                "peak_memory_bytes": peak or None,
                 "exposed_share": b["exposed_comm_us"] / b["iteration_us"] if share and b else None}
 
     def quantile_us(self, q: float) -> float:
@@ -196,6 +201,7 @@ class EmulateResult:
             "collectives": self.collectives,
             "bundle": self.bundle,
             "clock_sync": {str(r): c for r, c in self.clocks.items()},
+            "peak_memory": {str(r): m for r, m in self.peak_memory.items()},
             "wall_s": round(self.wall_s, 3),
         }
 
@@ -338,6 +344,8 @@ def emulate(cfg: EmulateConfig, progress: Report | None = None) -> EmulateResult
         breakdown = iteration_breakdown(all_timings)
         clocks = {cfg.real_ranks[real]: rep["clock"] for real, rep in enumerate(reports)
                   if isinstance(rep.get("clock"), dict)}
+        peaks = {cfg.real_ranks[real]: rep["peak_memory"] for real, rep in enumerate(reports)
+                 if isinstance(rep.get("peak_memory"), dict)}
         bundle = None
         if cfg.out is not None:
             say("converting the capture of the emulated run to Chakra ET")
@@ -348,7 +356,7 @@ def emulate(cfg: EmulateConfig, progress: Report | None = None) -> EmulateResult
         world = int(cfg.world_size or 0)  # always settled by EmulateConfig
         return EmulateResult(world, cfg.real_ranks, world_seen if isinstance(world_seen, int) else None, job,
                              dict(sorted(per_rank.items())), _merge_collectives(reports), scenario_desc,
-                             time.monotonic() - started, breakdown, bundle, cfg.world_from, clocks, changes)
+                             time.monotonic() - started, breakdown, bundle, cfg.world_from, clocks, changes, peaks)
     finally:
         if cfg.keep_work:
             say(f"work folder kept in {work}")
@@ -402,6 +410,10 @@ def format_text(result: EmulateResult, top: int = 10) -> str:
         c, e, k, t = (format_in(v, bu) for v in parts)
         lines.append(f"breakdown (mean per iteration, slowest real rank's training thread, {bu[0]}): compute {c}, "
                      f"exposed communication {e}, CPU contention {k} = {t}")
+    if result.peak_memory:
+        lines.append("peak memory per real rank: " + ", ".join(
+            f"rank {r} {format_bytes(int(m.get('bytes', 0)))} ({m.get('device', '?')}: {m.get('source', '?')})"
+            for r, m in sorted(result.peak_memory.items())))
     if len(result.clocks) > 1:
         ref = min(result.clocks)
         lines.append(f"clocks onto global rank {ref}'s timeline (estimated at start-up): " + ", ".join(

@@ -99,10 +99,29 @@ def redirect_backend() -> None:
         setattr(mesh, "init_process_group", init_process_group)  # noqa: B010
 
 
+def peak_memory() -> dict[str, Any]:
+    """This rank's peak memory so far, the first question at a new scale ("will it fit?"): on CUDA (where the
+    script used the device) the caching allocator's peak reserved bytes, what the device had to hold, with the
+    peak allocated beside; elsewhere the process's peak resident set (``ru_maxrss``)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        dev = torch.cuda.current_device()
+        return {"device": f"cuda:{dev}", "bytes": int(torch.cuda.max_memory_reserved(dev)),
+                "allocated_bytes": int(torch.cuda.max_memory_allocated(dev)),
+                "source": "CUDA caching allocator, peak reserved"}
+    import resource
+
+    rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return {"device": "cpu", "bytes": rss if sys.platform == "darwin" else rss * 1024,  # Linux counts KiB
+            "source": "process peak resident set"}
+
+
 def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
     """What the ``nbox`` process groups of this rank answered between ``t0_us`` and ``t1_us`` (issue time,
     ``perf_counter`` microseconds, i.e. the timed iterations): the world size the script saw, and one row
-    per (collective, algorithm, bytes) with its count, total modeled time and total overrun (microseconds).
+    per (collective, algorithm, bytes) with its count, total modeled time and total overrun (microseconds); and
+    the rank's peak memory (:func:`peak_memory`).
     """
     import torch
     import torch.distributed as dist
@@ -131,7 +150,7 @@ def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
     from emulator_core.backend import clock_report
 
     return {"world_size_seen": seen, "nbox_groups": len(groups), "window_us": [t0_us, t1_us],
-            "clock": clock_report(),
+            "clock": clock_report(), "peak_memory": peak_memory(),
             "collectives": sorted(rows.values(), key=lambda r: -r["modeled_us"])}
 
 

@@ -3,6 +3,7 @@ and its what-if labelled by what was changed; the JSON document carries the same
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -117,3 +118,18 @@ def test_an_emulate_report_opens_with_the_answer() -> None:
     assert doc["line"] == first and doc["iteration_us"] == 11_000.0 and doc["exposed_share"] == pytest.approx(0.8)
     assert format_text(_emulated(None)).splitlines()[0] == ("emulated (64 ranks, 10 Gb/s): 11.00 ms per iteration "
                                                             "with 2 real ranks")
+
+
+def test_an_emulate_report_says_the_peak_memory_beside_the_time() -> None:
+    """Will it fit: the first line carries the largest real rank's peak, and each rank's is listed with its source."""
+    result = dataclasses.replace(_emulated(None), peak_memory={
+        0: {"device": "cpu", "bytes": 3 << 30, "source": "process peak resident set"},
+        1: {"device": "cpu", "bytes": 1 << 30, "source": "process peak resident set"}})
+    lines = format_text(result).splitlines()
+    assert lines[0] == ("emulated (64 ranks, 10 Gb/s): 11.00 ms per iteration with 2 real ranks; peak memory "
+                        "3.0 GiB per rank")
+    assert any(ln.startswith("peak memory per real rank: rank 0 3.0 GiB (cpu: process peak resident set), "
+                             "rank 1 1.0 GiB") for ln in lines), lines
+    doc = result.to_json()
+    assert doc["answer"]["peak_memory_bytes"] == 3 << 30 and doc["peak_memory"]["1"]["bytes"] == 1 << 30
+    assert _emulated(None).to_json()["answer"]["peak_memory_bytes"] is None  # not measured: not said

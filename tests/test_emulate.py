@@ -49,6 +49,12 @@ def check_run(doc: dict[str, Any], world: int, real: list[int], collectives: set
     assert {r["collective"] for r in rows} >= collectives, rows
     assert all(r["count"] > 0 and r["modeled_us"] > 0 and r["bytes"] > 0 for r in rows)
     assert [r["modeled_us"] for r in rows] == sorted((r["modeled_us"] for r in rows), reverse=True)
+    # will it fit: each real rank's peak memory at the emulated world size (a CPU run: the process's peak RSS)
+    peaks = doc["peak_memory"]
+    assert sorted(peaks) == sorted(str(r) for r in real)
+    assert all(m["device"] == "cpu" and m["bytes"] > 1 << 20 for m in peaks.values()), peaks
+    assert doc["answer"]["peak_memory_bytes"] == max(m["bytes"] for m in peaks.values())
+    assert "peak memory" in doc["answer"]["line"]
 
 
 # ----------------------------------------------------------------------------------------- unit tests
