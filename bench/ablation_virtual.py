@@ -19,14 +19,14 @@ import json
 import statistics
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+from emulator_core.scenario_files import load_scenario
 
 
 def variants(cal: Path) -> dict[str, list[str]]:
     """Each effect's switch, as ``--set`` keys on a calibration file with one network dimension."""
-    doc = tomllib.loads(cal.read_text(encoding="utf-8"))
-    n = len(doc.get("calibration", []))
+    n = len(load_scenario(cal, ()).calibration)
     out = {"as calibrated": [],
            "burst credit off (burst_bytes=0)": ["topology.dims.0.burst_bytes=0"],
            "busy_slowdown off": [f"calibration.{i}.busy_slowdown=1" for i in range(n)],
