@@ -107,7 +107,7 @@ def test_three_ranks_with_skewed_clocks_land_on_rank_zeros_timeline() -> None:
     now = time.perf_counter_ns()
     for k in (1, 2):
         c = clocks[k]
-        assert 0 < c.bound_ns < 2_000_000
+        assert 0 < c.bound_ns < 100_000_000  # a round trip between threads (a loaded machine can take ms)
         # one process, one true clock: every rank must put the same instant at the same reference time
         assert abs(c.to_reference_ns(now) - clocks[0].to_reference_ns(now)) <= c.bound_ns
         assert abs(c.describe()["offset_us"] * 1000 + skews[k]) <= c.bound_ns
@@ -159,13 +159,13 @@ def test_a_work_turns_its_deadline_into_host_time_when_waited_for() -> None:
     from emulator_core.delay import NboxWork
 
     c = Clock()
+    t0 = time.perf_counter_ns()
     answered = c.to_reference_ns(time.perf_counter_ns()) + 20_000_000  # ends 20 ms from now on the timeline
     work = NboxWork(lambda: "all_reduce", [], 5.0, 200_000, answered, c)
     c.credit(30_000_000)  # then the rank is credited 30 ms
-    t0 = time.perf_counter_ns()
     assert not work.is_completed()
     work.wait()
-    assert time.perf_counter_ns() - t0 >= 45_000_000  # 20 + 30 ms less what the lines above took
+    assert time.perf_counter_ns() - t0 >= 50_000_000  # 20 + 30 ms after the answer was made
     resolved = NboxWork(lambda: "all_reduce", [], 5.0, 200_000, clock=c)  # the resolver's path
     resolved.resolve(c.to_reference_ns(time.perf_counter_ns()))
     assert resolved.wait() and resolved.is_completed()

@@ -97,23 +97,46 @@ def test_host_work_is_refused_where_it_cannot_act() -> None:
         run_replay(ReplayConfig(str(MLP), clock="real", compute="recorded", host_work="off", iterations=1))
 
 
-def test_a_walks_waits_are_not_counted_as_its_busy_time() -> None:
+def test_a_walks_waits_are_not_counted_as_its_busy_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A padding's, a fallback's or a collective's wait spins its last 200 us on the rank's thread; that CPU time
     is gathered in Replayer.wait_cpu_ns, which the worker takes off its busy figure (a wait is not host work; left
-    in, it under-planned the next repetition's pad)."""
+    in, it under-planned the next repetition's pad). All of the wait's host time goes to wait_host_ns."""
     import time
+    import types
 
+    from nbox_replay import _live_worker
     from nbox_replay._live_worker import Replayer
 
     walk = Replayer.__new__(Replayer)  # only the wait accounting: no graph, no process group
     walk.wait_cpu_ns = walk.wait_host_ns = 0
     walk.clock, walk.catch_up = Clock(), False
+
+    # A fake clock makes the accounting exact: each wait starts 30 us after its deadline was set (the call's own
+    # cost; a loaded machine makes it anything) and spins its last 200 us.
+    now = {"host": 10_000_000, "cpu": 0}
+    fake_time = types.SimpleNamespace(
+        perf_counter_ns=lambda: now["host"], thread_time_ns=lambda: now["cpu"], sleep=time.sleep
+    )
+
+    def fake_sleep_until(deadline_ns: int) -> None:
+        now["cpu"] += 200_000
+        now["host"] = max(now["host"], deadline_ns)
+
+    monkeypatch.setattr(_live_worker, "time", fake_time)
+    monkeypatch.setattr(_live_worker, "sleep_until", fake_sleep_until)
+    for _ in range(5):
+        deadline = now["host"] + 1_000_000
+        now["host"] += 30_000
+        walk._idle_until(deadline)
+    assert walk.wait_cpu_ns == 5 * 200_000
+    assert walk.wait_host_ns == 5 * 970_000
+    monkeypatch.undo()
+
+    # The real clock: a wait's CPU time is never more than its host time, and the sleeping part is not CPU time.
+    walk.wait_cpu_ns = walk.wait_host_ns = 0
     for _ in range(5):
         walk._idle_until(time.perf_counter_ns() + 1_000_000)
-    assert walk.wait_cpu_ns > 0  # five spins of up to 200 us each
-    assert walk.wait_cpu_ns < 5_000_000  # the sleeping part is not CPU time
-    # but all of it is time in a wait: each wait starts a few us after its deadline was set (a run saw 4.996 ms)
-    assert walk.wait_host_ns >= 4_500_000
+    assert 0 < walk.wait_cpu_ns <= walk.wait_host_ns
 
     class Work:
         def wait(self, timeout: object = None) -> bool:
@@ -151,14 +174,17 @@ def test_match_credits_a_wait_that_ends_past_the_answered_end() -> None:
             time.sleep(0.005)
             return True
 
+    h0 = time.perf_counter_ns()
     took_ns = walk._wait_for({1: Late()}, [1])
-    # credited the 5 ms the wait took, not the 3 ms before it began: the timeline does not run backward
-    assert 5_000_000 <= walk.clock.lag_ns < 8_000_000 and walk.caught_up_ns == walk.clock.lag_ns
-    assert 0 <= took_ns <= 1_000_000  # on the timeline the wait ended where it began
+    waited_ns = time.perf_counter_ns() - h0
+    # credited the 5 ms the wait took (at most the host time around it), not the 3 ms before it began too: the
+    # timeline does not run backward
+    assert 5_000_000 <= walk.clock.lag_ns <= waited_ns and walk.caught_up_ns == walk.clock.lag_ns
+    assert 0 <= took_ns < walk.clock.lag_ns // 2  # on the timeline the wait ended about where it began
     assert walk.wait_host_ns >= 5_000_000  # in host time it waited (not counted as time outside the waits)
     before = walk.clock.lag_ns
     walk._wait_for({2: work(20.0)}, [2])  # on time: slept to its end, only the spin's last microseconds over
-    assert walk.clock.lag_ns - before < 2_000_000
+    assert walk.clock.lag_ns - before < 10_000_000  # not the 20 ms it slept (a loaded machine may overshoot some)
     walk.catch_up, before = False, walk.clock.lag_ns
     walk._wait_for({3: Late()}, [3])
     assert walk.clock.lag_ns == before
