@@ -14,13 +14,13 @@ The kernels (:data:`KERNELS`, CUDA C, one thread each):
   go and after it sees the stamp (:meth:`CudaDevice.clock_samples`).
 
 They are compiled at run time with NVRTC, the runtime compiler the torch CUDA wheel depends on
-(``nvidia-cuda-nvrtc``), loaded through torch's own helpers in ``torch.cuda._utils`` (the machinery behind
-``torch.cuda._compile_kernel``; that function itself is not called because it adds a CUDA toolkit's include
-paths, and so needs ``CUDA_HOME``, which these kernels do not). No C compiler, no new package. Kernels are
-launched with the driver's ``cuLaunchKernel`` (ctypes), on the stream the engine chose. Where any of this is
-missing (a ROCm build, no NVRTC library, a torch without those helpers, a compile error),
+(``nvidia-cuda-nvrtc``), through ctypes, as ``torch.cuda._compile_kernel`` does; that private function is not
+called itself because it adds a CUDA toolkit's include paths, and so needs ``CUDA_HOME``, which these kernels do
+not (nor do they need any header). The result is loaded into the device's primary context and launched with the
+CUDA driver's ``cuModuleLoadData`` / ``cuLaunchKernel`` (ctypes), on the stream the engine chose. No C compiler, no
+new package. Where any of this is missing (a ROCm build, no NVRTC library, a compile error),
 :class:`CudaHoldUnavailable` says why and the backend holds the delay on the host instead
-(``NBOX_DEVICE_HOLD=auto``) or refuses (``=on``).
+(``NBOX_DEVICE_HOLD=auto``, said once) or refuses (``=on``).
 
 Slots live in pinned host memory, eight int64 words each (start, deadline, abort, status, released; all -1 or
 0 until written), in rings of :data:`RING_SLOTS`; a slot goes back to its ring once its hold has ended.
@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -93,8 +96,32 @@ class CudaHoldUnavailable(HoldError):
     """The hold kernel cannot be built or run here (the message says why)."""
 
 
-_KERNELS: dict[int, dict[str, Any]] = {}  # by device: a module is loaded into one device's context
+_KERNELS: dict[int, tuple[Any, Any]] = {}  # by device: a module is loaded into one device's context
 _BUILD_LOCK = threading.Lock()
+
+
+def _load(names: list[str], what: str) -> Any:
+    """The first of ``names`` (a soname, or a path) that loads."""
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as err:
+            errors.append(str(err))
+    raise CudaHoldUnavailable(f"no {what} library ({'; '.join(errors[-2:])})")
+
+
+def _nvrtc_library() -> Any:
+    """NVRTC: by soname (loaded already by torch, or on the library path), else from the nvidia wheels' folders or
+    a CUDA toolkit's."""
+    major = str(torch.version.cuda or "").split(".")[0]
+    names = [f"libnvrtc.so.{major}", "libnvrtc.so"]
+    for entry in sys.path:
+        names += sorted(str(p) for p in Path(entry).glob("nvidia/*/lib/libnvrtc.so*"))
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            names += sorted(str(p) for p in Path(home).glob("lib*/libnvrtc.so*"))
+    return _load(names, "NVRTC")
 
 
 def _nvrtc(lib: Any, rc: int, what: str) -> None:
@@ -107,11 +134,7 @@ def _nvrtc(lib: Any, rc: int, what: str) -> None:
 def _compile(major: int, minor: int) -> bytes:
     """The kernels as a cubin for ``sm_<major><minor>``, or as PTX for the driver to finish where this NVRTC
     does not know the architecture."""
-    try:
-        from torch.cuda import _utils
-        lib = _utils._get_gpu_rtc_library()
-    except (ImportError, AttributeError, OSError) as err:
-        raise CudaHoldUnavailable(f"no NVRTC library to build the hold kernel ({err})") from None
+    lib = _nvrtc_library()
     last = ""
     for arch, binary in ((f"sm_{major}{minor}", "CUBIN"), (f"compute_{major}{minor}", "PTX")):
         prog = ctypes.c_void_p()
@@ -136,22 +159,20 @@ def _compile(major: int, minor: int) -> bytes:
     raise CudaHoldUnavailable(f"the hold kernel did not compile ({last})")
 
 
-def _kernels(index: int) -> dict[str, Any]:
+def _kernels(driver: Any, ctx: ctypes.c_void_p, index: int) -> tuple[Any, Any]:
+    """The two kernels' function handles, compiled and loaded into device ``index``'s primary context once."""
     if torch.version.hip:
         raise CudaHoldUnavailable("a ROCm build of torch: the hold kernel reads NVIDIA's %globaltimer")
-    major, minor = torch.cuda.get_device_capability(index)
     with _BUILD_LOCK:
         got = _KERNELS.get(index)
         if got is None:
-            binary = _compile(major, minor)
-            try:
-                from torch.cuda import _utils
-                with torch.cuda.device(index):
-                    loaded = _utils._cuda_load_module(binary, ["nbox_hold", "nbox_clock"])
-            except (ImportError, AttributeError, RuntimeError) as err:
-                raise CudaHoldUnavailable(f"the hold kernel could not be loaded ({err})") from None
-            assert isinstance(loaded, dict)
-            got = _KERNELS[index] = loaded
+            binary = _compile(*torch.cuda.get_device_capability(index))
+            module, hold, clock = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+            if driver.cuCtxSetCurrent(ctx) or driver.cuModuleLoadData(ctypes.byref(module), binary) or \
+                    driver.cuModuleGetFunction(ctypes.byref(hold), module, b"nbox_hold") or \
+                    driver.cuModuleGetFunction(ctypes.byref(clock), module, b"nbox_clock"):
+                raise CudaHoldUnavailable(f"the hold kernel could not be loaded on device {index}")
+            got = _KERNELS[index] = (hold, clock)
         return got
 
 
@@ -224,18 +245,14 @@ class CudaDevice:
         if not torch.cuda.is_available():
             raise CudaHoldUnavailable("CUDA is not available")
         self.index = index
-        kernels = _kernels(index)
-        self._hold, self._clock_kernel = kernels["nbox_hold"].func, kernels["nbox_clock"].func
-        try:
-            from torch.cuda import _utils
-            self._driver = _utils._get_gpu_runtime_library()
-        except (ImportError, AttributeError, OSError) as err:
-            raise CudaHoldUnavailable(f"the CUDA driver library could not be opened ({err})") from None
+        self._driver = _load(["libcuda.so.1", "libcuda.so"], "CUDA driver")
+        torch.cuda.init()  # type: ignore[no-untyped-call]  # the driver is initialized: cuInit ran
         dev, ctx = ctypes.c_int(), ctypes.c_void_p()
         if self._driver.cuDeviceGet(ctypes.byref(dev), index) or \
                 self._driver.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev):
             raise CudaHoldUnavailable(f"no CUDA context for device {index}")
         self._ctx = ctx  # set current before each launch: the caller may be a thread that never used the driver API
+        self._hold, self._clock_kernel = _kernels(self._driver, ctx, index)
         self._rings: list[_Ring] = []
         self._lock = threading.Lock()
         self._cal = torch.zeros(1 + 2 * CLOCK_SAMPLES_MAX, dtype=torch.int64).pin_memory()

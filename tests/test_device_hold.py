@@ -3,6 +3,7 @@ clock offset, and the backend's held path end to end on one in-process real rank
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -283,6 +284,33 @@ def test_a_hold_that_cannot_be_built_falls_back_or_is_refused() -> None:
         pg.shutdown()
     finally:
         devicecall.register_factory("cpu", None)
+
+
+@pytest.mark.integration
+def test_ddp_s_reducer_gets_held_works_on_the_groups_stream_and_trains_as_the_real_ranks_do() -> None:
+    """DDP's C++ reducer (allreduce with its default asyncOp, then get_future()) on one real rank of 4, its calls held
+    on the fake device (tests/device_hold_ddp_worker.py): every bucket held on the group's stream and released at its
+    deadline, the gradients those of the real rank alone (the mirror rule), one record per hold."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "NBOX_WORLD_SIZE": "4", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(root / "tests" / "device_hold_ddp_worker.py")], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["world"] == 4 and got["grads_match"]
+    assert got["holds"] >= 4 and got["released"] == got["holds"] == got["records"]
+    assert got["held_streams"] == ["s1"]  # the group's own stream, never the current one (asyncOp=True)
 
 
 def test_the_device_hold_setting_is_validated() -> None:
