@@ -222,6 +222,8 @@ class NboxProcessGroup(dist.ProcessGroup):
             self._start_resolver(g)
             g.pending.put(Pending(call, held, None, None, works, finish, collective, nbytes, issue_us, pricing,
                                   ref_issue_ns, late_ns, held=True))
+            if self._coalescing is not None:
+                self._coalescing.append(held)  # type: ignore[arg-type]  # a Work, as NboxWork is
             return held  # type: ignore[return-value]  # a Work, as NboxWork is (C++ sees only Work)
         if g.inner is None:
             if self.config.move_data:  # the mirror copies; timing only skips them (they would cost the rank CPU)

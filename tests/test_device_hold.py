@@ -208,6 +208,26 @@ def test_async_op_runs_on_the_groups_stream_and_wait_orders_the_current_one(fake
         pg.shutdown()
 
 
+def test_coalesced_held_calls_wait_on_each_hold(fake: FakeDevice) -> None:
+    pg = _group()
+    try:
+        pg._start_coalescing()
+        a, b = torch.ones(4), torch.ones(8)
+        pg.allreduce([a], _opts(True))
+        pg.allreduce([b], _opts(True))
+        work = pg._end_coalescing()
+        assert isinstance(work, devicecall.CoalescedHeld)
+        fut = work.get_future()
+        assert fut.done() and [t.numel() for t in fut.value()] == [4, 8]
+        work.wait()
+        fake.current_stream().launch("consumer")
+        fake.synchronize(fake.current_stream())
+        holds = [i for i, r in enumerate(fake.ran) if r.endswith(":hold")]
+        assert len(holds) == 2 and max(holds) < fake.ran.index("default:consumer")
+    finally:
+        pg.shutdown()
+
+
 def test_a_failed_answer_aborts_the_hold_and_the_next_call_says_so(fake: FakeDevice,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     pg = _group()
