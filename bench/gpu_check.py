@@ -2,6 +2,7 @@
 
     python bench/gpu_check.py [--workdir DIR] [--logs DIR] [--lean auto|on|off] [--json] [--budget-s 480]
                               [--rounds N [--only-rounds]]
+    python bench/gpu_check.py --hold [--cpu] [--dry-run] [--logs DIR] [--json]    # issue 49: bench/gpu_hold.py
 
 Steps, each a row of one table (what ran, pass / FAIL / skipped with the reason, seconds, figures):
 
@@ -334,7 +335,16 @@ def main() -> int:
                          "one real launch); 0: none")
     ap.add_argument("--only-rounds", action="store_true",
                     help="with --rounds: skip the one-launch steps (the environment row and the rounds only)")
+    ap.add_argument("--hold", action="store_true",
+                    help="issue 49's steps instead (bench/gpu_hold.py): the device hold's precision, a DDP job "
+                         "emulated at W = 2 under a zero-cost network against the plain run, Llama 3 8B FSDP2 at W = 8")
+    ap.add_argument("--cpu", action="store_true", help="with --hold: the steps in tiny sizes on CPU (a smoke test)")
+    ap.add_argument("--dry-run", action="store_true", help="with --hold: print the commands, run none")
     args = ap.parse_args()
+    if (args.cpu or args.dry_run) and not args.hold:
+        ap.error("--cpu and --dry-run go with --hold")
+    if args.hold:
+        return hold_main(args)
     if args.rounds < 0 or (args.only_rounds and args.rounds < 1):
         ap.error(f"--rounds must be >= 0, and >= 1 with --only-rounds (got {args.rounds})")
     tmp = None
@@ -363,6 +373,30 @@ def main() -> int:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+    took = time.monotonic() - chk.started
+    print(format_table(chk.rows) + f"\n(total {took:.0f} s)", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"rows": [asdict(r) for r in chk.rows], "total_s": round(took, 1)}))
+    return 1 if any(r.status == "FAIL" for r in chk.rows) else 0
+
+
+def hold_main(args: argparse.Namespace) -> int:
+    """``--hold``: the environment row, then bench/gpu_hold.py's steps; the table (and ``--json``) as ever."""
+    from gpu_hold import Steps
+
+    chk = Check(args.workdir or Path(tempfile.gettempdir()), args.budget_s, args.logs)
+    row, facts = environment()
+    chk.rows.append(row)
+    cuda = bool(facts.get("cuda")) and not args.cpu
+    if row.status == "pass":
+        if not cuda and not args.cpu:
+            chk.rows.append(Row("issue 49 steps", "skipped", note="no CUDA device; --cpu runs them in tiny sizes"))
+        else:
+            steps = Steps(chk, Row, cuda, tiny=not cuda, dry=args.dry_run)
+            steps.all()
+            if args.dry_run:
+                print("\n".join(steps.planned))
+                return 0
     took = time.monotonic() - chk.started
     print(format_table(chk.rows) + f"\n(total {took:.0f} s)", file=sys.stderr)
     if args.json:

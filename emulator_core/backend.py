@@ -15,6 +15,9 @@ from the environment (:class:`EmulationConfig`):
 ``NBOX_MOVE_DATA``             1 (default): the real members' tensors move for real; 0: timing only, the
                                real members exchange arrival times and nothing else (``nbox replay --clock
                                real``, whose buffers carry no information)
+``NBOX_DEVICE_HOLD``           ``auto`` (default): a call on CUDA tensors is held on the device where the hold
+                               kernel builds, else on the host (said once); ``on``: refuse to run without it;
+                               ``off``: the host hold everywhere
 =============================  ===========================================================================
 
 ``get_world_size()`` is W and ``get_rank()`` the chosen global rank. Every collective is priced by
@@ -29,8 +32,12 @@ start before it), and the work completes at the modeled time whatever the real n
 replay of a 400 Gb/s what-if on a 1 Gb/s testbed is the what-if's). There the group's resolver thread, not the
 caller, starts each collective's arrival exchange (:mod:`emulator_core.calls` says why and how).
 
-Not done: on CUDA, the delay is host-side (``wait()`` blocks the host) rather than a hold on the
-communication stream; no GPU was available to build and check the stream path.
+On CUDA (``NBOX_DEVICE_HOLD``, :mod:`emulator_core.devicecall`), a call with tensors is held on the device, as
+NCCL runs it: on the stream NCCL would use, a small kernel stamps the device's arrival and spins until the deadline
+the resolver writes into pinned memory once the answer is known; ``wait()`` only orders the current stream after it,
+``get_future()`` is complete at once with its devices set, and the host blocks only where the script synchronizes.
+Arrivals are the device's, on the host's reference timeline (:mod:`emulator_core.device_hold`). A barrier and a
+timing-only call (``NBOX_MOVE_DATA=0``) keep the host hold: ``wait()`` sleeps and spins to the deadline.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
 
-from emulator_core import mirror
+from emulator_core import devicecall, mirror
 from emulator_core.answer import Fabric
 from emulator_core.calls import (
     MAX_RECORDS,
@@ -190,8 +197,10 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     def _call(self, call: str, collective: str, nbytes: float, result: list[torch.Tensor],
               real: Callable[[Any], mirror.Result], group: GroupState | None = None,
-              pricing: Mapping[str, Any] | None = None, p2p: tuple[bool, int, int] | None = None) -> NboxWork:
-        """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in).
+              pricing: Mapping[str, Any] | None = None, p2p: tuple[bool, int, int] | None = None,
+              opts: Any = None) -> NboxWork:
+        """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in); a call
+        held on the device is answered on the resolver once the device reached it (module docstring).
 
         ``p2p`` is (is it a send, the peer's group position, the tag) for a send or a receive."""
         g = group or self._group
@@ -206,6 +215,16 @@ class NboxProcessGroup(dist.ProcessGroup):
         noise = self._noise if g is self._group else None  # point to point (a pair group) carries no noise
         late_ns = (None if noise is None else noise.arrive(_ITERATION, (collective, nbytes), t_issue_ns,
                                                            time.thread_time_ns(), threading.get_ident()))
+        st = devicecall.device_state(result, self.config.device_hold) if self.config.move_data else None
+        if st is not None:
+            held, works, finish = devicecall.enqueue(st, g, self.timeout_s, what, result, real,
+                                                     devicecall.async_op(opts), clock)
+            self._start_resolver(g)
+            g.pending.put(Pending(call, held, None, None, works, finish, collective, nbytes, issue_us, pricing,
+                                  ref_issue_ns, late_ns, held=True))
+            if self._coalescing is not None:
+                self._coalescing.append(held)  # type: ignore[arg-type]  # a Work, as NboxWork is
+            return held  # type: ignore[return-value]  # a Work, as NboxWork is (C++ sees only Work)
         if g.inner is None:
             if self.config.move_data:  # the mirror copies; timing only skips them (they would cost the rank CPU)
                 with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view
@@ -262,6 +281,8 @@ class NboxProcessGroup(dist.ProcessGroup):
         limit = timedelta(seconds=self.timeout_s)
         for item in in_issue_order(g):
             try:
+                if item.held:  # its arrival is the device's: known once the device reached it
+                    devicecall.arrive(g, item, self.clock, self.timeout_s)
                 if item.ts_work is not None:
                     item.ts_work.wait(limit)
                 if item.ts is None:  # its exchange could not start: calls.start_exchange failed the work
@@ -271,9 +292,12 @@ class NboxProcessGroup(dist.ProcessGroup):
                                          **(item.pricing or {}))
                 if late is not None and self._noise is not None:
                     self._noise.completed(self.clock.to_perf_ns(int(ans.end_us * 1000.0)))
-                for w in item.works:
-                    w.wait(limit)
-                run_finish(item.finish)
+                if item.held:
+                    devicecall.land(item, limit)
+                else:
+                    for w in item.works:
+                        w.wait(limit)
+                    run_finish(item.finish)
                 done_us = self.clock.local_ns(time.perf_counter_ns()) / 1000.0
                 self._record(OpRecord(item.call, item.collective, item.nbytes, item.issue_us,
                                       self._local_us(ans.start_us), self._local_us(ans.end_us), ans.algorithm,
@@ -308,24 +332,24 @@ class NboxProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.AllreduceOptions()
         return self._call("all_reduce", "all_reduce", _nbytes(tensors), tensors,
-                          lambda inner: mirror.all_reduce(self.layout, inner, tensors, o))
+                          lambda inner: mirror.all_reduce(self.layout, inner, tensors, o), opts=o)
 
     @_observed
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.AllreduceCoalescedOptions()
         return self._call("all_reduce_coalesced", "all_reduce", _nbytes(tensors), tensors,
-                          lambda inner: mirror.all_reduce(self.layout, inner, tensors, o))
+                          lambda inner: mirror.all_reduce(self.layout, inner, tensors, o), opts=o)
 
     @_observed
     def allgather(self, outs: list[list[torch.Tensor]], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
         def real(inner: Any) -> mirror.Result:
             return _each([mirror.all_gather(self.layout, inner, o, i) for o, i in zip(outs, ins, strict=True)])
-        return self._call("all_gather", "all_gather", _nbytes(ins), [t for o in outs for t in o], real)
+        return self._call("all_gather", "all_gather", _nbytes(ins), [t for o in outs for t in o], real, opts=opts)
 
     @_observed
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> NboxWork:
         return self._call("all_gather_into_tensor", "all_gather", _nbytes([inp]), [out],
-                          lambda inner: mirror.all_gather_single(self.layout, inner, out, inp))
+                          lambda inner: mirror.all_gather_single(self.layout, inner, out, inp), opts=opts)
 
     _allgather_base = all_gather_single
 
@@ -334,7 +358,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                                     opts: Any = None) -> NboxWork:
         def real(inner: Any) -> mirror.Result:
             return _each([mirror.all_gather_single(self.layout, inner, o, i) for o, i in zip(outs, ins, strict=True)])
-        return self._call("all_gather_into_tensor_coalesced", "all_gather", _nbytes(ins), outs, real)
+        return self._call("all_gather_into_tensor_coalesced", "all_gather", _nbytes(ins), outs, real, opts=opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -345,13 +369,14 @@ class NboxProcessGroup(dist.ProcessGroup):
         def real(inner: Any) -> mirror.Result:
             return _each([mirror.reduce_scatter(self.layout, inner, out, i, o)
                           for out, i in zip(outs, ins, strict=True)])
-        return self._call("reduce_scatter", "reduce_scatter", _nbytes([t for i in ins for t in i]), outs, real)
+        return self._call("reduce_scatter", "reduce_scatter", _nbytes([t for i in ins for t in i]), outs, real,
+                          opts=o)
 
     @_observed
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.ReduceScatterOptions()
         return self._call("reduce_scatter_tensor", "reduce_scatter", _nbytes([inp]), [out],
-                          lambda inner: mirror.reduce_scatter_single(self.layout, inner, out, inp, o))
+                          lambda inner: mirror.reduce_scatter_single(self.layout, inner, out, inp, o), opts=o)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -363,7 +388,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         def real(inner: Any) -> mirror.Result:
             return _each([mirror.reduce_scatter_single(self.layout, inner, out, i, o)
                           for out, i in zip(outs, ins, strict=True)])
-        return self._call("reduce_scatter_tensor_coalesced", "reduce_scatter", _nbytes(ins), outs, real)
+        return self._call("reduce_scatter_tensor_coalesced", "reduce_scatter", _nbytes(ins), outs, real, opts=o)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -371,27 +396,27 @@ class NboxProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         root = opts.rootRank if opts is not None else 0
         return self._call("broadcast", "broadcast", _nbytes(tensors), tensors,
-                          lambda inner: mirror.broadcast(self.layout, inner, tensors, root))
+                          lambda inner: mirror.broadcast(self.layout, inner, tensors, root), opts=opts)
 
     @_observed
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> NboxWork:
         o = opts if opts is not None else dist.ReduceOptions()
         return self._call("reduce", "reduce", _nbytes(tensors), tensors,
-                          lambda inner: mirror.reduce(self.layout, inner, tensors, o.rootRank, o))
+                          lambda inner: mirror.reduce(self.layout, inner, tensors, o.rootRank, o), opts=o)
 
     @_observed
     def gather(self, outs: list[list[torch.Tensor]], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
         root = opts.rootRank if opts is not None else 0
         out = outs[0] if outs else []
         return self._call("gather", "gather", _nbytes(ins), out,
-                          lambda inner: mirror.gather(self.layout, inner, out, ins[0], root))
+                          lambda inner: mirror.gather(self.layout, inner, out, ins[0], root), opts=opts)
 
     @_observed
     def scatter(self, outs: list[torch.Tensor], ins: list[list[torch.Tensor]], opts: Any = None) -> NboxWork:
         root = opts.rootRank if opts is not None else 0
         pieces = ins[0] if ins else []
         return self._call("scatter", "scatter", _nbytes(outs), outs,
-                          lambda inner: mirror.scatter(self.layout, inner, outs[0], pieces, root))
+                          lambda inner: mirror.scatter(self.layout, inner, outs[0], pieces, root), opts=opts)
 
     @_observed
     def alltoall(self, outs: list[torch.Tensor], ins: list[torch.Tensor], opts: Any = None) -> NboxWork:
@@ -402,7 +427,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             pricing = {"send_bytes": [s for j, s in enumerate(sizes) if j != me],
                        "recv_bytes": [_nbytes([t]) for j, t in enumerate(outs) if j != me]}
         return self._call("all_to_all", "all_to_all_v" if pricing else "all_to_all", sum(sizes), outs,
-                          lambda inner: mirror.all_to_all(self.layout, inner, outs, ins), pricing=pricing)
+                          lambda inner: mirror.all_to_all(self.layout, inner, outs, ins), pricing=pricing, opts=opts)
 
     @_observed
     def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
@@ -415,7 +440,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                        "recv_bytes": [s * row for j, s in enumerate(out_splits) if j != me]}
         return self._call("all_to_all_single", "all_to_all_v" if pricing else "all_to_all", _nbytes([inp]), [out],
                           lambda inner: mirror.all_to_all_single(self.layout, inner, out, inp, out_splits, in_splits),
-                          pricing=pricing)
+                          pricing=pricing, opts=opts)
 
     alltoall_base = all_to_all_single
 
@@ -445,7 +470,8 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     def _end_coalescing(self, device: Any = None) -> NboxWork:
         works, self._coalescing = self._coalescing or [], None
-        return _CoalescedWork(works, self.timeout_s, self.config.spin_ns, self.clock)
+        return devicecall.coalesced(works) or _CoalescedWork(works, self.timeout_s,  # type: ignore[return-value]
+                                                             self.config.spin_ns, self.clock)
 
     def shutdown(self) -> None:
         """Stop the resolver threads (after the calls already issued), then the real backend."""
@@ -512,7 +538,7 @@ def _gloo_transport(pg: Any, timeout_s: float) -> tuple[Callable[[int, int], Non
 
 # C++ calls these back, also from inside a compiled module's forward/backward: never let Dynamo trace them
 # (:mod:`emulator_core.eager` says why). The observed wrapper is one code object shared by every collective.
-never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork)
+never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork, devicecall.HeldWork, devicecall.CoalescedHeld)
 
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None

@@ -8,7 +8,9 @@ oldest call it starts the exchange of every call already queued (:func:`in_issue
 overlap as when the caller started them, and the group's inner gloo group carries collectives from one thread in
 issue order. Why: on the calling thread the exchange's buffers and gloo call would roughly double the CPU time each
 ``all_reduce`` costs the caller (measured: docs/results.md), time a replayed rank's training thread would
-otherwise spend that the real one, issuing from DDP's C++ reducer, does not.
+otherwise spend that the real one, issuing from DDP's C++ reducer, does not. A call held on the device
+(:mod:`emulator_core.devicecall`) arrives when the device reaches it, so the resolver starts its exchange only once
+the device has stamped it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -26,8 +28,8 @@ from emulator_core import mirror
 from emulator_core.answer import FabricGroup
 from emulator_core.delay import NboxWork
 
-__all__ = ["MAX_RECORDS", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange", "split_exchange",
-           "start_exchange"]
+__all__ = ["MAX_RECORDS", "Answerable", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange",
+           "split_exchange", "start_exchange"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
@@ -52,12 +54,20 @@ class OpRecord(NamedTuple):
         return max(0.0, self.real_done_us - self.end_us)
 
 
+class Answerable(Protocol):
+    """What the resolver does to a call's work: :class:`NboxWork`, or a device-held one
+    (:class:`emulator_core.devicecall.HeldWork`)."""
+
+    def resolve(self, deadline_ns: int) -> None: ...
+    def fail(self, error: BaseException) -> None: ...
+
+
 @dataclass
 class Pending:
     """One call waiting for its answer on the group's resolver."""
 
     call: str
-    work: NboxWork
+    work: NboxWork | Answerable
     ts_work: Any  # the real members' arrival-time exchange; None for point-to-point (own arrival only)
     ts: torch.Tensor | None  # None: the exchange is the resolver's to start (timing only: :func:`start_exchange`)
     works: list[Any]
@@ -68,6 +78,7 @@ class Pending:
     pricing: Mapping[str, Any] | None = None
     ref_issue_ns: int = 0  # the issue time on the reference timeline (what a deferred exchange sends)
     late_ns: int | None = None  # compute_noise: how late this rank's emulated copies arrive (sent beside the time)
+    held: bool = False  # held on the device: its arrival (so its exchange) waits for the device's stamp
 
 
 @dataclass
@@ -81,6 +92,7 @@ class GroupState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pending: queue.SimpleQueue[Pending | None] = field(default_factory=queue.SimpleQueue)
     resolver: threading.Thread | None = None
+    stream: Any = None  # the group's own device stream, as NCCL's per group (emulator_core.devicecall)
 
 
 def post_exchange(g: GroupState, ref_issue_ns: int, late_ns: int | None = None) -> tuple[torch.Tensor, Any]:
@@ -122,7 +134,8 @@ def in_issue_order(g: GroupState) -> Iterator[Pending]:
             first = g.pending.get()
             if first is None:
                 return
-            start_exchange(g, first)
+            if not first.held:
+                start_exchange(g, first)
             ready.append(first)
         while not stopping:
             try:
@@ -132,6 +145,7 @@ def in_issue_order(g: GroupState) -> Iterator[Pending]:
             if more is None:
                 stopping = True
             else:
-                start_exchange(g, more)
+                if not more.held:
+                    start_exchange(g, more)
                 ready.append(more)
         yield ready.popleft()

@@ -1,66 +1,84 @@
-"""The ordering and deadline logic of a collective's delay held on the device.
+"""The ordering and deadline logic of a collective's delay held on the device (no torch, no CUDA here).
 
-On CUDA, NCCL runs a collective on the process group's stream after that stream
-waits on an event of the caller's current stream (``async_op=True``), or on the
-current stream itself otherwise; the host returns at once. An emulated
-collective mirrors that: it enqueues, on the same stream NCCL would use, a hold
-that
+On CUDA, NCCL runs a collective on the process group's stream after that stream waits on an event of the
+caller's current stream (``async_op=True``), or on the current stream itself otherwise; the host returns at
+once. An emulated collective mirrors that: it enqueues, on the stream NCCL would use, a hold that
 
-* stamps its start (the device's clock) into a host-visible slot: the
-  collective's arrival as the device sees it;
-* spins until a deadline the host writes into the slot once the answer is
-  known (arrivals exchanged, then the network model);
-* gives up after a device-side timeout, or when the host raises the slot's
-  abort flag, so a dead peer ends in an error, never a hung device.
+* stamps its start (the device's clock) into a host-visible slot: the collective's arrival as the device sees
+  it, which can lag the host's issue by a whole forward pass;
+* spins until a deadline the host writes into the slot once the answer is known (the real members' arrivals
+  exchanged, then the network model: :mod:`emulator_core.backend`'s resolver);
+* gives up after a device-side timeout, or when the host raises the slot's abort word, so a dead peer ends in
+  an error, never a hung device.
 
-``wait()`` only makes the current stream wait on the hold's end event;
-``get_future()`` is complete when the hold is enqueued, as NCCL's is. The host
-blocks only where the script synchronizes.
+When the collective has data to move (the mirror rule's copies, :mod:`emulator_core.mirror`), the arrival is
+stamped first, the data ops run on the same stream, then the hold: they take place inside the modeled time as
+NCCL's kernel does. ``wait()`` only makes the current stream wait on the hold's end event; ``get_future()`` is
+complete when the hold is enqueued, as NCCL's is. The host blocks only where the script synchronizes.
 
-Everything here is written against the small protocol below (device, stream,
-event, slot) so it runs in CI against :class:`FakeDevice`; the thin CUDA
-implementation lives in ``emulator_core._cuda_hold`` (imported lazily).
+Everything here is written against a small protocol (device, stream, event, slot), so CI runs it against the
+pure-Python :class:`emulator_core.device_fake.FakeDevice`; the one module that touches CUDA is
+:mod:`emulator_core._cuda_hold`.
 
-Device clock to host clock: :class:`ClockOffset` measures the offset at
-start-up from bracketed reads (host, device, host; the narrowest bracket
-wins) and re-measures on request to follow drift, so arrivals and deadlines
-are on the host's reference timeline.
+One clock. The device's timer and the host's ``perf_counter_ns`` (the clock :mod:`emulator_core.clocksync` puts
+on the reference timeline) have different zeros and tick at slightly different rates. :class:`ClockOffset`
+measures ``host - device`` at start-up from bracketed reads (host, device, host; the narrowest bracket wins),
+re-measures on request (:meth:`ClockOffset.follow` does so periodically on a thread) and takes the drift rate
+from the last two accepted measurements, so arrivals and deadlines are on the host's timeline between
+measurements too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from nbox_trace.errors import NboxError
 
+__all__ = ["CAPTURE_REFUSED", "STATUS_ABORTED", "STATUS_PENDING", "STATUS_RELEASED", "STATUS_TIMED_OUT",
+           "UNSET_NS", "ClockOffset", "Device", "DeviceHoldWork", "Event", "Hold", "HoldEngine", "HoldError",
+           "Slot", "Stream"]
+
 UNSET_NS = -1
-"""A slot's start or deadline before it is written."""
+"""A slot's start, deadline or release before it is written."""
 
 STATUS_PENDING = 0
 STATUS_RELEASED = 1
 STATUS_TIMED_OUT = 2
 STATUS_ABORTED = 3
 
+#: How often the resolver looks for a hold's arrival stamp at first, and at most once it has waited a while
+#: (a sleep releases the GIL; the stamp's value does not depend on when it is read, only the deadline's write does).
+POLL_FIRST_S, POLL_MAX_S, POLL_GROW_AFTER_S = 20e-6, 200e-6, 2e-3
+
 CAPTURE_REFUSED = (
     "nbox cannot emulate a collective inside CUDA graph capture: the hold's deadline is only known "
     "at run time; run the step eagerly (no torch.cuda.graph / torch.compile mode='reduce-overhead')"
 )
 
+R = TypeVar("R")
+
 
 class HoldError(NboxError):
-    """A device-side hold ended without its deadline: timed out or aborted."""
+    """A device-side hold ended without its deadline (timed out or aborted), or never started."""
 
 
 class Slot(Protocol):
-    """Host-visible memory shared with one hold (mapped pinned memory on CUDA)."""
+    """Host-visible memory shared with one hold (pinned host memory on CUDA)."""
 
     def read_start_ns(self) -> int: ...
     def read_status(self) -> int: ...
+    def read_released_ns(self) -> int: ...
     def write_deadline_ns(self, deadline_device_ns: int) -> None: ...
     def write_abort(self) -> None: ...
+    def free(self) -> None:
+        """Give the slot back for reuse (only once the hold has ended: status is not pending)."""
+        ...
 
 
 class Event(Protocol):
@@ -74,43 +92,111 @@ class Stream(Protocol):
 
 class Device(Protocol):
     def current_stream(self) -> Stream: ...
+    def new_stream(self) -> Stream: ...
+    def use_stream(self, stream: Stream) -> ContextManager[None]:
+        """Make ``stream`` the current one inside the block (the data ops of a call run there)."""
+        ...
+    def synchronize(self, stream: Stream) -> None:
+        """Block the calling host thread until ``stream``'s work so far is done."""
+        ...
     def is_capturing(self) -> bool: ...
-    def device_now_ns(self) -> int: ...
+    def clock_samples(self, n: int, host_now_ns: Callable[[], int]) -> list[tuple[int, int, int]]:
+        """``n`` bracketed reads ``(host before, device timer, host after)``, nanoseconds."""
+        ...
     def new_slot(self) -> Slot: ...
+    def stamp(self, stream: Stream, slot: Slot) -> None:
+        """Enqueue the arrival stamp alone on ``stream`` (before a call's data ops)."""
+        ...
     def enqueue_hold(self, stream: Stream, slot: Slot, timeout_ns: int) -> Event:
-        """Enqueue the hold on ``stream``; return the event recorded right after it."""
+        """Enqueue the hold on ``stream`` (it stamps the arrival when no stamp went first); return the event
+        recorded right after it."""
+        ...
+    def future_scope(self, stream: Stream) -> tuple[list[str], ContextManager[None]]:
+        """The devices a completed future names and the block to complete it in (``stream`` current), so that
+        its waiters order their streams after the hold (empty and a no-op where there is no such thing)."""
         ...
 
 
 @dataclass
 class ClockOffset:
-    """host_ns = device_ns + offset_ns, measured from bracketed reads."""
+    """``host_ns = device_ns + offset_ns + drift * (device_ns - at_device_ns)``, from bracketed reads.
+
+    A measurement is accepted when its bracket is at most :attr:`accept_factor` times the narrowest seen so far
+    (plus :attr:`accept_slack_ns`): a read the host was descheduled in does not move the offset. ``drift`` (a
+    rate, host ns per device ns less 1) comes from the last two accepted measurements when they are at least
+    :attr:`min_drift_span_ns` apart.
+    """
 
     device: Device
-    host_now_ns: Callable[[], int] = time.monotonic_ns
+    host_now_ns: Callable[[], int] = time.perf_counter_ns
     samples: int = 16
+    accept_factor: float = 4.0
+    accept_slack_ns: int = 2_000
+    min_drift_span_ns: int = 200_000_000
     offset_ns: int = 0
     bracket_ns: int = 0
+    at_device_ns: int = 0
+    drift: float = 0.0
+    measured: int = 0
+    rejected: int = 0
+    best_bracket_ns: int | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event | None = field(default=None, repr=False)
 
     def measure(self) -> int:
-        """(Re-)measure the offset; the sample with the narrowest host bracket wins."""
-        best: tuple[int, int] | None = None
-        for _ in range(max(1, self.samples)):
-            before = self.host_now_ns()
-            dev = self.device.device_now_ns()
-            after = self.host_now_ns()
-            width = after - before
-            if best is None or width < best[0]:
-                best = (width, (before + after) // 2 - dev)
-        assert best is not None
-        self.bracket_ns, self.offset_ns = best
-        return self.offset_ns
+        """(Re-)measure the offset (the narrowest of :attr:`samples` brackets); return the offset in force."""
+        reads = self.device.clock_samples(max(1, self.samples), self.host_now_ns)
+        if not reads:
+            raise HoldError("the device clock could not be read (no calibration sample)")
+        width, offset, dev = min(((a - b, (b + a) // 2 - d, d) for b, d, a in reads), key=lambda s: s[0])
+        with self._lock:
+            best = width if self.best_bracket_ns is None else min(self.best_bracket_ns, width)
+            if self.measured and width > self.accept_factor * best + self.accept_slack_ns:
+                self.rejected += 1
+                return self.offset_ns
+            if self.measured and dev - self.at_device_ns >= self.min_drift_span_ns:
+                self.drift = (offset - self.offset_ns) / (dev - self.at_device_ns)
+            self.best_bracket_ns = best
+            self.offset_ns, self.bracket_ns, self.at_device_ns = offset, width, dev
+            self.measured += 1
+            return offset
 
     def to_host_ns(self, device_ns: int) -> int:
-        return device_ns + self.offset_ns
+        with self._lock:
+            return device_ns + self.offset_ns + round(self.drift * (device_ns - self.at_device_ns))
 
     def to_device_ns(self, host_ns: int) -> int:
-        return host_ns - self.offset_ns
+        with self._lock:
+            guess = host_ns - self.offset_ns  # the first-order inverse: drift is parts per million
+            return guess - round(self.drift * (guess - self.at_device_ns))
+
+    def follow(self, period_s: float) -> None:
+        """Re-measure every ``period_s`` on a daemon thread until :meth:`stop` (a failed read keeps the offset
+        in force and counts as rejected)."""
+        if self._stop is not None:
+            return
+        stop = self._stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(period_s):
+                try:
+                    self.measure()
+                except Exception:  # a busy device missed one re-measurement: counted in rejected, offset kept
+                    with self._lock:
+                        self.rejected += 1
+
+        threading.Thread(target=run, name="nbox-device-clock", daemon=True).start()
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
+
+    def describe(self) -> dict[str, float]:
+        """For reports: the offset's bracket, the drift (parts per million) and the measurement counts."""
+        with self._lock:
+            return {"bracket_us": self.bracket_ns / 1000.0, "drift_ppm": self.drift * 1e6,
+                    "measured": float(self.measured), "rejected": float(self.rejected)}
 
 
 @dataclass
@@ -120,22 +206,54 @@ class Hold:
     slot: Slot
     end_event: Event
     clock: ClockOffset
+    stream: Stream
     released: bool = False
+    deadline_device_ns: int = UNSET_NS
 
     def arrival_host_ns(self) -> int | None:
-        """The device's start stamp on the host timeline; None until the hold has started."""
+        """The device's start stamp on the host timeline; None until the hold (or its stamp) has run."""
         start = self.slot.read_start_ns()
         return None if start == UNSET_NS else self.clock.to_host_ns(start)
+
+    def wait_arrival_host_ns(self, timeout_s: float, sleep: Callable[[float], None] = time.sleep) -> int:
+        """Poll until the arrival is stamped (sleeping between reads); HoldError past ``timeout_s`` or when the
+        hold was aborted first."""
+        t0 = time.monotonic()
+        pause = POLL_FIRST_S
+        while True:
+            got = self.arrival_host_ns()
+            if got is not None:
+                return got
+            waited = time.monotonic() - t0
+            if self.slot.read_status() == STATUS_ABORTED:
+                raise HoldError("an emulated collective was aborted before it reached the device")
+            if waited > timeout_s:
+                raise HoldError(f"an emulated collective did not reach the device within {timeout_s:.1f} s (the "
+                                f"stream it was enqueued on is stuck behind other work)")
+            if waited > POLL_GROW_AFTER_S:
+                pause = POLL_MAX_S
+            sleep(pause)
 
     def release_at(self, deadline_host_ns: int) -> None:
         """Write the deadline (host timeline) once the answer is known; only once."""
         if self.released:
-            raise NboxError("a device hold's deadline was written twice (internal error)")
+            raise HoldError("a device hold's deadline was written twice (internal error)")
         self.released = True
-        self.slot.write_deadline_ns(self.clock.to_device_ns(deadline_host_ns))
+        self.deadline_device_ns = self.clock.to_device_ns(deadline_host_ns)
+        self.slot.write_deadline_ns(self.deadline_device_ns)
 
     def abort(self) -> None:
         self.slot.write_abort()
+
+    def ended(self) -> bool:
+        """The hold's kernel is done (released, timed out or aborted): its slot may be freed."""
+        return self.slot.read_status() != STATUS_PENDING
+
+    def late_ns(self) -> int | None:
+        """How long after its deadline the hold let go (device clock); None until it was released."""
+        if self.slot.read_status() != STATUS_RELEASED or self.deadline_device_ns == UNSET_NS:
+            return None
+        return self.slot.read_released_ns() - self.deadline_device_ns
 
     def check(self) -> None:
         """Raise HoldError when the device reported a timeout or an abort."""
@@ -149,7 +267,7 @@ class Hold:
 
 @dataclass
 class DeviceHoldWork:
-    """The Work an emulated collective returns on a device: NCCL's semantics."""
+    """NCCL's Work semantics over a hold (the torch ``Work`` the backend returns wraps one of these)."""
 
     hold: Hold
     device: Device
@@ -177,144 +295,29 @@ class HoldEngine:
     clock: ClockOffset
     timeout_ns: int
 
-    def enqueue(self, async_op: bool, group_stream: Stream) -> DeviceHoldWork:
+    def enqueue(self, async_op: bool, group_stream: Stream,
+                data: Callable[[], R] | None = None) -> tuple[DeviceHoldWork, R | None]:
+        """One call: the stream NCCL would use (``group_stream`` after it waited on the current stream's event
+        when ``async_op``, else the current stream); there the arrival stamp, ``data()`` (the call's data ops,
+        run with that stream current; its result is returned) and the hold."""
         if self.device.is_capturing():
-            raise NboxError(CAPTURE_REFUSED)
+            raise HoldError(CAPTURE_REFUSED)
         current = self.device.current_stream()
         stream = current
         if async_op:
             group_stream.wait_event(current.record_event())
             stream = group_stream
         slot = self.device.new_slot()
+        got: R | None = None
+        if data is not None:
+            self.device.stamp(stream, slot)
+            with self.device.use_stream(stream):
+                got = data()
         end = self.device.enqueue_hold(stream, slot, self.timeout_ns)
-        return DeviceHoldWork(Hold(slot, end, self.clock), self.device)
+        return DeviceHoldWork(Hold(slot, end, self.clock, stream), self.device), got
 
 
-# ---------------------------------------------------------------- fake device (CI)
-
-
-@dataclass
-class FakeSlot:
-    start_ns: int = UNSET_NS
-    deadline_ns: int = UNSET_NS
-    abort: bool = False
-    status: int = STATUS_PENDING
-
-    def read_start_ns(self) -> int:
-        return self.start_ns
-
-    def read_status(self) -> int:
-        return self.status
-
-    def write_deadline_ns(self, deadline_device_ns: int) -> None:
-        self.deadline_ns = deadline_device_ns
-
-    def write_abort(self) -> None:
-        self.abort = True
-
-
-@dataclass
-class FakeEvent:
-    done: bool = False
-
-    def query(self) -> bool:
-        return self.done
-
-
-@dataclass
-class _Op:
-    kind: str  # "hold", "wait", "record", "work"
-    slot: FakeSlot | None = None
-    event: FakeEvent | None = None
-    timeout_ns: int = 0
-    label: str = ""
-
-
-@dataclass
-class FakeStream:
-    device: FakeDevice
-    name: str
-    ops: list[_Op] = field(default_factory=list)
-
-    def record_event(self) -> FakeEvent:
-        ev = FakeEvent()
-        self.ops.append(_Op("record", event=ev))
-        return ev
-
-    def wait_event(self, event: Event) -> None:
-        assert isinstance(event, FakeEvent)
-        self.ops.append(_Op("wait", event=event))
-
-    def launch(self, label: str) -> None:
-        """A stand-in kernel (a later op on this stream)."""
-        self.ops.append(_Op("work", label=label))
-
-
-@dataclass
-class FakeDevice:
-    """A pure-Python device: streams run in order, time moves only by ``advance``."""
-
-    now_ns: int = 1_000_000
-    capturing: bool = False
-    streams: dict[str, FakeStream] = field(default_factory=dict)
-    current: str = "default"
-    ran: list[str] = field(default_factory=list)
-
-    def stream(self, name: str) -> FakeStream:
-        if name not in self.streams:
-            self.streams[name] = FakeStream(self, name)
-        return self.streams[name]
-
-    def current_stream(self) -> FakeStream:
-        return self.stream(self.current)
-
-    def is_capturing(self) -> bool:
-        return self.capturing
-
-    def device_now_ns(self) -> int:
-        return self.now_ns
-
-    def new_slot(self) -> FakeSlot:
-        return FakeSlot()
-
-    def enqueue_hold(self, stream: Stream, slot: Slot, timeout_ns: int) -> FakeEvent:
-        assert isinstance(stream, FakeStream) and isinstance(slot, FakeSlot)
-        stream.ops.append(_Op("hold", slot=slot, timeout_ns=timeout_ns, label="hold"))
-        return stream.record_event()
-
-    def advance(self, ns: int = 0) -> None:
-        """Move time by ``ns`` then run every stream as far as it can go."""
-        self.now_ns += ns
-        progress = True
-        while progress:
-            progress = False
-            for s in self.streams.values():
-                while s.ops and self._step(s.name, s.ops[0]):
-                    s.ops.pop(0)
-                    progress = True
-
-    def _step(self, stream: str, op: _Op) -> bool:
-        if op.kind == "record":
-            assert op.event is not None
-            op.event.done = True
-            return True
-        if op.kind == "wait":
-            assert op.event is not None
-            return op.event.done
-        if op.kind == "work":
-            self.ran.append(f"{stream}:{op.label}")
-            return True
-        slot = op.slot
-        assert slot is not None
-        if slot.start_ns == UNSET_NS:
-            slot.start_ns = self.now_ns
-        if slot.abort:
-            slot.status = STATUS_ABORTED
-        elif slot.deadline_ns != UNSET_NS and self.now_ns >= slot.deadline_ns:
-            slot.status = STATUS_RELEASED
-        elif self.now_ns - slot.start_ns >= op.timeout_ns:
-            slot.status = STATUS_TIMED_OUT
-        else:
-            return False
-        self.ran.append(f"{stream}:hold")
-        return True
+@contextlib.contextmanager
+def no_scope() -> Iterator[None]:
+    """A block that changes nothing (a device without streams to make current)."""
+    yield

@@ -15,8 +15,10 @@ from emulator_core.scenario_files import load_scenario
 from emulator_core.world import resize
 from nbox_trace.errors import InvalidInputError
 
-__all__ = ["DEFAULT_SPIN_NS", "EmulationConfig", "EmulationConfigError"]
+__all__ = ["DEFAULT_SPIN_NS", "DEVICE_HOLDS", "EmulationConfig", "EmulationConfigError"]
 
+#: The settings of ``NBOX_DEVICE_HOLD`` (:attr:`EmulationConfig.device_hold`).
+DEVICE_HOLDS = ("auto", "on", "off")
 #: How long before a deadline a waiting thread stops sleeping and spins (``NBOX_SPIN_US``; :mod:`emulator_core.delay`).
 DEFAULT_SPIN_NS = 200_000
 
@@ -41,6 +43,9 @@ class EmulationConfig:
             --clock real`` sets 0: its buffers carry no information, so only the arrival times travel (a
             collective's arrivals, a send's issue time to its receiver) and every call completes at the
             modeled time, not at the testbed's; a script run by ``nbox emulate`` needs its data and keeps 1.
+        device_hold: where a call on CUDA tensors holds its delay (``NBOX_DEVICE_HOLD``, :data:`DEVICE_HOLDS`):
+            ``auto`` on the device where the hold kernel builds, else on the host (said once); ``on`` on the
+            device or not at all (an error); ``off`` on the host (:mod:`emulator_core.devicecall`).
     """
 
     world_size: int
@@ -49,6 +54,7 @@ class EmulationConfig:
     spin_ns: int = DEFAULT_SPIN_NS
     call_timeout_s: float = math.inf
     move_data: bool = True
+    device_hold: str = "auto"
 
     def __post_init__(self) -> None:
         w = self.world_size
@@ -69,6 +75,9 @@ class EmulationConfig:
             raise EmulationConfigError(f"NBOX_SPIN_US: must be >= 0, got {self.spin_ns / 1000}")
         if not self.call_timeout_s > 0:
             raise EmulationConfigError(f"NBOX_CALL_TIMEOUT_S: must be > 0, got {self.call_timeout_s}")
+        if self.device_hold not in DEVICE_HOLDS:
+            raise EmulationConfigError(f"NBOX_DEVICE_HOLD: must be one of {', '.join(DEVICE_HOLDS)}, got "
+                                       f"{self.device_hold!r}")
 
     @classmethod
     def from_env(cls, nproc: int, env: Mapping[str, str] | None = None) -> EmulationConfig:
@@ -111,4 +120,5 @@ class EmulationConfig:
         raw_move = e.get("NBOX_MOVE_DATA", "").strip()
         if raw_move not in ("", "0", "1"):
             raise EmulationConfigError(f"NBOX_MOVE_DATA: must be 0 or 1, got {raw_move!r}")
-        return cls(w, ranks, scenario, spin_us * 1000, call_timeout_s, raw_move != "0")
+        hold = e.get("NBOX_DEVICE_HOLD", "").strip().lower() or "auto"
+        return cls(w, ranks, scenario, spin_us * 1000, call_timeout_s, raw_move != "0", hold)
