@@ -48,7 +48,7 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   thread's time slice), not bandwidth: between the steps the kernel moves the bytes from the sockets' buffers
   whether or not the thread runs, and gloo runs a group's calls two at a time, so one call's transfer fills the
   other's waits. A longer call has the same steps and so loses about the same delay, not s times its length: a
-  DDP stream of 25 MiB buckets beside a computing thread lost a few milliseconds per bucket on the testbed
+  DDP stream of 25 MiB buckets beside compute lost far less than ``(1 - 1 / s)`` of the overlap on the testbed
   (docs/results.md, "busy_slowdown: a delay per call"). So the stream's rate is
   ``r = min(s, 1 + delay x calls / cost)``, ``calls`` and ``cost`` the stream's calls and their summed price so
   far: s for calls as short as the measured one, near 1 for long ones. A calibration that does not record
