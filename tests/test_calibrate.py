@@ -290,7 +290,9 @@ def test_the_workers_beside_compute_measurements_are_read_per_collective(tmp_pat
     res = cal.calibrate(CalibrateConfig(backend="gloo", collectives=("all_reduce",), sizes=tuple(SIZES[2:7]),
                                         dimension="network"), tmp_path / "c.toml")
     assert res.scenario.calibration[0].busy_slowdown == 2.0 and res.busy[0].busy_slowdown == 2.0
+    assert res.scenario.calibration[0].busy_nbytes == 1 << 20  # the size the slowdown was measured at
     assert "# beside compute: all_reduce of 1048576 bytes" in (tmp_path / "c.toml").read_text()
+    assert "busy_nbytes = 1048576" in (tmp_path / "c.toml").read_text()
 
 
 def test_failure_names_the_rank_collective_and_size(tmp_path: Path) -> None:
