@@ -15,7 +15,7 @@ rounds, last in odd ones):
    fresh recording every round; ``--one-recording``: one before the rounds, as the bench did until 2026-11-26);
 3. the prediction: ``nbox replay`` of that round's merged bundle under the calibrated scenario, virtual clock,
    recorded compute (deterministic: same bundle, same scenario, same answer), with the default profiler
-   correction (``nbox_replay.profiler``) and also with each rule and with none (the last recording's, in the
+   correction (``nbox_replay.inputs.profiler``) and also with each rule and with none (the last recording's, in the
    last lines of the table). With ``live`` (``--live``), the round also replays its bundle live (real clock,
    operators re-executed and padded for the host work the replay does not re-run, nbox_replay/hostwork.py;
    collectives answered by the calibrated scenario) across the nodes: ``nbox replay --nnodes N`` on each node,
@@ -109,7 +109,7 @@ def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, captu
     merged = tmp / f"{example}.bundle"
     subprocess.run(_nbox("bundle", "merge", *parts, "-o", merged, "--overwrite"), check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=300)
-    from nbox_trace import bundle as B
+    from nbox_trace.bundle import manifest as B
 
     observed = B.read_manifest(merged).observed or {}
     return merged, float(observed.get("iteration_time_us", {}).get("median", float("nan")))
@@ -203,7 +203,7 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int, host
 
 
 def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
-    from nbox_replay.profiler import RULES
+    from nbox_replay.inputs.profiler import RULES
     from nbox_replay.replay import ReplayConfig, run_replay
 
     def one(mode: str) -> Any:
@@ -221,7 +221,7 @@ def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
 
 def _world_size(scenario: Path) -> int:
     """The world size a calibrated scenario file was measured at (its ``world_size`` key)."""
-    from emulator_core.scenario_files import load_scenario
+    from emulator_core.scenario.files import load_scenario
 
     return int(load_scenario(scenario).world_size)
 
@@ -234,7 +234,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
     """The rows of the table (module docstring), ``world`` nodes x one rank. ``fresh``: a new recording (and its
     prediction) every round, paired with that round's real run; else one recording before the rounds.
     ``host_work``: with ``live``, the ``--host-work`` modes replayed each round (the first is the table's)."""
-    from nbox_trace.testbed import Testbed
+    from nbox_trace.testbed.namespaces import Testbed
 
     rows = []
     with Testbed(world, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:
@@ -380,7 +380,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                              f"{Paired.from_dict(fig['live_vs_recorder_paired']).describe()}")
     lines.append("the model against the recordings, per collective (the top collectives of the prediction's median "
                  "iteration; per call, ms, median over the rounds' recordings; recorded: from the call's last "
-                 "arrival, nbox_replay.recorded_calls):")
+                 "arrival, nbox_replay.inputs.recorded_calls):")
     for r in rows:
         calls = per_collective(r.get("rounds", []))
         for (coll, nbytes, count), (mod, rec) in calls.items():

@@ -46,7 +46,7 @@ def price(scenario: Path, size: int) -> float:
 
 
 def burst_of(scenario: Path) -> float:
-    from emulator_core.scenario_files import load_scenario
+    from emulator_core.scenario.files import load_scenario
 
     return load_scenario(scenario).topology.dims[0].burst_bytes
 
@@ -61,7 +61,7 @@ def main() -> int:
                     help="gloo's device-loop threads at SCHED_BATCH (the testbed's default) or the kernel's default")
     ap.add_argument("--cpu-bytes", type=int, default=1638400)
     args = ap.parse_args()
-    from nbox_trace.testbed import Testbed
+    from nbox_trace.testbed.namespaces import Testbed
 
     sizes = [int(s) for s in args.sizes.split(",")]
     batch = args.gloo_loop == "batch"

@@ -1,4 +1,4 @@
-"""Answering a collective (emulator_core.answer): the rule of its module docstring, by hand."""
+"""Answering a collective (emulator_core.pricing.answer): the rule of its module docstring, by hand."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import emulator_core.answer as answer_mod
-from emulator_core.answer import Answer, Fabric, mirror_member, mirror_weights
-from emulator_core.pricing import GroupShape, Pricer, PricingError, group_shape, make_pricer, price_group
-from emulator_core.scenario import Dimension, Network, Scenario, Straggler, Topology
-from emulator_core.scenario_files import load_scenario
-from emulator_core.world import resize
+import emulator_core.pricing.answer as answer_mod
+from emulator_core.pricing.answer import Answer, Fabric, mirror_member, mirror_weights
+from emulator_core.pricing.pricer import GroupShape, Pricer, PricingError, group_shape, make_pricer, price_group
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.model import Dimension, Network, Scenario, Straggler, Topology
+from emulator_core.scenario.world import resize
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "emulator_core" / "scenarios"
 NVLINK_ALPHA, NVLINK_BW = 2.0, 3600 * 125.0  # dgx_h100_400g's nvlink dimension: 2 us, 3600 Gb/s in bytes/us
@@ -278,7 +278,7 @@ JITTER = ((0.0, 0.0), (0.5, 0.0), (0.9, 1000.0), (1.0, 3000.0))
 
 
 def _jittery(jitter: str = "calibrated", seed: int = 7) -> Scenario:
-    from emulator_core.scenario import Calibration
+    from emulator_core.scenario.model import Calibration
 
     s = load_scenario(SCENARIOS / "loopback_cpu.toml")
     cals = tuple(replace(c, jitter_us=JITTER) if c.collective == "all_reduce" else c for c in s.calibration)
@@ -401,7 +401,7 @@ def test_a_rested_shaped_link_sends_its_bucket_at_once() -> None:
 def test_the_bucket_applies_where_every_spanned_dimension_has_one() -> None:
     """A group over two dimensions is as fast as its slowest: only the smaller bucket's time counts, and none when
     one of them has no bucket."""
-    from emulator_core.pricing import burst_us
+    from emulator_core.pricing.pricer import burst_us
 
     node = Dimension("node", 2, "switch", 8.0, 5.0, burst_bytes=1_000_000.0)  # 1000 bytes/us: 1000 us
     for net_burst, expect in ((100_000.0, 800.0), (0.0, 0.0)):
@@ -415,7 +415,7 @@ def test_the_bucket_applies_where_every_spanned_dimension_has_one() -> None:
 def test_the_bucket_saves_link_time_whatever_a_collectives_calibrated_bandwidth() -> None:
     """The bucket holds link bytes, which leave at the dimension's rate: a reduce_scatter calibrated at half the
     dimension's bandwidth saves what an all_reduce saves (testbed: 0.6-1.2 ms against 0.75 ms), not twice it."""
-    from emulator_core.scenario import Calibration
+    from emulator_core.scenario.model import Calibration
 
     cal = Calibration("reduce_scatter", "network", "ring", 2, bandwidth_factor=0.5, library="gloo")
     s = replace(shaped(100_000.0), calibration=(cal,))
@@ -447,8 +447,8 @@ def test_the_mirrors_lateness_moves_the_start_only_where_the_member_has_emulated
 
 
 def test_compute_noise_is_a_scenario_key_that_round_trips_and_refuses_other_values() -> None:
-    from emulator_core.scenario import ScenarioError
-    from emulator_core.scenario_toml import dump_toml, loads_scenario
+    from emulator_core.scenario.model import ScenarioError
+    from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 
     s = dgx64(compute_noise="mirror_history")
     assert Scenario.from_dict(s.to_dict()) == s and loads_scenario(dump_toml(s)) == s

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core import _calibrate_worker as worker
-from emulator_core import calibrate as cal
-from emulator_core import calibration as cc
-from emulator_core import calibration_fit as cf
-from emulator_core import calibration_run as cr
-from emulator_core import costmodels as cm
-from emulator_core.pricing import calibration_for, group_shape, link_for, price, price_group
-from emulator_core.scenario import Calibration, Dimension, Scenario, ScenarioError, Topology
-from emulator_core.scenario_files import load_scenario, shipped_scenarios
-from emulator_core.scenario_toml import dump_toml, loads_scenario
+from emulator_core.calibration import _worker as worker
+from emulator_core.calibration import calibrate as cal
+from emulator_core.calibration import fit as cf
+from emulator_core.calibration import run as cr
+from emulator_core.calibration import spec as cc
+from emulator_core.network import costmodels as cm
+from emulator_core.pricing.pricer import calibration_for, group_shape, link_for, price, price_group
+from emulator_core.scenario.files import load_scenario, shipped_scenarios
+from emulator_core.scenario.model import Calibration, Dimension, Scenario, ScenarioError, Topology
+from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 from nbox_trace.files import write_atomic
-from nbox_trace.launch import LaunchResult, command
+from nbox_trace.launch.launcher import LaunchResult, command
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [1024 * 4**k for k in range(9)]  # 1 KiB .. 64 MiB
@@ -159,7 +159,7 @@ def test_config_sorts_sizes_and_builds_the_launch_command(tmp_path: Path) -> Non
     cfg = cc.CalibrateConfig(sizes=(65536, 1024, 1024), collectives=("all_reduce",), timeout_s=60)
     assert cfg.sizes == (1024, 65536)
     cmd = command(cr.launch_spec(cfg, tmp_path))
-    assert cmd[1:3] == ["-m", "emulator_core._calibrate_worker"] and "1024,65536" in cmd
+    assert cmd[1:3] == ["-m", "emulator_core.calibration._worker"] and "1024,65536" in cmd
     assert float(cmd[cmd.index("--timeout-s") + 1]) < 60  # a collective fails before the run deadline
     assert float(cmd[cmd.index("--rest-ms") + 1]) == 0.0  # one node: no shaper's bucket to measure
     on = command(cr.launch_spec(replace(cfg, rest_ms=10), tmp_path))
@@ -329,8 +329,8 @@ def test_the_bucket_is_the_together_calls_saving_where_measured(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """calibrate() writes burst_bytes from the all_reduce's together calls (timed from the last arrival), not the
     slept ones (their first rank's time holds its wait for the last), and each share and apart share from them."""
-    from emulator_core.calibration import CalibrateConfig
-    from emulator_core.calibration_run import MeasureRun
+    from emulator_core.calibration.run import MeasureRun
+    from emulator_core.calibration.spec import CalibrateConfig
 
     drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
     minus = lambda us: tuple(d - us for d in drained)  # noqa: E731
@@ -375,7 +375,7 @@ def test_shares_and_busy_sizes_are_kept_apart() -> None:
 def test_the_fragment_burst_gives_the_measured_saving_back_through_pricing() -> None:
     """burst_bytes = saving x the bandwidth the all_reduce is priced at, so a rested all_reduce on the written
     scenario saves what the calibration measured; without a saving the key stays out of the file."""
-    from emulator_core.answer import Fabric
+    from emulator_core.pricing.answer import Fabric
 
     fits = cf.fit(synthetic("all_reduce", "ring", 2, cm.Link(70.0, 150.0), SIZES[2:7]), 2)
     frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", burst_saving_us=730.0)
@@ -394,7 +394,7 @@ def test_each_collective_gets_its_measured_share_of_the_rested_link() -> None:
     """rest_factor = a collective's own significant saving over the all_reduce's (capped at 1); a collective whose
     rested calls were not faster gets none of the bucket (the testbed's gloo all_gather), and every calibrated
     collective's rested answer follows its share; without an all_reduce saving there is nothing to share."""
-    from emulator_core.answer import Fabric
+    from emulator_core.pricing.answer import Fabric
 
     drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
 
@@ -701,8 +701,8 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
 
 
 def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:
-    from emulator_core.calibration import summarize
-    from emulator_core.calibration_fit import JITTER_QUANTILES, jitter_table
+    from emulator_core.calibration.fit import JITTER_QUANTILES, jitter_table
+    from emulator_core.calibration.spec import summarize
 
     small = summarize("all_reduce", 1024, 1024, 2, [[100.0, 100.0, 100.0, 3100.0], [90.0, 100.0]])  # median 100
     big = summarize("all_reduce", 1 << 20, 1 << 20, 2, [[1000.0, 1000.0, 4000.0, 800.0]])  # median 1000
@@ -724,9 +724,9 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``--backend auto`` (the default) is decided in the ranks, so nbox calibrate's process never imports torch;
     the fit and the file follow what the ranks report, and a report that is neither gloo nor nccl is an error."""
-    import emulator_core.calibrate as cal
-    from emulator_core.calibration import CalibrateConfig, CalibrationError
-    from emulator_core.calibration_run import MeasureRun
+    import emulator_core.calibration.calibrate as cal
+    from emulator_core.calibration.run import MeasureRun
+    from emulator_core.calibration.spec import CalibrateConfig, CalibrationError
 
     link = cm.Link(40.0, 2000.0)
     meas = synthetic("all_reduce", "ring", 2, link, SIZES)
@@ -747,7 +747,7 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
 def test_apart_rest_factor_acts_on_calls_whose_members_arrive_apart_and_is_written_only_where_measured() -> None:
     """The fragment writes each measured ``apart_rest_factor``; the answer gives a rested call whose last member
     arrives APART_US or more after its first that share of the bucket, a together call its ``rest_factor``."""
-    from emulator_core.answer import APART_US, Fabric
+    from emulator_core.pricing.answer import APART_US, Fabric
 
     link = cm.Link(70.0, 150.0)
     fits = cf.fit([*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulator_core.computenoise import BLOCK_NS, NOISE_HISTORY, NOISE_MIN_HISTORY, MirrorNoise
+from emulator_core.backend.computenoise import BLOCK_NS, NOISE_HISTORY, NOISE_MIN_HISTORY, MirrorNoise
 
 MS = 1_000_000
 SITE = ("all_reduce", 1024.0)

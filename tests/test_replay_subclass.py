@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from nbox_record.convert import convert_rank
-from nbox_replay.graph import load_rank
-from nbox_replay.ops import CompositeRunnable, Runnable, prepare
+from nbox_record.convert.assemble import convert_rank
+from nbox_replay.inputs.graph import load_rank
+from nbox_replay.live.ops import CompositeRunnable, Runnable, prepare
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.chakra.codec import write_et
 

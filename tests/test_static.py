@@ -127,11 +127,11 @@ def test_the_base_imports_neither_torch_nor_typer_nor_rich() -> None:
 
 def test_the_emulator_core_imports_torch_only_in_the_backend() -> None:
     """design.md: the backend (and the modules it alone uses) is the only part of emulator_core that needs torch."""
-    allowed = {"emulator_core.backend", "emulator_core.mirror", "emulator_core.delay", "emulator_core._autoload",
-               "emulator_core._calibrate_worker",
-               "emulator_core.eager", "emulator_core.objectp2p",  # used by the backend alone (issue 16)
-               "emulator_core.calls",  # the backend's calls in flight, split from it (issue 15)
-               "emulator_core.devicecall", "emulator_core._cuda_hold"}  # its calls held on the device (issue 49)
+    allowed = {"emulator_core.backend.process_group", "emulator_core.backend.mirror", "emulator_core.backend.delay",
+               "emulator_core._autoload", "emulator_core.calibration._worker",
+               "emulator_core.backend.eager", "emulator_core.backend.objectp2p",  # used by the backend alone (issue 16)
+               "emulator_core.backend.calls",  # the backend's calls in flight, split from it (issue 15)
+               "emulator_core.backend.devicecall", "emulator_core.device._cuda"}  # held on the device (issue 49)
     offenders = sorted(name for name, path in _modules().items()
                        if name.startswith("emulator_core") and name not in allowed
                        and "torch" in {m.split(".")[0] for m in _imported(path, name, path.name == "__init__.py")})

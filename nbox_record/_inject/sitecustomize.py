@@ -40,7 +40,7 @@ def _install() -> None:
     if not os.environ.get("NBOX_RECORD_DIR"):
         return
     try:
-        from nbox_record import bootstrap
+        from nbox_record.capture import bootstrap
     except ImportError as exc:
         if "RANK" in os.environ:  # a rank that was asked to record and cannot: fail loudly
             print(f"nbox: NBOX_RECORD_DIR is set but nbox_record cannot be imported: {exc}", file=sys.stderr)

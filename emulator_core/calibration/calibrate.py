@@ -1,0 +1,190 @@
+"""``nbox calibrate``: measure the real collectives on real ranks, fit the cost models, write a scenario fragment.
+
+Pipeline: :func:`emulator_core.calibration_run.measure_run` launches ``emulator_core._calibrate_worker`` on N ranks
+of this machine (one process group, gloo or NCCL) and reads the per-(collective, size) timings it reports (see that
+module for the timing method); :func:`emulator_core.calibration_fit.fit` turns them into one
+:class:`~emulator_core.calibration_fit.Fit` per collective; :func:`scenario_fragment` and :func:`profile_toml` turn
+the fits into a scenario ("the fabric this was recorded on") whose single dimension carries the all_reduce figures
+and whose ``[[calibration]]`` entries carry every collective's factors and efficiency curve
+(``scenario.Calibration``), and whose ``burst_bytes`` is what a rested link saved an all_reduce (a token-bucket
+shaper's bucket; 0 where no saving is seen), each collective's ``rest_factor`` its own saving's share of that.
+
+Units: sizes are bytes in costmodels' convention (``nbytes`` = the per-rank input; all_gather: the per-rank
+shard; all_to_all: the whole per-rank send buffer; barrier: 0); times are microseconds; cost-model bandwidth
+is bytes per microsecond (1 GB/s = 1000 bytes/us) and a scenario's ``bandwidth_gbps`` is gigaBITS per second
+(1 Gb/s = 125 bytes/us).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from emulator_core.calibration.fit import (
+    ALPHA_FLOOR_US,
+    BurstFit,
+    Fit,
+    apart_shares,
+    bucket_fit,
+    fit,
+    fit_burst,
+    rest_shares,
+    significant,
+)
+from emulator_core.calibration.run import measure_run
+from emulator_core.calibration.spec import CalibrateConfig, CalibrateInputError, CalibrationError, CalibrationWriteError
+from emulator_core.scenario.model import Calibration, Dimension, Scenario, Topology
+from emulator_core.scenario.tomltext import dump_toml
+from nbox_trace.files import write_atomic
+from nbox_trace.progress import Report
+
+
+def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
+                      world_size: int | None = None, library: str = "", burst_saving_us: float = 0.0,
+                      shares: Mapping[str, float] | None = None,
+                      slowdowns: Mapping[str, float] | None = None,
+                      apart: Mapping[str, float] | None = None) -> Scenario:
+    """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
+    of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
+    with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
+    latency only). An all_to_all fit also calibrates all_to_all_v (the same algorithm family). Each entry records
+    what it measured: ranks, ``library`` and the smallest and largest size.
+
+    ``burst_saving_us``: what a rested link saved an all_reduce (:func:`emulator_core.calibration_fit.fit_burst`);
+    the dimension's ``burst_bytes`` is that times the dimension's bandwidth, so that pricing gives the saving back
+    (``emulator_core.pricing.burst_us``). ``shares``: per collective, its ``rest_factor``
+    (:func:`emulator_core.calibration_fit.rest_shares`; a collective not in it keeps 1). ``slowdowns``: per
+    collective, its ``busy_slowdown`` (:func:`emulator_core.calibration_fit.fit_busy`; 1 where not in it).
+    ``apart``: per collective, its ``apart_rest_factor`` (:func:`emulator_core.calibration_fit.apart_shares`; not
+    written where not in it).
+    """
+    if not fits:
+        raise CalibrateInputError("nothing to write: no fits")
+    ref = next((f for f in fits if f.collective == "all_reduce"), None) or next(
+        (f for f in fits if f.bandwidth_bytes_per_us is not None), fits[0])
+    bw_gbps = significant(ref.bandwidth_gbps) if ref.bandwidth_gbps is not None else 1.0
+    latency = significant(ref.latency_us)
+    dim = Dimension(name=dimension, size=0, kind="switch", bandwidth_gbps=bw_gbps, latency_us=latency)
+    if burst_saving_us > 0:  # the inverse of pricing.burst_us: the saving at the dimension's bandwidth
+        dim = replace(dim, burst_bytes=significant(burst_saving_us * dim.bandwidth_bytes_per_us, 4))
+    cals = []
+    for f in fits:
+        bw_factor = 1.0 if f.bandwidth_gbps is None else significant(f.bandwidth_gbps / bw_gbps)
+        lat_factor = significant(max(f.latency_us, ALPHA_FLOOR_US) / max(latency, ALPHA_FLOOR_US))
+        names = [f.collective] + (["all_to_all_v"] if f.collective == "all_to_all" else [])
+        sizes = sorted(p.nbytes for p in f.points)
+        share = (shares or {}).get(f.collective, 1.0) if burst_saving_us > 0 else 1.0
+        apart_share = (apart or {}).get(f.collective) if burst_saving_us > 0 else None
+        cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
+                             library, (sizes[0], sizes[-1]) if sizes else (), share,
+                             (slowdowns or {}).get(f.collective, 1.0), apart_share) for n in names]
+    return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
+
+
+def format_fits(fits: Sequence[Fit]) -> str:
+    """A plain-text table: per collective its fit, then per size measured vs model and the error (sizes in IEC
+    units; the time columns of one collective in one unit, named in the header: :mod:`nbox_trace.units`)."""
+    from nbox_trace.units import format_bytes, format_in, time_unit
+
+    lines = []
+    for f in fits:
+        bw = "-" if f.bandwidth_gbps is None else f"{f.bandwidth_gbps:.3f} Gb/s"
+        lines.append(f"{f.collective} ({f.algorithm}, p={f.ranks}): latency {f.latency_us:.2f} us, peak bandwidth "
+                     f"{bw}; median |error| {f.median_abs_error_pct():.1f}%")
+        u = time_unit(v for p in f.points for v in (p.measured_us, p.p90_us, p.model_us))
+        d = 1 if u[0] == "us" else 3
+
+        def t(v: float, unit: tuple[str, float] = u, digits: int = d) -> str:
+            return format_in(v, unit, digits=digits)
+
+        lines.append(f"  {'bytes':>12} {'measured ' + u[0]:>13} {'p10-p90 ' + u[0]:>21} {'model ' + u[0]:>12} "
+                     f"{'error':>8}")
+        for p in f.points:
+            lines.append(f"  {format_bytes(p.nbytes):>12} {t(p.measured_us):>13} {t(p.p10_us) + '-' + t(p.p90_us):>21} "
+                         f"{t(p.model_us):>12} {p.error_pct:>7.1f}%")
+        if f.jitter_us:
+            at = dict(f.jitter_us)
+            lines.append(f"  jitter (a call's time over its size's median, all sizes): p50 +{at[0.5]:.0f} us, "
+                         f"p75 +{at[0.75]:.0f} us, p90 +{at[0.9]:.0f} us, p99 +{at[0.99]:.0f} us")
+    return "\n".join(lines)
+
+
+def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfig, info: Mapping[str, Any],
+                 *, command: str | None = None, rests: Sequence[BurstFit] = ()) -> str:
+    """The fragment as TOML with a header comment: command, machine, date, torch, backend, sizes, fit table."""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cmd = command or (f"nbox calibrate -n {config.nproc} --backend {config.backend} "
+                      f"--sizes {','.join(map(str, config.sizes))} --collectives {','.join(config.collectives)}")
+    machine = (f"{info.get('hostname', platform.node())} ({info.get('machine', platform.machine())}, "
+               f"{info.get('cpu_count', os.cpu_count())} CPUs, device {info.get('device', '?')})")
+    world = info.get("world_size") if type(info.get("world_size")) is int else config.nproc
+    nodes = f" on {config.nnodes} nodes ({config.nproc} per node)" if config.nnodes != "1" else ""
+    head = [f"# The fabric this was measured on: {world} ranks{nodes}, {config.backend}.",
+            f"# source: measured by `{cmd}`",
+            f"# machine: {machine}; date: {when}; torch {info.get('torch', '?')}, python "
+            f"{info.get('python', platform.python_version())}",
+            f"# sizes (bytes, per-rank input as in costmodels): {', '.join(map(str, config.sizes))}",
+            "# bandwidth_gbps / latency_us: the all_reduce fit; [[calibration]]: per collective, factors x those",
+            "# figures and an efficiency curve (see emulator_core/calibration_fit.py for the method). Fit:", "#"]
+    head += [f"#   {line}" for line in format_fits(fits).splitlines()]
+    if rests:
+        head += ["#", *(f"# {line}" for line in describe_rests(rests, scenario.topology.dims[0].burst_bytes))]
+    body = dump_toml(scenario)
+    dims = scenario.topology.dims
+    if len(dims) == 1:  # the stored scenario holds the resolved size; the fragment says "fill to world_size"
+        body = body.replace(f"\n[[topology.dims]]\nname = \"{dims[0].name}\"\nsize = {dims[0].size}\n",
+                            f"\n[[topology.dims]]\nname = \"{dims[0].name}\"\nsize = 0\n", 1)
+    return "\n".join(head) + "\n\n" + body
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    """What :func:`calibrate` did: the file, the scenario written, the fits, the worker facts, wall seconds."""
+
+    path: Path
+    scenario: Scenario
+    fits: list[Fit]
+    info: dict[str, Any]
+    wall_s: float
+    rests: tuple[BurstFit, ...] = ()
+
+    @property
+    def burst(self) -> BurstFit | None:
+        """The all_reduce's rest measurement (the bucket's), None when not taken."""
+        return bucket_fit(self.rests)
+
+
+def describe_rests(rests: Sequence[BurstFit], burst_bytes: float) -> list[str]:
+    """One line per rest-measured collective (the all_reduce's first): what it saved and what that set."""
+    shares, apart = rest_shares(rests), apart_shares(rests)
+    return [b.describe(burst_bytes, shares.get(b.collective), apart.get(b.collective))
+            for b in sorted(rests, key=lambda b: b.collective != "all_reduce")]
+
+
+def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
+              progress: Report | None = None) -> CalibrateResult:
+    """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring.
+    ``progress`` is told how far the ranks' measurements are (:class:`nbox_trace.progress.Step`)."""
+    run = measure_run(config, progress=progress)
+    if config.backend == "auto":  # the ranks decided (emulator_core._calibrate_worker): the fit is per library
+        used = run.info.get("backend")
+        if used not in ("gloo", "nccl"):
+            raise CalibrationError(f"the calibration ranks reported backend {used!r}, expected gloo or nccl")
+        config = replace(config, backend=str(used))
+    world = run.info.get("world_size")
+    ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
+    fits = fit(run.measurements, ranks, config.backend)
+    rests = tuple(fit_burst(r) for r in run.rested)
+    burst = bucket_fit(rests)
+    scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
+                                 burst_saving_us=burst.bucket_saving_us if burst is not None else 0.0,
+                                 shares=rest_shares(rests), slowdowns={b.collective: b.busy_slowdown for b in rests},
+                                 apart=apart_shares(rests))
+    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, rests=rests),
+                 error=CalibrationWriteError)
+    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, rests)

@@ -1,0 +1,445 @@
+"""The fit of ``nbox calibrate`` (:func:`fit`): per collective, with the algorithm's closed form ``T(n) =
+cost(collective, algorithm, n, p, Link(alpha, bw, e))`` at ``p`` = the ranks measured (2 for send_recv), ``A`` the
+coefficient of alpha (``T`` at n = 0 with alpha = 1) and ``t_i`` the measured medians at sizes ``n_i``:
+
+1. start from ``alpha = min_i t_i / A`` (the fastest point is all latency);
+2. peak bandwidth ``bw`` = the largest bandwidth that makes the model (efficiency 1) meet a measurement at the
+   bandwidth-dominated sizes (``t_i >= 2·A·alpha``: the large ones);
+3. alpha = the largest latency under which no latency-dominated point (the others) needs more than ``bw``
+   (for the linear forms ``min_i (t_i - T(n_i; alpha=0, bw)) / A``; solved on the closed form, so the
+   pipelined chain works too): alpha comes from the small sizes; 2-3 repeat until alpha settles; then ``bw``
+   is raised to the largest bandwidth any point needs at that alpha (a mid size that runs faster than the
+   largest ones, e.g. from cache, sets it), so that every efficiency is <= 1;
+   the medians are first made non-decreasing in size (:func:`monotone`, robust to one outlier);
+4. efficiency ``e(n_i) = bw_i / bw`` in (0, 1], where ``bw_i`` is the bandwidth that makes the closed form
+   match ``t_i`` exactly (solved numerically on the closed form itself), at the collective's nccl-tests size
+   (``p·n`` for all_gather); between measured sizes, points on the power law through the neighbours
+   (:func:`power_law_points`), which is what carries the fit to sizes that were not measured.
+
+barrier: latency only, ``alpha = t / ceil(log2 p)``. Timings cannot tell latency from a low efficiency at the
+latency-bound sizes; the convention above charges that time to alpha (exact when those sizes run at full
+efficiency; otherwise alpha is high by about the bandwidth term of the smallest size, a fraction of a percent
+on loopback). Without a bandwidth-dominated size the bandwidth is only bounded below: the fit takes the
+bandwidth at which the largest size's bandwidth term is half its time.
+
+Units: sizes in bytes (costmodels' convention), times in microseconds, bandwidth in bytes per microsecond
+(a scenario's ``bandwidth_gbps`` is gigaBITS per second: 1 Gb/s = 125 bytes/us).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from emulator_core.calibration import _worker as worker
+from emulator_core.calibration.spec import ALGORITHMS, SUPPORTED, CalibrateInputError, Measurement, Rested
+from emulator_core.network import costmodels as cm
+
+#: The smallest latency a fit gives, microseconds.
+ALPHA_FLOOR_US = 1e-3
+_BETWEEN = 3  # efficiency points inserted between measured sizes
+
+
+@dataclass(frozen=True)
+class FitPoint:
+    """One measured size against the fitted model: microseconds, and ``error_pct = 100·(model - measured)/measured``."""
+
+    nbytes: int
+    measured_us: float
+    p10_us: float
+    p90_us: float
+    model_us: float
+    error_pct: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One collective's fitted model (see the module docstring for the method).
+
+    Attributes:
+        collective, algorithm: the collective and the closed form fitted (``costmodels.COST_MODELS``).
+        ranks: the group size measured (p).
+        latency_us: alpha, microseconds.
+        bandwidth_bytes_per_us: peak bandwidth (efficiency 1.0), bytes per microsecond; ``None`` for barrier.
+        efficiency: ``(size_bytes, fraction)`` points at the collective's nccl-tests size (``costmodels.Efficiency``).
+        points: every measured size, measured vs model.
+        jitter_us: the spread, for a scenario's ``jitter_us`` (see :func:`jitter_table`).
+    """
+
+    collective: str
+    algorithm: str
+    ranks: int
+    latency_us: float
+    bandwidth_bytes_per_us: float | None
+    efficiency: tuple[tuple[int, float], ...]
+    points: tuple[FitPoint, ...] = field(default=())
+    jitter_us: tuple[tuple[float, float], ...] = field(default=())
+
+    @property
+    def bandwidth_gbps(self) -> float | None:
+        """Peak bandwidth in gigabits per second (1 Gb/s = 125 bytes/us), as a scenario's ``bandwidth_gbps``."""
+        return None if self.bandwidth_bytes_per_us is None else self.bandwidth_bytes_per_us / 125.0
+
+    def link(self) -> cm.Link:
+        """The cost-model link of this fit (bandwidth 1 byte/us for barrier, which ignores it)."""
+        return cm.Link(self.latency_us, self.bandwidth_bytes_per_us or 1.0, cm.Efficiency(self.efficiency))
+
+    def model_us(self, nbytes: float) -> float:
+        """Modeled time of the collective on ``nbytes`` (costmodels' convention) at ``ranks``, microseconds."""
+        return cm.cost(self.collective, self.algorithm, nbytes, self.ranks, self.link())
+
+    def median_abs_error_pct(self) -> float:
+        """The median of ``|error_pct|`` over the measured sizes."""
+        errs = sorted(abs(p.error_pct) for p in self.points)
+        return worker.percentile(errs, 0.5) if errs else 0.0
+
+
+def size_key(collective: str, nbytes: float, p: int) -> float:
+    """The nccl-tests "size" at which a collective's efficiency is read: ``p·n`` for all_gather/gather/scatter,
+    0 for barrier, ``n`` otherwise (see the table in costmodels)."""
+    if collective == "barrier":
+        return 0.0
+    return p * nbytes if collective in ("all_gather", "gather", "scatter") else nbytes
+
+
+def significant(x: float, digits: int = 6) -> float:
+    """``x`` rounded to ``digits`` significant digits."""
+    return float(f"{x:.{digits}g}")
+
+
+def _needed_bandwidth(coll: str, algo: str, n: float, p: int, alpha: float, t: float) -> float:
+    """The bandwidth (bytes/us, efficiency 1) at which the closed form takes ``t`` us; inf if alpha alone >= t."""
+    def f(bw: float) -> float:
+        return cm.cost(coll, algo, n, p, cm.Link(alpha, bw))
+
+    lo, hi = 1e-9, 1e15
+    if f(hi) >= t:
+        return math.inf
+    if f(lo) <= t:
+        return lo
+    for _ in range(200):  # bisection on log(bw): the model time decreases with bandwidth
+        mid = math.sqrt(lo * hi)
+        if f(mid) > t:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    return math.sqrt(lo * hi)
+
+
+def monotone(values: Sequence[float]) -> list[float]:
+    """A non-decreasing fit to ``values`` that one outlier cannot move far: isotonic regression with each
+    pooled block at the MEDIAN of its values (pool adjacent violators).
+
+    A collective's time does not fall as its size grows; where a median is above a larger size's, the two are
+    noise around one level. Pooling by median (not mean) keeps a single preempted point from lifting its
+    neighbours, and unlike a lower envelope it does not bias the level down.
+    """
+    blocks: list[list[float]] = []
+    for v in values:
+        blocks.append([v])
+        while len(blocks) > 1 and statistics.median(blocks[-2]) > statistics.median(blocks[-1]):
+            last = blocks.pop()
+            blocks[-1].extend(last)
+    return [statistics.median(b) for b in blocks for _ in b]
+
+
+def _max_alpha(coll: str, algo: str, n: float, p: int, bw: float, t: float, a: float) -> float:
+    """The largest latency (us) at which the closed form at bandwidth ``bw`` takes at most ``t`` us (0 if none)."""
+    def f(alpha: float) -> float:
+        return cm.cost(coll, algo, n, p, cm.Link(alpha, bw))
+
+    lo, hi = 0.0, t / a  # cost >= A·alpha, so alpha <= t/A
+    if f(lo) >= t:
+        return 0.0
+    for _ in range(100):  # bisection: the model time increases with alpha
+        mid = 0.5 * (lo + hi)
+        if f(mid) <= t:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return lo
+
+
+def _alpha_and_peak(coll: str, algo: str, p: int, a: float, ns: Sequence[int],
+                    ts: Sequence[float]) -> tuple[float, float]:
+    """Steps 1-3 of the module docstring: alpha (us) and the peak bandwidth (bytes/us), rounded to 6 digits."""
+    def max_alpha(bw: float, idx: Sequence[int]) -> float:
+        return min(_max_alpha(coll, algo, ns[i], p, bw, ts[i], a) for i in idx)
+
+    def peak_at(alpha: float, idx: Sequence[int]) -> float:
+        need = [_needed_bandwidth(coll, algo, ns[i], p, alpha, ts[i]) for i in idx]
+        return max((bw for bw in need if math.isfinite(bw)), default=math.inf)
+
+    alpha = min(ts) / a
+    big = [i for i, t in enumerate(ts) if t >= 2 * a * alpha]
+    small = [i for i in range(len(ts)) if i not in big]
+    if big:
+        for _ in range(100):
+            peak = peak_at(alpha, big)
+            new = max(ALPHA_FLOOR_US, min(alpha, max_alpha(peak, small)))
+            done, alpha = alpha - new <= 1e-10 * alpha, new
+            if done:
+                break
+    else:  # latency-bound everywhere: the bandwidth is only bounded below; take the bound at which the
+        # largest size's bandwidth term is half its time, then alpha as in step 3
+        peak = _needed_bandwidth(coll, algo, ns[-1], p, ts[-1] / (2 * a), ts[-1])
+        alpha = max(ALPHA_FLOOR_US, max_alpha(peak, range(len(ts))))
+    return significant(alpha), significant(peak_at(alpha, range(len(ts))) if big else peak)
+
+
+def power_law_points(points: Sequence[tuple[int, float]], between: int = _BETWEEN) -> tuple[tuple[int, float], ...]:
+    """``points`` with ``between`` points inserted in each interval on the power law through its ends.
+
+    costmodels interpolates an efficiency linearly in ``log(size)``; the inserted points make it follow
+    ``log e`` linear in ``log size`` instead, which carries both a flat efficiency and a latency plateau
+    (where the fitted ``e`` grows like the size) to the sizes between the measured ones. Sizes stay strictly
+    increasing integers; fractions stay in (0, 1].
+    """
+    out: list[tuple[int, float]] = []
+    for (n0, e0), (n1, e1) in itertools.pairwise(points):
+        out.append((n0, e0))
+        for k in range(1, between + 1):
+            f = k / (between + 1)
+            n = round(n0 * (n1 / n0) ** f)
+            if out[-1][0] < n < n1:
+                out.append((n, min(1.0, significant(e0 ** (1 - f) * e1**f, 4))))
+    return tuple(out + list(points[-1:]))
+
+
+#: Quantiles of a jitter table: every 5%, plus the 99th.
+JITTER_QUANTILES = (*(i / 20 for i in range(20)), 0.99, 1.0)
+
+
+def jitter_table(ms: Sequence[Measurement]) -> tuple[tuple[float, float], ...]:
+    """How much later than the median of its size each timed call ended, pooled over the sizes, as
+    ``(quantile, extra_us)`` at :data:`JITTER_QUANTILES` (empty when there are no samples).
+
+    Additive, not relative: on a shared host the slow calls of every size are late by about the same
+    few milliseconds (a descheduled thread, a wake-up), e.g. the loopback p90 - median was +3.4 ms at 1 KiB,
+    1 MiB and 16 MiB alike. A call faster than its median counts as 0 (played at the median): the model
+    fits medians, and a negative delta pooled from large sizes would exceed small calls' whole cost.
+    """
+    extra = sorted(max(0.0, t - m.median_us) for m in ms for rnd in m.rounds_us for t in rnd)
+    if not extra:
+        return ()
+    return tuple((q, significant(worker.percentile(extra, q), 4)) for q in JITTER_QUANTILES)
+
+
+def _fit_one(coll: str, algo: str, p: int, ms: Sequence[Measurement]) -> Fit:
+    ms = sorted(ms, key=lambda m: m.nbytes)
+    a = cm.cost(coll, algo, 0, p, cm.Link(1.0, 1.0))
+    if coll == "barrier":
+        alpha = significant(max(worker.percentile([m.median_us for m in ms], 0.5) / a, ALPHA_FLOOR_US))
+        return _with_points(Fit(coll, algo, p, alpha, None, ()), ms)
+    ns, ts = [m.nbytes for m in ms], monotone([m.median_us for m in ms])
+    alpha, peak = _alpha_and_peak(coll, algo, p, a, ns, ts)
+    eff: dict[int, list[float]] = {}
+    for n, t in zip(ns, ts, strict=True):
+        bw = _needed_bandwidth(coll, algo, n, p, alpha, t)
+        e = 1.0 if not math.isfinite(bw) else min(1.0, max(1e-6, bw / peak))
+        eff.setdefault(int(size_key(coll, n, p)), []).append(e)
+    measured = [(k, min(1.0, significant(sum(v) / len(v), 4))) for k, v in sorted(eff.items()) if k > 0]
+    return _with_points(Fit(coll, algo, p, alpha, peak, power_law_points(measured)), ms)
+
+
+def _with_points(f: Fit, ms: Sequence[Measurement]) -> Fit:
+    pts = []
+    for m in ms:
+        model = f.model_us(m.nbytes)
+        pts.append(FitPoint(m.nbytes, m.median_us, m.p10_us, m.p90_us, model,
+                            100.0 * (model - m.median_us) / m.median_us if m.median_us > 0 else 0.0))
+    return Fit(f.collective, f.algorithm, f.ranks, f.latency_us, f.bandwidth_bytes_per_us, f.efficiency, tuple(pts),
+               jitter_table(ms))
+
+
+def fit(measurements: Sequence[Measurement], nproc: int, backend: str = "gloo") -> list[Fit]:
+    """One :class:`Fit` per collective measured (in :data:`SUPPORTED` order), with the algorithm of
+    :data:`ALGORITHMS` for ``backend`` at p = ``nproc`` (2 for send_recv, whose pairs are 2-rank groups).
+
+    Raises:
+        CalibrateInputError: no measurements, an unknown collective or backend, or a time <= 0.
+    """
+    if backend not in ALGORITHMS:
+        raise CalibrateInputError(f"backend = {backend!r}: must be one of {', '.join(ALGORITHMS)}")
+    if not measurements:
+        raise CalibrateInputError("nothing to fit: no measurements")
+    groups: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        if m.collective not in ALGORITHMS[backend]:
+            raise CalibrateInputError(f"collective = {m.collective!r}: not a calibrated collective "
+                                      f"(supported: {', '.join(SUPPORTED)})")
+        if not (m.median_us > 0 and math.isfinite(m.median_us)):
+            raise CalibrateInputError(f"{m.collective} of {m.nbytes} bytes: median_us = {m.median_us!r}: must be > 0")
+        groups.setdefault(m.collective, []).append(m)
+    out = []
+    for coll in SUPPORTED:
+        if coll in groups:
+            p = 2 if coll == "send_recv" else nproc
+            out.append(_fit_one(coll, ALGORITHMS[backend][coll], p, groups[coll]))
+    return out
+
+
+#: A rested call must be faster than its drained partner in at least this share of the pairs to count.
+BURST_MIN_FASTER = 0.75
+#: ... and faster by at least this share of the drained median (the link's run-to-run noise is below it).
+BURST_MIN_SAVING = 0.01
+#: The together and apart calls' expected saving leaves out this share of those calls at each end (sorted by
+#: time): one all_gather in gloo's slow mode, many milliseconds slower on the testbed, moves a plain mean a lot.
+SAVING_TRIM = 0.1
+
+
+@dataclass(frozen=True)
+class BurstFit:
+    """What the link's rest saved (``_calibrate_worker`` step 4): medians of the drained and rested calls of
+    ``nbytes`` (microseconds), ``faster`` of ``pairs`` rested calls faster than their drained partner, and
+    ``saving_us``: the difference of the medians when significant (:data:`BURST_MIN_FASTER`,
+    :data:`BURST_MIN_SAVING`), else 0 (no shaper seen: NVLink, InfiniBand, loopback). ``together_*`` and
+    ``apart_*``: the same for the calls after a one-element call and the same rest busy-waited, whose members
+    arrived together and apart, their ``_faster`` counted against the drained median and their saving the expected
+    one (:func:`_expected_saving`; None: not measured)."""
+
+    nbytes: int
+    rest_us: float
+    pairs: int
+    faster: int
+    drained_us: float
+    rested_us: float
+    saving_us: float
+    collective: str = "all_reduce"
+    busy_slowdown: float = 1.0
+    apart_us: float | None = None
+    apart_faster: int = 0
+    apart_saving_us: float | None = None
+    together_us: float | None = None
+    together_faster: int = 0
+    together_saving_us: float | None = None
+    busy_nbytes: int = 0
+
+    @property
+    def bucket_saving_us(self) -> float:
+        """What the rest saved a call timed from its last member's arrival (microseconds): the together calls'
+        saving where measured (the slept rest wakes the ranks apart, and the first one's time holds its wait for
+        the last: testbed, three calibrations, 30-120 us less saved than together), else the slept calls'."""
+        return self.together_saving_us if self.together_saving_us is not None else self.saving_us
+
+    def describe(self, burst_bytes: float, share: float | None = None, apart_share: float | None = None) -> str:
+        """One line for the fit table and the TOML header: the all_reduce's with the ``burst_bytes`` it sets,
+        another collective's with its ``share`` of that saving (its ``rest_factor``; None: no bucket to share), and
+        each with its ``apart_share`` when its members arrived apart (``apart_rest_factor``; None: not measured)."""
+        if self.collective == "all_reduce":
+            which = "together" if self.together_saving_us is not None else "slept"
+            seen = (f"burst_bytes = {burst_bytes:.0f} (the {which} calls' saving x the link's bandwidth)"
+                    if self.bucket_saving_us > 0 else "not significant: burst_bytes = 0")
+        elif share is None:
+            seen = "no bucket (the all_reduce saved nothing)"
+        else:
+            seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if self.bucket_saving_us > 0
+                    else "not significant: rest_factor = 0")
+        at = f" at {self.busy_nbytes} bytes" if self.busy_nbytes and self.busy_nbytes != self.nbytes else ""
+        busy = (f"; beside a computing thread{at} x{self.busy_slowdown:g} (busy_slowdown)"
+                if self.busy_slowdown > 1 else "")
+        apart = ""
+        if self.together_us is not None and self.apart_us is not None:
+            apart = (f"; members together: {self.together_us:.0f} us ({self.together_faster} of {self.pairs} "
+                     f"under the drained median, mean saving {self.together_saving_us:.0f} us), "
+                     f"{worker.REST_APART_S * 1e3:g} ms apart: {self.apart_us:.0f} us ({self.apart_faster} of "
+                     f"{self.pairs} under, mean saving {self.apart_saving_us:.0f} us)")
+            if apart_share is not None:
+                apart += f": apart_rest_factor = {apart_share:g}"
+        return (f"link rest: {self.collective} of {self.nbytes} bytes, {self.drained_us:.0f} us right after a "
+                f"call, {self.rested_us:.0f} us after {self.rest_us / 1e3:g} ms of rest (medians; {self.faster} "
+                f"of {self.pairs} faster): {seen}{apart}{busy}")
+
+
+def bucket_fit(fits: Sequence[BurstFit]) -> BurstFit | None:
+    """The all_reduce's rest measurement among ``fits``: the bucket's own measure (None: not taken)."""
+    return next((f for f in fits if f.collective == "all_reduce"), None)
+
+
+def rest_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
+    """Each rest-measured collective's share of the all_reduce's saving (``scenario.Calibration.rest_factor``):
+    its own significant saving over the all_reduce's (:attr:`BurstFit.bucket_saving_us`: the calls whose members
+    arrived together where those were measured), at most 1 (the bucket is the all_reduce's measure; a larger
+    saving is that call's noise), 0 where it saved nothing significant; empty when the all_reduce saved nothing
+    (no bucket: nothing to share) or was not measured."""
+    ref = bucket_fit(fits)
+    if ref is None or ref.bucket_saving_us <= 0:
+        return {}
+    return {f.collective: min(1.0, significant(f.bucket_saving_us / ref.bucket_saving_us, 3)) for f in fits}
+
+
+def apart_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
+    """Each collective's share of the all_reduce's saving when its members arrived apart
+    (``scenario.Calibration.apart_rest_factor``): its apart calls' saving over the all_reduce's together calls'
+    saving, as :func:`rest_shares`; only the collectives whose apart calls were measured; empty when there is no
+    bucket."""
+    ref = bucket_fit(fits)
+    if ref is None or ref.bucket_saving_us <= 0:
+        return {}
+    return {f.collective: min(1.0, significant(f.apart_saving_us / ref.bucket_saving_us, 3)) for f in fits
+            if f.apart_saving_us is not None}
+
+
+def _saving(drained_us: Sequence[float], rested_us: Sequence[float]) -> tuple[float, int, float]:
+    """The rested calls' median, how many were faster than their drained partner, and the difference of the
+    medians when significant (:data:`BURST_MIN_FASTER`, :data:`BURST_MIN_SAVING`), else 0."""
+    drained = worker.percentile(list(drained_us), 0.5)
+    rest = worker.percentile(list(rested_us), 0.5)
+    faster = sum(1 for d, r in zip(drained_us, rested_us, strict=True) if r < d)
+    saving = drained - rest
+    ok = faster >= math.ceil(BURST_MIN_FASTER * len(drained_us)) and saving > BURST_MIN_SAVING * drained
+    return rest, faster, significant(saving) if ok else 0.0
+
+
+def _expected_saving(drained_us: Sequence[float], rested_us: Sequence[float]) -> tuple[float, int, float]:
+    """The rested calls' median, how many were faster than the drained calls' median, and the expected saving:
+    the drained median less the mean of the rested calls with :data:`SAVING_TRIM` of them cut at each end (a call
+    in gloo's slow mode is not the rest's), when more than half were faster and it is at least
+    :data:`BURST_MIN_SAVING` of the drained median, else 0. A mean, not the difference of the medians: where a
+    call gets the bucket only some of the time (gloo's all_gather with its members together on the testbed;
+    docs/results.md, "Together and apart shares, measured"), the medians' difference jumps between
+    0 and all of it with that share; what a prediction of many calls needs is the expected saving. Against the
+    drained median, not pair by pair: a drained partner in the slow mode can make a pair's difference larger
+    than the call itself."""
+    drained = worker.percentile(list(drained_us), 0.5)
+    rest = worker.percentile(list(rested_us), 0.5)
+    xs = sorted(rested_us)
+    faster = sum(1 for x in xs if x < drained)
+    cut = int(SAVING_TRIM * len(xs))
+    kept = xs[cut:len(xs) - cut]
+    saving = drained - sum(kept) / len(kept)
+    ok = 2 * faster > len(xs) and saving > BURST_MIN_SAVING * drained
+    return rest, faster, significant(saving) if ok else 0.0
+
+
+def fit_burst(rested: Rested) -> BurstFit:
+    """The saving a rested link gives (see :class:`BurstFit`). A lower bound on a shaper's bucket when the call's
+    bytes or the rest are smaller than it (the worker picks a call of up to 20 ms; the rest is ``--rest``)."""
+    pairs = len(rested.drained_us)
+    drained = worker.percentile(list(rested.drained_us), 0.5)
+    rest, faster, saving = _saving(rested.drained_us, rested.rested_us)
+    apart = _expected_saving(rested.drained_us, rested.apart_us) if rested.apart_us else None
+    together = _expected_saving(rested.drained_us, rested.together_us) if rested.together_us else None
+    return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, saving, rested.collective,
+                    fit_busy(rested.idle_us, rested.busy_us), apart[0] if apart else None, apart[1] if apart else 0,
+                    apart[2] if apart else None, together[0] if together else None,
+                    together[1] if together else 0, together[2] if together else None, rested.busy_nbytes)
+
+
+def fit_busy(idle_us: Sequence[float], busy_us: Sequence[float]) -> float:
+    """How many times longer a call ran beside a computing thread (``scenario.Calibration.busy_slowdown``): the
+    ratio of the medians when the busy call was slower in at least :data:`BURST_MIN_FASTER` of the pairs and by
+    at least :data:`BURST_MIN_SAVING`, else 1 (no pairs: not measured; a core of its own; noise). At most 100."""
+    if not idle_us or len(idle_us) != len(busy_us):
+        return 1.0
+    idle, busy = worker.percentile(list(idle_us), 0.5), worker.percentile(list(busy_us), 0.5)
+    slower = sum(1 for i, b in zip(idle_us, busy_us, strict=True) if b > i)
+    ok = idle > 0 and slower >= math.ceil(BURST_MIN_FASTER * len(idle_us)) and busy > idle * (1 + BURST_MIN_SAVING)
+    return min(100.0, significant(busy / idle, 3)) if ok else 1.0

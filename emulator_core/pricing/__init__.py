@@ -1,0 +1,1 @@
+"""emulator_core/pricing."""

@@ -1,0 +1,1 @@
+"""nbox_record/sources."""

@@ -1,0 +1,1 @@
+"""nbox_replay/virtual."""
