@@ -28,7 +28,6 @@ def variants(cal: Path) -> dict[str, list[str]]:
     """Each effect's switch, as ``--set`` keys on a calibration file with one network dimension."""
     n = len(load_scenario(cal, ()).calibration)
     out = {"as calibrated": [],
-           "burst credit off (burst_bytes=0)": ["topology.dims.0.burst_bytes=0"],
            "busy_slowdown off": [f"calibration.{i}.busy_slowdown=1" for i in range(n)],
            "queued-burst rule off (library=off)": [f"calibration.{i}.library=off" for i in range(n)],
            "profiler correction off": ["replay.profiler_correction=off"]}

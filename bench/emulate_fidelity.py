@@ -177,9 +177,6 @@ def main() -> int:
     ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
-    ap.add_argument("--rest-ms", type=float, default=None,
-                    help="--testbed: nbox calibrate --rest (the link's bucket and each collective's share; 0: off; "
-                         "default: nbox calibrate's across nodes, 10)")
     args = ap.parse_args()
     variants = []
     for v in args.variant:
@@ -203,7 +200,7 @@ def _testbed(args: argparse.Namespace, variants: tuple[tuple[str, tuple[str, ...
     with tempfile.TemporaryDirectory(prefix="nbox-emulate-tb-") as tmp:
         rows = tb.run([e for e in args.examples.split(",") if e], args.world, args.rounds, args.steps, args.warmup,
                       args.rate, args.calibration, args.sizes, args.collectives, args.budget, Path(tmp), variants,
-                      args.gloo_loop == "batch", args.max_of_nodes, args.rest_ms)
+                      args.gloo_loop == "batch", args.max_of_nodes)
     print(f"\ntestbed: real W = {args.world} ({args.world} nodes x 1 rank, pinned, {args.rate} per link, gloo loop "
           f"{args.gloo_loop}) against "
           f"nbox emulate under the testbed's calibrated scenario\n" + tb.format_rows(rows), file=sys.stderr)

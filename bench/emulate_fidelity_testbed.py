@@ -92,7 +92,7 @@ def emulate_max_of_nodes(tb: Any, tmp: Path, tag: str, example: str, world: int,
 def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path,
         variants: tuple[tuple[str, tuple[str, ...]], ...] = (("", ()),),
-        gloo_loop_batch: bool = True, max_of_nodes: bool = False, rest_ms: float | None = None) -> list[dict[str, Any]]:
+        gloo_loop_batch: bool = True, max_of_nodes: bool = False) -> list[dict[str, Any]]:
     """The rows of the table (module docstring); each of ``variants`` ((name, ``--set`` overrides)) is one more
     emulated side per real-rank layout, named ``emulate -n 1 [NAME]``; ``max_of_nodes`` adds the diagnostic side
     of :func:`emulate_max_of_nodes`."""
@@ -106,7 +106,7 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
         else:
             if world != 2:
                 raise SystemExit("--world 4 needs --calibration FILE (measured on two nodes: run --world 2 first)")
-            scenario = calibrate(tb, tmp, sizes, collectives, budget, rest_ms)
+            scenario = calibrate(tb, tmp, sizes, collectives, budget)
             if calibration is not None:
                 calibration.write_text(scenario.read_text())
                 scenario = calibration

@@ -134,9 +134,6 @@ def main() -> int:
     ap.add_argument("--collectives", default="all_reduce,all_gather,reduce_scatter",
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.2, help="--testbed: nbox calibrate --budget")
-    ap.add_argument("--rest-ms", type=float, default=None,
-                    help="--testbed: nbox calibrate --rest (the link's bucket and each collective's share; 0: off; "
-                         "default: nbox calibrate's across nodes, 10)")
     ap.add_argument("--live", action="store_true", help="--testbed: also replay live each round (on one node)")
     ap.add_argument("--host-work", default="pad",
                     help="--testbed --live: nbox replay --host-work mode(s), comma-separated (pad, match, off): one "
@@ -179,7 +176,7 @@ def _testbed(args: argparse.Namespace) -> int:
         rows, scenario = tb.run([e for e in args.examples.split(",") if e], args.rounds, args.steps, args.warmup,
                                 args.rate, args.calibration, args.sizes, args.collectives, args.budget, work,
                                 args.capture, args.live, args.lean, args.gloo_loop == "batch", args.world,
-                                not args.one_recording, modes, args.rest_ms)
+                                not args.one_recording, modes)
     cpus = len(os.sched_getaffinity(0))
     shared = f" on {cpus} CPU(s), oversubscribed" if args.world > cpus else ""
     print(f"\ntestbed: {args.world} nodes x 1 rank{shared}, pinned, {args.rate}, gloo loop {args.gloo_loop}; "

@@ -83,15 +83,15 @@ def on_nodes(tb: Any, tmp: Path, tag: str, make: Callable[[int], list[str]], tim
     return [o.read_text() for o, _ in logs]
 
 
-def calibrate(tb: Any, tmp: Path, sizes: str, collectives: str, budget: float, rest_ms: float | None = None) -> Path:
-    """``nbox calibrate`` across the testbed's nodes; ``rest_ms``: its ``--rest`` (None: its default across nodes,
-    which measures the link's bucket)."""
+def calibrate(tb: Any, tmp: Path, sizes: str, collectives: str, budget: float) -> Path:
+    """``nbox calibrate`` across the testbed's nodes (its defaults across nodes: each collective also timed beside
+    compute)."""
     out = tmp / "testbed.toml"
     ep = f"{tb.node(0).addr}:{PORT}"
     on_nodes(tb, tmp, "calibrate", lambda k: _nbox(
         "calibrate", "-n", 1, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep, "--sizes", sizes,
         "--collectives", collectives, "--budget", budget, "--timeout", 500,
-        *(("--rest", rest_ms) if rest_ms is not None else ()), "-o", out if k == 0 else tmp / f"testbed.n{k}.toml"))
+        "-o", out if k == 0 else tmp / f"testbed.n{k}.toml"))
     return out
 
 
@@ -229,8 +229,7 @@ def _world_size(scenario: Path) -> int:
 def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, calibration: Path | None,
         sizes: str, collectives: str, budget: float, tmp: Path, capture: int = 5,
         live: bool = False, lean: int = 0, gloo_loop_batch: bool = True,
-        world: int = 2, fresh: bool = True, host_work: tuple[str, ...] = ("pad",),
-        rest_ms: float | None = None) -> tuple[list[dict[str, Any]], Path]:
+        world: int = 2, fresh: bool = True, host_work: tuple[str, ...] = ("pad",)) -> tuple[list[dict[str, Any]], Path]:
     """The rows of the table (module docstring), ``world`` nodes x one rank. ``fresh``: a new recording (and its
     prediction) every round, paired with that round's real run; else one recording before the rounds.
     ``host_work``: with ``live``, the ``--host-work`` modes replayed each round (the first is the table's)."""
@@ -246,7 +245,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
                                  f"{world} nodes (a fabric of another size would be priced; measure one here)")
             print(f"calibration: reusing {scenario}", file=sys.stderr)
         else:
-            scenario = calibrate(tb, tmp, sizes, collectives, budget, rest_ms)
+            scenario = calibrate(tb, tmp, sizes, collectives, budget)
             if calibration is not None:
                 calibration.write_text(scenario.read_text())
                 scenario = calibration

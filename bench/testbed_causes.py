@@ -13,12 +13,7 @@ system; the kernel's TCP work done in softirq on either core is not in it, so it
 same calls' wall time on an idle core and while a thread of the rank computes on it (a collective slowed by
 compute on its core, which the calibration, timed on an idle core, does not see); when an async all_reduce
 completes (gloo's completion callback) if its rank waits at once, computes past the call's end, or only its peer
-computes (whether a member's compute holds back a gloo collective, which needs every member's threads); and
-an all_reduce after a call that drained the link and a rest of 0 to 3 ms (the shaper's bucket refills at the
-link's rate: ``burst_bytes``, emulator_core/answer.py), beside the scenario's price of a drained call; and
-per collective of ``--cpu-bytes``, a call after a draining call against one after 3 ms of rest (the share of the
-bucket each gets: ``rest_factor``, ``nbox calibrate --rest``) and one after the same rest with its members
-arriving 0.5 ms apart (whether the share holds when they do not arrive together).
+computes (whether a member's compute holds back a gloo collective, which needs every member's threads).
 Medians are the slower rank's, except ``peer``: the waiting rank's.
 """
 
@@ -43,12 +38,6 @@ def price(scenario: Path, size: int) -> float:
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     doc = json.loads(out.stdout)
     return float(next(a["time_us"] for a in doc["algorithms"] if a["algorithm"] == doc["auto"]))
-
-
-def burst_of(scenario: Path) -> float:
-    from emulator_core.scenario.files import load_scenario
-
-    return load_scenario(scenario).topology.dims[0].burst_bytes
 
 
 def main() -> int:
@@ -112,28 +101,6 @@ def main() -> int:
                 [max(v) for v in zip(raw[0][f"done_{mode}_{n}"], raw[1][f"done_{mode}_{n}"], strict=True)]
             cells.append(f"{pct(xs, 50) / 1e3:6.2f} ({pct(xs, 10) / 1e3:.2f}-{pct(xs, 90) / 1e3:.2f})")
         print(f"{n:>10} {8.0 if n < 1_000_000 else 12.0:>10.1f} " + " ".join(f"{c:>20}" for c in cells))
-    rests = sorted({float(k.split("_")[1]) for k in med if k.startswith("rest_")})
-    print("an all_reduce after a draining call and a rest of the link, ms, medians (the slower rank's); the "
-          f"scenario's burst_bytes: {burst_of(args.scenario):.0f}")
-    print(f"{'bytes':>10} " + " ".join(f"{f'rest {r:g} ms':>12}" for r in rests) + f" {'model':>12}")
-    for n in (262144, 1048576, 2097152):
-        cells = [f"{med[f'rest_{r:g}_{n}'] / 1e3:12.3f}" for r in rests]
-        print(f"{n:>10} " + " ".join(cells) + f" {price(args.scenario, n) / 1e3:12.3f}")
-    print(f"one call of {args.cpu_bytes} bytes (full buffer) right after a draining call and after 3 ms of rest, "
-          "ms, the slower rank's per call: median (p10-p90), and how many rested calls were faster than their "
-          "drained partner")
-    print("  and after 3 ms of rest with rank 1 arriving 0.5 ms after rank 0 ('apart': rank 1's time, from the last "
-          "arrival)")
-    print(f"{'collective':>16} {'drained':>20} {'rested':>20} {'faster':>8} {'rested, apart':>20} {'faster':>8}")
-    for name in ("all_reduce", "reduce_scatter", "all_gather"):
-        pair = [[max(v) for v in zip(raw[0][f"pair_{name}_{m}"], raw[1][f"pair_{name}_{m}"], strict=True)]
-                for m in ("drained", "rested")]
-        pair.append(list(raw[1].get(f"pair_{name}_apart", [])))
-        cells = [f"{pct(xs, 50) / 1e3:.2f} ({pct(xs, 10) / 1e3:.2f}-{pct(xs, 90) / 1e3:.2f})" if xs else "-"
-                 for xs in pair]
-        faster = [f"{sum(1 for d, r in zip(pair[0], xs, strict=True) if r < d):>3} of {len(xs)}" if xs else "-"
-                  for xs in pair[1:]]
-        print(f"{name:>16} {cells[0]:>20} {cells[1]:>20} {faster[0]:>8} {cells[2]:>20} {faster[1]:>8}")
     return 0
 
 

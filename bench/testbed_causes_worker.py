@@ -9,13 +9,7 @@ Completion while a member computes (``done_{mode}_{size}``, microseconds from th
 completes the call, taken in its completion callback): an async all_reduce issued by the main thread, which
 then ``idle``: waits for it at once; ``self``: computes (a matmul loop on the main thread, as a training step
 does after issuing a collective) for ``compute_ms`` before waiting, on both ranks; ``peer``: rank 0 computes,
-rank 1 waits at once (rank 1's figure is the one read: the peer's compute delaying its completion). And the
-link's rest (``rest_{ms}_{size}``): an all_reduce that drains the link, then both ranks rest ``ms``
-(busy-waiting), then the timed all_reduce: the shaper's bucket refills while the link rests. And per collective
-(``pair_{name}_{drained|rested|apart}``, argv[4] bytes): a call right after a draining call, then one after 3 ms
-of sleep on every rank (what ``nbox calibrate --rest`` measures at its own size: each collective's share), then
-one after 3 ms of sleep with rank 1 arriving 0.5 ms later than rank 0 (busy-waiting): members that arrive apart,
-as a backward pass's do.
+rank 1 waits at once (rank 1's figure is the one read: the peer's compute delaying its completion).
 Writes JSON to argv[1].rank<R>."""
 
 from __future__ import annotations
@@ -100,20 +94,11 @@ def main() -> None:
     rank = dist.get_rank()
     for n in done_sizes:
         res.update({f"done_{m}_{n}": [] for m in ("idle", "self", "peer")})
-    rests_ms = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0)
-    for n in (262144, 1048576, 2097152):
-        res.update({f"rest_{r:g}_{n}": [] for r in rests_ms})
-        done_bufs.setdefault(n, torch.ones(n // 4))
 
     def compute_for(ms: float) -> None:  # the main thread computes for ``ms`` (torch.mm releases the GIL)
         end = time.perf_counter() + ms / 1e3
         while time.perf_counter() < end:
             torch.mm(a, b)
-
-    def spin_for(ms: float) -> None:  # the main thread busy-waits ``ms`` (a precise end, no sleep's late wake-up)
-        end = time.perf_counter() + ms / 1e3
-        while time.perf_counter() < end:
-            pass
 
     for _ in range(reps):
         for n in done_sizes:
@@ -131,27 +116,6 @@ def main() -> None:
                 while not stamp:
                     time.sleep(1e-4)
                 res[f"done_{mode}_{n}"].append((stamp[0] - t) * 1e6)
-        for n in (262144, 1048576, 2097152):
-            for r in rests_ms:  # a call that drains the link, both ranks rest r ms (busy-waiting), a timed call
-                dist.all_reduce(done_bufs[n])
-                spin_for(r)
-                t = time.perf_counter()
-                dist.all_reduce(done_bufs[n])
-                res[f"rest_{r:g}_{n}"].append((time.perf_counter() - t) * 1e6)
-    for name in calls:
-        res.update({f"pair_{name}_{m}": [] for m in ("drained", "rested", "apart")})
-    for _ in range(reps):  # per collective: a call right after a draining call, then one after 3 ms of rest,
-        for name, call in calls.items():  # then one after 3 ms of rest with rank 1 arriving 0.5 ms after the rest
-            dist.barrier()
-            call()
-            for m in ("drained", "rested", "apart"):
-                if m != "drained":
-                    time.sleep(0.003)
-                if m == "apart" and rank == 1:
-                    spin_for(0.5)
-                t = time.perf_counter()
-                call()
-                res[f"pair_{name}_{m}"].append((time.perf_counter() - t) * 1e6)
     stop.set()
     with open(f"{out}.rank{dist.get_rank()}", "w") as f:
         json.dump({k: statistics.median(v) for k, v in res.items()} | {"raw": res}, f)

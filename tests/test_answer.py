@@ -14,7 +14,7 @@ import emulator_core.pricing.answer as answer_mod
 from emulator_core.pricing.answer import Answer, Fabric, mirror_member, mirror_weights
 from emulator_core.pricing.pricer import GroupShape, Pricer, PricingError, group_shape, make_pricer, price_group
 from emulator_core.scenario.files import load_scenario
-from emulator_core.scenario.model import Dimension, Network, Scenario, Straggler, Topology
+from emulator_core.scenario.model import Network, Scenario, Straggler, Topology
 from emulator_core.scenario.world import resize
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "emulator_core" / "scenarios"
@@ -359,71 +359,6 @@ def test_jitter_draws_agree_across_real_ranks_and_differ_between_groups_and_seed
     reseeded = Fabric(replace(s, jitter_seed=8))
     g2 = reseeded.group([1, 3, 5, 7], [1, 3])
     assert [reseeded.answer(g2, "all_reduce", 4096, [0.0, 0.0]).cost_us for _ in range(50)] != costs0
-
-
-def shaped(burst_bytes: float, world: int = 2) -> Scenario:
-    """One 1 Gb/s switch dimension (125 bytes/us, 50 us per traversal) with a token bucket of ``burst_bytes``."""
-    dim = Dimension("network", 0, "switch", 1.0, 50.0, burst_bytes=burst_bytes)
-    return Scenario(world_size=world, topology=Topology((dim,)))
-
-
-def test_a_rested_shaped_link_sends_its_bucket_at_once() -> None:
-    """burst_bytes: a call that starts r us after the group's previous one ended saves min(r, burst / bandwidth),
-    never below the zero-byte price; the first call finds the bucket full; a queued call has no rest. Measured on
-    the testbed (tbf 1 Gb/s, burst 125000): 1 MiB all_reduce 8.80 ms drained, 8.32 after 0.5 ms, 8.03 after 1-3 ms."""
-    n = 1 << 20
-    plain, bucket = Fabric(shaped(0.0)), Fabric(shaped(100_000.0))  # 100 KB at 125 bytes/us: 800 us
-    g0, g = plain.group(None, [0, 1]), bucket.group(None, [0, 1])
-    full = plain.price(g0, "all_reduce", n)[1]
-    assert bucket.price(g, "all_reduce", n)[1] == full  # the price of a call is the drained link's
-    first = bucket.answer(g, "all_reduce", n, [0.0, 0.0])
-    assert first.cost_us == pytest.approx(full - 800.0)  # the bucket starts full
-    drained = bucket.answer(g, "all_reduce", n, [first.end_us, first.end_us - 5.0])
-    assert drained.cost_us == pytest.approx(full)  # no rest
-    rested = bucket.answer(g, "all_reduce", n, [drained.end_us + 300.0, drained.end_us])
-    assert rested.cost_us == pytest.approx(full - 300.0)  # the bucket holds 300 us of the link
-    long_rest = bucket.answer(g, "all_reduce", n, [rested.end_us + 5000.0] * 2)
-    assert long_rest.cost_us == pytest.approx(full - 800.0)  # it holds no more than burst_bytes
-    queued = bucket.answer(g, "all_reduce", n, [long_rest.start_us + 1.0] * 2)  # while the last still runs
-    assert queued.start_us == long_rest.end_us and queued.cost_us == pytest.approx(full)  # no rest, no credit
-    # a small call saves down to its zero-byte price, not below
-    tiny = 1024
-    small = bucket.answer(g, "all_reduce", tiny, [queued.end_us + 5000.0] * 2)
-    assert small.cost_us == pytest.approx(bucket.price(g, "all_reduce", 0)[1])
-    assert small.cost_us < bucket.price(g, "all_reduce", tiny)[1]
-    # the knob moves the answer, and 0 changes nothing
-    for fabric, grp in ((plain, g0),):
-        again = fabric.answer(grp, "all_reduce", n, [0.0, 0.0])
-        later = fabric.answer(grp, "all_reduce", n, [again.end_us + 5000.0] * 2)
-        assert again.cost_us == later.cost_us == full
-
-
-def test_the_bucket_applies_where_every_spanned_dimension_has_one() -> None:
-    """A group over two dimensions is as fast as its slowest: only the smaller bucket's time counts, and none when
-    one of them has no bucket."""
-    from emulator_core.pricing.pricer import burst_us
-
-    node = Dimension("node", 2, "switch", 8.0, 5.0, burst_bytes=1_000_000.0)  # 1000 bytes/us: 1000 us
-    for net_burst, expect in ((100_000.0, 800.0), (0.0, 0.0)):
-        net = Dimension("net", 2, "switch", 1.0, 50.0, burst_bytes=net_burst)
-        s = Scenario(world_size=4, topology=Topology((node, net)))
-        assert burst_us(s, group_shape(s, None)) == pytest.approx(expect)
-        assert burst_us(s, group_shape(s, [0, 1])) == pytest.approx(1000.0)  # the node only
-        assert burst_us(s, group_shape(s, [0])) == 0.0
-
-
-def test_the_bucket_saves_link_time_whatever_a_collectives_calibrated_bandwidth() -> None:
-    """The bucket holds link bytes, which leave at the dimension's rate: a reduce_scatter calibrated at half the
-    dimension's bandwidth saves what an all_reduce saves (testbed: 0.6-1.2 ms against 0.75 ms), not twice it."""
-    from emulator_core.scenario.model import Calibration
-
-    cal = Calibration("reduce_scatter", "network", "ring", 2, bandwidth_factor=0.5, library="gloo")
-    s = replace(shaped(100_000.0), calibration=(cal,))
-    fabric = Fabric(s)
-    g = fabric.group(None, [0, 1])
-    n = 1 << 22
-    first = fabric.answer(g, "reduce_scatter", n, [0.0, 0.0])
-    assert first.cost_us == pytest.approx(fabric.price(g, "reduce_scatter", n)[1] - 800.0)
 
 
 # ------------------------------------------------------------------------------------------------ compute noise

@@ -144,8 +144,7 @@ def test_parse_sizes_lists_and_ranges() -> None:
     ({"sizes": ()}, "sizes"), ({"collectives": ("gather",)}, "collectives"),
     ({"collectives": ("barrier", "barrier")}, "collectives"), ({"budget_s": 0}, "budget_s"),
     ({"timeout_s": math.inf}, "timeout_s"), ({"min_iters": 5, "max_iters": 2}, "max_iters"),
-    ({"rounds": 0}, "rounds"), ({"dimension": "9x"}, "dimension"), ({"rest_ms": -1}, "rest_ms"),
-    ({"rest_ms": 5000}, "rest_ms"),
+    ({"rounds": 0}, "rounds"), ({"dimension": "9x"}, "dimension"), ({"busy": "yes"}, "busy"),
 ])
 def test_config_errors_name_the_setting(kw: dict[str, object], key: str) -> None:
     """Issue 13: 'messages say "pass overwrite" instead of `--overwrite`' and a bad argument must exit 2: a
@@ -161,9 +160,8 @@ def test_config_sorts_sizes_and_builds_the_launch_command(tmp_path: Path) -> Non
     cmd = command(cr.launch_spec(cfg, tmp_path))
     assert cmd[1:3] == ["-m", "emulator_core.calibration._worker"] and "1024,65536" in cmd
     assert float(cmd[cmd.index("--timeout-s") + 1]) < 60  # a collective fails before the run deadline
-    assert float(cmd[cmd.index("--rest-ms") + 1]) == 0.0  # one node: no shaper's bucket to measure
-    on = command(cr.launch_spec(replace(cfg, rest_ms=10), tmp_path))
-    assert float(on[on.index("--rest-ms") + 1]) == 10.0
+    assert "--busy" not in cmd and cfg.busy is False  # one node: not timed beside compute unless asked
+    assert "--busy" in command(cr.launch_spec(replace(cfg, busy=True), tmp_path))
 
 
 def test_a_node_of_several_measures_with_one_rank_and_the_record_flags(tmp_path: Path) -> None:
@@ -173,9 +171,9 @@ def test_a_node_of_several_measures_with_one_rank_and_the_record_flags(tmp_path:
     assert "--standalone" not in cmd and cmd[cmd.index("--nnodes") + 1] == "2"
     assert cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400" and cmd[cmd.index("--node-rank") + 1] == "1"
     assert cmd[cmd.index("--local-addr") + 1] == "10.0.0.2" and cmd[cmd.index("--nproc-per-node") + 1] == "1"
-    # across nodes the link's rest is measured unless switched off (a shaped NIC's bucket: docs/calibrate.md)
-    assert float(cmd[cmd.index("--rest-ms") + 1]) == cc.REST_MS_ACROSS_NODES == cfg.rest_ms
-    assert replace(cfg, rest_ms=0).rest_ms == 0.0
+    # across nodes the calls beside compute are timed unless switched off (docs/calibrate.md)
+    assert "--busy" in cmd and cfg.busy is True
+    assert "--busy" not in command(cr.launch_spec(replace(cfg, busy=False), tmp_path))
     for kw, match in (({"nnodes": "2"}, "--nnodes 2 needs --rdzv-endpoint"), ({"nproc": 1}, "on one node")):
         with pytest.raises(cc.CalibrateUsageError, match=match) as err:
             cc.CalibrateConfig(**kw)  # type: ignore[arg-type]
@@ -208,228 +206,6 @@ def test_worker_times_its_calls_back_to_back_after_one_barrier(monkeypatch: pyte
     assert len(times) == 5 and all(t >= 0 for t in times)
 
 
-def test_worker_times_drained_rested_together_and_apart_calls_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Step 4: per pair, a draining call, a timed call right after it, a slept rest, a timed call; a one-element
-    all_reduce, a rest ending busy-waited, a timed call (together); the same with the last rank 0.5 ms later (apart);
-    one max over ranks, the apart calls the late rank's own time."""
-    import torch
-    import torch.distributed as dist
-
-    events: list[str] = []
-    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: events.append(f"all_reduce {len(t)}"))
-    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
-    monkeypatch.setattr(worker.time, "sleep", lambda s: events.append(f"sleep {s:g}"))
-    monkeypatch.setattr(worker, "_rest", lambda s: events.append(f"rest {s:g}"))
-    for rank in (0, 1):
-        events.clear()
-        monkeypatch.setattr(dist, "get_rank", lambda r=rank: r)
-        drained, rested, together, apart = worker._rested(lambda: events.append("op"), 3, 0.01,
-                                                          torch.device("cpu"))
-        late = "rest 0.0105" if rank == 1 else "rest 0.01"
-        assert events == ["op", "op", "sleep 0.01", "op", "all_reduce 1", "rest 0.01", "op", "all_reduce 1", late,
-                          "op"] * 3 + ["all_reduce 12"]
-        assert len(drained) == len(rested) == len(together) == len(apart) == 3
-        assert all(t > 0 for t in apart) if rank == 1 else apart == [0.0] * 3  # only the late rank's time counts
-
-
-def test_a_rest_sleeps_then_busy_waits_its_last_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sleep of a few ms wakes up late on a VM (the ranks would arrive apart): the last REST_SPIN_S spin; no
-    more (a spinning rank holds a core another rank may share)."""
-    import time
-
-    slept: list[float] = []
-    monkeypatch.setattr(worker.time, "sleep", lambda s: slept.append(s))
-    t0 = time.perf_counter()
-    worker._rest(worker.REST_SPIN_S + 0.002)
-    assert slept == [pytest.approx(0.002)] and time.perf_counter() - t0 >= worker.REST_SPIN_S
-    slept.clear()
-    worker._rest(worker.REST_SPIN_S / 2)  # shorter than the spin: no sleep at all
-    assert slept == []
-
-
-def test_the_link_rest_fit_takes_a_significant_saving_only() -> None:
-    """A shaper's saving is the difference of the medians when the rested call is faster in >= 75% of the pairs
-    and by >= 1%; loopback's cold caches (rested slower) or noise give 0."""
-    drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
-    shaper = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, tuple(d - 730.0 for d in drained)))
-    assert shaper.saving_us == pytest.approx(730.0) and shaper.faster == 15
-    assert "burst_bytes = 113" in shaper.describe(113_000.0)
-    slower = cf.fit_burst(cc.Rested(1 << 22, 10_000.0, drained, tuple(d + 400.0 for d in drained)))
-    assert slower.saving_us == 0.0 and "not significant" in slower.describe(0.0)
-    tiny = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, tuple(d - 20.0 for d in drained)))  # 0.2%
-    assert tiny.saving_us == 0.0
-    mixed = tuple(d - 730.0 if i % 2 else d + 5.0 for i, d in enumerate(drained))  # 7 of 15 faster
-    assert cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, mixed)).saving_us == 0.0
-    with pytest.raises(cc.CalibrateInputError, match="as many of each"):
-        cc.Rested(1, 1.0, (1.0,), ())
-    with pytest.raises(cc.CalibrateInputError, match="finite"):
-        cc.Rested(1, 1.0, (1.0,), (math.nan,))
-    with pytest.raises(cc.CalibrateInputError, match="apart and 1 drained"):
-        cc.Rested(1, 1.0, (1.0,), (1.0,), apart_us=(1.0, 2.0), together_us=(1.0,))
-    with pytest.raises(cc.CalibrateInputError, match="together and 1 drained"):
-        cc.Rested(1, 1.0, (1.0,), (1.0,), apart_us=(1.0,), together_us=(1.0, 2.0))
-    with pytest.raises(cc.CalibrateInputError, match="needs both or neither"):
-        cc.Rested(1, 1.0, (1.0,), (1.0,), apart_us=(1.0,))
-    with pytest.raises(cc.CalibrateInputError, match="busy_nbytes"):
-        cc.Rested(1, 1.0, (1.0,), (1.0,), busy_nbytes=-1)
-
-
-def test_calls_whose_members_arrive_apart_get_their_own_share() -> None:
-    """The all_gather of the testbed: its rested calls save what the all_reduce's do when its members arrive
-    together, nothing when one is 0.5 ms late (2 of 15 faster); the all_reduce keeps its saving apart. The shares
-    and the bucket compare the together calls (the slept ones wake the ranks apart: less saved); without them,
-    the slept ones."""
-    drained = tuple(3300.0 + 10 * (i % 3) for i in range(15))
-    minus = lambda us: tuple(d - us for d in drained)  # noqa: E731
-    ar = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, minus(600.0), "all_reduce", apart_us=minus(700.0),
-                                together_us=minus(700.0)))
-    late = tuple(d - 700.0 if i < 2 else d + 170.0 for i, d in enumerate(drained))
-    ag = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, drained, "all_gather", apart_us=late,
-                                together_us=minus(700.0)))
-    old = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, minus(350.0), "reduce_scatter"))
-    assert ar.saving_us == pytest.approx(600.0) and ar.bucket_saving_us == pytest.approx(700.0)
-    assert old.bucket_saving_us == pytest.approx(350.0)  # no together calls: the slept ones
-    assert ag.apart_faster == 2 and ag.apart_saving_us == 0.0 and old.apart_saving_us is None
-    assert cf.rest_shares([ar, ag, old]) == {"all_reduce": 1.0, "all_gather": 1.0, "reduce_scatter": 0.5}
-    assert cf.apart_shares([ar, ag, old]) == {"all_reduce": 1.0, "all_gather": 0.0}  # not measured: not written
-    line = ag.describe(0.0, 1.0, 0.0)
-    assert ("members together: 2610 us (15 of 15 under the drained median, mean saving 700 us), 0.5 ms apart: "
-            "3480 us (2 of 15 under, mean saving 0 us): apart_rest_factor = 0") in line
-    assert "rest_factor = 1 (its saving" in line
-    lines = cal.describe_rests([ag, ar, old], 85_000.0)
-    assert lines[0].startswith("link rest: all_reduce") and "apart_rest_factor = 1" in lines[0]
-    assert "the together calls' saving" in lines[0] and "the slept calls'" not in lines[0]
-
-
-def test_a_share_that_comes_some_of_the_time_is_its_expected_saving() -> None:
-    """gloo's all_gather with its members together gets the bucket in 62-93% of the calls (testbed): 24 of 40
-    calls 500 us faster and 16 50 us slower is an expected saving of ~300 us (the drained median less the trimmed
-    mean), not 0 (the medians' rule needs 75% faster) nor 500 (the medians' difference); half or fewer faster: 0;
-    a drained call in gloo's slow mode does not inflate it (a mean of pair differences did: 2014 us at 256 KiB)."""
-    drained = tuple(2300.0 for _ in range(40))
-    together = tuple(1800.0 if i % 5 < 3 else 2350.0 for i in range(40))
-    fit = cf.fit_burst(cc.Rested(1 << 18, 10_000.0, drained, together, "all_gather", apart_us=drained,
-                                 together_us=together))
-    assert fit.saving_us == 0.0  # the slept calls (the same times): the medians' rule
-    assert fit.together_faster == 24 and fit.together_saving_us == pytest.approx((20 * 500 - 12 * 50) / 32)
-    assert fit.apart_saving_us == 0.0  # none faster
-    half = tuple(1800.0 if i % 2 else 2350.0 for i in range(40))
-    assert cf.fit_burst(cc.Rested(1 << 18, 1e4, drained, drained, apart_us=half,
-                                  together_us=half)).together_saving_us == 0.0  # 20 of 40: not more than half
-    outlier = tuple(1800.0 if i else 12_000.0 for i in range(40))  # one call in the slow mode: trimmed away
-    assert cf.fit_burst(cc.Rested(1 << 18, 1e4, drained, drained, apart_us=outlier,
-                                  together_us=outlier)).together_saving_us == pytest.approx(500.0)
-    # drained partners in the slow mode (5 of 40, +10 ms) do not count as savings: against the drained median
-    slow = tuple(12_300.0 if i < 5 else 2300.0 for i in range(40))
-    none = cf.fit_burst(cc.Rested(1 << 18, 1e4, slow, slow, apart_us=slow[::-1], together_us=together))
-    assert none.together_saving_us == pytest.approx((20 * 500 - 12 * 50) / 32) and none.apart_saving_us == 0.0
-
-
-def test_the_bucket_is_the_together_calls_saving_where_measured(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """calibrate() writes burst_bytes from the all_reduce's together calls (timed from the last arrival), not the
-    slept ones (their first rank's time holds its wait for the last), and each share and apart share from them."""
-    from emulator_core.calibration.run import MeasureRun
-    from emulator_core.calibration.spec import CalibrateConfig
-
-    drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
-    minus = lambda us: tuple(d - us for d in drained)  # noqa: E731
-    rests = (cc.Rested(1 << 20, 10_000.0, drained, minus(500.0), "all_reduce", together_us=minus(700.0),
-                       apart_us=minus(700.0)),
-             cc.Rested(1 << 18, 10_000.0, drained, drained, "all_gather", together_us=minus(350.0),
-                       apart_us=drained))
-    link = cm.Link(70.0, 150.0)
-    meas = [*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]), *synthetic("all_gather", "ring", 2, link,
-                                                                               SIZES[2:7])]
-    monkeypatch.setattr(cal, "measure_run", lambda c, progress=None: MeasureRun(
-        meas, {"backend": "gloo", "world_size": 2}, 1.0, rests))
-    res = cal.calibrate(CalibrateConfig(backend="gloo", collectives=("all_reduce", "all_gather"),
-                                        sizes=tuple(SIZES[2:7]), dimension="network"), tmp_path / "c.toml")
-    dim = res.scenario.topology.dims[0]
-    assert dim.burst_bytes == pytest.approx(700.0 * dim.bandwidth_bytes_per_us, rel=1e-3)
-    ag = res.scenario.calibrated("all_gather", "network")
-    assert ag is not None and ag.rest_factor == 0.5 and ag.apart_rest_factor == 0.0
-    assert "the together calls' saving x the link's bandwidth" in (tmp_path / "c.toml").read_text()
-
-
-def test_shares_and_busy_sizes_are_kept_apart() -> None:
-    """The shares' calls are short (REST_SHARE_CALL_MAX_US: the all_gather's 1 MiB calls ran in two modes), the
-    busy ratio is measured at the rest size of REST_CALL_MAX_US (it changes with the size) and says so."""
-    assert worker.REST_SHARE_CALL_MAX_US < worker.REST_CALL_MAX_US
-    drained = tuple(2200.0 + 10 * (i % 3) for i in range(15))
-    r = cc.Rested(1 << 18, 10_000.0, drained, drained, "all_gather", idle_us=(8800.0,) * 15,
-                  busy_us=(11000.0,) * 15, busy_nbytes=1 << 20)
-    fit = cf.fit_burst(r)
-    assert fit.busy_nbytes == 1 << 20 and fit.busy_slowdown == pytest.approx(1.25)
-    assert "beside a computing thread at 1048576 bytes x1.25" in fit.describe(0.0, 0.0)
-    same = cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, drained, "all_gather", idle_us=(8800.0,) * 15,
-                                  busy_us=(11000.0,) * 15))
-    assert "beside a computing thread x1.25" in same.describe(0.0, 0.0)
-    doc = {"rested": [{"collective": "all_gather", "nbytes": 1 << 18, "rest_us": 1e4, "drained_us": [9.0],
-                       "rested_us": [8.0], "together_us": [7.0], "apart_us": [9.0], "idle_us": [1.0],
-                       "busy_us": [2.0], "busy_nbytes": 1 << 20}]}
-    got = cr._rested(doc)[0]
-    assert got.together_us == (7.0,) and got.busy_nbytes == 1 << 20
-
-
-def test_the_fragment_burst_gives_the_measured_saving_back_through_pricing() -> None:
-    """burst_bytes = saving x the bandwidth the all_reduce is priced at, so a rested all_reduce on the written
-    scenario saves what the calibration measured; without a saving the key stays out of the file."""
-    from emulator_core.pricing.answer import Fabric
-
-    fits = cf.fit(synthetic("all_reduce", "ring", 2, cm.Link(70.0, 150.0), SIZES[2:7]), 2)
-    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", burst_saving_us=730.0)
-    dim = frag.topology.dims[0]
-    assert dim.burst_bytes == pytest.approx(730.0 * 150.0, rel=1e-3)
-    assert loads_scenario(dump_toml(frag)) == frag and "burst_bytes = " in dump_toml(frag)
-    fabric = Fabric(frag)
-    g = fabric.group(None, [0, 1])
-    price_us = fabric.price(g, "all_reduce", 1 << 20)[1]
-    assert fabric.answer(g, "all_reduce", 1 << 20, [0.0, 0.0]).cost_us == pytest.approx(price_us - 730.0, rel=1e-3)
-    plain = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo")
-    assert plain.topology.dims[0].burst_bytes == 0 and "burst_bytes" not in dump_toml(plain)
-
-
-def test_each_collective_gets_its_measured_share_of_the_rested_link() -> None:
-    """rest_factor = a collective's own significant saving over the all_reduce's (capped at 1); a collective whose
-    rested calls were not faster gets none of the bucket (the testbed's gloo all_gather), and every calibrated
-    collective's rested answer follows its share; without an all_reduce saving there is nothing to share."""
-    from emulator_core.pricing.answer import Fabric
-
-    drained = tuple(8800.0 + 10 * (i % 3) for i in range(15))
-
-    def rest(coll: str, saving: float) -> cf.BurstFit:
-        return cf.fit_burst(cc.Rested(1 << 20, 10_000.0, drained, tuple(d - saving for d in drained), coll))
-
-    fits_rest = [rest("all_reduce", 730.0), rest("all_gather", -400.0), rest("reduce_scatter", 400.0)]
-    shares = cf.rest_shares(fits_rest)
-    assert shares == {"all_reduce": 1.0, "all_gather": 0.0, "reduce_scatter": pytest.approx(0.548)}
-    assert cf.rest_shares([rest("all_reduce", 730.0), rest("reduce_scatter", 900.0)])["reduce_scatter"] == 1.0
-    assert cf.rest_shares([rest("all_reduce", 0.0), rest("reduce_scatter", 400.0)]) == {}
-    assert cf.rest_shares([rest("reduce_scatter", 400.0)]) == {}
-    lines = cal.describe_rests(fits_rest[::-1], 109_500.0)
-    assert lines[0].startswith("link rest: all_reduce") and "burst_bytes = 109500" in lines[0]
-    assert "all_gather" in lines[2] and "not significant: rest_factor = 0" in lines[2]
-    assert "rest_factor = 0.548" in lines[1]
-    link = cm.Link(70.0, 150.0)
-    fits = cf.fit([*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]),
-                   *synthetic("all_gather", "ring", 2, link, SIZES[2:7]),
-                   *synthetic("reduce_scatter", "ring", 2, link, SIZES[2:7])], 2)
-    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", burst_saving_us=730.0,
-                                 shares=shares)
-    assert {c.collective: c.rest_factor for c in frag.calibration} == shares
-    text = dump_toml(frag)
-    assert loads_scenario(text) == frag and "rest_factor = 0.0" in text and "rest_factor = 1" not in text
-    fabric = Fabric(frag)
-    for coll, share in shares.items():
-        g = fabric.group(None, [0, 1])
-        full = fabric.price(g, coll, 1 << 20)[1]
-        assert fabric.answer(g, coll, 1 << 20, [0.0, 0.0]).cost_us == pytest.approx(full - share * 730.0, rel=1e-3)
-    # no bucket: the shares are not written (a saving of nothing has no share)
-    plain = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", shares=shares)
-    assert all(c.rest_factor == 1.0 for c in plain.calibration) and "rest_factor" not in dump_toml(plain)
-
-
 def test_busy_slowdown_is_the_ratio_of_busy_to_idle_calls_when_significant() -> None:
     idle = [6500.0 + 10 * (i % 3) for i in range(15)]
     assert cf.fit_busy(idle, [2.23 * t for t in idle]) == pytest.approx(2.23)
@@ -438,11 +214,15 @@ def test_busy_slowdown_is_the_ratio_of_busy_to_idle_calls_when_significant() -> 
     mixed = [3 * t if i % 2 else t - 1.0 for i, t in enumerate(idle)]  # 7 of 15 slower
     assert cf.fit_busy(idle, mixed) == 1.0
     assert cf.fit_busy([], []) == 1.0  # not measured (a GPU rank)
-    fit = cf.fit_burst(cc.Rested(1 << 20, 1e4, (9.0,) * 15, (8.0,) * 15, "all_reduce", tuple(idle),
-                                 tuple(2 * t for t in idle)))
-    assert fit.busy_slowdown == 2.0 and "busy_slowdown" in fit.describe(100_000.0)
+    fit = cf.fit_beside(cc.Beside("all_reduce", 1 << 20, tuple(idle), tuple(2 * t for t in idle)))
+    assert fit.busy_slowdown == 2.0 and fit.slower == fit.pairs == 15
+    assert fit.describe().startswith("beside compute: all_reduce of 1048576 bytes") and "busy_slowdown = 2" in (
+        fit.describe())
+    assert "not significant: busy_slowdown = 1" in cf.fit_beside(cc.Beside("all_gather", 4, (1.0,), (1.0,))).describe()
     with pytest.raises(cc.CalibrateInputError, match="idle and"):
-        cc.Rested(1, 1.0, (1.0,), (1.0,), "all_reduce", (1.0,), ())
+        cc.Beside("all_reduce", 1, (1.0,), ())
+    with pytest.raises(cc.CalibrateInputError, match="finite"):
+        cc.Beside("all_reduce", 1, (1.0,), (math.nan,))
     link = cm.Link(70.0, 150.0)
     fits = cf.fit(synthetic("all_reduce", "ring", 2, link, SIZES[2:7]), 2)
     frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", slowdowns={"all_reduce": 2.0})
@@ -470,28 +250,30 @@ def test_worker_times_idle_and_busy_calls_in_pairs(monkeypatch: pytest.MonkeyPat
     assert threading.active_count() == before
 
 
-def test_rest_factor_is_a_share_from_0_to_1() -> None:
-    base = {"collective": "all_gather", "dimension": "network", "algorithm": "ring", "ranks": 2}
-    assert Calibration.from_dict({**base, "rest_factor": 0}).rest_factor == 0.0
-    for bad in (-0.1, 1.5, "half", math.inf):
-        with pytest.raises(ScenarioError, match="rest_factor"):
-            Calibration.from_dict({**base, "rest_factor": bad})
+def test_the_workers_beside_compute_measurements_are_read_per_collective(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's ``beside_compute`` entries become each collective's busy_slowdown and a header line."""
+    from emulator_core.calibration.run import MeasureRun
+    from emulator_core.calibration.spec import CalibrateConfig
 
-
-def test_the_workers_rest_measurements_are_read_per_collective() -> None:
-    doc = {"rested": [{"collective": "all_reduce", "nbytes": 1 << 20, "rest_us": 1e4, "drained_us": [9.0, 9.0],
-                       "rested_us": [8.0, 8.0]},
-                      {"collective": "all_gather", "nbytes": 1 << 20, "rest_us": 1e4, "drained_us": [9.0],
-                       "rested_us": [9.5]}]}
-    got = cr._rested(doc)
-    assert [r.collective for r in got] == ["all_reduce", "all_gather"] and got[1].rested_us == (9.5,)
-    assert cr._rested({}) == ()
-    with_busy = cr._rested({"rested": [{**doc["rested"][0], "idle_us": [1.0, 2.0], "busy_us": [3.0, 4.0]}]})
-    assert with_busy[0].busy_us == (3.0, 4.0)
-    for bad in ({"rested": {"collective": "all_reduce"}}, {"rested": [{"collective": "all_reduce"}]},
-                {"rested": [{**doc["rested"][0], "rested_us": [1.0]}]}):
-        with pytest.raises(cc.CalibrationError, match="malformed rest measurement"):
-            cr._rested(bad)
+    doc = {"beside_compute": [{"collective": "all_reduce", "nbytes": 1 << 20, "idle_us": [9.0, 9.0],
+                               "busy_us": [18.0, 18.0]},
+                              {"collective": "all_gather", "nbytes": 1 << 18, "idle_us": [9.0], "busy_us": [9.5]}]}
+    got = cr._beside(doc)
+    assert [b.collective for b in got] == ["all_reduce", "all_gather"] and got[1].busy_us == (9.5,)
+    assert cr._beside({}) == ()
+    for bad in ({"beside_compute": {"collective": "all_reduce"}}, {"beside_compute": [{"collective": "x"}]},
+                {"beside_compute": [{**doc["beside_compute"][0], "busy_us": [1.0]}]}):
+        with pytest.raises(cc.CalibrationError, match="malformed beside-compute measurement"):
+            cr._beside(bad)
+    link = cm.Link(70.0, 150.0)
+    meas = synthetic("all_reduce", "ring", 2, link, SIZES[2:7])
+    monkeypatch.setattr(cal, "measure_run", lambda c, progress=None: MeasureRun(
+        meas, {"backend": "gloo", "world_size": 2}, 1.0, got[:1]))
+    res = cal.calibrate(CalibrateConfig(backend="gloo", collectives=("all_reduce",), sizes=tuple(SIZES[2:7]),
+                                        dimension="network"), tmp_path / "c.toml")
+    assert res.scenario.calibration[0].busy_slowdown == 2.0 and res.busy[0].busy_slowdown == 2.0
+    assert "# beside compute: all_reduce of 1048576 bytes" in (tmp_path / "c.toml").read_text()
 
 
 def test_failure_names_the_rank_collective_and_size(tmp_path: Path) -> None:
@@ -683,7 +465,7 @@ def test_calibrate_command_refuses_bad_input_and_writes_nothing(tmp_path: Path, 
 def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "tmp" / "profile.toml"
     proc = _nbox("calibrate", "-n", "2", "--sizes", "1KiB,64KiB", "--collectives", "all_reduce,all_gather",
-                 "--budget", "0.05", "--rest", "5", "-o", str(out), "--json", timeout=120)
+                 "--budget", "0.05", "--busy", "-o", str(out), "--json", timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [f["collective"] for f in doc["fits"]] == ["all_reduce", "all_gather"]
@@ -693,11 +475,12 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     assert doc["scenario"] == s.to_dict()
     # no --backend: auto, decided in the ranks (CPU here: gloo), and the file says which was measured
     assert "2 ranks, gloo." in out.read_text()
-    rest = doc["link_rest"]  # the largest all_reduce size, at least 15 pairs (no figure asserted: loopback)
-    assert rest["nbytes"] == 65536 and rest["pairs"] >= 15 and rest["burst_bytes"] == s.topology.dims[0].burst_bytes
-    # and each rest-measured collective's, with the share written for it (1 where no bucket was seen)
-    assert [c["collective"] for c in rest["collectives"]] == ["all_reduce", "all_gather"]
-    assert rest["collectives"][1]["rest_factor"] == s.calibrated("all_gather", "loopback").rest_factor
+    # --busy: each collective timed beside compute at its largest size, at least 40 pairs (no figure asserted),
+    # and the busy_slowdown written for it is the one reported
+    busy = doc["beside_compute"]
+    assert [b["collective"] for b in busy] == ["all_reduce", "all_gather"]
+    assert all(b["nbytes"] == 65536 and b["pairs"] >= worker.BUSY_MIN_PAIRS for b in busy)
+    assert busy[1]["busy_slowdown"] == s.calibrated("all_gather", "loopback").busy_slowdown  # type: ignore[union-attr]
 
 
 def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:
@@ -744,39 +527,9 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
         assert f"2 ranks, {reported}." in out.read_text() and res.fits[0].collective == "all_reduce"
 
 
-def test_apart_rest_factor_acts_on_calls_whose_members_arrive_apart_and_is_written_only_where_measured() -> None:
-    """The fragment writes each measured ``apart_rest_factor``; the answer gives a rested call whose last member
-    arrives APART_US or more after its first that share of the bucket, a together call its ``rest_factor``."""
-    from emulator_core.pricing.answer import APART_US, Fabric
-
-    link = cm.Link(70.0, 150.0)
-    fits = cf.fit([*synthetic("all_reduce", "ring", 2, link, SIZES[2:7]),
-                   *synthetic("all_gather", "ring", 2, link, SIZES[2:7])], 2)
-    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", burst_saving_us=730.0,
-                                 shares={"all_reduce": 1.0, "all_gather": 1.0}, apart={"all_gather": 0.0})
-    ag = frag.calibrated("all_gather", "network")
-    assert ag is not None and ag.apart_rest_factor == 0.0
-    assert frag.calibrated("all_reduce", "network").apart_rest_factor is None  # type: ignore[union-attr]
-    text = dump_toml(frag)
-    assert loads_scenario(text) == frag and text.count("apart_rest_factor") == 1
-    fabric = Fabric(frag)
-
-    def cost(coll: str, spread_us: float) -> float:
-        g = fabric.group(None, [0, 1])
-        return fabric.answer(g, coll, 1 << 20, [0.0, spread_us]).cost_us
-
-    full = fabric.price(fabric.group(None, [0, 1]), "all_gather", 1 << 20)[1]
-    assert cost("all_gather", 0.0) == pytest.approx(full - 730.0, rel=1e-3)  # together: the whole credit
-    assert cost("all_gather", APART_US * 0.9) == pytest.approx(full - 730.0, rel=1e-3)
-    assert cost("all_gather", APART_US) == pytest.approx(full)  # apart: its apart share, 0
-    assert cost("all_reduce", APART_US * 5) == cost("all_reduce", 0.0)  # no apart share: rest_factor either way
+def test_the_removed_rest_shares_are_refused_in_a_calibration_entry() -> None:
+    """rest_factor and apart_rest_factor went with the burst credit: an entry that has one is refused, by name."""
     base = {"collective": "all_gather", "dimension": "network", "algorithm": "ring", "ranks": 2}
-    assert Calibration.from_dict({**base, "apart_rest_factor": 0}).apart_rest_factor == 0.0
-    for bad in (-0.1, 1.5, "half", math.inf):
-        with pytest.raises(ScenarioError, match="apart_rest_factor"):
-            Calibration.from_dict({**base, "apart_rest_factor": bad})
-    doc = {"rested": [{"collective": "all_gather", "nbytes": 1 << 20, "rest_us": 1e4, "drained_us": [9.0, 9.0],
-                       "rested_us": [8.0, 8.0], "apart_us": [9.5, 9.4], "together_us": [8.0, 8.1]}]}
-    assert cr._rested(doc)[0].apart_us == (9.5, 9.4)
-    with pytest.raises(cal.CalibrationError, match="malformed rest"):
-        cr._rested({"rested": [{**doc["rested"][0], "apart_us": [9.5]}]})
+    for key in ("rest_factor", "apart_rest_factor"):
+        with pytest.raises(ScenarioError, match=rf"^{key}: removed key: .*; delete this key$"):
+            Calibration.from_dict({**base, key: 0.5})

@@ -109,7 +109,7 @@ def test_the_link_checker_catches_broken_files_and_anchors(tmp_path: Path) -> No
 
 def test_slugs_follow_githubs_rule() -> None:
     assert slug("`nbox sweep`: a grid of what-ifs") == "nbox-sweep-a-grid-of-what-ifs"
-    assert slug("The link's rest (`--rest`)") == "the-links-rest---rest"
+    assert slug("Calls beside compute (`--busy`)") == "calls-beside-compute---busy"
     assert slug("A collective beside compute (`busy_slowdown`)") == "a-collective-beside-compute-busy_slowdown"
     assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
 

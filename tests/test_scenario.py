@@ -205,8 +205,9 @@ def test_override_bad_path(tmp_path: Path, override: str, msg: str) -> None:
     ("topology.dims.1.bandwidth_gbps=-3", "topology.dims[1].bandwidth_gbps = -3: must be > 0"),
     ("topology.dims.1.bandwidth_gbps=nan", "topology.dims[1].bandwidth_gbps = nan: must be finite"),
     ("topology.dims.0.latency_us=-1", "topology.dims[0].latency_us = -1: must be >= 0"),
-    ("topology.dims.0.burst_bytes=-1", "topology.dims[0].burst_bytes = -1: must be >= 0"),
-    ("topology.dims.0.burst_bytes=big", "topology.dims[0].burst_bytes = \"big\": must be a number"),
+    ("topology.dims.0.burst_bytes=0", "topology.dims.0.burst_bytes: removed key in --set "
+                                      "topology.dims.0.burst_bytes=0: the token-bucket burst credit is no longer "
+                                      "modeled; delete this key"),
     ("topology.dims.0.kind=torus", "topology.dims[0].kind = \"torus\": must be one of"),
     ("topology.dims.0.links_per_rank=0", "topology.dims[0].links_per_rank = 0: must be >= 1"),
     ("topology.dims.0.size=0", "topology.dims[0].size = 0: only the last dimension may have size 0"),
@@ -233,6 +234,33 @@ def test_validation_names_key_and_file(tmp_path: Path, override: str, expected: 
     assert msg.startswith(f"{p}: "), msg
     assert expected in msg, msg
     assert isinstance(e.value, InvalidInputError) and e.value.exit_code == 3
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    (BASE.replace("latency_us = 5.0", "latency_us = 5.0\nburst_bytes = 125000.0"), "topology.dims[1].burst_bytes"),
+    (BASE + '\n[[calibration]]\ncollective = "all_reduce"\ndimension = "net"\nalgorithm = "ring"\nranks = 2\n'
+            "rest_factor = 0.5\n", "calibration[0].rest_factor"),
+    (BASE + '\n[[calibration]]\ncollective = "all_gather"\ndimension = "net"\nalgorithm = "ring"\nranks = 2\n'
+            "apart_rest_factor = 0.0\n", "calibration[0].apart_rest_factor"),
+])
+def test_a_file_with_a_removed_burst_credit_key_is_refused_in_one_line(tmp_path: Path, text: str, key: str) -> None:
+    """The token-bucket burst credit and its rest shares are gone: a scenario or calibration file that still has
+    one of their keys is refused (exit 3, as any bad scenario input), the line naming the file and the key and
+    saying what to do, rather than read as if the key still acted."""
+    import subprocess
+    import sys
+
+    p = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(p)
+    assert str(e.value) == f"{p}: {key}: removed key: the token-bucket burst credit is no longer modeled; " \
+                           "delete this key"
+    assert e.value.exit_code == 3
+    proc = subprocess.run([sys.executable, "-m", "nbox", "scenario", "validate", str(p)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 3 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(p) in lines[0] and key in lines[0] and "removed key" in lines[0], proc.stderr
 
 
 def test_duplicate_straggler_rank(tmp_path: Path) -> None:
@@ -290,8 +318,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     names = draw(st.lists(_names, min_size=len(sizes), max_size=len(sizes), unique=True))
     dims = tuple(
         Dimension(name=n, size=s, kind=draw(st.sampled_from(DIMENSION_KINDS)), bandwidth_gbps=draw(_pos),
-                  latency_us=draw(st.floats(0, 1e4, allow_nan=False)), links_per_rank=draw(st.integers(1, 64)),
-                  burst_bytes=draw(st.sampled_from((0.0, 65536.0, 113100.0))))
+                  latency_us=draw(st.floats(0, 1e4, allow_nan=False)), links_per_rank=draw(st.integers(1, 64)))
         for n, s in zip(names, sizes, strict=True)
     )
     world = 1

@@ -250,9 +250,6 @@ def astra_configs(scenario: Scenario, *, source: str | None = None) -> AstraConf
         if d.in_network_reduction:
             raise refuse(f"topology.dims[{i}].in_network_reduction", True, "ASTRA-sim's analytical network has "
                          "no in-network reduction")
-        if d.burst_bytes:
-            raise refuse(f"topology.dims[{i}].burst_bytes", d.burst_bytes, "ASTRA-sim's analytical network has "
-                         "no token-bucket shaper")
         if d.size < 2:
             raise refuse(f"topology.dims[{i}].size", d.size, "ASTRA-sim needs npus_count > 1 in every dimension")
         if d.links_per_rank != 1:

@@ -17,22 +17,12 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    not barrier before its collectives;
 3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
    min, max and the count over all rounds, and the per-round samples;
-4. the link's rest (``--rest-ms`` > 0, all_reduce measured): for each of :data:`REST_COLLECTIVES` measured, at its
-   largest size whose warm-up took at most :data:`REST_CALL_MAX_US` (the all_reduce) or
-   :data:`REST_SHARE_CALL_MAX_US` (the others; else the smallest), pairs of one call right after another call (a
-   drained link), one call after every rank slept ``--rest-ms`` (a rested one: a token-bucket shaper's bucket
-   refilled meanwhile), one after a one-element all_reduce and the same rest on every rank, its last
-   :data:`REST_SPIN_S` busy-waited (members that arrive together: ``together_us``) and one after the same with the
-   last rank :data:`REST_APART_S` later (members that arrive apart: ``apart_us``, that rank's own time), interleaved,
-   at least :data:`REST_MIN_PAIRS` pairs; reported as ``rested``, a list with one entry per collective (per-pair
-   times, max over ranks); on CPU ranks also as many pairs of a call right after a call on an idle core and one right
-   after that while a thread of the rank computes a matmul loop on it (``idle_us``, ``busy_us``: gloo's threads
-   sharing the core with compute; at the size :data:`REST_CALL_MAX_US` picks, ``busy_nbytes``: the ratio changes with
-   the size, so the size it was measured at is kept). ``emulator_core.calibrate`` turns the
-   all_reduce's together saving into the dimension's ``burst_bytes`` (the slept one where there are no together
-   calls), each collective's together and apart savings over it into its shares of it (``rest_factor``,
-   ``apart_rest_factor``; ``emulator_core.calibration_fit``: expected savings), and the busy calls' ratio into
-   ``busy_slowdown``.
+4. calls beside compute (``--busy``, CPU ranks): for each of :data:`BUSY_COLLECTIVES` measured, at its largest
+   size whose warm-up took at most :data:`BUSY_CALL_MAX_US` (else the smallest), at least :data:`BUSY_MIN_PAIRS`
+   pairs of a call right after a call on an idle core and one right after that while a thread of the rank computes
+   a matmul loop on it (``idle_us``, ``busy_us``, max over ranks: gloo's threads sharing the core with compute);
+   reported as ``beside_compute``, one entry per collective with the size it was measured at (the ratio changes
+   with the size). ``emulator_core.calibrate`` turns each ratio into the collective's ``busy_slowdown``.
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
@@ -62,25 +52,13 @@ from typing import Any
 RESULT = "result.json"
 PROGRESS = "progress.json"
 SCHEMA = "nbox.calibrate-result/1"
-#: The rest measurement's call takes at most this long back to back (microseconds): long enough against a
-#: bucket of a few milliseconds of the link, short enough that the link's noise does not hide the saving.
-REST_CALL_MAX_US = 20_000.0
-#: Collectives the rest measurement times (those measured; the all_reduce's saving is the bucket's own measure).
-REST_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-#: Fewest (drained, rested) pairs the rest measurement times: the saving is a small share of the call on the
-#: testbed, and with fewer pairs its median moved a lot between calibrations (docs/results.md).
-REST_MIN_PAIRS = 40
-#: How late (seconds) the last rank arrives at the rest measurement's "apart" call: members that do not arrive
-#: together (``emulator_core.answer.APART_US``), as a backward pass's do.
-REST_APART_S = 0.0005
-#: The together and apart calls' rests end busy-waiting this long (seconds): a sleep of a few ms wakes up to ~1 ms
-#: late on a VM (the ranks would arrive apart), and a whole rest spun holds the core: where two ranks share a CPU
-#: (four testbed nodes on two CPUs) spinning the whole rest slowed the very call it measures (docs/results.md).
-REST_SPIN_S = 0.002
-#: The shares' rest calls (all but the all_reduce, whose saving sets the bucket) take at most this long back to
-#: back (microseconds): on the two-node testbed gloo's 1 MiB all_gathers ran in two modes (8.8 and 12.1 ms, p10
-#: and median of one sweep) whose mix hid the rest's saving; the ~0.4 ms saving stands out of a shorter call.
-REST_SHARE_CALL_MAX_US = 5_000.0
+#: The beside-compute calls take at most this long back to back (microseconds): a call long enough that the
+#: computing thread shares its core for a while, short enough to time many pairs in the budget.
+BUSY_CALL_MAX_US = 20_000.0
+#: Collectives timed beside compute (those measured).
+BUSY_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+#: Fewest (idle, busy) pairs timed per collective: the slowdown is a ratio of medians of noisy calls.
+BUSY_MIN_PAIRS = 40
 #: Collectives the worker can time.
 SUPPORTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "send_recv")
 
@@ -201,45 +179,6 @@ def _iterations(op: Callable[[], object], args: argparse.Namespace, device: Any)
     return int(min(args.max_iters, max(args.min_iters, args.budget_s // per_iter_s))), warm
 
 
-def _rest(seconds: float) -> None:
-    """Rest ``seconds``: sleep, then busy-wait the last :data:`REST_SPIN_S` (a precise end: a sleep of a few ms
-    wakes up to ~1 ms late on a VM; a short spin: a rank that spins holds a core another rank may share)."""
-    end = time.perf_counter() + seconds
-    if seconds > REST_SPIN_S:
-        time.sleep(seconds - REST_SPIN_S)
-    while time.perf_counter() < end:
-        pass
-
-
-def _rested(op: Callable[[], object], pairs: int, rest_s: float,
-            device: Any) -> tuple[list[float], list[float], list[float], list[float]]:
-    """``pairs`` x (a call right after a call; a call after ``rest_s`` of sleep on every rank; a call after a
-    one-element all_reduce and ``rest_s`` of rest (:func:`_rest`) on every rank; the same with the last rank
-    :data:`REST_APART_S` later), microseconds (module docstring, step 4): per pair the max over ranks of the first
-    three calls' times (the third's members arrive within the small call's exit skew: together) and the last rank's
-    own time of the fourth (from the last arrival: apart). The calls end together on every rank (a collective), so
-    the rests overlap and the link rests for ``rest_s``."""
-    import torch
-    import torch.distributed as dist
-
-    late = dist.get_rank() == dist.get_world_size() - 1
-    one = torch.zeros(1, dtype=torch.float32, device=device)
-    drained, rested, together, apart = [], [], [], []
-    for _ in range(pairs):
-        op()  # drains the link
-        drained += _timed_calls(op, 1, device)
-        time.sleep(rest_s)
-        rested += _timed_calls(op, 1, device)
-        dist.all_reduce(one)  # aligns the ranks: they leave a one-element call within its exit skew
-        _rest(rest_s)
-        together += _timed_calls(op, 1, device)
-        dist.all_reduce(one)
-        _rest(rest_s + (REST_APART_S if late else 0.0))
-        apart += [t if late else 0.0 for t in _timed_calls(op, 1, device)]
-    times = _max_over_ranks(drained + rested + together + apart, device)
-    return times[:pairs], times[pairs:2 * pairs], times[2 * pairs:3 * pairs], times[3 * pairs:]
-
-
 def _beside_compute(op: Callable[[], object], pairs: int, device: Any) -> tuple[list[float], list[float]]:
     """``pairs`` x (a call right after a call on an idle core, a call right after that while a thread of this rank
     computes a matmul loop, on every rank): per pair the max over ranks of each call's time, microseconds (module
@@ -289,7 +228,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-iters", type=int, default=200)
     ap.add_argument("--budget-s", type=float, default=0.3, help="Timed seconds per point (about).")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="Process-group timeout per collective.")
-    ap.add_argument("--rest-ms", type=float, default=0.0, help="The link's rest before a rested call (0: none).")
+    ap.add_argument("--busy", action="store_true", help="Also time calls beside a computing thread (CPU ranks).")
     return ap.parse_args(argv)
 
 
@@ -339,35 +278,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "median_us": percentile(times, 0.5), "p10_us": percentile(times, 0.1),
                             "p90_us": percentile(times, 0.9), "min_us": min(times), "max_us": max(times),
                             "rounds_us": samples[(coll, nbytes)]})
-        rested: list[dict[str, Any]] = []
-        if args.rest_ms > 0 and any(c == "all_reduce" for c, _ in points):  # the all_reduce sets the bucket
-            for coll in REST_COLLECTIVES:
+        beside: list[dict[str, Any]] = []
+        if args.busy and device.type == "cpu":
+            for coll in BUSY_COLLECTIVES:
                 coll_sizes = [n for c, n in points if c == coll]
                 if not coll_sizes:
                     continue
-                fit_in = [n for n in coll_sizes if warm_us[(coll, n)] <= REST_CALL_MAX_US]
-                busy_bytes = max(fit_in) if fit_in else min(coll_sizes)
-                cap_us = REST_CALL_MAX_US if coll == "all_reduce" else REST_SHARE_CALL_MAX_US
-                fit_in = [n for n in coll_sizes if warm_us[(coll, n)] <= cap_us]
+                fit_in = [n for n in coll_sizes if warm_us[(coll, n)] <= BUSY_CALL_MAX_US]
                 nbytes = max(fit_in) if fit_in else min(coll_sizes)
-                where = {"collective": coll, "nbytes": nbytes, "phase": "rest"}
+                where = {"collective": coll, "nbytes": nbytes, "phase": "beside compute"}
                 if writer:
                     _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
-                pair_s = 5 * warm_us[(coll, nbytes)] * 1e-6 + 3 * args.rest_ms * 1e-3
-                pairs = int(min(args.max_iters, max(REST_MIN_PAIRS, args.min_iters, args.budget_s // pair_s)))
+                pair_s = 3 * warm_us[(coll, nbytes)] * 1e-6
+                pairs = int(min(args.max_iters, max(BUSY_MIN_PAIRS, args.min_iters, args.budget_s // pair_s)))
                 elems = element_count(coll, nbytes, world)
                 op = _make_op(coll, elems, dist.get_rank(), world, device)
-                drained, rest_times, together, apart = _rested(op, pairs, args.rest_ms * 1e-3, device)
-                if busy_bytes != nbytes:  # the busy ratio is the rest call's size's (it changes with the size)
-                    del op
-                    op = _make_op(coll, element_count(coll, busy_bytes, world), dist.get_rank(), world, device)
-                idle, loaded = _beside_compute(op, pairs, device) if device.type == "cpu" else ([], [])
+                idle, loaded = _beside_compute(op, pairs, device)
                 del op
-                rested.append({"collective": coll, "nbytes": elems * 4, "rest_us": args.rest_ms * 1e3,
-                               "drained_us": drained, "rested_us": rest_times, "together_us": together,
-                               "apart_us": apart, "idle_us": idle,
-                               "busy_us": loaded,
-                               "busy_nbytes": element_count(coll, busy_bytes, world) * 4})
+                beside.append({"collective": coll, "nbytes": elems * 4, "idle_us": idle, "busy_us": loaded})
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()
         if writer:
@@ -377,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "hostname": socket.gethostname(), "machine": platform.machine(), "processor": platform.processor(),
                 "cpu_count": os.cpu_count(), "python": platform.python_version(),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                "results": results, **({"rested": rested} if rested else {})})
+                "results": results, **({"beside_compute": beside} if beside else {})})
         dist.destroy_process_group()
         return 0
     except BaseException as exc:  # report, then exit non-zero: the launcher stops the other ranks

@@ -6,8 +6,7 @@ module for the timing method); :func:`emulator_core.calibration_fit.fit` turns t
 :class:`~emulator_core.calibration_fit.Fit` per collective; :func:`scenario_fragment` and :func:`profile_toml` turn
 the fits into a scenario ("the fabric this was recorded on") whose single dimension carries the all_reduce figures
 and whose ``[[calibration]]`` entries carry every collective's factors and efficiency curve
-(``scenario.Calibration``), and whose ``burst_bytes`` is what a rested link saved an all_reduce (a token-bucket
-shaper's bucket; 0 where no saving is seen), each collective's ``rest_factor`` its own saving's share of that.
+(``scenario.Calibration``), each with its ``busy_slowdown`` where its calls beside compute were timed.
 
 Units: sizes are bytes in costmodels' convention (``nbytes`` = the per-rank input; all_gather: the per-rank
 shard; all_to_all: the whole per-rank send buffer; barrier: 0); times are microseconds; cost-model bandwidth
@@ -27,13 +26,10 @@ from typing import Any
 
 from emulator_core.calibration.fit import (
     ALPHA_FLOOR_US,
-    BurstFit,
+    BusyFit,
     Fit,
-    apart_shares,
-    bucket_fit,
     fit,
-    fit_burst,
-    rest_shares,
+    fit_beside,
     significant,
 )
 from emulator_core.calibration.run import measure_run
@@ -45,23 +41,16 @@ from nbox_trace.progress import Report
 
 
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
-                      world_size: int | None = None, library: str = "", burst_saving_us: float = 0.0,
-                      shares: Mapping[str, float] | None = None,
-                      slowdowns: Mapping[str, float] | None = None,
-                      apart: Mapping[str, float] | None = None) -> Scenario:
+                      world_size: int | None = None, library: str = "",
+                      slowdowns: Mapping[str, float] | None = None) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
     latency only). An all_to_all fit also calibrates all_to_all_v (the same algorithm family). Each entry records
     what it measured: ranks, ``library`` and the smallest and largest size.
 
-    ``burst_saving_us``: what a rested link saved an all_reduce (:func:`emulator_core.calibration_fit.fit_burst`);
-    the dimension's ``burst_bytes`` is that times the dimension's bandwidth, so that pricing gives the saving back
-    (``emulator_core.pricing.burst_us``). ``shares``: per collective, its ``rest_factor``
-    (:func:`emulator_core.calibration_fit.rest_shares`; a collective not in it keeps 1). ``slowdowns``: per
-    collective, its ``busy_slowdown`` (:func:`emulator_core.calibration_fit.fit_busy`; 1 where not in it).
-    ``apart``: per collective, its ``apart_rest_factor`` (:func:`emulator_core.calibration_fit.apart_shares`; not
-    written where not in it).
+    ``slowdowns``: per collective, its ``busy_slowdown`` (:func:`emulator_core.calibration_fit.fit_busy`; 1 where
+    not in it).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -70,19 +59,15 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
     bw_gbps = significant(ref.bandwidth_gbps) if ref.bandwidth_gbps is not None else 1.0
     latency = significant(ref.latency_us)
     dim = Dimension(name=dimension, size=0, kind="switch", bandwidth_gbps=bw_gbps, latency_us=latency)
-    if burst_saving_us > 0:  # the inverse of pricing.burst_us: the saving at the dimension's bandwidth
-        dim = replace(dim, burst_bytes=significant(burst_saving_us * dim.bandwidth_bytes_per_us, 4))
     cals = []
     for f in fits:
         bw_factor = 1.0 if f.bandwidth_gbps is None else significant(f.bandwidth_gbps / bw_gbps)
         lat_factor = significant(max(f.latency_us, ALPHA_FLOOR_US) / max(latency, ALPHA_FLOOR_US))
         names = [f.collective] + (["all_to_all_v"] if f.collective == "all_to_all" else [])
         sizes = sorted(p.nbytes for p in f.points)
-        share = (shares or {}).get(f.collective, 1.0) if burst_saving_us > 0 else 1.0
-        apart_share = (apart or {}).get(f.collective) if burst_saving_us > 0 else None
         cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
-                             library, (sizes[0], sizes[-1]) if sizes else (), share,
-                             (slowdowns or {}).get(f.collective, 1.0), apart_share) for n in names]
+                             library, (sizes[0], sizes[-1]) if sizes else (),
+                             (slowdowns or {}).get(f.collective, 1.0)) for n in names]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -115,7 +100,7 @@ def format_fits(fits: Sequence[Fit]) -> str:
 
 
 def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfig, info: Mapping[str, Any],
-                 *, command: str | None = None, rests: Sequence[BurstFit] = ()) -> str:
+                 *, command: str | None = None, busy: Sequence[BusyFit] = ()) -> str:
     """The fragment as TOML with a header comment: command, machine, date, torch, backend, sizes, fit table."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cmd = command or (f"nbox calibrate -n {config.nproc} --backend {config.backend} "
@@ -132,8 +117,8 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
             "# bandwidth_gbps / latency_us: the all_reduce fit; [[calibration]]: per collective, factors x those",
             "# figures and an efficiency curve (see emulator_core/calibration_fit.py for the method). Fit:", "#"]
     head += [f"#   {line}" for line in format_fits(fits).splitlines()]
-    if rests:
-        head += ["#", *(f"# {line}" for line in describe_rests(rests, scenario.topology.dims[0].burst_bytes))]
+    if busy:
+        head += ["#", *(f"# {b.describe()}" for b in busy)]
     body = dump_toml(scenario)
     dims = scenario.topology.dims
     if len(dims) == 1:  # the stored scenario holds the resolved size; the fragment says "fill to world_size"
@@ -151,19 +136,7 @@ class CalibrateResult:
     fits: list[Fit]
     info: dict[str, Any]
     wall_s: float
-    rests: tuple[BurstFit, ...] = ()
-
-    @property
-    def burst(self) -> BurstFit | None:
-        """The all_reduce's rest measurement (the bucket's), None when not taken."""
-        return bucket_fit(self.rests)
-
-
-def describe_rests(rests: Sequence[BurstFit], burst_bytes: float) -> list[str]:
-    """One line per rest-measured collective (the all_reduce's first): what it saved and what that set."""
-    shares, apart = rest_shares(rests), apart_shares(rests)
-    return [b.describe(burst_bytes, shares.get(b.collective), apart.get(b.collective))
-            for b in sorted(rests, key=lambda b: b.collective != "all_reduce")]
+    busy: tuple[BusyFit, ...] = ()
 
 
 def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
@@ -179,12 +152,9 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
     world = run.info.get("world_size")
     ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
     fits = fit(run.measurements, ranks, config.backend)
-    rests = tuple(fit_burst(r) for r in run.rested)
-    burst = bucket_fit(rests)
+    busy = tuple(fit_beside(b) for b in run.beside)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
-                                 burst_saving_us=burst.bucket_saving_us if burst is not None else 0.0,
-                                 shares=rest_shares(rests), slowdowns={b.collective: b.busy_slowdown for b in rests},
-                                 apart=apart_shares(rests))
-    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, rests=rests),
+                                 slowdowns={b.collective: b.busy_slowdown for b in busy})
+    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, busy=busy),
                  error=CalibrationWriteError)
-    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, rests)
+    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, busy)

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from emulator_core.calibration import _worker as worker
-from emulator_core.calibration.spec import ALGORITHMS, SUPPORTED, CalibrateInputError, Measurement, Rested
+from emulator_core.calibration.spec import ALGORITHMS, SUPPORTED, Beside, CalibrateInputError, Measurement
 from emulator_core.network import costmodels as cm
 
 #: The smallest latency a fit gives, microseconds.
@@ -286,160 +286,51 @@ def fit(measurements: Sequence[Measurement], nproc: int, backend: str = "gloo") 
     return out
 
 
-#: A rested call must be faster than its drained partner in at least this share of the pairs to count.
-BURST_MIN_FASTER = 0.75
-#: ... and faster by at least this share of the drained median (the link's run-to-run noise is below it).
-BURST_MIN_SAVING = 0.01
-#: The together and apart calls' expected saving leaves out this share of those calls at each end (sorted by
-#: time): one all_gather in gloo's slow mode, many milliseconds slower on the testbed, moves a plain mean a lot.
-SAVING_TRIM = 0.1
+#: A busy call must be slower than its idle partner in at least this share of the pairs to count.
+BUSY_MIN_SLOWER = 0.75
+#: ... and slower by at least this share of the idle median (the link's run-to-run noise is below it).
+BUSY_MIN_EXCESS = 0.01
 
 
 @dataclass(frozen=True)
-class BurstFit:
-    """What the link's rest saved (``_calibrate_worker`` step 4): medians of the drained and rested calls of
-    ``nbytes`` (microseconds), ``faster`` of ``pairs`` rested calls faster than their drained partner, and
-    ``saving_us``: the difference of the medians when significant (:data:`BURST_MIN_FASTER`,
-    :data:`BURST_MIN_SAVING`), else 0 (no shaper seen: NVLink, InfiniBand, loopback). ``together_*`` and
-    ``apart_*``: the same for the calls after a one-element call and the same rest busy-waited, whose members
-    arrived together and apart, their ``_faster`` counted against the drained median and their saving the expected
-    one (:func:`_expected_saving`; None: not measured)."""
+class BusyFit:
+    """What a computing thread cost a collective (``_calibrate_worker`` step 4): medians of the idle and busy calls
+    of ``nbytes`` (microseconds), ``slower`` of ``pairs`` busy calls slower than their idle partner, and the
+    ``busy_slowdown`` it sets (:func:`fit_busy`)."""
 
+    collective: str
     nbytes: int
-    rest_us: float
     pairs: int
-    faster: int
-    drained_us: float
-    rested_us: float
-    saving_us: float
-    collective: str = "all_reduce"
-    busy_slowdown: float = 1.0
-    apart_us: float | None = None
-    apart_faster: int = 0
-    apart_saving_us: float | None = None
-    together_us: float | None = None
-    together_faster: int = 0
-    together_saving_us: float | None = None
-    busy_nbytes: int = 0
+    slower: int
+    idle_us: float
+    busy_us: float
+    busy_slowdown: float
 
-    @property
-    def bucket_saving_us(self) -> float:
-        """What the rest saved a call timed from its last member's arrival (microseconds): the together calls'
-        saving where measured (the slept rest wakes the ranks apart, and the first one's time holds its wait for
-        the last: testbed, three calibrations, 30-120 us less saved than together), else the slept calls'."""
-        return self.together_saving_us if self.together_saving_us is not None else self.saving_us
-
-    def describe(self, burst_bytes: float, share: float | None = None, apart_share: float | None = None) -> str:
-        """One line for the fit table and the TOML header: the all_reduce's with the ``burst_bytes`` it sets,
-        another collective's with its ``share`` of that saving (its ``rest_factor``; None: no bucket to share), and
-        each with its ``apart_share`` when its members arrived apart (``apart_rest_factor``; None: not measured)."""
-        if self.collective == "all_reduce":
-            which = "together" if self.together_saving_us is not None else "slept"
-            seen = (f"burst_bytes = {burst_bytes:.0f} (the {which} calls' saving x the link's bandwidth)"
-                    if self.bucket_saving_us > 0 else "not significant: burst_bytes = 0")
-        elif share is None:
-            seen = "no bucket (the all_reduce saved nothing)"
-        else:
-            seen = (f"rest_factor = {share:g} (its saving over the all_reduce's)" if self.bucket_saving_us > 0
-                    else "not significant: rest_factor = 0")
-        at = f" at {self.busy_nbytes} bytes" if self.busy_nbytes and self.busy_nbytes != self.nbytes else ""
-        busy = (f"; beside a computing thread{at} x{self.busy_slowdown:g} (busy_slowdown)"
-                if self.busy_slowdown > 1 else "")
-        apart = ""
-        if self.together_us is not None and self.apart_us is not None:
-            apart = (f"; members together: {self.together_us:.0f} us ({self.together_faster} of {self.pairs} "
-                     f"under the drained median, mean saving {self.together_saving_us:.0f} us), "
-                     f"{worker.REST_APART_S * 1e3:g} ms apart: {self.apart_us:.0f} us ({self.apart_faster} of "
-                     f"{self.pairs} under, mean saving {self.apart_saving_us:.0f} us)")
-            if apart_share is not None:
-                apart += f": apart_rest_factor = {apart_share:g}"
-        return (f"link rest: {self.collective} of {self.nbytes} bytes, {self.drained_us:.0f} us right after a "
-                f"call, {self.rested_us:.0f} us after {self.rest_us / 1e3:g} ms of rest (medians; {self.faster} "
-                f"of {self.pairs} faster): {seen}{apart}{busy}")
+    def describe(self) -> str:
+        """One line for the fit table and the TOML header."""
+        seen = (f"busy_slowdown = {self.busy_slowdown:g}" if self.busy_slowdown > 1
+                else "not significant: busy_slowdown = 1")
+        return (f"beside compute: {self.collective} of {self.nbytes} bytes, {self.idle_us:.0f} us on an idle core, "
+                f"{self.busy_us:.0f} us beside a computing thread (medians; {self.slower} of {self.pairs} slower): "
+                f"{seen}")
 
 
-def bucket_fit(fits: Sequence[BurstFit]) -> BurstFit | None:
-    """The all_reduce's rest measurement among ``fits``: the bucket's own measure (None: not taken)."""
-    return next((f for f in fits if f.collective == "all_reduce"), None)
-
-
-def rest_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
-    """Each rest-measured collective's share of the all_reduce's saving (``scenario.Calibration.rest_factor``):
-    its own significant saving over the all_reduce's (:attr:`BurstFit.bucket_saving_us`: the calls whose members
-    arrived together where those were measured), at most 1 (the bucket is the all_reduce's measure; a larger
-    saving is that call's noise), 0 where it saved nothing significant; empty when the all_reduce saved nothing
-    (no bucket: nothing to share) or was not measured."""
-    ref = bucket_fit(fits)
-    if ref is None or ref.bucket_saving_us <= 0:
-        return {}
-    return {f.collective: min(1.0, significant(f.bucket_saving_us / ref.bucket_saving_us, 3)) for f in fits}
-
-
-def apart_shares(fits: Sequence[BurstFit]) -> dict[str, float]:
-    """Each collective's share of the all_reduce's saving when its members arrived apart
-    (``scenario.Calibration.apart_rest_factor``): its apart calls' saving over the all_reduce's together calls'
-    saving, as :func:`rest_shares`; only the collectives whose apart calls were measured; empty when there is no
-    bucket."""
-    ref = bucket_fit(fits)
-    if ref is None or ref.bucket_saving_us <= 0:
-        return {}
-    return {f.collective: min(1.0, significant(f.apart_saving_us / ref.bucket_saving_us, 3)) for f in fits
-            if f.apart_saving_us is not None}
-
-
-def _saving(drained_us: Sequence[float], rested_us: Sequence[float]) -> tuple[float, int, float]:
-    """The rested calls' median, how many were faster than their drained partner, and the difference of the
-    medians when significant (:data:`BURST_MIN_FASTER`, :data:`BURST_MIN_SAVING`), else 0."""
-    drained = worker.percentile(list(drained_us), 0.5)
-    rest = worker.percentile(list(rested_us), 0.5)
-    faster = sum(1 for d, r in zip(drained_us, rested_us, strict=True) if r < d)
-    saving = drained - rest
-    ok = faster >= math.ceil(BURST_MIN_FASTER * len(drained_us)) and saving > BURST_MIN_SAVING * drained
-    return rest, faster, significant(saving) if ok else 0.0
-
-
-def _expected_saving(drained_us: Sequence[float], rested_us: Sequence[float]) -> tuple[float, int, float]:
-    """The rested calls' median, how many were faster than the drained calls' median, and the expected saving:
-    the drained median less the mean of the rested calls with :data:`SAVING_TRIM` of them cut at each end (a call
-    in gloo's slow mode is not the rest's), when more than half were faster and it is at least
-    :data:`BURST_MIN_SAVING` of the drained median, else 0. A mean, not the difference of the medians: where a
-    call gets the bucket only some of the time (gloo's all_gather with its members together on the testbed;
-    docs/results.md, "Together and apart shares, measured"), the medians' difference jumps between
-    0 and all of it with that share; what a prediction of many calls needs is the expected saving. Against the
-    drained median, not pair by pair: a drained partner in the slow mode can make a pair's difference larger
-    than the call itself."""
-    drained = worker.percentile(list(drained_us), 0.5)
-    rest = worker.percentile(list(rested_us), 0.5)
-    xs = sorted(rested_us)
-    faster = sum(1 for x in xs if x < drained)
-    cut = int(SAVING_TRIM * len(xs))
-    kept = xs[cut:len(xs) - cut]
-    saving = drained - sum(kept) / len(kept)
-    ok = 2 * faster > len(xs) and saving > BURST_MIN_SAVING * drained
-    return rest, faster, significant(saving) if ok else 0.0
-
-
-def fit_burst(rested: Rested) -> BurstFit:
-    """The saving a rested link gives (see :class:`BurstFit`). A lower bound on a shaper's bucket when the call's
-    bytes or the rest are smaller than it (the worker picks a call of up to 20 ms; the rest is ``--rest``)."""
-    pairs = len(rested.drained_us)
-    drained = worker.percentile(list(rested.drained_us), 0.5)
-    rest, faster, saving = _saving(rested.drained_us, rested.rested_us)
-    apart = _expected_saving(rested.drained_us, rested.apart_us) if rested.apart_us else None
-    together = _expected_saving(rested.drained_us, rested.together_us) if rested.together_us else None
-    return BurstFit(rested.nbytes, rested.rest_us, pairs, faster, drained, rest, saving, rested.collective,
-                    fit_busy(rested.idle_us, rested.busy_us), apart[0] if apart else None, apart[1] if apart else 0,
-                    apart[2] if apart else None, together[0] if together else None,
-                    together[1] if together else 0, together[2] if together else None, rested.busy_nbytes)
+def fit_beside(beside: Beside) -> BusyFit:
+    """The :class:`BusyFit` of one collective's calls beside compute."""
+    idle = worker.percentile(list(beside.idle_us), 0.5)
+    busy = worker.percentile(list(beside.busy_us), 0.5)
+    slower = sum(1 for i, b in zip(beside.idle_us, beside.busy_us, strict=True) if b > i)
+    return BusyFit(beside.collective, beside.nbytes, len(beside.idle_us), slower, idle, busy,
+                   fit_busy(beside.idle_us, beside.busy_us))
 
 
 def fit_busy(idle_us: Sequence[float], busy_us: Sequence[float]) -> float:
     """How many times longer a call ran beside a computing thread (``scenario.Calibration.busy_slowdown``): the
-    ratio of the medians when the busy call was slower in at least :data:`BURST_MIN_FASTER` of the pairs and by
-    at least :data:`BURST_MIN_SAVING`, else 1 (no pairs: not measured; a core of its own; noise). At most 100."""
+    ratio of the medians when the busy call was slower in at least :data:`BUSY_MIN_SLOWER` of the pairs and by
+    at least :data:`BUSY_MIN_EXCESS`, else 1 (no pairs: not measured; a core of its own; noise). At most 100."""
     if not idle_us or len(idle_us) != len(busy_us):
         return 1.0
     idle, busy = worker.percentile(list(idle_us), 0.5), worker.percentile(list(busy_us), 0.5)
     slower = sum(1 for i, b in zip(idle_us, busy_us, strict=True) if b > i)
-    ok = idle > 0 and slower >= math.ceil(BURST_MIN_FASTER * len(idle_us)) and busy > idle * (1 + BURST_MIN_SAVING)
+    ok = idle > 0 and slower >= math.ceil(BUSY_MIN_SLOWER * len(idle_us)) and busy > idle * (1 + BUSY_MIN_EXCESS)
     return min(100.0, significant(busy / idle, 3)) if ok else 1.0

@@ -15,11 +15,11 @@ from typing import Any
 
 from emulator_core.calibration import _worker as worker
 from emulator_core.calibration.spec import (
+    Beside,
     CalibrateConfig,
     CalibrateInputError,
     CalibrationError,
     Measurement,
-    Rested,
     summarize,
 )
 from nbox_trace.launch.launcher import Launch, LaunchResult, run, seconds_text, then_failed
@@ -29,13 +29,13 @@ from nbox_trace.units import format_bytes
 
 @dataclass(frozen=True)
 class MeasureRun:
-    """:func:`measure_run`'s result: the measurements, the worker's facts (torch, host, device), the link's rest
-    measurements per collective (empty: not taken)."""
+    """:func:`measure_run`'s result: the measurements, the worker's facts (torch, host, device), the calls beside
+    compute per collective (empty: not taken)."""
 
     measurements: list[Measurement]
     info: dict[str, Any]
     wall_s: float
-    rested: tuple[Rested, ...] = ()
+    beside: tuple[Beside, ...] = ()
 
 
 def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
@@ -46,7 +46,7 @@ def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
             "--sizes", ",".join(map(str, config.sizes)), "--warmup", str(config.warmup), "--rounds",
             str(config.rounds), "--min-iters", str(config.min_iters), "--max-iters", str(config.max_iters),
             "--budget-s", repr(float(config.budget_s)), "--timeout-s", repr(pg_timeout),
-            "--rest-ms", repr(float(config.rest_ms or 0.0)))
+            *(("--busy",) if config.busy else ()))
     return Launch("emulator_core.calibration._worker", work / "logs", module=True, args=args,
                   nproc_per_node=config.nproc, nnodes=config.nnodes, node_rank=config.node_rank,
                   rdzv_endpoint=config.rdzv_endpoint, local_addr=config.local_addr, rdzv_host=config.rdzv_host,
@@ -92,20 +92,15 @@ def _measurements(doc: Any) -> list[Measurement]:
     return out
 
 
-def _rested(doc: dict[str, Any]) -> tuple[Rested, ...]:
-    entries = doc.get("rested", [])
+def _beside(doc: dict[str, Any]) -> tuple[Beside, ...]:
+    entries = doc.get("beside_compute", [])
     try:
         if not isinstance(entries, list):
-            raise TypeError(f"a list of rest measurements, got {type(entries).__name__}")
-        return tuple(Rested(int(r["nbytes"]), float(r["rest_us"]), tuple(float(t) for t in r["drained_us"]),
-                            tuple(float(t) for t in r["rested_us"]), str(r["collective"]),
-                            tuple(float(t) for t in r.get("idle_us", ())),
-                            tuple(float(t) for t in r.get("busy_us", ())),
-                            tuple(float(t) for t in r.get("apart_us", ())),
-                            tuple(float(t) for t in r.get("together_us", ())),
-                            int(r.get("busy_nbytes", 0))) for r in entries)
+            raise TypeError(f"a list of beside-compute measurements, got {type(entries).__name__}")
+        return tuple(Beside(str(r["collective"]), int(r["nbytes"]), tuple(float(t) for t in r["idle_us"]),
+                            tuple(float(t) for t in r["busy_us"])) for r in entries)
     except (KeyError, TypeError, ValueError, CalibrateInputError) as exc:
-        raise CalibrationError(f"the worker's result has a malformed rest measurement: {exc!r}") from None
+        raise CalibrationError(f"the worker's result has a malformed beside-compute measurement: {exc!r}") from None
 
 
 def measure_step(work: Path, config: CalibrateConfig) -> Step | None:
@@ -145,8 +140,8 @@ def measure_run(config: CalibrateConfig, progress: Report | None = None) -> Meas
             raise _failure(config, work, result)
         doc = _read_json(work / worker.RESULT)
         measurements = _measurements(doc)
-        info = {k: v for k, v in doc.items() if k not in ("results", "rested")}
-        return MeasureRun(measurements, info, time.monotonic() - started, _rested(doc))
+        info = {k: v for k, v in doc.items() if k not in ("results", "beside_compute")}
+        return MeasureRun(measurements, info, time.monotonic() - started, _beside(doc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -59,7 +59,7 @@ class CalibrateUsageError(UsageError, CalibrateInputError):
 
 #: CalibrateConfig field -> the ``nbox calibrate`` flag that sets it (messages name flags as typed).
 FLAGS = {"nproc": "--nproc", "backend": "--backend", "sizes": "--sizes", "collectives": "--collectives",
-         "budget_s": "--budget", "timeout_s": "--timeout", "dimension": "--dimension", "rest_ms": "--rest"}
+         "budget_s": "--budget", "timeout_s": "--timeout", "dimension": "--dimension", "busy": "--busy"}
 
 
 def parse_size(text: str, flag: str = "--sizes") -> int:
@@ -99,10 +99,6 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-#: ``CalibrateConfig.rest_ms`` across nodes unless set: a 1 Gb/s tbf bucket of 125000 bytes refills in 1 ms.
-REST_MS_ACROSS_NODES = 10.0
-
-
 @dataclass(frozen=True)
 class CalibrateConfig:
     """What to measure. Validated at construction (:class:`CalibrateInputError` names the setting).
@@ -118,11 +114,10 @@ class CalibrateConfig:
         min_iters, max_iters: bounds on the timed iterations per point.
         budget_s: about this many seconds of timed iterations per point (> 0).
         timeout_s: deadline for the whole run in seconds; then every rank is stopped (> 0).
-        rest_ms: how long the link rests before the rested calls that measure a shaper's bucket and each
-            collective's share of it, milliseconds (0: not measured, ``burst_bytes = 0``; at most 1000;
-            ``_calibrate_worker`` step 4). ``None`` (the default): :data:`REST_MS_ACROSS_NODES` across nodes, where
-            a shaped NIC may be, 0 on one node (loopback or shared memory has no bucket). See docs/calibrate.md
-            for what it measures.
+        busy: also time calls beside a computing thread on each rank's core, for each collective's
+            ``busy_slowdown`` (``_calibrate_worker`` step 4; CPU ranks only: on CUDA ranks nothing is timed).
+            ``None`` (the default): across nodes yes (a node's core is shared by gloo's threads and the training
+            step), on one node no. See docs/calibrate.md.
         dimension: the name of the topology dimension the fragment describes.
         nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: a measurement across nodes, as ``nbox record``
             takes them (:class:`nbox_trace.launch.Launch`): each node runs ``nbox calibrate`` with its node rank,
@@ -139,7 +134,7 @@ class CalibrateConfig:
     max_iters: int = 400
     budget_s: float = 0.3
     timeout_s: float = 600.0
-    rest_ms: float | None = None
+    busy: bool | None = None
     dimension: str = "loopback"
     nnodes: str = "1"
     node_rank: int = 0
@@ -185,11 +180,10 @@ class CalibrateConfig:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise bad(key, v, "must be a number of seconds > 0")
-        if self.rest_ms is None:
-            object.__setattr__(self, "rest_ms", REST_MS_ACROSS_NODES if self.nnodes != "1" else 0.0)
-        v = self.rest_ms
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1000:
-            raise bad("rest_ms", v, "must be a number of milliseconds from 0 to 1000")
+        if self.busy is None:
+            object.__setattr__(self, "busy", self.nnodes != "1")
+        if not isinstance(self.busy, bool):
+            raise bad("busy", self.busy, "must be true or false")
         if not isinstance(self.dimension, str) or not _NAME_RE.match(self.dimension):
             raise bad("dimension", self.dimension, "must be 1-64 letters, digits, '_' or '-', starting with a letter")
 
@@ -217,45 +211,24 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class Rested:
-    """The link's rest (``_calibrate_worker`` step 4): per pair, a ``collective`` of ``nbytes`` right after another
-    (``drained_us``) and one after every rank slept ``rest_us`` (``rested_us``); and pairs of a call on an idle core
-    (``idle_us``) and one beside a computing thread (``busy_us``; both empty: not measured); microseconds, max over
-    ranks; and per pair one after a one-element call and the same rest, its end busy-waited, its members together
-    (``together_us``), and one with a member arriving late (``apart_us``: the late member's own time, from the last
-    arrival); both empty: not measured. ``busy_nbytes``: the size of the idle and busy calls (0: ``nbytes``)."""
+class Beside:
+    """Calls beside compute (``_calibrate_worker`` step 4): per pair, a ``collective`` of ``nbytes`` right after
+    another on an idle core (``idle_us``) and one right after that while a thread of each rank computes on its
+    core (``busy_us``); microseconds, max over ranks."""
 
+    collective: str
     nbytes: int
-    rest_us: float
-    drained_us: tuple[float, ...]
-    rested_us: tuple[float, ...]
-    collective: str = "all_reduce"
-    idle_us: tuple[float, ...] = ()
-    busy_us: tuple[float, ...] = ()
-    apart_us: tuple[float, ...] = ()
-    together_us: tuple[float, ...] = ()
-    busy_nbytes: int = 0
+    idle_us: tuple[float, ...]
+    busy_us: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if len(self.drained_us) != len(self.rested_us) or not self.drained_us:
-            raise CalibrateInputError(f"rest measurement: {len(self.drained_us)} drained and {len(self.rested_us)} "
-                                      "rested calls (needs as many of each, at least one)")
-        if len(self.idle_us) != len(self.busy_us):
-            raise CalibrateInputError(f"rest measurement: {len(self.idle_us)} idle and {len(self.busy_us)} busy calls "
-                                      "(needs as many of each)")
-        for name, seq in (("together", self.together_us), ("apart", self.apart_us)):
-            if seq and len(seq) != len(self.drained_us):
-                raise CalibrateInputError(f"rest measurement: {len(seq)} {name} and {len(self.drained_us)} "
-                                          "drained calls (needs as many of each, or none)")
-        if bool(self.together_us) != bool(self.apart_us):
-            raise CalibrateInputError(f"rest measurement: {len(self.together_us)} together and {len(self.apart_us)} "
-                                      "apart calls (needs both or neither)")
-        if not all(math.isfinite(t) and t >= 0 for t in (*self.drained_us, *self.rested_us, self.rest_us,
-                                                          *self.idle_us, *self.busy_us, *self.apart_us,
-                                                          *self.together_us)):
-            raise CalibrateInputError("rest measurement: times must be finite and >= 0")
-        if self.busy_nbytes < 0:
-            raise CalibrateInputError(f"rest measurement: busy_nbytes must be >= 0, got {self.busy_nbytes}")
+        if len(self.idle_us) != len(self.busy_us) or not self.idle_us:
+            raise CalibrateInputError(f"beside-compute measurement: {len(self.idle_us)} idle and "
+                                      f"{len(self.busy_us)} busy calls (needs as many of each, at least one)")
+        if not all(math.isfinite(t) and t >= 0 for t in (*self.idle_us, *self.busy_us)):
+            raise CalibrateInputError("beside-compute measurement: times must be finite and >= 0")
+        if self.nbytes < 0:
+            raise CalibrateInputError(f"beside-compute measurement: nbytes must be >= 0, got {self.nbytes}")
 
 
 def summarize(collective: str, nbytes: int, requested_bytes: int, ranks: int,

@@ -17,24 +17,6 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   communication stream per communicator, as NCCL and gloo do).
 * **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.price_group` for the
   group's shape on the scenario's topology (microseconds).
-* **a rested link (token-bucket shaper).** On a dimension with ``burst_bytes`` (a ``tc tbf`` link, a cloud
-  NIC's burst allowance), a collective that starts ``rest = start - free`` microseconds after the group's
-  previous one ended (the bucket is full before the first) costs ``cost - share * min(rest, burst_us)``, never
-  less than the collective's zero-byte price, with ``burst_us = burst_bytes / the dimension's bandwidth``
-  (:func:`emulator_core.pricing.burst_us`): the bucket refills at the link's rate while it rests, and its bytes
-  then leave at once. The calibration's calls run back to back (an empty bucket), so ``cost`` is the
-  drained link's. On the namespace testbed's shaped link a rested call is measurably faster than one right after
-  another (bench/testbed_causes.py; docs/results.md).
-  ``share`` is the collective's calibration's ``rest_factor`` (1 without one): what its rested calls saved against
-  the all_reduce's, measured by ``nbox calibrate --rest`` with the members arriving together (a one-element call,
-  then the rest, its end busy-waited), and ``apart_rest_factor`` the same with the last member 0.5 ms late (expected
-  savings, ``emulator_core.calibration_fit``). A call whose last member arrives at least :data:`APART_US` after its
-  first (its stragglers' and mirrors' lateness included) gets the apart share where the calibration has one. Not
-  every collective gets the bucket when apart: in FSDP2's recordings on the testbed gloo's all_gathers got the
-  credit mostly when their members arrived together, while the reduce_scatter and the all_reduce keep theirs apart
-  too; the calibrated shares, and how the all_gather's together share moves from one calibration to the next, are
-  in docs/results.md ("Together and apart shares, measured").
-  A call queued behind the previous one (below) has no rest and no credit.
 * With the scenario's ``jitter = "calibrated"``,
   ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
   seed, the group's members and the collective's index on the group: a fabric whose calls vary (a shared
@@ -45,7 +27,7 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   ``price(burst + bytes) - price(burst)``, not ``price(bytes)``. gloo runs a group's async collectives on its
   worker threads at once, so DDP's buckets keep the link busy and pay a call's fixed losses (the calibrated
   efficiency at small sizes) once per burst. On the namespace testbed ddp_mlp's two buckets issued together
-    are priced closer as a burst than one after the other (docs/results.md). NCCL runs a communicator's kernels one
+  are priced closer as a burst than one after the other (docs/results.md). NCCL runs a communicator's kernels one
   after another, each paying its own cost,
   so it keeps ``price(bytes)``. With ``jitter = "calibrated"`` a call that joins a burst draws too, but the
   burst's calls run at once, so their delays overlap: it adds only what its draw exceeds the largest drawn in
@@ -56,7 +38,7 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   ``busy_slowdown`` s > 1 (gloo's threads share the node's core with that compute), it progressed at 1 / s of
   its rate for that long, so the stream ends ``overlap * (1 - 1 / s)`` later: this call's cost carries it. Only
   what an arrival shows is counted; compute after a member's last call before it waits is not (the replay and
-  the live backend answer at the call, not at the wait). On the namespace testbed ``nbox calibrate --rest`` and
+  the live backend answer at the call, not at the wait). On the namespace testbed ``nbox calibrate --busy`` and
   ``bench/testbed_causes.py`` find every gloo collective slower beside compute, and ddp_mlp's first bucket runs
   beside the end of the backward pass (the figures: docs/results.md, "A collective beside its members'
   compute").
@@ -76,19 +58,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from emulator_core.pricing.pricer import GroupShape, Pricer, burst_us, calibration_for, group_shape, make_pricer
+from emulator_core.pricing.pricer import GroupShape, Pricer, calibration_for, group_shape, make_pricer
 from emulator_core.scenario.model import Calibration, Scenario
 
 __all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
 
 _MASK64 = (1 << 64) - 1
-
-#: Arrivals this far apart (us, the last after the first) make a rested call "apart" (``apart_rest_factor``): on
-#: the namespace testbed gloo's all_gathers whose members arrived within about this much got the rest credit
-#: nearly always in FSDP2's recordings, and much less often further apart (docs/results.md, "FSDP2's collectives
-#: in training against the calibration").
-APART_US = 100.0
-
 
 def _mix64(x: int) -> int:
     """splitmix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014)."""
@@ -172,7 +147,6 @@ class FabricGroup:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
         self._pricers: dict[str, Pricer] = {}
         self._cal: dict[str, Calibration | None] = {}  # collective -> its calibration on this group's shape
-        self._credit: dict[str, tuple[float, float, float, float]] = {}  # collective -> (burst_us, shares, floor)
         # the running collective beside compute: its start, the latest arrival counted, its busy_slowdown
         self._busy: tuple[float, float, float] = (-math.inf, -math.inf, 1.0)
         # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
@@ -260,21 +234,6 @@ class Fabric:
         cal = self._calibration(group, collective)
         return cal is not None and cal.library == "gloo" and cal.ranks == group.shape.size
 
-    def _credit_of(self, group: FabricGroup, collective: str) -> tuple[float, float, float, float]:
-        """``(burst_us, share, apart_share, floor_us)`` of ``collective`` on ``group``: the most a rested link's bucket
-        saves, the share of it this collective gets when its members arrive together (its calibration's
-        ``rest_factor``) and apart (``apart_rest_factor``, else the same), and the zero-byte price no saving goes
-        below (module docstring)."""
-        hit = group._credit.get(collective)
-        if hit is None:
-            most = burst_us(self.scenario, group.shape)
-            cal = self._calibration(group, collective)
-            share = cal.rest_factor if cal is not None else 1.0  # measured per collective
-            apart = cal.apart_rest_factor if cal is not None and cal.apart_rest_factor is not None else share
-            hit = group._credit[collective] = (most, share, apart, self.price(group, collective, 0)[1]
-                                               if most * max(share, apart) > 0 else 0.0)
-        return hit
-
     def _slowdown_of(self, group: FabricGroup, collective: str) -> float:
         """``busy_slowdown`` of ``collective``'s calibration on ``group`` (1 without one; module docstring)."""
         cal = self._calibration(group, collective)
@@ -338,12 +297,6 @@ class Fabric:
                 group._burst = (collective, run_bytes + nbytes, run_jitter)
             else:
                 group._burst = (collective, nbytes, 0.0)
-        if start > free:  # the link rested: its bucket's bytes leave at once
-            most, share, apart, floor = self._credit_of(group, collective)
-            if last - min(arrivals_us) >= APART_US:
-                share = apart
-            if most * share > 0:
-                cost = max(cost - share * min(start - free, most), min(cost, floor))
         run_start, counted, slowdown = group._busy
         if last >= free:  # this call starts the stream anew: the collective its successors may find running
             group._busy = (start, last, self._slowdown_of(group, collective))

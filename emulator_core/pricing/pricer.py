@@ -174,21 +174,6 @@ def link_for(scenario: Scenario, collective: str, shape: GroupShape) -> cm.Link:
     return cm.Link(max(d.latency_us for d in dims), min(d.bandwidth_bytes_per_us for d in dims))
 
 
-def burst_us(scenario: Scenario, shape: GroupShape) -> float:
-    """The most time a rested link's token bucket saves a collective over a group of ``shape``, microseconds:
-    ``burst_bytes / bandwidth_bytes_per_us`` of each dimension it spans, the smallest of them (a group over several
-    dimensions is as fast as its slowest one); 0 when a spanned dimension has no bucket or the group is one rank.
-    The dimension's own bandwidth, not a collective's calibrated one: the bucket holds link bytes, which leave
-    at the link's rate (on the testbed a reduce_scatter calibrated well below the all_reduce's bandwidth saved about
-    as much after a rest as the all_reduce: docs/results.md). See ``emulator_core.answer`` for how a call uses it."""
-    if shape.size <= 1:
-        return 0.0
-    spanned = _spanned(scenario, shape)
-    if any(d.burst_bytes <= 0 for _, d in spanned):
-        return 0.0
-    return min(d.burst_bytes / d.bandwidth_bytes_per_us for _, d in spanned)
-
-
 Pricer = Callable[..., tuple[str, float]]
 
 

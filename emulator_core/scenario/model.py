@@ -129,8 +129,7 @@ TOP_KEYS = ("name", "description", "world_size", "topology", "algorithms", "comp
             "calibration", "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown",
-                    "apart_rest_factor")
+                    "efficiency", "jitter_us", "library", "sizes_bytes", "busy_slowdown")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -213,20 +212,10 @@ class Calibration:
             Empty = no spread. Used when the scenario's ``jitter = "calibrated"`` (see :meth:`jitter_at`).
         library: the communication library measured (``"gloo"``, ``"nccl"``; ``""`` = not recorded).
         sizes_bytes: the smallest and largest size measured (bytes, ``[min, max]``; empty = not recorded).
-        rest_factor: the share, 0 to 1, of a rested link's saving (the dimension's ``burst_bytes``) this collective
-            gets (``emulator_core.answer``); 1 (the default): all of it. ``nbox calibrate --rest`` measures it per
-            collective, as its rested calls' saving over the all_reduce's (the bucket's own measure): on the
-            namespace testbed a gloo all_gather of 1 MiB after a rest was not faster than one right after
-            another call (share 0), a reduce_scatter's share 0.57-0.89.
         busy_slowdown: how many times longer a call ran while a thread computed on its ranks' cores (>= 1; 1, the
             default: not slowed; at most 100): gloo's threads share a node's core with the training step
-            (``emulator_core.answer``, "beside compute"); ``nbox calibrate --rest`` measures it beside
+            (``emulator_core.answer``, "beside compute"); ``nbox calibrate --busy`` measures it beside
             a matmul thread (CPU ranks only).
-        apart_rest_factor: ``rest_factor`` for a call whose members arrive apart (the last at least
-            ``emulator_core.answer.APART_US`` after the first), 0 to 1; None (the default): ``rest_factor`` whatever
-            the arrivals. ``nbox calibrate --rest`` measures it with one member arriving 0.5 ms late: on the
-            namespace testbed gloo's all_gather keeps its share only when its members arrive together (0 apart), the
-            all_reduce and reduce_scatter keep theirs either way.
     """
 
     collective: str
@@ -239,9 +228,7 @@ class Calibration:
     jitter_us: tuple[tuple[float, float], ...] = ()
     library: str = ""
     sizes_bytes: tuple[int, ...] = ()
-    rest_factor: float = 1.0
     busy_slowdown: float = 1.0
-    apart_rest_factor: float | None = None
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -276,16 +263,6 @@ class Calibration:
                 len(sizes) == 2 and sizes[0] > sizes[1]):
             raise bad("sizes_bytes", sizes, "must be [smallest, largest] measured size in bytes (integers >= 0)")
         object.__setattr__(self, "sizes_bytes", tuple(sizes))
-        rest = check_float("rest_factor", self.rest_factor, ge=0)
-        if rest > 1:
-            raise bad("rest_factor", self.rest_factor, "must be <= 1 (a share of the rested link's saving)")
-        object.__setattr__(self, "rest_factor", rest)
-        if self.apart_rest_factor is not None:
-            apart = check_float("apart_rest_factor", self.apart_rest_factor, ge=0)
-            if apart > 1:
-                raise bad("apart_rest_factor", self.apart_rest_factor,
-                          "must be <= 1 (a share of the rested link's saving)")
-            object.__setattr__(self, "apart_rest_factor", apart)
         busy = check_float("busy_slowdown", self.busy_slowdown, ge=1)
         if busy > 100:
             raise bad("busy_slowdown", self.busy_slowdown, "must be <= 100 (times longer beside a computing thread)")
@@ -302,10 +279,10 @@ class Calibration:
         return table[-1][1]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes``, ``rest_factor``,
-        ``busy_slowdown`` and ``apart_rest_factor`` only when recorded (files without them stay the same)."""
+        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes`` and
+        ``busy_slowdown`` only when recorded (files without them stay the same)."""
         d = {k: getattr(self, k) for k in CALIBRATION_KEYS
-             if k not in ("jitter_us", "library", "sizes_bytes", "rest_factor", "busy_slowdown", "apart_rest_factor")}
+             if k not in ("jitter_us", "library", "sizes_bytes", "busy_slowdown")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
@@ -313,12 +290,8 @@ class Calibration:
             out["library"] = self.library
         if self.sizes_bytes:
             out["sizes_bytes"] = list(self.sizes_bytes)
-        if self.rest_factor != 1.0:
-            out["rest_factor"] = self.rest_factor
         if self.busy_slowdown != 1.0:
             out["busy_slowdown"] = self.busy_slowdown
-        if self.apart_rest_factor is not None:
-            out["apart_rest_factor"] = self.apart_rest_factor
         return out
 
     @classmethod

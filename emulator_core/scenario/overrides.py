@@ -21,6 +21,7 @@ from emulator_core.scenario.model import (
     ScenarioError,
 )
 from emulator_core.scenario.tomltext import toml_decode_error, toml_loads
+from emulator_core.scenario.values import REMOVED_KEYS
 from nbox_trace.mesh import ALIASES, DIM_NAMES
 
 __all__ = ["apply_overrides", "parse_override"]
@@ -83,6 +84,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
             last = depth == len(parts) - 1
             so_far = ".".join(parts[: depth + 1])
             if isinstance(schema, dict):
+                if part not in schema and part in REMOVED_KEYS:
+                    raise ScenarioError(so_far, f"removed key in {where}: {REMOVED_KEYS[part]}")
                 if part not in schema:
                     raise ScenarioError(so_far, f"unknown key in {where} (allowed: {', '.join(schema)})")
                 sub = schema[part]

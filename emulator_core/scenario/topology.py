@@ -14,10 +14,6 @@ microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.w
   message is forwarded only once whole: each further link costs its size / bandwidth again).
 * ``in_network_reduction`` (switch only): the switch reduces (NVLink SHARP / InfiniBand SHARP, FRED's in-switch
   collectives), so an all-reduce sends and receives its buffer once.
-* ``burst_bytes``: the link is shaped by a token bucket (Linux ``tc tbf``, a cloud NIC's burst allowance) of this
-  many bytes that refills at the link's bandwidth while the link rests: a collective that starts ``r``
-  microseconds after its group's previous one ended sends up to ``min(burst_bytes, r x bandwidth)`` bytes at
-  once (``emulator_core.answer``). ``nbox calibrate`` measures it; default 0: no shaper (NVLink, InfiniBand).
 * ``fabric``: what the dimension is made of, for NCCL's pricing (``[network] library = "nccl"``): ``nvlink`` (the
   node, innermost dimension only) or a network kind, ``infiniband``, ``roce``, ``efa``, ``tcpx``, ``tcpxo`` (outer
   dimensions, or the only one). A network kind adds its transport's per-message latency, its protocols and the
@@ -62,7 +58,7 @@ CONGESTION = ("aware", "unaware")
 LIBRARIES = ("generic", "nccl")
 TOPOLOGY_KEYS = ("dims",)
 DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank", "forwarding",
-            "in_network_reduction", "burst_bytes", "fabric")
+            "in_network_reduction", "fabric")
 NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library")
 #: Most chunks a collective may be cut into.
 MAX_CHUNKS = 4096
@@ -84,8 +80,6 @@ class Dimension:
             (fully_connected); they multiply ``bandwidth_gbps``.
         forwarding: ``"cut_through"`` (default) or ``"store_and_forward"``.
         in_network_reduction: the switch reduces (``kind = "switch"`` only).
-        burst_bytes: the link's token bucket, bytes (>= 0; 0: none): what a rested link sends at once (module
-            docstring; the effective figure ``nbox calibrate`` measures, not necessarily the shaper's setting).
         fabric: ``""`` (unset) or one of :data:`FABRIC_KINDS` (module docstring).
     """
 
@@ -97,7 +91,6 @@ class Dimension:
     links_per_rank: int = 1
     forwarding: str = "cut_through"
     in_network_reduction: bool = False
-    burst_bytes: float = 0.0
     fabric: str = ""
 
     def __post_init__(self) -> None:
@@ -113,7 +106,6 @@ class Dimension:
             raise bad("in_network_reduction", self.in_network_reduction, "must be true or false")
         if self.in_network_reduction and self.kind != "switch":
             raise bad("in_network_reduction", True, f"needs kind = \"switch\" (this dimension is {self.kind!r})")
-        object.__setattr__(self, "burst_bytes", check_float("burst_bytes", self.burst_bytes, ge=0))
         if self.fabric != "":
             choice("fabric", self.fabric, FABRIC_KINDS)
 
@@ -129,8 +121,7 @@ class Dimension:
         return self.link_bytes_per_us * self.links_per_rank
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form; ``forwarding``, ``in_network_reduction``, ``burst_bytes`` and ``fabric`` only when not the
-        defaults."""
+        """Plain form; ``forwarding``, ``in_network_reduction`` and ``fabric`` only when not the defaults."""
         out: dict[str, Any] = {"name": self.name, "size": self.size, "kind": self.kind,
                                "bandwidth_gbps": self.bandwidth_gbps, "latency_us": self.latency_us,
                                "links_per_rank": self.links_per_rank}
@@ -138,8 +129,6 @@ class Dimension:
             out["forwarding"] = self.forwarding
         if self.in_network_reduction:
             out["in_network_reduction"] = True
-        if self.burst_bytes:
-            out["burst_bytes"] = self.burst_bytes
         if self.fabric:
             out["fabric"] = self.fabric
         return out

@@ -121,13 +121,23 @@ def choice(key: str, value: Any, allowed: Sequence[str]) -> str:
     return value
 
 
+#: Keys nbox once read and no longer models, with why: a file that still has one is refused with that reason
+#: rather than read as if the key acted. The token-bucket burst credit (a ``tc tbf`` shaper's refilled bucket,
+#: with its per-collective rest shares) moved no real model's predicted iteration enough to keep.
+REMOVED_KEYS = {k: "the token-bucket burst credit is no longer modeled; delete this key"
+                for k in ("burst_bytes", "rest_factor", "apart_rest_factor")}
+
+
 def check_table(key: str, d: Any, allowed: Sequence[str], required: Sequence[str] = ()) -> None:
-    """``d`` is a table holding only ``allowed`` keys and every ``required`` one (errors name the first wrong key)."""
+    """``d`` is a table holding only ``allowed`` keys and every ``required`` one (errors name the first wrong key;
+    a key of :data:`REMOVED_KEYS` is refused with its reason)."""
     if not isinstance(d, dict):
         raise bad(key, d, "must be a table") if key else ScenarioError("", f"must be a table, not {fmt(d)}")
     for k in d:
         if k not in allowed:
             path = f"{key}.{k}" if key else str(k)
+            if k in REMOVED_KEYS:
+                raise ScenarioError(path, f"removed key: {REMOVED_KEYS[k]}")
             raise ScenarioError(path, f"unknown key (allowed: {', '.join(allowed)})")
     missing = [k for k in required if k not in d]
     if missing:

@@ -233,9 +233,10 @@ def calibrate_cmd(
     budget: Annotated[float, typer.Option(help="Timed seconds per (collective, size), about.")] = 0.3,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",
                                            rich_help_panel=ADVANCED)] = 600.0,
-    rest: Annotated[Optional[float], typer.Option(  # noqa: UP045
-        help="Rest the link this long (ms) before the calls that measure a traffic shaper's burst; 0: skip "
-             "(default: 10 across nodes, 0 on one).", rich_help_panel=ADVANCED)] = None,
+    busy: Annotated[Optional[bool], typer.Option(  # noqa: UP045
+        "--busy/--no-busy",
+        help="Also time each collective beside a computing thread, for its busy_slowdown (CPU ranks; default: "
+             "yes across nodes, no on one).", show_default=False, rich_help_panel=ADVANCED)] = None,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).",
         rich_help_panel=ADVANCED)] = None,
@@ -290,7 +291,7 @@ def calibrate_cmd(
         launch = {"-n/--nproc": nproc != 2, "--backend": backend != "auto", "--sizes": sizes != "1KiB..64MiB",
                   "--collectives": collectives != "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,"
                                                  "barrier,send_recv",
-                  "--budget": budget != 0.3, "--timeout": timeout != 600.0, "--rest": rest is not None,
+                  "--budget": budget != 0.3, "--timeout": timeout != 600.0, "--busy": busy is not None,
                   "--dimension": dimension is not None, "--nnodes": nnodes != "1", "--node-rank": node_rank != 0,
                   "--rdzv-endpoint": rdzv_endpoint is not None, "--local-addr": local_addr is not None,
                   "--rdzv-host": rdzv_host is not None}
@@ -308,7 +309,7 @@ def calibrate_cmd(
 
     cfg = CalibrateConfig(nproc=nproc, backend=backend, sizes=parse_sizes(sizes), budget_s=budget,
                           collectives=tuple(c.strip() for c in collectives.split(",") if c.strip()),
-                          timeout_s=timeout, rest_ms=rest,
+                          timeout_s=timeout, busy=busy,
                           dimension=dimension or ("loopback" if nnodes == "1" else "network"),
                           nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, local_addr=local_addr,
                           rdzv_host=rdzv_host)  # bad input is refused before torch loads
@@ -332,23 +333,13 @@ def calibrate_cmd(
                          "latency_us": f.latency_us, "bandwidth_gbps": f.bandwidth_gbps,
                          "median_abs_error_pct": f.median_abs_error_pct(),
                          "points": [vars(p) for p in f.points]} for f in result.fits],
-               "link_rest": None if result.burst is None else {
-                   **vars(result.burst), "burst_bytes": result.scenario.topology.dims[0].burst_bytes,
-                   "collectives": [{**vars(b), **next(
-                       ({"rest_factor": c.rest_factor, "apart_rest_factor": c.apart_rest_factor}
-                        for c in result.scenario.calibration if c.collective == b.collective),
-                       {"rest_factor": 1.0, "apart_rest_factor": None})}
-                       for b in result.rests]}}  # each BurstFit carries its busy_slowdown and apart figures
+               "beside_compute": [vars(b) for b in result.busy]}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     from emulator_core.calibration.calibrate import format_fits
 
     sys.stdout.write(format_fits(result.fits) + "\n")
-    if result.rests:
-        from emulator_core.calibration.calibrate import describe_rests
-
-        sys.stdout.write("".join(line + "\n" for line in describe_rests(
-            result.rests, result.scenario.topology.dims[0].burst_bytes)))
+    sys.stdout.write("".join(b.describe() + "\n" for b in result.busy))
     sys.stderr.write(f"nbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
 
 
