@@ -59,16 +59,16 @@ from pathlib import Path
 from nbox_record.convert.attrs import GAP_ATTR, GAP_JOINED_ATTR, set_attr
 from nbox_record.convert.comm import CommNodes
 from nbox_record.convert.comp import comp_item
+from nbox_record.convert.deps import OutNode, link
 from nbox_record.convert.device import DeviceFacts, device_facts
 from nbox_record.convert.gpu import gpu_items
 from nbox_record.convert.groups import ProcessGroups
 from nbox_record.convert.inputs import RankInputs
 from nbox_record.convert.meta import global_metadata, pg_init_node
+from nbox_record.convert.toplevel import link_loose_markers
 from nbox_record.sources.comms import load_collective_log
-from nbox_record.sources.deps import OutNode, link
 from nbox_record.sources.hostet import read_host_et
 from nbox_record.sources.kineto import read_kineto
-from nbox_record.sources.toplevel import link_loose_markers
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.errors import InvalidInputError
 from nbox_trace.jsonio import DEFAULT_MAX_JSON_BYTES

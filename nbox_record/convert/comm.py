@@ -14,8 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from nbox_record.convert.attrs import MAX_NAME, set_attr, storages, write_io
+from nbox_record.convert.deps import OutNode
 from nbox_record.convert.groups import ProcessGroups
 from nbox_record.convert.inputs import RankInputs
+from nbox_record.convert.toplevel import Collective
 from nbox_record.sources.comms import (
     COLL_TYPES,
     P2P_KINDS,
@@ -29,9 +31,7 @@ from nbox_record.sources.comms import (
     rpc_collective_name,
     short_op,
 )
-from nbox_record.sources.deps import OutNode
 from nbox_record.sources.kineto import CpuEvent
-from nbox_record.sources.toplevel import Collective
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.errors import InvalidInputError
 
