@@ -16,7 +16,7 @@ BACKEND_NAME = "nbox"
 
 
 def _create(opts: Any, backend_options: Any) -> Any:
-    from emulator_core.backend.process_group import create_process_group
+    from emulator_core.backend import create_process_group
 
     return create_process_group(opts, backend_options)
 

@@ -29,32 +29,50 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emulator_core.scenario.files import SCENARIOS_DIR
-from emulator_core.scenario.mesh import MeshPlan, parse_mesh, parse_placement
-from emulator_core.scenario.model import Scenario, ScenarioError
-from emulator_core.scenario.question import describe_changes
-from emulator_core.scenario.world import load_what_if, refuse_emulate_only, scenario_mesh
-from nbox_replay.inputs.graph import COMPUTE, RankGraph, captured_iterations, load_rank
-from nbox_replay.inputs.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_world_size, topology_spans
-from nbox_replay.inputs.profiler import MODES as PROFILER_MODES
-from nbox_replay.inputs.profiler import Correction, correct_graphs, plan_correction, read_figures
-from nbox_replay.inputs.source import ReplaySource, open_source
-from nbox_replay.live.hostwork import HOST_WORK_MODES, HostPad
-from nbox_replay.report.render import ReplayReport
-from nbox_replay.report.summary import RankChoiceError, RunSummary, summarize_sim
+from emulator_core.scenario import (
+    SCENARIOS_DIR,
+    MeshPlan,
+    Scenario,
+    ScenarioError,
+    describe_changes,
+    load_what_if,
+    parse_mesh,
+    parse_placement,
+    refuse_emulate_only,
+    scenario_mesh,
+)
+from nbox_replay.inputs import (
+    COMPUTE,
+    Correction,
+    RankGraph,
+    ReplaySource,
+    captured_iterations,
+    correct_graphs,
+    load_rank,
+    mesh_dict,
+    mesh_lines,
+    open_source,
+    plan_correction,
+    plan_for,
+    read_figures,
+    relabel,
+    set_world_size,
+    topology_spans,
+)
+from nbox_replay.inputs import MODES as PROFILER_MODES
+from nbox_replay.live import HOST_WORK_MODES, HostPad
+from nbox_replay.report import RankChoiceError, ReplayReport, RunSummary, summarize_sim
 from nbox_replay.settings import HOST_WORK, PROFILER_CORRECTION, split_settings
-from nbox_replay.virtual.breakdown import median_index, slowest_rank
-from nbox_replay.virtual.engine import simulate
-from nbox_trace.bundle.archive import traces_directory
-from nbox_trace.bundle.manifest import THREAD_CPU_KEY
+from nbox_replay.virtual import median_index, simulate, slowest_rank
+from nbox_trace.bundle import THREAD_CPU_KEY, traces_directory
 from nbox_trace.errors import InvalidInputError, UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
-from nbox_trace.launch.launcher import Nodes
+from nbox_trace.launch import Nodes
 from nbox_trace.mesh import RecordedMesh, parse_names
 from nbox_trace.progress import Report
 
 if TYPE_CHECKING:
-    from nbox_replay.live.run import LiveResult
+    from nbox_replay.live import LiveResult
 
 __all__ = ["ReplayConfig", "baseline_path", "baseline_scenario", "global_batch_size", "run_replay"]
 
@@ -290,7 +308,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
     _mesh_notice(recorded_mesh, plan, what_if.world_size, notices)
     if clock == "real":  # before any rank starts
-        from nbox_replay.live.run import live_refusal
+        from nbox_replay.live import live_refusal
 
         for label, scenario in (("baseline", base), ("what-if", what_if)):
             why = live_refusal(scenario, replayed, compute)
@@ -313,7 +331,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     coverage: float | None = None
     fallbacks: dict[str, int] = {}
     if clock == "virtual" and compute == "live":
-        from nbox_replay.live.measure import measure_compute
+        from nbox_replay.live import measure_compute
 
         say(f"measuring the operators of {len(graphs)} rank(s) on {device} (no communication)")
         measured = measure_compute(graphs, {r: source.trace_set.files[r] for r in graphs}, device=device,
@@ -343,7 +361,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, device, report, say, correction)
     if config.out is not None:
-        from nbox_replay.report.timeline import write_timelines
+        from nbox_replay.report import write_timelines
 
         written = write_timelines(base_sim, graphs, config.out, label="baseline")
         written += write_timelines(wi_sim, graphs if plan is None else relabel(graphs, plan), config.out,
@@ -364,7 +382,7 @@ def profiler_correction(mode: str, source: ReplaySource, compute: str) -> Correc
 def _extrapolations(graphs: dict[int, RankGraph], scenario: Scenario) -> list[str]:
     """A notice per recorded collective whose calibration the what-if applies beyond the ranks it measured
     (``pricing.extrapolation_note`` on the world group, the largest)."""
-    from emulator_core.pricing.pricer import extrapolation_note, group_shape
+    from emulator_core.pricing import extrapolation_note, group_shape
 
     shape = group_shape(scenario)
     names = sorted({c.collective for g in graphs.values() for c in g.comm.values()})
@@ -446,7 +464,7 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
               correction: Correction) -> None:
     """Replace the report's iteration times and breakdowns by what interleaved live runs measured (module
     docstring); the virtual model's iteration time stays beside them (``modeled_iteration_us``)."""
-    from nbox_replay.live.run import LiveConfig, replay_paired
+    from nbox_replay.live import LiveConfig, replay_paired
 
     compute = report.compute
     files = {r: source.trace_set.files[r] for r in graphs}

@@ -48,15 +48,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator_core.scenario.mesh import MeshError, MeshPlan
-from emulator_core.scenario.model import Scenario, ScenarioError
-from emulator_core.scenario.overrides import parse_override
-from emulator_core.scenario.world import AskedMesh, WhatIfWorld, load_what_if, refuse_emulate_only, scenario_mesh
-from nbox_replay.inputs.graph import RankGraph, load_rank
-from nbox_replay.inputs.meshing import MESH_AXIS, mesh_axis_name, plan_for, set_world_size
-from nbox_replay.inputs.profiler import Correction, correct_graphs
-from nbox_replay.report.summary import RunSummary, format_speedup, speedup, summarize_sim
-from nbox_replay.virtual.engine import simulate
+from emulator_core.scenario import (
+    AskedMesh,
+    MeshError,
+    MeshPlan,
+    Scenario,
+    ScenarioError,
+    WhatIfWorld,
+    load_what_if,
+    parse_override,
+    refuse_emulate_only,
+    scenario_mesh,
+)
+from nbox_replay.inputs import (
+    MESH_AXIS,
+    Correction,
+    RankGraph,
+    correct_graphs,
+    load_rank,
+    mesh_axis_name,
+    plan_for,
+    set_world_size,
+)
+from nbox_replay.report import RunSummary, format_speedup, speedup, summarize_sim
+from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
 from nbox_trace.files import write_atomic
 from nbox_trace.mesh import RecordedMesh

@@ -35,9 +35,18 @@ from typing import Any, NamedTuple
 
 from emulator_core.astra import conventions as astra
 from emulator_core.astra.flatyaml import format_flat_yaml_list, read_flat_yaml
-from emulator_core.scenario.model import Network, Scenario, Topology
-from emulator_core.scenario.topology import MAX_CHUNKS, Dimension
-from emulator_core.scenario.values import MAX_WORLD_SIZE, ScenarioError, bad, check_float, check_int
+from emulator_core.scenario import (
+    MAX_CHUNKS,
+    MAX_WORLD_SIZE,
+    Dimension,
+    Network,
+    Scenario,
+    ScenarioError,
+    Topology,
+    bad,
+    check_float,
+    check_int,
+)
 from nbox_trace.errors import UsageError
 from nbox_trace.files import write_atomic
 from nbox_trace.jsonio import load_json

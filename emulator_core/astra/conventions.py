@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from emulator_core.network import netmodel as nm
-from emulator_core.scenario.topology import Dimension, Network
+from emulator_core.scenario import Dimension, Network
 
 __all__ = ["ALGORITHM_FROM_ASTRA", "ALGORITHM_TO_ASTRA", "BACKENDS", "FLAT_FROM_ASTRA", "IMPLEMENTATION_KEYS",
            "KIND_FROM_ASTRA", "KIND_TO_ASTRA", "algorithms_from_astra", "algorithms_to_astra",

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from emulator_core.scenario.values import ScenarioError
+from emulator_core.scenario import ScenarioError
 from nbox_trace.jsonio import read_capped_bytes
 
 __all__ = ["MAX_TOKEN_CHARS", "MAX_YAML_BYTES", "format_flat_yaml_list", "read_flat_yaml"]

@@ -26,7 +26,7 @@ import torch
 
 from emulator_core.backend import mirror
 from emulator_core.backend.delay import NboxWork
-from emulator_core.pricing.answer import FabricGroup
+from emulator_core.pricing import FabricGroup
 
 __all__ = ["MAX_RECORDS", "Answerable", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange",
            "split_exchange", "start_exchange"]

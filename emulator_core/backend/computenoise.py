@@ -42,7 +42,7 @@ when the network answered.
 
 from __future__ import annotations
 
-from emulator_core.pricing.answer import draw
+from emulator_core.pricing import draw
 
 __all__ = ["BLOCK_NS", "NOISE_HISTORY", "NOISE_MIN_HISTORY", "MirrorNoise"]
 

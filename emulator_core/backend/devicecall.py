@@ -38,7 +38,7 @@ from torch.futures import Future
 from emulator_core.backend.calls import GroupState, Pending, start_exchange
 from emulator_core.backend.clocksync import Clock
 from emulator_core.backend.delay import run_finish
-from emulator_core.device.hold import (
+from emulator_core.device import (
     STATUS_TIMED_OUT,
     ClockOffset,
     Device,
@@ -58,7 +58,7 @@ Factory = Callable[[torch.device], Device]
 
 
 def _cuda(dev: torch.device) -> Device:
-    from emulator_core.device._cuda import CudaDevice
+    from emulator_core.device import CudaDevice
 
     return CudaDevice(dev.index if dev.index is not None else torch.cuda.current_device())
 

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator_core.backend.live_policy import live_unsupported
-from emulator_core.scenario.files import load_scenario
-from emulator_core.scenario.model import Scenario
-from emulator_core.scenario.world import resize
+from emulator_core.scenario import Scenario, load_scenario, resize
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["DEFAULT_SPIN_NS", "DEVICE_HOLDS", "EmulationConfig", "EmulationConfigError"]

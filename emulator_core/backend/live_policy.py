@@ -6,7 +6,7 @@ Its own module, not the backend's, so that ``nbox emulate`` refuses a scenario b
 
 from __future__ import annotations
 
-from emulator_core.scenario.model import Scenario
+from emulator_core.scenario import Scenario
 
 __all__ = ["live_unsupported"]
 

@@ -48,7 +48,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from emulator_core.pricing.answer import mirror_member, mirror_weights
+from emulator_core.pricing import mirror_member, mirror_weights
 
 __all__ = ["Layout", "UnsupportedCollective"]
 

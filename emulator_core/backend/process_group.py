@@ -69,7 +69,7 @@ from emulator_core.backend.delay import NboxWork, not_completed, run_finish
 from emulator_core.backend.eager import never_compiled
 from emulator_core.backend.emulation_config import EmulationConfig, EmulationConfigError
 from emulator_core.backend.objectp2p import guard_recv_object_list
-from emulator_core.pricing.answer import Fabric
+from emulator_core.pricing import Fabric
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
            "clock_report", "create_process_group", "mark_iteration", "process_clock", "remove_observer"]

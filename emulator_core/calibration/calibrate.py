@@ -34,8 +34,7 @@ from emulator_core.calibration.fit import (
 )
 from emulator_core.calibration.run import measure_run
 from emulator_core.calibration.spec import CalibrateConfig, CalibrateInputError, CalibrationError, CalibrationWriteError
-from emulator_core.scenario.model import Calibration, Dimension, Scenario, Topology
-from emulator_core.scenario.tomltext import dump_toml
+from emulator_core.scenario import Calibration, Dimension, Scenario, Topology, dump_toml
 from nbox_trace.files import write_atomic
 from nbox_trace.progress import Report
 

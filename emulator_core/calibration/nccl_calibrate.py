@@ -17,13 +17,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, NcclTestsError
-from emulator_core.pricing.nccl_curve import time_us
-from emulator_core.pricing.pricer import fabric_of, group_shape, make_pricer
-from emulator_core.scenario.model import Scenario, Topology
-from emulator_core.scenario.nccl_fit import FLOOR_MAX_BYTES, NcclFit, network_share, step_bytes
-from emulator_core.scenario.tomltext import dump_toml
-from emulator_core.scenario.world import resize
+from emulator_core.network import BUS_FACTORS, Curve, NcclTestsError
+from emulator_core.pricing import fabric_of, group_shape, make_pricer, time_us
+from emulator_core.scenario import (
+    FLOOR_MAX_BYTES,
+    NcclFit,
+    Scenario,
+    Topology,
+    dump_toml,
+    network_share,
+    resize,
+    step_bytes,
+)
 from nbox_trace.files import write_atomic
 
 __all__ = ["FitRow", "NcclTestsConfig", "base_scenario", "calibrate_from_curves", "calibrate_nccl_tests", "compare",
@@ -200,7 +205,7 @@ class NcclTestsConfig:
 
 def read_curves(cfg: NcclTestsConfig) -> list[Curve]:
     """Every file of ``cfg`` read (:func:`emulator_core.nccl_tests.read_curve`)."""
-    from emulator_core.network.nccl_tests import read_curve
+    from emulator_core.network import read_curve
 
     return [read_curve(f, collective=cfg.collective, shape=cfg.shape) for f in cfg.files]
 
@@ -208,7 +213,7 @@ def read_curves(cfg: NcclTestsConfig) -> list[Curve]:
 def base_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
     """The scenario a fabric is fitted on: ``path``, else the shipped ``dgx_h100_400g`` (a node dimension and a
     network dimension, as nccl-tests curves need)."""
-    from emulator_core.scenario.files import load_scenario, shipped_scenarios
+    from emulator_core.scenario import load_scenario, shipped_scenarios
 
     return load_scenario(path if path is not None else shipped_scenarios()["dgx_h100_400g"], tuple(overrides))
 

@@ -22,7 +22,7 @@ from emulator_core.calibration.spec import (
     Measurement,
     summarize,
 )
-from nbox_trace.launch.launcher import Launch, LaunchResult, run, seconds_text, then_failed
+from nbox_trace.launch import Launch, LaunchResult, run, seconds_text, then_failed
 from nbox_trace.progress import Report, Step, watch
 from nbox_trace.units import format_bytes
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from emulator_core.calibration import _worker as worker
 from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError, UsageError
-from nbox_trace.launch.launcher import check_nodes
+from nbox_trace.launch import check_nodes
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED

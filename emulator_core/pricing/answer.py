@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from emulator_core.pricing.pricer import GroupShape, Pricer, calibration_for, group_shape, make_pricer
-from emulator_core.scenario.model import Calibration, Scenario
+from emulator_core.scenario import Calibration, Scenario
 
 __all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
 

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from emulator_core.network import ALL, SHIFT, XOR, step_cost, step_shape
 from emulator_core.network import costmodels as cm
 from emulator_core.network import netmodel as nm
-from emulator_core.network.wiring import ALL, SHIFT, XOR, step_cost, step_shape
-from emulator_core.scenario.model import AUTO, Dimension
+from emulator_core.scenario import AUTO, Dimension
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["HIERARCHICAL", "NCCL_COLLECTIVES", "NCCL_SET", "PHASES", "Model", "PricingError", "Rules",

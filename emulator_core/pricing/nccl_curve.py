@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from emulator_core.network.nccl_tests import BUS_FACTORS
+from emulator_core.network import BUS_FACTORS
 from emulator_core.pricing.nccl_tuner import nccl_supports, nccl_tune
-from emulator_core.scenario.nccl_fit import PER_RANK, Fabric, NcclFit, network_share, regime, step_bytes
+from emulator_core.scenario import PER_RANK, Fabric, NcclFit, network_share, regime, step_bytes
 
 __all__ = ["Prepared", "between", "between_us", "floor_us", "prepare", "regime_factor", "time_us"]
 

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator_core.network.nccl_graph import Graph, Graphs, search_graphs
-from emulator_core.scenario.tomltext import toml_loads
+from emulator_core.network import Graph, Graphs, search_graphs
+from emulator_core.scenario import toml_loads
 
 __all__ = ["ALGORITHMS", "ARCHS", "COLLECTIVES", "CPUS", "PROTOCOLS", "NcclChoice", "nccl_constants",
            "nccl_supports", "nccl_tune"]

@@ -45,10 +45,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from emulator_core.network import BUS_FACTORS, algorithm_bandwidth_gbps, bus_bandwidth_gbps
 from emulator_core.network import costmodels as cm
 from emulator_core.network import netmodel as nm
-from emulator_core.network.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
-from emulator_core.network.nccl_tests import BUS_FACTORS
 from emulator_core.pricing.collective_time import (
     HIERARCHICAL,
     NCCL_COLLECTIVES,
@@ -63,8 +62,7 @@ from emulator_core.pricing.collective_time import (
     wire,
 )
 from emulator_core.pricing.nccl_curve import between, prepare
-from emulator_core.scenario.model import AUTO, Calibration, Dimension, Scenario
-from emulator_core.scenario.nccl_fit import Fabric, bracket, choose_fit
+from emulator_core.scenario import AUTO, Calibration, Dimension, Fabric, Scenario, bracket, choose_fit
 from nbox_trace.errors import UsageError
 from nbox_trace.units import format_bytes
 
@@ -269,7 +267,7 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     dimensions' ``latency_us`` for these collectives; the name is NCCL's ``algorithm/protocol``. The network
     dimension's ``fabric`` (the slowest spanned one's), when set, gives NCCL's model its transport's latency, its
     protocols and its hops' store-and-forward slices (``emulator_core.fabric_kinds``)."""
-    from emulator_core.network.fabric_kinds import net_fabric
+    from emulator_core.network import net_fabric
     from emulator_core.pricing.nccl_tuner import nccl_plan, nccl_supports
 
     if scenario.network.library != "nccl" or not nccl_supports(collective):

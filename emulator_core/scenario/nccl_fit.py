@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator_core.network.nccl_tests import BUS_FACTORS
+from emulator_core.network import BUS_FACTORS
 from emulator_core.scenario.values import MAX_WORLD_SIZE, ScenarioError, bad, check_float, check_int, check_table
 
 __all__ = ["FLOOR_MAX_BYTES", "NCCL_FIT_KEYS", "PER_RANK", "Fabric", "NcclFit", "check_fits", "choose_fit",

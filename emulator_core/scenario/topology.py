@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from emulator_core.network.fabric_kinds import FABRIC_KINDS, role
+from emulator_core.network import FABRIC_KINDS, role
 from emulator_core.scenario.values import (
     MAX_WORLD_SIZE,
     NAME_RE,

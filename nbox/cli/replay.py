@@ -85,7 +85,7 @@ def replay_cmd(
     """
     from nbox_replay.replay import ReplayConfig, run_replay
     from nbox_trace.errors import UsageError
-    from nbox_trace.launch.launcher import Nodes
+    from nbox_trace.launch import Nodes
 
     try:
         chosen = None if ranks == "all" else tuple(int(r) for r in ranks.split(","))
@@ -141,13 +141,13 @@ def sweep_cmd(
 
       nbox sweep BUNDLE --vary mesh.dp=2,8,64,512 --what-if dgx-h100
     """
-    from emulator_core.scenario.mesh import parse_placement
-    from nbox_replay.inputs.source import open_source
+    from emulator_core.scenario import parse_placement
+    from nbox_replay.inputs import open_source
     from nbox_replay.replay import baseline_path, global_batch_size
     from nbox_replay.replay import profiler_correction as correction_for
     from nbox_replay.settings import PROFILER_CORRECTION, split_settings
     from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_outputs
-    from nbox_trace.bundle.archive import traces_directory
+    from nbox_trace.bundle import traces_directory
     from nbox_trace.files import Output, check_outputs
     from nbox_trace.mesh import parse_names
 

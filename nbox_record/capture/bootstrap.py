@@ -85,8 +85,7 @@ from pathlib import Path
 from nbox_record.capture.emulated_rank import present_emulated_world
 from nbox_record.capture.exitreport import die
 from nbox_record.capture.recorder import Recorder
-from nbox_record.handoff import rawformat
-from nbox_record.handoff.env import ENV_DIR, ENV_OWNER, ConfigError, config_from_env
+from nbox_record.handoff import ENV_DIR, ENV_OWNER, ConfigError, config_from_env, rawformat
 from nbox_trace.errors import OutputWriteError
 from nbox_trace.files import write_json_atomic
 

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Literal
 
-from nbox_record.handoff.env import Config
+from nbox_record.handoff import Config
 from nbox_trace.threadtime import ThreadTimes
 
 #: What a boundary calls for: start the lean pass, finish it and start the capture, start the capture (no lean

@@ -63,7 +63,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Work
 
-from nbox_record.handoff.rawformat import CollectiveRecord, ProcessGroupInfo, identity_marker
+from nbox_record.handoff import CollectiveRecord, ProcessGroupInfo, identity_marker
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,7 @@ def emulated_collectives(t0_us: float, t1_us: float) -> dict[str, Any]:
             row["count"] += 1
             row["modeled_us"] += max(0.0, rec.end_us - rec.start_us)
             row["overrun_us"] += rec.overrun_us
-    from emulator_core.backend.process_group import clock_report
+    from emulator_core.backend import clock_report
 
     return {"world_size_seen": seen, "nbox_groups": len(groups), "window_us": [t0_us, t1_us],
             "clock": clock_report(), "peak_memory": peak_memory(),
@@ -175,7 +175,7 @@ def share_results(out_dir: Path, rank: int, real_world_size: int, timeout_s: flo
     """
     import torch.distributed as dist
 
-    from nbox_record.handoff.rawformat import TIMINGS
+    from nbox_record.handoff import TIMINGS
     from nbox_trace import share
     from nbox_trace.jsonio import read_json_object
 

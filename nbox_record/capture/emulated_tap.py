@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from emulator_core.backend.process_group import Observer, add_observer, remove_observer
+from emulator_core.backend import Observer, add_observer, remove_observer
 from nbox_record.capture.commlog import CollectiveLogger
 
 __all__ = ["tap", "untap"]

@@ -9,8 +9,7 @@ import uuid
 from typing import Any
 
 from nbox_record.capture.clock import IterationClock
-from nbox_record.handoff import rawformat
-from nbox_record.handoff.env import Config
+from nbox_record.handoff import Config, rawformat
 
 
 def optimizer_device(optimizer: Any) -> str | None:

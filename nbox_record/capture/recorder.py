@@ -27,10 +27,16 @@ from nbox_record.capture.hooks import PostImportHook, after_frame_returns, optim
 from nbox_record.capture.scriptprofiler import install as install_script_profiler
 from nbox_record.capture.session import CaptureSession, LeanSession, mark_boundary, profiler_in_use
 from nbox_record.capture.watch import report_progress, start_daemon, watch_first_boundary
-from nbox_record.handoff import rawformat
-from nbox_record.handoff.env import ENV_BOUNDARY_TIMEOUT, Config
-from nbox_record.handoff.peers import announce, collect
-from nbox_record.handoff.scriptexit import SCRIPT_EXIT, ended_by_exception, main_frame
+from nbox_record.handoff import (
+    ENV_BOUNDARY_TIMEOUT,
+    SCRIPT_EXIT,
+    Config,
+    announce,
+    collect,
+    ended_by_exception,
+    main_frame,
+    rawformat,
+)
 from nbox_trace.files import write_json_atomic
 from nbox_trace.threadtime import thread_times_ns
 
@@ -161,7 +167,7 @@ class Recorder:
             n = self.clock.count
         self.clock.take(n, now, tt)
         if self.config.emulate:  # the nbox backend numbers the calls of each iteration (compute_noise)
-            from emulator_core.backend.process_group import mark_iteration
+            from emulator_core.backend import mark_iteration
 
             mark_iteration()
         if n == 1:

@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nbox_record.handoff import rawformat
-from nbox_record.handoff.rawformat import BOUNDARY_MARKER
+from nbox_record.handoff import BOUNDARY_MARKER, rawformat
 from nbox_trace.files import write_json_atomic
 
 if TYPE_CHECKING:
-    from emulator_core.backend.process_group import Observer
+    from emulator_core.backend import Observer
     from nbox_record.capture.commlog import CollectiveLogger
 
 def profiler_in_use() -> bool:

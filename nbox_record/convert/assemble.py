@@ -66,9 +66,7 @@ from nbox_record.convert.groups import ProcessGroups
 from nbox_record.convert.inputs import RankInputs
 from nbox_record.convert.meta import global_metadata, pg_init_node
 from nbox_record.convert.toplevel import link_loose_markers
-from nbox_record.sources.comms import load_collective_log
-from nbox_record.sources.hostet import read_host_et
-from nbox_record.sources.kineto import read_kineto
+from nbox_record.sources import load_collective_log, read_host_et, read_kineto
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.errors import InvalidInputError
 from nbox_trace.jsonio import DEFAULT_MAX_JSON_BYTES

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nbox_record.sources.hostet import EtNode, iter_tensors
-from nbox_record.sources.kineto import CpuEvent
+from nbox_record.sources import CpuEvent, EtNode, iter_tensors
+from nbox_trace.chakra import AttrValue, make_attr
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import AttrValue, make_attr
 
 #: Longest node name written (characters); longer ones are cut.
 MAX_NAME = 2048

@@ -18,11 +18,12 @@ from nbox_record.convert.deps import OutNode
 from nbox_record.convert.groups import ProcessGroups
 from nbox_record.convert.inputs import RankInputs
 from nbox_record.convert.toplevel import Collective
-from nbox_record.sources.comms import (
+from nbox_record.sources import (
     COLL_TYPES,
     P2P_KINDS,
     RPC_NAME,
     CommFacts,
+    CpuEvent,
     facts_from_op_inputs,
     facts_from_record,
     facts_from_rpc,
@@ -31,7 +32,6 @@ from nbox_record.sources.comms import (
     rpc_collective_name,
     short_op,
 )
-from nbox_record.sources.kineto import CpuEvent
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.errors import InvalidInputError
 

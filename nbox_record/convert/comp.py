@@ -26,9 +26,7 @@ from nbox_record.convert.attrs import (
 )
 from nbox_record.convert.deps import OutNode
 from nbox_record.convert.toplevel import Walk, op_namespace, runnable_descendants
-from nbox_record.sources.hostet import EtNode, HostEt
-from nbox_record.sources.kineto import CpuEvent
-from nbox_record.sources.leantiming import LeanTime
+from nbox_record.sources import CpuEvent, EtNode, HostEt, LeanTime
 from nbox_trace.chakra import et_def_pb2 as pb
 
 #: The execution trace's node for a tensor subclass's ``__torch_dispatch__`` (DTensor, ...), under the operator.

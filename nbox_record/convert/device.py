@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nbox_record.sources.hostet import HostEt, iter_tensors
-from nbox_record.sources.kineto import KinetoTrace
+from nbox_record.sources import HostEt, KinetoTrace, iter_tensors
 
 __all__ = ["DeviceFacts", "device_facts", "hardware_facts"]
 

@@ -16,7 +16,7 @@ import bisect
 from nbox_record.convert.attrs import MAX_NAME, set_attr
 from nbox_record.convert.deps import Key, OutNode
 from nbox_record.convert.inputs import RankInputs
-from nbox_record.sources.kineto import GpuOp, enclosing_events, launching_events
+from nbox_record.sources import GpuOp, enclosing_events, launching_events
 from nbox_trace.chakra import et_def_pb2 as pb
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nbox_record.sources.comms import CommFacts
-from nbox_record.sources.hostet import EtNode
+from nbox_record.sources import CommFacts, EtNode
 from nbox_trace.contract import PG_INIT_NODE, parse_pg_init
 from nbox_trace.errors import InvalidInputError
 

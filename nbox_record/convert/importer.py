@@ -46,8 +46,8 @@ def convert_ranks(ranks: dict[int, RankInput], staging: Path) -> ConvertedRanks:
     files, keyed by their path inside the bundle. Shared by ``nbox record`` and ``nbox record convert``."""
     from nbox_record.convert.assemble import convert_rank
     from nbox_record.convert.device import DeviceFacts, hardware_facts
-    from nbox_trace.bundle.manifest import COMM_GROUP_NAME
-    from nbox_trace.chakra.codec import write_et
+    from nbox_trace.bundle import COMM_GROUP_NAME
+    from nbox_trace.chakra import write_et
 
     files: dict[str, Path | bytes] = {}
     groups: dict[str, list[int]] = {}
@@ -97,7 +97,7 @@ def import_traces(cfg: ConvertConfig) -> tuple[Path, dict[int, int]]:
     """
     import tempfile
 
-    from nbox_trace.bundle.manifest import Manifest, write_bundle
+    from nbox_trace.bundle import Manifest, write_bundle
 
     if not cfg.pairs:
         raise InvalidInputError("nothing to convert: give HOST_ET.json [KINETO.json] per rank")

@@ -6,11 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nbox_record.convert.toplevel import BOOKKEEPING, Walk, walk
-from nbox_record.sources.comms import CollectiveLogData
-from nbox_record.sources.hostet import EtNode, HostEt
-from nbox_record.sources.kineto import CpuEvent, KinetoTrace, join_host_ops
-from nbox_record.sources.leantiming import LeanTime, lean_times
-from nbox_record.sources.nesting import repair_nesting
+from nbox_record.sources import (
+    CollectiveLogData,
+    CpuEvent,
+    EtNode,
+    HostEt,
+    KinetoTrace,
+    LeanTime,
+    join_host_ops,
+    lean_times,
+    repair_nesting,
+)
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 from nbox_record.convert.attrs import dumps
 from nbox_record.convert.groups import ProcessGroups
 from nbox_trace import __version__
+from nbox_trace.chakra import AttrValue, make_attr
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import AttrValue, make_attr
 from nbox_trace.contract import PG_INIT_NODE
 
 METADATA_VERSION = "1.0.0"

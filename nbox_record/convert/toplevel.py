@@ -30,9 +30,17 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from nbox_record.handoff.rawformat import BOUNDARY_MARKER, parse_identity_marker
-from nbox_record.sources.comms import RPC_NAME, kind_of_collective_name, marker_kind, op_kind, rpc_collective_name
-from nbox_record.sources.hostet import USER_SCOPE, EtNode, HostEt
+from nbox_record.handoff import BOUNDARY_MARKER, parse_identity_marker
+from nbox_record.sources import (
+    RPC_NAME,
+    USER_SCOPE,
+    EtNode,
+    HostEt,
+    kind_of_collective_name,
+    marker_kind,
+    op_kind,
+    rpc_collective_name,
+)
 from nbox_trace.contract import PG_INIT_NODE
 
 BOOKKEEPING = "[pytorch|profiler|execution_trace|"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbox_trace.launch.launcher import python_path
+from nbox_trace.launch import python_path
 
 ENV_DIR = "NBOX_RECORD_DIR"
 ENV_WARMUP = "NBOX_WARMUP"

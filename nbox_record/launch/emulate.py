@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nbox_record.capture.emulated_rank import EMULATE_ALL, EMULATE_REPORT
+from nbox_record.capture import EMULATE_ALL, EMULATE_REPORT
 from nbox_record.handoff import rawformat as raw
 from nbox_record.launch.launcher import (
     EXAMPLES,
@@ -42,7 +42,7 @@ from nbox_record.launch.launcher import (
 )
 from nbox_trace.errors import UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
-from nbox_trace.launch.launcher import Nodes, run
+from nbox_trace.launch import Nodes, run
 from nbox_trace.progress import Report, watch
 from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time_unit
 
@@ -108,7 +108,7 @@ class EmulateConfig:
         w, n = self.world_size, self.nproc
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
             raise UsageError(f"--world-size must be an integer >= 1, got {w!r}")
-        from emulator_core.scenario.world import load_what_if
+        from emulator_core.scenario import load_what_if
 
         settled = load_what_if(self.scenario, tuple(self.overrides), recorded_world=None, requested=w)[1]
         w = settled.size
@@ -164,7 +164,7 @@ class EmulateResult:
     def answer(self) -> dict[str, Any]:
         """The report's first line and its facts: the emulated world, labelled by what it changed, its median
         iteration time, and the share of it that was exposed communication (when the breakdown was measured)."""
-        from emulator_core.scenario.question import share_words
+        from emulator_core.scenario import share_words
 
         label = f"emulated ({', '.join(self.changes) or f'{self.world_size} ranks'})"
         median = self.quantile_us(0.5)
@@ -247,11 +247,8 @@ def iteration_breakdown(timings: dict[int, dict[str, Any]]) -> dict[str, float] 
 def _scenario_toml(cfg: EmulateConfig, path: Path) -> tuple[str, tuple[str, ...]]:
     """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description and
     what the user changed, in words (:func:`emulator_core.question.describe_changes`)."""
-    from emulator_core.backend.live_policy import live_unsupported
-    from emulator_core.scenario.model import ScenarioError
-    from emulator_core.scenario.question import describe_changes
-    from emulator_core.scenario.tomltext import dump_toml
-    from emulator_core.scenario.world import load_what_if
+    from emulator_core.backend import live_unsupported
+    from emulator_core.scenario import ScenarioError, describe_changes, dump_toml, load_what_if
 
     scenario = load_what_if(cfg.scenario, cfg.overrides, recorded_world=None, requested=cfg.world_size)[0]
     why = live_unsupported(scenario)

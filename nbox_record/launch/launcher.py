@@ -31,14 +31,12 @@ from typing import Any
 
 from nbox_record.examples import EXAMPLES as _EXAMPLE_SCRIPTS
 from nbox_record.examples import EXAMPLES_DIR as _EXAMPLES_DIR
+from nbox_record.handoff import SCRIPT_EXIT, read_peers, record_env
 from nbox_record.handoff import rawformat as raw
-from nbox_record.handoff.env import record_env
-from nbox_record.handoff.peers import read_peers
-from nbox_record.handoff.scriptexit import SCRIPT_EXIT
 from nbox_trace import __version__
 from nbox_trace.errors import InputNotFoundError, NboxError, UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
-from nbox_trace.launch.launcher import Launch, LaunchResult, check_nodes, is_consequence, run, seconds_text, then_failed
+from nbox_trace.launch import Launch, LaunchResult, check_nodes, is_consequence, run, seconds_text, then_failed
 from nbox_trace.progress import Report, Step, watch
 
 EXAMPLES = tuple(_EXAMPLE_SCRIPTS)
@@ -325,8 +323,8 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str | No
     world size is W, the bundle's ``kind`` is "emulated" and the dict is kept as the manifest's
     ``emulation`` key.
     """
-    from nbox_record.convert.importer import RankInput, convert_ranks
-    from nbox_trace.bundle.manifest import THREAD_CPU_KEY, Manifest, observed_summary, thread_cpu_figures, write_bundle
+    from nbox_record.convert import RankInput, convert_ranks
+    from nbox_trace.bundle import THREAD_CPU_KEY, Manifest, observed_summary, thread_cpu_figures, write_bundle
 
     staging = work / "staging"
     staging.mkdir()

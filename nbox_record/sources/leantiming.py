@@ -68,7 +68,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nbox_record.handoff.rawformat import BOUNDARY_MARKER
+from nbox_record.handoff import BOUNDARY_MARKER
 from nbox_record.sources.kineto import CpuEvent, KinetoTrace
 
 __all__ = ["LeanTime", "Key", "lean_times", "top_sequences"]

@@ -38,9 +38,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbox_trace.chakra import Attr, EtReader, as_int, attr_map
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import Attr, as_int, attr_map
-from nbox_trace.chakra.codec import EtReader
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["COMPUTE", "COLLECTIVE", "META", "RECV", "SEND", "CommInfo", "RankGraph", "captured_iterations",

@@ -11,10 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from emulator_core.pricing.pricer import group_shape
-from emulator_core.scenario.mesh import MeshError, MeshPlan, parse_mesh, plan_mesh
-from emulator_core.scenario.model import Scenario
-from emulator_core.scenario.overrides import parse_override
+from emulator_core.pricing import group_shape
+from emulator_core.scenario import MeshError, MeshPlan, Scenario, parse_mesh, parse_override, plan_mesh
 from nbox_replay.inputs.graph import RankGraph
 from nbox_trace.mesh import RecordedMesh, canonical_name
 

@@ -121,7 +121,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, RECV, RankGraph, captured_iterations
-from nbox_trace.bundle.manifest import THREAD_CPU_KEY
+from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import UsageError
 
 __all__ = ["DEFAULT_RULE", "DEVICE_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES",

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbox_replay.inputs.graph import ReplayInputError
-from nbox_trace.bundle.manifest import Manifest, locate_traces
+from nbox_trace.bundle import Manifest, locate_traces
+from nbox_trace.chakra import EtReader, TraceSet, find_attr
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import find_attr
-from nbox_trace.chakra.codec import EtReader
-from nbox_trace.chakra.tracefiles import TraceSet
 from nbox_trace.check import inspect_trace
 from nbox_trace.mesh import MeshFacts, RecordedMesh, infer_mesh, mesh_facts
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from nbox_replay.inputs.graph import COMPUTE, load_rank
+from nbox_replay.inputs import COMPUTE, load_rank
 from nbox_replay.live.allocator import hold_heap
 from nbox_replay.live.ops import prepare
 

@@ -67,10 +67,8 @@ import torch
 import torch.distributed as dist
 
 from emulator_core._autoload import register as register_nbox_backend
-from emulator_core.backend.clocksync import Clock
-from emulator_core.backend.delay import sleep_until
-from emulator_core.backend.process_group import process_clock
-from nbox_replay.inputs.graph import (
+from emulator_core.backend import Clock, process_clock, sleep_until
+from nbox_replay.inputs import (
     COLLECTIVE,
     COMPUTE,
     RECV,
@@ -78,14 +76,15 @@ from nbox_replay.inputs.graph import (
     CommInfo,
     RankGraph,
     captured_iterations,
+    correct_graphs,
+    from_worker_doc,
     load_rank,
 )
-from nbox_replay.inputs.profiler import correct_graphs, from_worker_doc
 from nbox_replay.live.allocator import hold_heap
 from nbox_replay.live.hostwork import plan_pad
 from nbox_replay.live.ops import LiveOps, prepare
-from nbox_replay.virtual.engine import retarget
-from nbox_trace.chakra.attrs import attr_map
+from nbox_replay.virtual import retarget
+from nbox_trace.chakra import attr_map
 from nbox_trace.share import share_results
 from nbox_trace.threadtime import thread_times_ns
 

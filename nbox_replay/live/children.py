@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nbox_trace.chakra import attr_map, make_attr
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import attr_map, make_attr
 
 __all__ = ["CHILDREN_ATTR", "TRUNCATED_ATTR", "BuildError", "child_nodes"]
 

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbox_replay.inputs.graph import COMPUTE, RankGraph
+from nbox_replay.inputs import COMPUTE, RankGraph
 from nbox_replay.live.run import LiveReplayError
 from nbox_trace.jsonio import read_json_object
-from nbox_trace.launch.launcher import Launch, run, seconds_text
+from nbox_trace.launch import Launch, run, seconds_text
 
 __all__ = ["Measured", "measure_compute"]
 

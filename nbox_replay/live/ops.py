@@ -51,12 +51,12 @@ from typing import Any
 
 import torch
 
-from nbox_replay.inputs.graph import COMPUTE, RankGraph
+from nbox_replay.inputs import COMPUTE, RankGraph
 from nbox_replay.live.children import TRUNCATED_ATTR, BuildError, child_nodes
 from nbox_replay.live.fastcall import choose
 from nbox_replay.live.values import argument_rule, fill
+from nbox_trace.chakra import attr_map
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import attr_map
 
 __all__ = ["BuildError", "CompositeRunnable", "LiveOps", "Runnable", "TensorPool", "TensorSpec", "build_node",
            "build_runnable", "parse_dtype", "prepare"]

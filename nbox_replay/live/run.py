@@ -48,14 +48,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from emulator_core.scenario.model import Scenario
-from emulator_core.scenario.tomltext import dump_toml
+from emulator_core.scenario import Scenario, dump_toml
 from nbox_replay.live.hostwork import HostPad
-from nbox_replay.report.summary import speedup
-from nbox_replay.virtual.breakdown import Breakdown, CommSpan, RankIntervals, job_windows, partition
+from nbox_replay.report import speedup
+from nbox_replay.virtual import Breakdown, CommSpan, RankIntervals, job_windows, partition
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 from nbox_trace.jsonio import read_json_object
-from nbox_trace.launch.launcher import Launch, LaunchResult, Nodes, run, seconds_text, then_failed
+from nbox_trace.launch import Launch, LaunchResult, Nodes, run, seconds_text, then_failed
 from nbox_trace.progress import Report, Step
 
 __all__ = ["LiveConfig", "LiveConfigError", "LiveReplayError", "LiveResult", "PairedResult", "compute_factors",

@@ -25,13 +25,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from emulator_core.scenario.question import compare, share_words
-from emulator_core.scenario.world import WhatIfWorld
+from emulator_core.scenario import WhatIfWorld, compare, share_words
 from nbox_replay.report.summary import RunSummary, speedup
 from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time_unit
 
 if TYPE_CHECKING:
-    from nbox_replay.inputs.profiler import Correction
+    from nbox_replay.inputs import Correction
 
 __all__ = ["REPORT_SCHEMA", "ReplayReport"]
 

@@ -31,8 +31,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbox_replay.virtual.breakdown import Breakdown, median_index, partition, slowest_rank
-from nbox_replay.virtual.engine import SimResult
+from nbox_replay.virtual import Breakdown, SimResult, median_index, partition, slowest_rank
 from nbox_trace.errors import InvalidInputError
 
 __all__ = ["RunSummary", "format_speedup", "speedup", "summarize_sim"]

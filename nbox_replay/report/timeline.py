@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, META, RECV, SEND, RankGraph
-from nbox_replay.virtual.engine import CollectiveAnswer, RankResult, SimResult
+from nbox_replay.inputs import COLLECTIVE, COMPUTE, META, RECV, SEND, RankGraph
+from nbox_replay.virtual import CollectiveAnswer, RankResult, SimResult
 from nbox_trace.errors import OutputWriteError
 from nbox_trace.files import write_atomic
 

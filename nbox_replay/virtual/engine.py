@@ -42,13 +42,21 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from emulator_core.pricing.answer import Fabric, FabricGroup
-from emulator_core.pricing.pricer import Pricer, make_pricer
-from emulator_core.scenario.mesh import MeshPlan
-from emulator_core.scenario.model import Scenario
-from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, RECV, SEND, CommInfo, RankGraph, captured_iterations
-from nbox_replay.inputs.meshing import relabel
-from nbox_replay.inputs.recorded_calls import RecordedStreams, recorded_call_us, recording_complete
+from emulator_core.pricing import Fabric, FabricGroup, Pricer, make_pricer
+from emulator_core.scenario import MeshPlan, Scenario
+from nbox_replay.inputs import (
+    COLLECTIVE,
+    COMPUTE,
+    RECV,
+    SEND,
+    CommInfo,
+    RankGraph,
+    RecordedStreams,
+    captured_iterations,
+    recorded_call_us,
+    recording_complete,
+    relabel,
+)
 from nbox_replay.virtual.breakdown import CommSpan, RankIntervals, job_windows
 from nbox_replay.virtual.events import EventQueue
 from nbox_trace.errors import InvalidInputError

@@ -59,8 +59,8 @@ from nbox_trace.bundle.manifest import (
     verify_files,
     write_bundle,
 )
+from nbox_trace.chakra import EtReader, EtWriter
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.codec import EtReader, EtWriter
 from nbox_trace.contract import parse_pg_init
 from nbox_trace.errors import InvalidInputError
 

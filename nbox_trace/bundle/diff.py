@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from nbox_trace.bundle.inspection import BundleSummary, load_bundle, summarize
+from nbox_trace.chakra import EtReader, as_int, attr_map
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import as_int, attr_map
-from nbox_trace.chakra.codec import EtReader
 from nbox_trace.contract import comm_type_name
 from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time_unit
 

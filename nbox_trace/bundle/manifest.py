@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nbox_trace import __version__
-from nbox_trace.chakra.tracefiles import TraceSet, resolve_trace_set
+from nbox_trace.chakra import TraceSet, resolve_trace_set
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
 
 BUNDLE_SCHEMA = "nbox.bundle"

@@ -55,7 +55,7 @@ from types import FrameType
 from typing import Any
 
 from nbox_trace.errors import NboxError, UsageError
-from nbox_trace.launch.localrun import stop_group
+from nbox_trace.launch import stop_group
 from nbox_trace.testbed.threads import ThreadPolicy, netns_inode
 
 __all__ = ["DEFAULT_PREFIX", "Node", "Testbed", "TestbedError", "cleanup_stale", "unavailable"]
