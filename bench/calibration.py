@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from emulator_core.calibration.calibrate import scenario_fragment  # noqa: E402
 from emulator_core.calibration.fit import fit  # noqa: E402
+from emulator_core.calibration.pipeline import scenario_fragment  # noqa: E402
 from emulator_core.calibration.run import measure_run  # noqa: E402
 from emulator_core.calibration.spec import SUPPORTED, CalibrateConfig, Measurement, summarize  # noqa: E402
 from emulator_core.pricing.pricer import group_shape, price_group  # noqa: E402

@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nbox_record.launch.emulate import EmulateConfig, emulate, iteration_breakdown  # noqa: E402
+from nbox_record.launch.emulation import EmulateConfig, emulate, iteration_breakdown  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:

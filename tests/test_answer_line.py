@@ -14,7 +14,7 @@ import pytest
 
 from emulator_core.scenario.files import load_scenario
 from emulator_core.scenario.question import compare, describe_changes, describe_override, share_words
-from nbox_record.launch.emulate import EmulateResult, format_text
+from nbox_record.launch.emulation import EmulateResult, format_text
 from nbox_replay.replay import ReplayConfig, run_replay
 
 ROOT = Path(__file__).resolve().parents[1]

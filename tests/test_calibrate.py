@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from emulator_core.calibration import _worker as worker
-from emulator_core.calibration import calibrate as cal
 from emulator_core.calibration import fit as cf
+from emulator_core.calibration import pipeline as cal
 from emulator_core.calibration import run as cr
 from emulator_core.calibration import spec as cc
 from emulator_core.network import costmodels as cm
@@ -507,7 +507,7 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``--backend auto`` (the default) is decided in the ranks, so nbox calibrate's process never imports torch;
     the fit and the file follow what the ranks report, and a report that is neither gloo nor nccl is an error."""
-    import emulator_core.calibration.calibrate as cal
+    import emulator_core.calibration.pipeline as cal
     from emulator_core.calibration.run import MeasureRun
     from emulator_core.calibration.spec import CalibrateConfig, CalibrationError
 

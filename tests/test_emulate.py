@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nbox_record.launch.emulate import SCHEMA, EmulateConfig, _quantile
+from nbox_record.launch.emulation import SCHEMA, EmulateConfig, _quantile
 from nbox_trace.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nbox_record.launch.emulate import SCHEMA
+from nbox_record.launch.emulation import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "emulate_scripts"

@@ -112,7 +112,7 @@ def test_replay_asks_a_named_cluster_at_1024_ranks() -> None:
 
 
 def test_emulate_and_sweep_take_a_name_too(tmp_path: Path) -> None:
-    from nbox_record.launch.emulate import EmulateConfig
+    from nbox_record.launch.emulation import EmulateConfig
 
     cfg = EmulateConfig(world_size=None, nproc=2, scenario=Path("ethernet-100g"))  # the file's own world size
     assert cfg.world_size == 64 and "ethernet_100g.toml" in cfg.world_from

@@ -122,7 +122,7 @@ def test_sweep_plays_the_same_world_size_as_replay_with_its_source(tmp_path: Pat
 
 def test_emulate_takes_its_world_size_from_the_same_rule() -> None:
     """Issue 13: `nbox emulate` required --world-size; now --set world_size, else the file's, as replay."""
-    from nbox_record.launch.emulate import EmulateConfig
+    from nbox_record.launch.emulation import EmulateConfig
 
     assert (EmulateConfig(scenario=DGX).world_size, EmulateConfig(scenario=DGX).world_from) == (
         1024, "1024, from the what-if file dgx_h100_400g.toml")
@@ -151,7 +151,7 @@ def test_w2_on_an_8_gpu_node_scenario_through_the_backend_config() -> None:
 
 
 def test_w2_on_an_8_gpu_node_scenario_through_emulate(tmp_path: Path) -> None:
-    from nbox_record.launch.emulate import EmulateConfig, _scenario_toml
+    from nbox_record.launch.emulation import EmulateConfig, _scenario_toml
 
     out = tmp_path / "scenario.toml"
     _scenario_toml(EmulateConfig(world_size=2, nproc=2, scenario=DGX), out)
