@@ -167,7 +167,7 @@ def main() -> int:
     ap.add_argument("--rate", default="1gbit", help="--testbed: every link's tbf rate")
     ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
                     help="--testbed: gloo's device-loop threads at SCHED_BATCH (the testbed's default; see "
-                         "nbox_trace/testbed_threads.py) or at the kernel's default (README's runs J to T)")
+                         "nbox_trace/testbed/threads.py) or at the kernel's default (README's runs J to T)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="--testbed: the calibrated scenario; measured on two nodes and written here when missing")
     ap.add_argument("--max-of-nodes", action="store_true",

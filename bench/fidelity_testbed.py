@@ -17,7 +17,7 @@ rounds, last in odd ones):
    recorded compute (deterministic: same bundle, same scenario, same answer), with the default profiler
    correction (``nbox_replay.inputs.profiler``) and also with each rule and with none (the last recording's, in the
    last lines of the table). With ``live`` (``--live``), the round also replays its bundle live (real clock,
-   operators re-executed and padded for the host work the replay does not re-run, nbox_replay/hostwork.py;
+   operators re-executed and padded for the host work the replay does not re-run, nbox_replay/live/hostwork.py;
    collectives answered by the calibrated scenario) across the nodes: ``nbox replay --nnodes N`` on each node,
    one replayed rank per node, pinned in its namespace like the real ranks (``--host-work A,B``: one live replay
    per mode each round, the modes' order turning round by round; the table's live figure is the first mode's, each
@@ -185,7 +185,7 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int, host
     at port + 20 and + 21, both under the calibrated scenario (there is no what-if).
     Six warm-up repetitions: the host-work pad is planned from the median of the warm ones (the first is cold; the
     second of a worker was still 2-15% slower than the third on ddp_transformer, its operators' first passes), and a
-    rank's repetitions vary by about 9% one to the next (nbox_replay/hostwork.py), so five of them steady it. One
+    rank's repetitions vary by about 9% one to the next (nbox_replay/live/hostwork.py), so five of them steady it. One
     pair (``--iterations`` counts pairs of launches, each with one timed repetition: run P6 used 3, six launches a
     round, and took twice as long for a live figure whose round-to-round spread is mostly the real run's own launch)."""
     ep = f"{tb.node(0).addr}:{PORT + 20}"

@@ -6,8 +6,9 @@ Targets, each fed mutations of a corpus of real inputs:
 
 * ``et``: Chakra ET files (the shipped bundles' traces and ``tests/data/samples``) through
   :func:`nbox_trace.check.inspect_rank` (which streams :class:`~nbox_trace.chakra.codec.EtReader`);
-* ``manifest``: the shipped bundles' ``manifest.json`` through :func:`nbox_trace.bundle.parse_manifest`, and when
-  one parses, :func:`nbox_trace.bundle.verify_files` against its bundle;
+* ``manifest``: the shipped bundles' ``manifest.json`` through
+  :func:`nbox_trace.bundle.manifest.parse_manifest`, and when
+  one parses, :func:`nbox_trace.bundle.manifest.verify_files` against its bundle;
 * ``archive``: a bundle packed with :func:`nbox_trace.bundle.archive.pack_bundle` through ``read_archive_manifest`` and
   ``unpack_bundle`` into a fresh directory (skipped, and reported as such, while
   ``nbox_trace.bundle.archive`` is absent).

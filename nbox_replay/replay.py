@@ -4,20 +4,20 @@ A replay runs twice: under the **baseline** scenario (the fabric the bundle was 
 calibrated ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a GPU bundle or a bare ET, or
 ``--baseline``) at the recorded world size, and under the **what-if** (``--what-if``, ``--set``,
 ``--world-size``; by default the baseline's scenario) at the world size of
-:func:`emulator_core.world.load_what_if`'s rule (``--world-size``, else ``--set world_size``, else the what-if
+:func:`emulator_core.scenario.world.load_what_if`'s rule (``--world-size``, else ``--set world_size``, else the what-if
 file's, else the recorded one; the report says which). With ``--clock virtual`` both run in virtual time
 (recorded compute, no torch, deterministic; with ``--compute live`` the operators are first re-executed on
-this device to measure them, :mod:`nbox_replay.measure`, and the simulation uses those durations). With
+this device to measure them, :mod:`nbox_replay.live.measure`, and the simulation uses those durations). With
 ``--clock real`` both run live on this machine (:mod:`nbox_replay.live`) in interleaved, counterbalanced
-pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_paired`): the iteration times
+pairs of launches, one timed repetition each (:func:`nbox_replay.live.run.replay_paired`): the iteration times
 and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread;
 live compute is padded for the host work the replay does not re-run, and with ``replay.host_work=match`` credited
-for the replay's own work beyond the real thread's (:mod:`nbox_replay.hostwork`).
+for the replay's own work beyond the real thread's (:mod:`nbox_replay.live.hostwork`).
 A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
 device) is refused before any rank starts.
 
 Recorded compute is corrected for the profiler's overhead where the bundle carries the figures
-(:mod:`nbox_replay.profiler`; ``replay.profiler_correction``): in virtual time and in a live replay with
+(:mod:`nbox_replay.inputs.profiler`; ``replay.profiler_correction``): in virtual time and in a live replay with
 ``--compute recorded``, the same rule and factors; the report says which.
 """
 
@@ -102,7 +102,7 @@ class ReplayConfig:
         ranks: global ranks to replay (None: every recorded rank).
         iterations: timed repetitions of the captured iteration(s) per run (>= 1).
         warmup: untimed repetitions before them (real clock; the first is cold, the host-work pad plans from
-            the median of the others: :mod:`nbox_replay.hostwork`).
+            the median of the others: :mod:`nbox_replay.live.hostwork`).
         warmup_s: warm up for at least this long too (seconds, by repetitions at the recorded iteration time:
             :func:`warmup_repetitions`); None: :data:`CUDA_WARMUP_S` on CUDA, 0 on a CPU.
         device: ``auto``, ``cpu`` or ``cuda`` (real clock).
@@ -110,11 +110,11 @@ class ReplayConfig:
         timeout_s: deadline of a real-clock run.
         rank: the rank whose breakdown the report shows (None: the slowest rank of the median iteration).
         mesh: the what-if mesh, ``"dp=512,tp=2"`` (None: the world-size rule); virtual clock only
-            (:mod:`emulator_core.mesh`).
+            (:mod:`emulator_core.scenario.mesh`).
         placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
         recorded_mesh: names of the recorded mesh's dimensions, outermost first, where inference guesses.
         global_batch: ``weak`` (each rank keeps its batch) or ``fixed`` (strong scaling at a what-if mesh:
-            :mod:`emulator_core.mesh`; recorded compute only); batch_size: the recorded per-rank batch, which
+            :mod:`emulator_core.scenario.mesh`; recorded compute only); batch_size: the recorded per-rank batch, which
             ``fixed`` needs (nbox does not infer it from the trace).
         nodes: ``--clock real`` across several nodes (:class:`nbox_trace.launch.Nodes`): run the same command on
             each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
@@ -122,11 +122,11 @@ class ReplayConfig:
         profiler_correction: ``on`` (the default rule, ``to_clean``; ``to_wall`` for a rank with GPU work,
             ``proportional`` for lean-timed operators or unmarked iterations), ``off``, or a rule by name
             (``proportional``, ``per_op``, ``to_clean``, ``to_wall``) for every rank: how recorded compute is
-            corrected for the profiler's overhead (:mod:`nbox_replay.profiler`; recorded compute only, bundles
+            corrected for the profiler's overhead (:mod:`nbox_replay.inputs.profiler`; recorded compute only, bundles
             that carry the figures only).
         host_work: ``pad``, ``match`` or ``off``: whether a live replay with live compute pads its operators for
             the host work it does not re-run, and (``match``) credits a rank whose replay is busier than the real
-            thread (:mod:`nbox_replay.hostwork`). None: ``pad`` where it applies; named, it is refused where it
+            thread (:mod:`nbox_replay.live.hostwork`). None: ``pad`` where it applies; named, it is refused where it
             cannot act (a virtual clock, recorded compute).
     """
 
@@ -319,7 +319,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     waited = ", ".join(f"{g.waited_us() / 1e3:.1f} ms (rank {r})" for r, g in sorted(graphs.items()) if g.waited_us())
     if waited:
         notices.append(f"communication waited for inside the operators that issued it, taken out of their recorded "
-                       f"compute (nbox_replay.graph.waits_inside), per pass: {waited}")
+                       f"compute (nbox_replay.inputs.graph.waits_inside), per pass: {waited}")
     correction = profiler_correction(config.profiler_correction, source, compute)
     if config.host_work is not None and compute != "live":
         raise ReplayConfigError(f"--set {HOST_WORK}={config.host_work}: pads operators re-executed live; this replay's "
@@ -340,7 +340,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
         graphs, coverage, fallbacks = measured.graphs, measured.coverage, measured.fallbacks
         if measured.heap_not_held:
             notices.append(f"the measuring worker's heap not held ({measured.heap_not_held}): its operator times "
-                           f"may include page faults the real run did not take (nbox_replay.allocator)")
+                           f"may include page faults the real run did not take (nbox_replay.live.allocator)")
     reps = config.iterations
     say("virtual replay: baseline")
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
@@ -371,7 +371,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
 
 
 def profiler_correction(mode: str, source: ReplaySource, compute: str) -> Correction:
-    """The correction of recorded compute for the profiler (:mod:`nbox_replay.profiler`) that ``mode`` asks for:
+    """The correction of recorded compute for the profiler (:mod:`nbox_replay.inputs.profiler`) that ``mode`` asks for:
     none when compute is re-executed (``live``: only its fallbacks play recorded durations, left as they are)."""
     if compute != "recorded" and mode != "off":
         return Correction(None, why_not="compute is re-executed (--compute live); its fallbacks play their recorded "
@@ -535,7 +535,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
               device: str) -> tuple[dict[int, float] | None, str]:
     """Per replayed rank, the real training thread's time on a CPU and waiting for one per clean iteration (the
     CPU time alone for a bundle without the run-queue figure) for the host-work padding
-    (:mod:`nbox_replay.hostwork`), or None and why it is not applied."""
+    (:mod:`nbox_replay.live.hostwork`), or None and why it is not applied."""
     if compute != "live":
         return None, ""
     if config.host_work == "off":
@@ -555,7 +555,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
 def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
                   heap_not_held: Mapping[int, str] | None = None, mode: str = "pad") -> dict[str, Any]:
     """The report's host-work line and figures: per rank, the padding (or, with ``mode`` ``match``, the credit)
-    its worker applied, and why a worker's heap was not held (:mod:`nbox_replay.allocator`; with or without a
+    its worker applied, and why a worker's heap was not held (:mod:`nbox_replay.live.allocator`; with or without a
     pad)."""
     heap = dict(heap_not_held or {})
     heap_doc = {str(r): why for r, why in sorted(heap.items())}
@@ -589,7 +589,7 @@ def _apply_live(summary: RunSummary, live: LiveResult) -> None:
     """The live run's measured times into ``summary``: its iterations (each captured iteration of every timed
     repetition, :mod:`nbox_replay.live`), and the shown rank's measured breakdown of each (the rank that ended
     the median iteration last unless ``--rank`` picked one; the parts sum to each iteration's time,
-    :mod:`nbox_replay.summary`); the model's time stays as ``modeled_iteration_us``."""
+    :mod:`nbox_replay.report.summary`); the model's time stays as ``modeled_iteration_us``."""
     summary.modeled_iteration_us = summary.median_us
     summary.iteration_us = list(live.iteration_us)
     j = median_index(summary.iteration_us)

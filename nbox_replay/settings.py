@@ -5,8 +5,8 @@ overhead, whether a live replay pads for host work it does not re-run). They hav
 their own; a user who must change one says so with ``--set``, like any other setting of the question:
 
 * ``replay.profiler_correction``: ``on`` (default), ``off``, ``proportional``, ``per_op``, ``to_clean``, ``to_wall``
-  (:mod:`nbox_replay.profiler`);
-* ``replay.host_work``: ``pad`` (default with live compute), ``match``, ``off`` (:mod:`nbox_replay.hostwork`).
+  (:mod:`nbox_replay.inputs.profiler`);
+* ``replay.host_work``: ``pad`` (default with live compute), ``match``, ``off`` (:mod:`nbox_replay.live.hostwork`).
 
 :func:`split_settings` takes them out of the overrides; the rest go to the scenario as before.
 """

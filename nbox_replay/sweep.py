@@ -2,16 +2,16 @@
 
 A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
-* ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.world.resize`
+* ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.scenario.world.resize`
   (the outermost topology dimension grows or shrinks). Without this axis the world size is the one
-  ``nbox replay`` would play (:func:`emulator_core.world.load_what_if`): ``--set world_size``, else the
+  ``nbox replay`` would play (:func:`emulator_core.scenario.world.load_what_if`): ``--set world_size``, else the
   what-if file's (``--what-if``), else the recorded one. Each row says where its world size came from
   (``world_size_source``);
 * ``mesh.<dim>`` (e.g. ``mesh.dp=8,64,512``): the degree of one dimension of the recorded mesh
   (:mod:`nbox_trace.mesh`), the others keeping theirs; the world size is the mesh's, and each point replays
-  at that mesh as ``nbox replay --mesh`` does (:mod:`emulator_core.mesh`: groups follow their dimensions,
+  at that mesh as ``nbox replay --mesh`` does (:mod:`emulator_core.scenario.mesh`: groups follow their dimensions,
   sizes their dimension's rule). Not together with a ``world_size`` axis. A mesh in the what-if scenario
-  (``[mesh]`` of the ``--what-if`` file, ``--set mesh.<dim>=N``, :func:`emulator_core.world.scenario_mesh`)
+  (``[mesh]`` of the ``--what-if`` file, ``--set mesh.<dim>=N``, :func:`emulator_core.scenario.world.scenario_mesh`)
   is played at every point, an axis replacing the file's degree of its dimension; an axis on a dimension that a
   ``--set mesh.<dim>`` also names, or a ``world_size`` axis with a scenario mesh, is refused (one would be
   silently dropped);
@@ -20,16 +20,16 @@ A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
 The grid is the cartesian product of the axes, the first axis varying slowest. Each point loads the
 base scenario with the base and point overrides, then resizes it, then
-replays the graphs in virtual time (:func:`nbox_replay.virtual.simulate`, recorded compute, corrected for the
-profiler's overhead as ``nbox replay`` corrects it: :mod:`nbox_replay.profiler`, ``profiler``). Points are
+replays the graphs in virtual time (:func:`nbox_replay.virtual.engine.simulate`, recorded compute, corrected for the
+profiler's overhead as ``nbox replay`` corrects it: :mod:`nbox_replay.inputs.profiler`, ``profiler``). Points are
 evaluated in parallel across processes (each worker loads the traces once); the rows come back in grid
 order and are the same, bit for bit, whatever the number of workers.
 
 Row figures are per iteration, in microseconds, those of the point's run summary
-(:mod:`nbox_replay.summary`, the same as ``nbox replay``'s): ``iteration_us`` is the median over the
+(:mod:`nbox_replay.report.summary`, the same as ``nbox replay``'s): ``iteration_us`` is the median over the
 repetitions of the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and
 ``overlapped_comm_us`` are the slowest rank's totals divided by the repetitions; ``speedup`` is the row's
-speed-up over the first row (:func:`nbox_replay.summary.speedup`: the first row's iteration time over
+speed-up over the first row (:func:`nbox_replay.report.summary.speedup`: the first row's iteration time over
 this row's; > 1: faster than the first point; ``None`` where a time is 0: ``null`` in JSON, empty in the CSV,
 ``n/a`` in the table).
 """
@@ -182,9 +182,9 @@ class SweepConfig:
         mesh: the recorded mesh, for ``mesh.<dim>`` axes (None: such an axis is refused).
         placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
         batch_size: the recorded per-rank batch of a fixed global batch (strong scaling at each point's mesh,
-            :mod:`emulator_core.mesh`); None: weak scaling.
+            :mod:`emulator_core.scenario.mesh`); None: weak scaling.
         profiler: the correction of recorded compute for the profiler's overhead
-            (:func:`nbox_replay.profiler.plan_correction`); None: none.
+            (:func:`nbox_replay.inputs.profiler.plan_correction`); None: none.
     """
 
     traces: Traces
@@ -371,7 +371,7 @@ class SweepRow:
     overlapped_comm_us: float
     slowest_rank: int
     speedup: float | None = 1.0
-    world_size_source: str = "recorded"  # emulator_core.world.WORLD_SOURCES
+    world_size_source: str = "recorded"  # emulator_core.scenario.world.WORLD_SOURCES
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record: the axis values by key, then the figures."""

@@ -364,7 +364,7 @@ def test_jitter_draws_agree_across_real_ranks_and_differ_between_groups_and_seed
 # ------------------------------------------------------------------------------------------------ compute noise
 def test_the_mirrors_lateness_moves_the_start_only_where_the_member_has_emulated_copies() -> None:
     """`mirror_late_us[k]`: the emulated members that mirror real member k arrive that much after it
-    (compute_noise, emulator_core/computenoise.py); a real member with no copies, or a lateness of 0, moves
+    (compute_noise, emulator_core/backend/computenoise.py); a real member with no copies, or a lateness of 0, moves
     nothing; a wrong length is refused."""
     fabric = Fabric(dgx64())
     g = fabric.group(range(2), [0])

@@ -1,7 +1,7 @@
 """The `nbox` torch.distributed backend: an ordinary script sees world size W while N real gloo ranks run it.
 
 Integration tests launch tests/nbox_backend_worker.py with nbox's launcher (N = 1 or 2 real processes,
-loopback, timeouts) and check what the script observed against the mirror rule (emulator_core/mirror.py),
+loopback, timeouts) and check what the script observed against the mirror rule (emulator_core/backend/mirror.py),
 worked out by hand for W = 8: with real ranks [0, 1] every real rank stands for 4 members.
 """
 

@@ -1,4 +1,5 @@
-"""compute_noise = "mirror_history": the lateness of a real rank's emulated copies (emulator_core/computenoise.py)."""
+"""compute_noise = "mirror_history": the lateness of a real rank's emulated copies
+(emulator_core/backend/computenoise.py)."""
 
 from __future__ import annotations
 

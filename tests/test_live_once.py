@@ -61,7 +61,7 @@ def test_live_replay_runs_each_recorded_operator_once_and_nothing_inside_a_fallb
 
     monkeypatch.setattr(Runnable, "run", counted)
     for rank in (0, 1):
-        # the host ET as the converter read it: nesting repaired by Kineto's clock (nbox_record/nesting.py)
+        # the host ET as the converter read it: nesting repaired by Kineto's clock (nbox_record/sources/nesting.py)
         et = RankInputs.join(read_host_et(raw / f"rank{rank}" / "host_et.json"),
                              read_kineto(raw / f"rank{rank}" / "kineto.json"), None, rank).et
         g = load_rank(bundle / "trace" / f"trace.{rank}.et", rank, keep_nodes=True)

@@ -1,4 +1,4 @@
-"""The host ET's nesting repaired by Kineto's clock (nbox_record/nesting.py)."""
+"""The host ET's nesting repaired by Kineto's clock (nbox_record/sources/nesting.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The in-rank bootstrap (nbox_record/bootstrap.py + _inject/sitecustomize.py) on real 2-rank gloo runs.
+"""The in-rank bootstrap (nbox_record/capture/bootstrap.py + _inject/sitecustomize.py) on real 2-rank gloo runs.
 
 Each integration test launches 2 ranks of an unmodified script with the inject folder first on PYTHONPATH
 (nbox's one launcher, :mod:`nbox_trace.launch.launcher`: the environment torchrun gives its workers), as ``nbox record``
-does, and checks the raw files of every rank (see nbox_record/rawformat.py); the built-in examples are recorded
+does, and checks the raw files of every rank (see nbox_record/handoff/rawformat.py); the built-in examples are recorded
 by ``nbox record --keep-raw`` itself, and their bundles checked beside the raw files. One thread per rank
 (OMP_NUM_THREADS=1). A few fast unit tests (configuration, sitecustomize chaining) need no torch.
 """

@@ -506,7 +506,8 @@ def test_replay_real_clock_recorded_compute_passes_the_correction_to_the_workers
     assert "recorded compute corrected for the profiler" in rep.format_text()
 
 
-# -- the lean pass's figures (nbox_record/leantiming.py) ----------------------------------------------------------
+# -- the lean pass's figures (nbox_record/sources/leantiming.py)
+# ----------------------------------------------------------
 
 
 def _rewrite(bundle: Path, edit: Any) -> None:

@@ -212,7 +212,7 @@ def test_a_scenario_path_given_as_a_string_is_a_path() -> None:
 
 def test_a_gap_starts_after_the_other_host_threads_work_it_waited_for_not_a_kernel() -> None:
     """A CUDA rank's backward runs on the autograd engine's thread while the caller waits (H100, 2026-11-27): the
-    caller's gap before its next operator (the lean pass's figure, nbox_record/leantiming.py) comes after that
+    caller's gap before its next operator (the lean pass's figure, nbox_record/sources/leantiming.py) comes after that
     work. A dependency on a GPU kernel does not hold a gap back: the host runs ahead of its kernels."""
     from nbox_replay.inputs.graph import COMPUTE
 

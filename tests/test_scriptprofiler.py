@@ -1,4 +1,4 @@
-"""The stand-in for a script's own torch.profiler.profile while nbox records (nbox_record/scriptprofiler.py)."""
+"""The stand-in for a script's own torch.profiler.profile while nbox records (nbox_record/capture/scriptprofiler.py)."""
 
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ def import_astra(network_yml: Path, system_json: Path | None = None, *,
     Args:
         network_yml: the analytical network config.
         system_json: the system config; ``None``: every collective ``auto``, one chunk.
-        backend: the ASTRA-sim backend the configs are meant for (:data:`emulator_core.astra.BACKENDS`).
+        backend: the ASTRA-sim backend the configs are meant for (:data:`emulator_core.astra.conventions.BACKENDS`).
 
     Raises:
         UsageError: an unknown ``backend``.

@@ -9,8 +9,8 @@ overlap as when the caller started them, and the group's inner gloo group carrie
 issue order. Why: on the calling thread the exchange's buffers and gloo call would roughly double the CPU time each
 ``all_reduce`` costs the caller (measured: docs/results.md), time a replayed rank's training thread would
 otherwise spend that the real one, issuing from DDP's C++ reducer, does not. A call held on the device
-(:mod:`emulator_core.devicecall`) arrives when the device reaches it, so the resolver starts its exchange only once
-the device has stamped it.
+(:mod:`emulator_core.backend.devicecall`) arrives when the device reaches it, so the resolver starts its exchange only
+once the device has stamped it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ MAX_RECORDS = 1 << 20
 
 class OpRecord(NamedTuple):
     """One answered call. Times in microseconds on the rank's own timeline: ``time.perf_counter_ns()/1000`` less
-    the clock's lag (:mod:`emulator_core.clocksync`; no lag outside a live replay's ``replay.host_work=match``)."""
+    the clock's lag (:mod:`emulator_core.backend.clocksync`; no lag outside a live replay's
+    ``replay.host_work=match``)."""
 
     call: str
     collective: str
@@ -56,7 +57,7 @@ class OpRecord(NamedTuple):
 
 class Answerable(Protocol):
     """What the resolver does to a call's work: :class:`NboxWork`, or a device-held one
-    (:class:`emulator_core.devicecall.HeldWork`)."""
+    (:class:`emulator_core.backend.devicecall.HeldWork`)."""
 
     def resolve(self, deadline_ns: int) -> None: ...
     def fail(self, error: BaseException) -> None: ...
@@ -92,7 +93,7 @@ class GroupState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pending: queue.SimpleQueue[Pending | None] = field(default_factory=queue.SimpleQueue)
     resolver: threading.Thread | None = None
-    stream: Any = None  # the group's own device stream, as NCCL's per group (emulator_core.devicecall)
+    stream: Any = None  # the group's own device stream, as NCCL's per group (emulator_core.backend.devicecall)
 
 
 def post_exchange(g: GroupState, ref_issue_ns: int, late_ns: int | None = None) -> tuple[torch.Tensor, Any]:

@@ -1,6 +1,6 @@
 """One timeline for real ranks on different hosts: clock offsets estimated by ping-pong at start-up.
 
-The live backend answers a collective from its real members' arrival times (:mod:`emulator_core.answer`) and
+The live backend answers a collective from its real members' arrival times (:mod:`emulator_core.pricing.answer`) and
 each member then waits until the answered end on its own clock. On one host every process reads the same
 ``CLOCK_MONOTONIC`` (``time.perf_counter_ns``), so arrival times compare as they are. On several hosts each
 clock has its own zero: a member whose clock reads 5 s ahead would seem to arrive 5 s late, and every other
@@ -21,11 +21,11 @@ What is not followed: drift. Offsets are estimated once, when the default proces
 hosts' clocks under NTP drift by a few parts per million, i.e. a few microseconds per second of run.
 
 A rank's own lag. A live replay's worker may credit its rank with time it spent on work the real run did not do
-(:mod:`nbox_replay.hostwork`, ``replay.host_work=match``): the rank's timeline then reads ``lag`` behind its host clock,
-``reference = perf_counter + c - lag``. Its arrivals go out that much earlier and its deadlines fall that much later
-in host time, so on the reference timeline the rank is where the real one would have been. The lag only grows (the
+(:mod:`nbox_replay.live.hostwork`, ``replay.host_work=match``): the rank's timeline then reads ``lag`` behind its host
+clock, ``reference = perf_counter + c - lag``. Its arrivals go out that much earlier and its deadlines fall that much
+later in host time, so on the reference timeline the rank is where the real one would have been. The lag only grows (the
 rank's timeline never runs backward), and only the worker's own thread moves it; a deadline is turned into host
-time when it is waited for, with the lag of that moment (:class:`emulator_core.delay.NboxWork`).
+time when it is waited for, with the lag of that moment (:class:`emulator_core.backend.delay.NboxWork`).
 
 Testing without two hosts: ``NBOX_TEST_CLOCK_OFFSET_S`` (read only here, set only by tests) adds a deliberate
 offset to this process's clock, as a clock of another host would have: one number for every rank, or a

@@ -1,9 +1,9 @@
 """Compute noise of their own for emulated ranks (the scenario's ``compute_noise = "mirror_history"``).
 
 Why: a real job waits at each collective for its slowest rank, and ranks on their own CPUs draw their compute noise
-independently. An emulated member *mirrors* a real one (:mod:`emulator_core.answer`): it arrives exactly with it, so
-it carries none of that noise, and ``nbox emulate -n 1`` sees one CPU's luck where the real W = 2 job sees the slower
-of two. On the namespace testbed the per-iteration maximum of two
+independently. An emulated member *mirrors* a real one (:mod:`emulator_core.pricing.answer`): it arrives exactly with
+it, so it carries none of that noise, and ``nbox emulate -n 1`` sees one CPU's luck where the real W = 2 job sees the
+slower of two. On the namespace testbed the per-iteration maximum of two
 independent one-rank emulations is above one of them alone by about the real two-rank job's excess over
 ``nbox emulate -n 1`` (bench/emulate_fidelity.py; docs/results.md, "Emulate and the slowest of two CPUs").
 
@@ -12,9 +12,9 @@ The rule, kept by each real rank for the emulated members that mirror it on one 
 * **segments.** Between two consecutive calls on the group, the real rank's thread spent ``C`` ns on the CPU
   (``time.thread_time_ns``: its compute) and ``B`` ns of wall time beyond that (``B = wall - C``: blocked in a
   ``wait()``, a future, a sleep). The ``p``-th call of iteration ``i`` (iterations counted at the optimizer step,
-  :func:`emulator_core.backend.mark_iteration`) closes segment ``(i, p)``.
+  :func:`emulator_core.backend.process_group.mark_iteration`) closes segment ``(i, p)``.
 * **a copy's draw.** Each emulated copy replays, for the whole of iteration ``i``, the real rank's compute of one
-  earlier iteration ``i - lag``, ``lag`` drawn uniformly (:func:`emulator_core.answer.draw`, seeded by
+  earlier iteration ``i - lag``, ``lag`` drawn uniformly (:func:`emulator_core.pricing.answer.draw`, seeded by
   ``jitter_seed``) among the last :data:`NOISE_HISTORY` iterations on record (at least :data:`NOISE_MIN_HISTORY`,
   else it has no noise yet); the copies of one real rank draw distinct lags, so at most ``NOISE_HISTORY`` of them
   are tracked. One lag per iteration keeps the noise's structure inside an iteration (a slow phase of a CPU slows
@@ -30,7 +30,7 @@ The rule, kept by each real rank for the emulated members that mirror it on one 
   and is not absorbed); FSDP2's prefetching segment is a layer's compute, then the wait for the next layer's
   all-gather, then the call (``f`` near 0).
 * **arrival.** At the call the copies arrive ``max(0, max_c L_c)`` after the real rank
-  (:meth:`emulator_core.answer.Fabric.answer`'s ``mirror_late_us``).
+  (:meth:`emulator_core.pricing.answer.Fabric.answer`'s ``mirror_late_us``).
 
 Why segments of CPU time and absorption, not intervals from the previous completion: an earlier rule (commit
 21e47f1, reverted) replayed the interval from the group's previous completion to the arrival. Where a rank computes
@@ -60,7 +60,7 @@ class MirrorNoise:
     Args:
         copies: how many emulated members of the group mirror this real rank (>= 0).
         seed: the scenario's ``jitter_seed``.
-        key: the group's draw key (:attr:`emulator_core.answer.FabricGroup.key`).
+        key: the group's draw key (:attr:`emulator_core.pricing.answer.FabricGroup.key`).
     """
 
     def __init__(self, copies: int, seed: int, key: int) -> None:

@@ -12,7 +12,7 @@ on Linux: one clock for every process on a host, which is what lets real ranks c
   waiter then wakes through torch's condition variable, which adds the OS's wake-up latency.
 * :class:`NboxWork` is the ``Work`` the script gets: ``wait()`` waits for the real communication, then
   sleeps-and-spins to the deadline; ``get_future()`` gives a future the timer completes at the deadline.
-  A work given the process's :class:`emulator_core.clocksync.Clock` holds its deadline on the reference
+  A work given the process's :class:`emulator_core.backend.clocksync.Clock` holds its deadline on the reference
   timeline and turns it into ``perf_counter_ns`` when it is waited for, so a rank credited time after the call
   was answered (a live replay's ``replay.host_work=match``) waits that much longer in host time; a future's deadline
   is turned when the future is made.

@@ -1,7 +1,7 @@
-"""The backend's collectives held on the device (:mod:`emulator_core.device_hold` says how a hold works).
+"""The backend's collectives held on the device (:mod:`emulator_core.device.hold` says how a hold works).
 
 Which calls: those whose tensors live on a device with a hold implementation (CUDA:
-:mod:`emulator_core._cuda_hold`), when the real members move data (``nbox emulate``; a live replay's timing-only
+:mod:`emulator_core.device._cuda`), when the real members move data (``nbox emulate``; a live replay's timing-only
 calls keep the host hold) and ``NBOX_DEVICE_HOLD`` is not ``off``. A barrier carries no tensor and keeps the
 host hold (``wait()`` blocks the host, as NCCL's barrier does).
 
@@ -12,7 +12,7 @@ For such a call the backend (:mod:`emulator_core.backend`):
    the arrival stamp, the call's data ops (the mirror rule's copies, the real members' gloo calls) and the hold,
    and returns a :class:`HeldWork` at once;
 2. on the group's resolver thread, in issue order: waits for the device's arrival stamp, puts it on the reference
-   timeline (:class:`emulator_core.device_hold.ClockOffset`, then :class:`emulator_core.clocksync.Clock`),
+   timeline (:class:`emulator_core.device.hold.ClockOffset`, then :class:`emulator_core.backend.clocksync.Clock`),
    exchanges it with the other real members, answers the call with the network model, lets the real members'
    data land (on a stream of the resolver's, which it synchronizes) and only then writes the deadline.
 
@@ -68,7 +68,7 @@ _FACTORIES: dict[str, Factory] = {"cuda": _cuda}
 
 def register_factory(device_type: str, factory: Factory | None) -> None:
     """Hold the calls on ``device_type`` tensors with ``factory``'s device (None: no hold there); forgets the
-    devices already built. Tests give ``cpu`` a fake device (:mod:`emulator_core.device_fake`)."""
+    devices already built. Tests give ``cpu`` a fake device (:mod:`emulator_core.device.fake`)."""
     if factory is None:
         _FACTORIES.pop(device_type, None)
     else:

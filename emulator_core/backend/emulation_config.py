@@ -17,7 +17,8 @@ __all__ = ["DEFAULT_SPIN_NS", "DEVICE_HOLDS", "EmulationConfig", "EmulationConfi
 
 #: The settings of ``NBOX_DEVICE_HOLD`` (:attr:`EmulationConfig.device_hold`).
 DEVICE_HOLDS = ("auto", "on", "off")
-#: How long before a deadline a waiting thread stops sleeping and spins (``NBOX_SPIN_US``; :mod:`emulator_core.delay`).
+#: How long before a deadline a waiting thread stops sleeping and spins (``NBOX_SPIN_US``;
+#: :mod:`emulator_core.backend.delay`).
 DEFAULT_SPIN_NS = 200_000
 
 
@@ -43,7 +44,7 @@ class EmulationConfig:
             modeled time, not at the testbed's; a script run by ``nbox emulate`` needs its data and keeps 1.
         device_hold: where a call on CUDA tensors holds its delay (``NBOX_DEVICE_HOLD``, :data:`DEVICE_HOLDS`):
             ``auto`` on the device where the hold kernel builds, else on the host (said once); ``on`` on the
-            device or not at all (an error); ``off`` on the host (:mod:`emulator_core.devicecall`).
+            device or not at all (an error); ``off`` on the host (:mod:`emulator_core.backend.devicecall`).
     """
 
     world_size: int

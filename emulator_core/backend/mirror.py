@@ -1,7 +1,7 @@
 """What the data of an emulated collective is: the mirror rule, applied per collective.
 
 The script sees a group of ``p`` members of which ``n`` are real processes; the others are emulated.
-**Every emulated member mirrors a real one** (:func:`emulator_core.answer.mirror_member`: member ``j``
+**Every emulated member mirrors a real one** (:func:`emulator_core.pricing.answer.mirror_member`: member ``j``
 mirrors real member ``j mod n``), i.e. it holds exactly the tensors its mirror holds. Each collective's
 result is then what it would be if the emulated members really held those tensors:
 
@@ -9,7 +9,7 @@ result is then what it would be if the emulated members really held those tensor
 collective             result on a real member
 =====================  =========================================================================
 all_reduce SUM         ``sum_k w_k x_k`` (``w_k`` = members real member k stands for, itself
-                       included; :func:`emulator_core.answer.mirror_weights`); AVG divides by p,
+                       included; :func:`emulator_core.pricing.answer.mirror_weights`); AVG divides by p,
                        so an average over the world equals the real members' (weighted) average
 all_reduce MIN/MAX,    the real members' MIN/MAX/AND/OR (mirrors do not change them);
 BAND/BOR, PRODUCT,     PRODUCT is ``prod_k x_k^w_k``; BXOR keeps ``x_k`` when ``w_k`` is odd
@@ -23,7 +23,7 @@ broadcast / scatter    from the root's mirror (scatter from an emulated root: ze
 reduce / gather        as all_reduce / all_gather, at a real root (an emulated root: nothing)
 recv                   from a real peer: the data; from an emulated peer: zeros
 recv_object_list       from a real peer: the objects; from an emulated peer: refused by name
-                       (:mod:`emulator_core.objectp2p`: no process runs an emulated peer's code)
+                       (:mod:`emulator_core.backend.objectp2p`: no process runs an emulated peer's code)
 =====================  =========================================================================
 
 DDP divides gradients by the world size and sums them, so with mirrors its averaged gradient is the real

@@ -2,7 +2,7 @@
 
 Object collectives (``broadcast_object_list``, ``all_gather_object``, ``gather_object``,
 ``scatter_object_list``) need nothing special: each is a collective of a size tensor, then of a byte tensor,
-and the mirror rule (:mod:`emulator_core.mirror`) answers both from the same real member, so the sizes and
+and the mirror rule (:mod:`emulator_core.backend.mirror`) answers both from the same real member, so the sizes and
 the bytes an emulated member contributes are its mirror's, consistent and decodable.
 
 ``recv_object_list`` from an emulated peer is different. A point-to-point message from an emulated peer is

@@ -21,22 +21,22 @@ from the environment (:class:`EmulationConfig`):
 =============================  ===========================================================================
 
 ``get_world_size()`` is W and ``get_rank()`` the chosen global rank. Every collective is priced by
-:class:`emulator_core.answer.Fabric` from the real members' arrival times; its work object completes at the
-modeled time (:mod:`emulator_core.delay`). Data moves for real among the real members (gloo on CPU, NCCL
-on CUDA) and emulated members mirror real ones (:mod:`emulator_core.mirror` states the rule per
+:class:`emulator_core.pricing.answer.Fabric` from the real members' arrival times; its work object completes at the
+modeled time (:mod:`emulator_core.backend.delay`). Data moves for real among the real members (gloo on CPU, NCCL
+on CUDA) and emulated members mirror real ones (:mod:`emulator_core.backend.mirror` states the rule per
 collective). When the real communication takes longer than the model says, the work completes when the
 real communication does, and the overrun is recorded (:attr:`NboxProcessGroup.records`). With
 ``NBOX_MOVE_DATA=0`` no tensor moves, not even the mirror copies of emulated members: a collective's real
 members exchange their arrival times, a send carries its issue time to the receiver (whose answer cannot
 start before it), and the work completes at the modeled time whatever the real network's speed (a live
 replay of a 400 Gb/s what-if on a 1 Gb/s testbed is the what-if's). There the group's resolver thread, not the
-caller, starts each collective's arrival exchange (:mod:`emulator_core.calls` says why and how).
+caller, starts each collective's arrival exchange (:mod:`emulator_core.backend.calls` says why and how).
 
-On CUDA (``NBOX_DEVICE_HOLD``, :mod:`emulator_core.devicecall`), a call with tensors is held on the device, as
+On CUDA (``NBOX_DEVICE_HOLD``, :mod:`emulator_core.backend.devicecall`), a call with tensors is held on the device, as
 NCCL runs it: on the stream NCCL would use, a small kernel stamps the device's arrival and spins until the deadline
 the resolver writes into pinned memory once the answer is known; ``wait()`` only orders the current stream after it,
 ``get_future()`` is complete at once with its devices set, and the host blocks only where the script synchronizes.
-Arrivals are the device's, on the host's reference timeline (:mod:`emulator_core.device_hold`). A barrier and a
+Arrivals are the device's, on the host's reference timeline (:mod:`emulator_core.device.hold`). A barrier and a
 timing-only call (``NBOX_MOVE_DATA=0``) keep the host hold: ``wait()`` sleeps and spins to the deadline.
 """
 
@@ -81,7 +81,7 @@ def _nbytes(ts: Sequence[torch.Tensor]) -> int:
 #: An observer of the collectives: ``fn(process_group, method, args)``, called on the calling thread just before
 #: ``NboxProcessGroup.<method>(*args)`` runs (``method`` is the canonical name, also when an alias such as
 #: ``_allgather_base`` was called). ``nbox emulate -o`` logs the collectives of its capture this way
-#: (:mod:`nbox_record.emulatecapture`): they reach this Python class straight from the C++ ``ProcessGroup``,
+#: (:mod:`nbox_record.capture.emulated_tap`): they reach this Python class straight from the C++ ``ProcessGroup``,
 #: never through the dispatcher's ``c10d::<op>`` operators. An observer must not raise.
 Observer = Callable[["NboxProcessGroup", str, tuple[Any, ...]], None]
 _OBSERVERS: list[Observer] = []
@@ -135,7 +135,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         self.layout = mirror.Layout(size, me, tuple(positions))
         self._group = GroupState(self.layout, fabric.group(members, real), self._make_inner(store, "main"))
         fg = self._group.fabric_group
-        #: compute_noise: the lateness of this rank's emulated copies on the group (emulator_core.computenoise);
+        #: compute_noise: the lateness of this rank's emulated copies on the group (emulator_core.backend.computenoise);
         #: every real member keeps one where the group has emulated members, so all send the same exchange
         self._noise = (MirrorNoise(fg.emulated_per_real[self.layout.real_positions.index(me)],
                                    fabric.scenario.jitter_seed, fg.key)
@@ -181,7 +181,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         return reference_us - self.clock.correction_ns / 1000.0
 
     def synchronize_clock(self) -> None:
-        """Estimate this process's clock correction with the other real ranks (:mod:`emulator_core.clocksync`);
+        """Estimate this process's clock correction with the other real ranks (:mod:`emulator_core.backend.clocksync`);
         the default group calls it once, collectively, when created."""
         inner = self._group.inner
         if inner is None:
@@ -245,7 +245,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             move = self.config.move_data
             arrivals: torch.Tensor | None
             if g.exchange and not move:
-                arrivals, ts_work = None, None  # timing only: the resolver starts the exchange (emulator_core.calls)
+                arrivals, ts_work = None, None  # timing only: the resolver starts the exchange (calls.py)
             elif g.exchange:
                 arrivals, ts_work = post_exchange(g, ref_issue_ns, late_ns)
             else:
@@ -277,7 +277,7 @@ class NboxProcessGroup(dist.ProcessGroup):
 
     def _resolve_loop(self, g: GroupState) -> None:
         """Resolve a group's calls in issue order: arrivals in, answer, real data done, finish
-        (:func:`emulator_core.calls.in_issue_order` starts the deferred exchanges)."""
+        (:func:`emulator_core.backend.calls.in_issue_order` starts the deferred exchanges)."""
         limit = timedelta(seconds=self.timeout_s)
         for item in in_issue_order(g):
             try:
@@ -537,7 +537,7 @@ def _gloo_transport(pg: Any, timeout_s: float) -> tuple[Callable[[int, int], Non
 
 
 # C++ calls these back, also from inside a compiled module's forward/backward: never let Dynamo trace them
-# (:mod:`emulator_core.eager` says why). The observed wrapper is one code object shared by every collective.
+# (:mod:`emulator_core.backend.eager` says why). The observed wrapper is one code object shared by every collective.
 never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork, devicecall.HeldWork, devicecall.CoalescedHeld)
 
 _CONFIG: EmulationConfig | None = None
@@ -548,7 +548,8 @@ _ITERATION = 0  # iteration boundaries this process has seen (mark_iteration)
 
 def mark_iteration() -> None:
     """An iteration of the script ended (``nbox emulate``'s ranks call it at each optimizer step): the calls after
-    it count from 0 again in the next iteration on every group (``compute_noise``, :mod:`emulator_core.computenoise`).
+    it count from 0 again in the next iteration on every group (``compute_noise``,
+    :mod:`emulator_core.backend.computenoise`).
     """
     global _ITERATION
     _ITERATION += 1
@@ -556,7 +557,7 @@ def mark_iteration() -> None:
 
 def process_clock() -> Clock | None:
     """This process's clock (every nbox group of the process shares it), None before the default group exists: a
-    live replay's worker credits its rank's lag on it (:mod:`emulator_core.clocksync`)."""
+    live replay's worker credits its rank's lag on it (:mod:`emulator_core.backend.clocksync`)."""
     return _CLOCK
 
 
@@ -565,7 +566,7 @@ def clock_report() -> dict[str, float] | None:
     return None if _CLOCK is None else _CLOCK.describe()
 
 
-# An object received point to point from an emulated peer is refused by name (emulator_core.objectp2p says why).
+# An object received point to point from an emulated peer is refused by name (emulator_core.backend.objectp2p says why).
 guard_recv_object_list(lambda: None if _CONFIG is None else _CONFIG.real_ranks)
 
 
@@ -583,7 +584,7 @@ def create_process_group(opts: Any, backend_options: Any = None) -> NboxProcessG
         _CLOCK = Clock(deliberate_skew_ns(opts.group_rank))
         global_rank = _CONFIG.real_ranks[opts.group_rank]
         pg = NboxProcessGroup(_CONFIG, _FABRIC, None, global_rank, opts.store, opts.timeout, _CLOCK)
-        pg.synchronize_clock()  # real ranks may sit on hosts whose clocks differ (emulator_core.clocksync)
+        pg.synchronize_clock()  # real ranks may sit on hosts whose clocks differ (emulator_core.backend.clocksync)
         return pg
     if _CONFIG is None or _FABRIC is None or _CLOCK is None:
         raise RuntimeError("nbox: a sub-group was created before the default process group")

@@ -1,7 +1,7 @@
 """One rank of ``nbox calibrate``: time real collectives and report them (launched by
-``emulator_core.calibration_run``).
+``emulator_core.calibration.run``).
 
-Run as N ranks of ``python -m emulator_core._calibrate_worker --out DIR ...`` (:mod:`nbox_trace.launch`; torchrun
+Run as N ranks of ``python -m emulator_core.calibration._worker --out DIR ...`` (:mod:`nbox_trace.launch`; torchrun
 across nodes); the process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``/``MASTER_PORT``) and every collective waits at most ``--timeout-s``.
 
@@ -22,7 +22,7 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    pairs of a call right after a call on an idle core and one right after that while a thread of the rank computes
    a matmul loop on it (``idle_us``, ``busy_us``, max over ranks: gloo's threads sharing the core with compute);
    reported as ``beside_compute``, one entry per collective with the size it was measured at (the ratio changes
-   with the size). ``emulator_core.calibrate`` turns each ratio into the collective's ``busy_slowdown``.
+   with the size). ``emulator_core.calibration.pipeline`` turns each ratio into the collective's ``busy_slowdown``.
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps

@@ -1,11 +1,11 @@
 """``nbox calibrate --nccl-tests`` and ``nbox scenario cost --compare``: nccl-tests curves in, a fabric out.
 
-:func:`fit_curve` turns one curve (:mod:`emulator_core.nccl_tests`) into an ``[[nccl_fit]]`` entry
-(:mod:`emulator_core.nccl_fit` says what each term is and what it is fitted from); :func:`calibrate_from_curves`
-puts every curve's entry on a base scenario whose node dimension is the curves' GPUs per node and whose outermost
-dimension fills the world (so ``--world-size`` or ``--set world_size=...`` grows the nodes), and reports the fit
-error per collective and size: in-sample at the curve's own node count, and predicted from the nearest other
-node count of the same collective where the files give one (what the fit is for). :func:`compare` prices a
+:func:`fit_curve` turns one curve (:mod:`emulator_core.network.nccl_tests`) into an ``[[nccl_fit]]`` entry
+(:mod:`emulator_core.scenario.nccl_fit` says what each term is and what it is fitted from);
+:func:`calibrate_from_curves` puts every curve's entry on a base scenario whose node dimension is the curves' GPUs per
+node and whose outermost dimension fills the world (so ``--world-size`` or ``--set world_size=...`` grows the nodes),
+and reports the fit error per collective and size: in-sample at the curve's own node count, and predicted from the
+nearest other node count of the same collective where the files give one (what the fit is for). :func:`compare` prices a
 scenario against one curve, size by size. :func:`write_fabric` writes the scenario atomically.
 """
 
@@ -64,7 +64,7 @@ class FitRow:
 
 def fit_curve(curve: Curve) -> NcclFit:
     """The ``[[nccl_fit]]`` entry of one curve: the floor is the median time of the sizes up to
-    :data:`~emulator_core.nccl_fit.FLOOR_MAX_BYTES` (0 when none was measured); the table is each larger size's
+    :data:`~emulator_core.scenario.nccl_fit.FLOOR_MAX_BYTES` (0 when none was measured); the table is each larger size's
     bus bandwidth of its time above the floor, at its step message; a size whose time is within 5% of the floor
     carries no bandwidth and is left out (below the table, :meth:`NcclFit.busbw_at` extrapolates)."""
     small = [pt.time_us for pt in curve.points if pt.size_bytes <= FLOOR_MAX_BYTES]
@@ -204,7 +204,7 @@ class NcclTestsConfig:
 
 
 def read_curves(cfg: NcclTestsConfig) -> list[Curve]:
-    """Every file of ``cfg`` read (:func:`emulator_core.nccl_tests.read_curve`)."""
+    """Every file of ``cfg`` read (:func:`emulator_core.network.nccl_tests.read_curve`)."""
     from emulator_core.network import read_curve
 
     return [read_curve(f, collective=cfg.collective, shape=cfg.shape) for f in cfg.files]

@@ -1,9 +1,9 @@
 """``nbox calibrate``: measure the real collectives on real ranks, fit the cost models, write a scenario fragment.
 
-Pipeline: :func:`emulator_core.calibration_run.measure_run` launches ``emulator_core._calibrate_worker`` on N ranks
+Pipeline: :func:`emulator_core.calibration.run.measure_run` launches ``emulator_core.calibration._worker`` on N ranks
 of this machine (one process group, gloo or NCCL) and reads the per-(collective, size) timings it reports (see that
-module for the timing method); :func:`emulator_core.calibration_fit.fit` turns them into one
-:class:`~emulator_core.calibration_fit.Fit` per collective; :func:`scenario_fragment` and :func:`profile_toml` turn
+module for the timing method); :func:`emulator_core.calibration.fit.fit` turns them into one
+:class:`~emulator_core.calibration.fit.Fit` per collective; :func:`scenario_fragment` and :func:`profile_toml` turn
 the fits into a scenario ("the fabric this was recorded on") whose single dimension carries the all_reduce figures
 and whose ``[[calibration]]`` entries carry every collective's factors and efficiency curve
 (``scenario.Calibration``), each with its ``busy_slowdown`` where its calls beside compute were timed.
@@ -48,7 +48,7 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
     latency only). An all_to_all fit also calibrates all_to_all_v (the same algorithm family). Each entry records
     what it measured: ranks, ``library`` and the smallest and largest size.
 
-    ``slowdowns``: per collective, its ``busy_slowdown`` (:func:`emulator_core.calibration_fit.fit_busy`; 1 where
+    ``slowdowns``: per collective, its ``busy_slowdown`` (:func:`emulator_core.calibration.fit.fit_busy`; 1 where
     not in it).
     """
     if not fits:
@@ -114,7 +114,7 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
             f"{info.get('python', platform.python_version())}",
             f"# sizes (bytes, per-rank input as in costmodels): {', '.join(map(str, config.sizes))}",
             "# bandwidth_gbps / latency_us: the all_reduce fit; [[calibration]]: per collective, factors x those",
-            "# figures and an efficiency curve (see emulator_core/calibration_fit.py for the method). Fit:", "#"]
+            "# figures and an efficiency curve (see emulator_core/calibration/fit.py for the method). Fit:", "#"]
     head += [f"#   {line}" for line in format_fits(fits).splitlines()]
     if busy:
         head += ["#", *(f"# {b.describe()}" for b in busy)]
@@ -143,7 +143,7 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
     """Measure, fit, and write the scenario fragment to ``out`` (atomically); see the module docstring.
     ``progress`` is told how far the ranks' measurements are (:class:`nbox_trace.progress.Step`)."""
     run = measure_run(config, progress=progress)
-    if config.backend == "auto":  # the ranks decided (emulator_core._calibrate_worker): the fit is per library
+    if config.backend == "auto":  # the ranks decided (emulator_core.calibration._worker): the fit is per library
         used = run.info.get("backend")
         if used not in ("gloo", "nccl"):
             raise CalibrationError(f"the calibration ranks reported backend {used!r}, expected gloo or nccl")

@@ -1,4 +1,4 @@
-"""The measuring run of ``nbox calibrate``: launch ``emulator_core._calibrate_worker`` on N ranks of this machine
+"""The measuring run of ``nbox calibrate``: launch ``emulator_core.calibration._worker`` on N ranks of this machine
 (gloo or NCCL) through nbox's one launcher (:mod:`nbox_trace.launch`), wait with a deadline, and read the
 per-(collective, size) timings it reports (see that module for the timing method). Times in microseconds.
 """
@@ -105,7 +105,7 @@ def _beside(doc: dict[str, Any]) -> tuple[Beside, ...]:
 
 def measure_step(work: Path, config: CalibrateConfig) -> Step | None:
     """How far the measuring ranks are, from the ``progress.json`` rank 0 writes before each point: a warm-up pass
-    over every (collective, size), then ``config.rounds`` timed passes (emulator_core._calibrate_worker); None
+    over every (collective, size), then ``config.rounds`` timed passes (emulator_core.calibration._worker); None
     before it wrote one."""
     path = work / worker.PROGRESS
     p = json.loads(path.read_bytes()) if path.is_file() else None

@@ -1,6 +1,6 @@
 """What a calibration is: its settings (:class:`CalibrateConfig`), its errors, message sizes, and the
-measured points (:class:`Measurement`) that :mod:`emulator_core.calibration_run` produces and
-:mod:`emulator_core.calibration_fit` fits.
+measured points (:class:`Measurement`) that :mod:`emulator_core.calibration.run` produces and
+:mod:`emulator_core.calibration.fit` fits.
 
 Units: sizes are bytes in costmodels' convention (``nbytes`` = the per-rank input; all_gather: the per-rank
 shard; all_to_all: the whole per-rank send buffer; barrier: 0); times are microseconds.
@@ -106,7 +106,7 @@ class CalibrateConfig:
     Attributes:
         nproc: ranks to launch on this machine (1 .. 1024; at least 2 on one node: collectives need peers).
         backend: ``"gloo"`` (CPU tensors), ``"nccl"`` (one GPU per rank) or ``"auto"`` (nccl where the ranks
-            see CUDA, else gloo: decided in the ranks, :func:`emulator_core.calibrate.calibrate` reads which).
+            see CUDA, else gloo: decided in the ranks, :func:`emulator_core.calibration.calibrate` reads which).
         sizes: message sizes in bytes (1 .. 4 GiB; costmodels' convention, e.g. all_gather: the shard); sorted.
         collectives: a subset of :data:`SUPPORTED`.
         warmup: untimed iterations per point (>= 1; they also size the timed run).
@@ -120,8 +120,8 @@ class CalibrateConfig:
             step), on one node no. See docs/calibrate.md.
         dimension: the name of the topology dimension the fragment describes.
         nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: a measurement across nodes, as ``nbox record``
-            takes them (:class:`nbox_trace.launch.Launch`): each node runs ``nbox calibrate`` with its node rank,
-            and each writes the same scenario (the timings are the slowest rank's, on every node).
+            takes them (:class:`nbox_trace.launch.launcher.Launch`): each node runs ``nbox calibrate`` with its node
+            rank, and each writes the same scenario (the timings are the slowest rank's, on every node).
     """
 
     nproc: int = 2

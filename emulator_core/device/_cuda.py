@@ -1,5 +1,5 @@
 """The device hold on CUDA: the one module of nbox that touches CUDA for it (the logic is
-:mod:`emulator_core.device_hold`, tested against a fake device; this module only implements its protocol).
+:mod:`emulator_core.device.hold`, tested against a fake device; this module only implements its protocol).
 
 The kernels (:data:`KERNELS`, CUDA C, one thread each):
 
@@ -239,7 +239,7 @@ class CudaStream:
 
 
 class CudaDevice:
-    """One GPU as :class:`emulator_core.device_hold.Device` (module docstring)."""
+    """One GPU as :class:`emulator_core.device.hold.Device` (module docstring)."""
 
     def __init__(self, index: int) -> None:
         if not torch.cuda.is_available():

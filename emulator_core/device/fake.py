@@ -1,7 +1,7 @@
 """A pure-Python device for the hold's CI tests: streams that run in order, events, a clock, slots.
 
-It plays what :mod:`emulator_core._cuda_hold` does on a GPU, with the same protocol
-(:mod:`emulator_core.device_hold`): a stream's operations run one after the other; a hold stamps its start,
+It plays what :mod:`emulator_core.device._cuda` does on a GPU, with the same protocol
+(:mod:`emulator_core.device.hold`): a stream's operations run one after the other; a hold stamps its start,
 then ends when its slot's deadline has passed on the device clock, when its timeout has, or when the slot is
 aborted; a stand-in kernel (:meth:`FakeStream.launch`) can take time, so a hold's arrival lags its enqueue as a
 real one does behind a busy stream.

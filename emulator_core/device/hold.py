@@ -11,16 +11,16 @@ once. An emulated collective mirrors that: it enqueues, on the stream NCCL would
 * gives up after a device-side timeout, or when the host raises the slot's abort word, so a dead peer ends in
   an error, never a hung device.
 
-When the collective has data to move (the mirror rule's copies, :mod:`emulator_core.mirror`), the arrival is
+When the collective has data to move (the mirror rule's copies, :mod:`emulator_core.backend.mirror`), the arrival is
 stamped first, the data ops run on the same stream, then the hold: they take place inside the modeled time as
 NCCL's kernel does. ``wait()`` only makes the current stream wait on the hold's end event; ``get_future()`` is
 complete when the hold is enqueued, as NCCL's is. The host blocks only where the script synchronizes.
 
 Everything here is written against a small protocol (device, stream, event, slot), so CI runs it against the
-pure-Python :class:`emulator_core.device_fake.FakeDevice`; the one module that touches CUDA is
-:mod:`emulator_core._cuda_hold`.
+pure-Python :class:`emulator_core.device.fake.FakeDevice`; the one module that touches CUDA is
+:mod:`emulator_core.device._cuda`.
 
-One clock. The device's timer and the host's ``perf_counter_ns`` (the clock :mod:`emulator_core.clocksync` puts
+One clock. The device's timer and the host's ``perf_counter_ns`` (the clock :mod:`emulator_core.backend.clocksync` puts
 on the reference timeline) have different zeros and tick at slightly different rates. :class:`ClockOffset`
 measures ``host - device`` at start-up from bracketed reads (host, device, host; the narrowest bracket wins),
 re-measures on request (:meth:`ClockOffset.follow` does so periodically on a thread) and takes the drift rate

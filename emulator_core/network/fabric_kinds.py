@@ -2,8 +2,8 @@
 
 The kinds and their figures live in ``data/fabric_kinds.toml`` with their sources. A kind is either the node's
 fabric (``nvlink``) or a network's (``infiniband``, ``roce``, ``efa``, ``tcpx``, ``tcpxo``). A network kind gives
-NCCL's model (:mod:`emulator_core.nccl_tuner`) the transport's per-message latency beyond InfiniBand verbs (NCCL's
-``latencyInter``), the protocols NCCL runs across it, and the store-and-forward slice each network hop holds
+NCCL's model (:mod:`emulator_core.pricing.nccl_tuner`) the transport's per-message latency beyond InfiniBand verbs
+(NCCL's ``latencyInter``), the protocols NCCL runs across it, and the store-and-forward slice each network hop holds
 before forwarding (the pipeline fill at mid sizes). See the data file for why each term exists.
 """
 

@@ -11,11 +11,11 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
 * **compute noise of their own** (the scenario's ``compute_noise = "mirror_history"``; off by default; it acts
   in ``nbox emulate``, and replay refuses it). The emulated members that mirror real member ``k`` then arrive
   ``mirror_late_us[k]`` after it, a lateness each real rank keeps for its own copies from its thread's CPU time
-  between calls (:mod:`emulator_core.computenoise` states the rule and why).
+  between calls (:mod:`emulator_core.backend.computenoise` states the rule and why).
 * **start.** ``start = max(free, max of the members' arrivals)``: a collective cannot start before its
   last participant arrives, and collectives on one group run one after another, in issue order (one
   communication stream per communicator, as NCCL and gloo do).
-* **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.price_group` for the
+* **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.pricer.price_group` for the
   group's shape on the scenario's topology (microseconds).
 * With the scenario's ``jitter = "calibrated"``,
   ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
@@ -258,7 +258,7 @@ class Fabric:
             arrivals_us: issue time of each real member, in ``group.real_positions`` order.
             send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
             mirror_late_us: per real member (``real_positions`` order), how late the emulated members that mirror
-                it arrive after it (``compute_noise``, :mod:`emulator_core.computenoise`); ``None``: with it.
+                it arrive after it (``compute_noise``, :mod:`emulator_core.backend.computenoise`); ``None``: with it.
 
         Raises:
             ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.

@@ -1,7 +1,7 @@
 """Evaluate an ``[[nccl_fit]]`` entry: the time of its collective at a size and node count.
 
-The model and the source of each term are in :mod:`emulator_core.nccl_fit`'s docstring; this module computes
-``floor(N)``, ``K(N)`` and ``T(S, N)`` with NCCL's tuner (:mod:`emulator_core.nccl_tuner`) for the node-count
+The model and the source of each term are in :mod:`emulator_core.scenario.nccl_fit`'s docstring; this module computes
+``floor(N)``, ``K(N)`` and ``T(S, N)`` with NCCL's tuner (:mod:`emulator_core.pricing.nccl_tuner`) for the node-count
 scaling.
 """
 
@@ -83,7 +83,7 @@ class Prepared:
 
 
 def prepare(fit: NcclFit, nodes: int, fabric: Fabric) -> Prepared:
-    """The fit's model at ``nodes`` nodes of its GPUs per node (module docstring of ``emulator_core.nccl_fit``)."""
+    """The fit's model at ``nodes`` nodes of its GPUs per node (``emulator_core.scenario.nccl_fit``'s docstring)."""
     p = nodes * fit.gpus_per_node
     if p < 2:
         return Prepared(fit, p, 0.0, 0.0)
@@ -94,7 +94,7 @@ def prepare(fit: NcclFit, nodes: int, fabric: Fabric) -> Prepared:
 
 def time_us(fit: NcclFit, size_bytes: float, nodes: int, fabric: Fabric) -> float:
     """The modeled time (us) of the fit's collective at nccl-tests size ``size_bytes`` on ``nodes`` nodes of the
-    fit's GPUs per node (``emulator_core.nccl_fit``'s docstring). 0 bytes cost the floor. One call: use
+    fit's GPUs per node (``emulator_core.scenario.nccl_fit``'s docstring). 0 bytes cost the floor. One call: use
     :func:`prepare` to price many sizes."""
     return prepare(fit, nodes, fabric)(size_bytes)
 

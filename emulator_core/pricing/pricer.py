@@ -28,7 +28,7 @@ the measured library runs). A group larger than the calibration's ``ranks`` is e
 topology model; :func:`extrapolation_note` says so.
 
 **Measured curves**: a scenario's ``[[nccl_fit]]`` (``nbox calibrate --nccl-tests``) prices its collective under
-``auto`` for groups with its GPUs per node (``emulator_core.nccl_fit``; the name reported is ``nccl_fit``).
+``auto`` for groups with its GPUs per node (``emulator_core.scenario.nccl_fit``; the name reported is ``nccl_fit``).
 
 ``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's own tuner (``nccl_tuner``) for the collectives
 it tunes; else the fastest by modeled time of NCCL's algorithm set (ring, double binary tree), plus
@@ -266,7 +266,7 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     the node's switch reduces, CollNet when a network dimension's does. NCCL's own latency tables replace the
     dimensions' ``latency_us`` for these collectives; the name is NCCL's ``algorithm/protocol``. The network
     dimension's ``fabric`` (the slowest spanned one's), when set, gives NCCL's model its transport's latency, its
-    protocols and its hops' store-and-forward slices (``emulator_core.fabric_kinds``)."""
+    protocols and its hops' store-and-forward slices (``emulator_core.network.fabric_kinds``)."""
     from emulator_core.network import net_fabric
     from emulator_core.pricing.nccl_tuner import nccl_plan, nccl_supports
 
@@ -316,7 +316,7 @@ def fabric_of(scenario: Scenario) -> Fabric:
 
 def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
                 spanned: list[tuple[int, Dimension]]) -> Pricer | None:
-    """A measured nccl-tests curve's model (``emulator_core.nccl_fit``) when the scenario has one for
+    """A measured nccl-tests curve's model (``emulator_core.scenario.nccl_fit``) when the scenario has one for
     ``collective`` with the group's GPUs per node (its extent on the innermost dimension; on a one-dimension
     topology every rank is a node of one GPU); ``None`` otherwise."""
     if not scenario.nccl_fit or collective not in BUS_FACTORS:

@@ -7,7 +7,7 @@ their recorded degree. :func:`plan_mesh` turns it into a :class:`MeshPlan`:
   **placement** order (outermost first; default :data:`nbox_trace.mesh.DIM_NAMES`' order: tensor parallel
   innermost, as frameworks place it). Topology dimensions are laid on ranks innermost first too, so the
   innermost mesh dimensions land on the innermost topology dimensions (TP on the GPUs of a node) and pricing
-  (:func:`emulator_core.pricing.group_shape`) sees which topology dimensions each group spans. A replayed rank
+  (:func:`emulator_core.pricing.pricer.group_shape`) sees which topology dimensions each group spans. A replayed rank
   keeps its recorded coordinates and plays the target rank they give (:attr:`MeshPlan.rank_map`): rank 2 of a
   recorded dp=2 x tp=2 (dp 1, tp 0) plays rank 2 of dp=512 x tp=2, and rank 512 under ``--placement tp,dp``.
 * **groups**: a group along some dimensions is the slice of the target mesh along the same dimensions, at the

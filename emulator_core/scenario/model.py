@@ -2,15 +2,15 @@
 
 This module is the model only: the dataclasses and their validation at construction; every error is a
 :class:`ScenarioError` naming the key path and the bad value, e.g. ``topology.dims[1].bandwidth_gbps = -3:
-must be > 0``. Reading and writing the TOML text is :mod:`emulator_core.scenario_toml`, the ``--set a.b=c``
-override language :mod:`emulator_core.scenario_overrides`, and loading a file (or a shipped example) with
-overrides :mod:`emulator_core.scenario_files`.
+must be > 0``. Reading and writing the TOML text is :mod:`emulator_core.scenario.tomltext`, the ``--set a.b=c``
+override language :mod:`emulator_core.scenario.overrides`, and loading a file (or a shipped example) with
+overrides :mod:`emulator_core.scenario.files`.
 
 Units (they also live in the key names):
 
 * bandwidth: ``*_gbps`` is gigaBITS per second with giga = 1e9, i.e. 1 Gb/s = 1e9 bits/s = 1.25e8 bytes/s.
   Per LINK, per direction (a full-duplex 400 Gb/s NIC is ``bandwidth_gbps = 400``); a rank has
-  ``links_per_rank`` of them per neighbour / switch / peer (see :mod:`emulator_core.scenario_topology`).
+  ``links_per_rank`` of them per neighbour / switch / peer (see :mod:`emulator_core.scenario.topology`).
 * bytes are bytes (8 bits); where binary multiples appear, 1 KiB = 2^10, 1 MiB = 2^20, 1 GiB = 2^30 bytes.
 * time: ``*_us`` is microseconds (1e-6 s).
 
@@ -116,7 +116,7 @@ OVERLAP_POLICIES = ("overlap", "serialize")
 JITTER_POLICIES = ("off", "calibrated")
 #: Compute-noise policies: "off" (an emulated member arrives with the real member it mirrors) or "mirror_history"
 #: (for each iteration it replays that member's CPU time between calls of a randomly drawn recent iteration,
-#: emulator_core/computenoise.py; ``nbox emulate`` only).
+#: emulator_core/backend/computenoise.py; ``nbox emulate`` only).
 COMPUTE_NOISE_POLICIES = ("off", "mirror_history")
 #: Collective names accepted as keys of ``[algorithms]``.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
@@ -135,7 +135,8 @@ CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_fa
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
     """The ``[mesh]`` table (a mapping, or (name, degree) pairs; empty or None: no mesh) and ``mesh_placement`` (names
     outermost first, a list or a ``"pp,dp,tp"`` string; empty or None: the default) as canonical (name, degree)
-    pairs and names (:func:`emulator_core.mesh.parse_mesh`, :func:`~emulator_core.mesh.parse_placement`).
+    pairs and names (:func:`emulator_core.scenario.mesh.parse_mesh`,
+    :func:`~emulator_core.scenario.mesh.parse_placement`).
 
     Raises:
         ScenarioError: not a table of positive integer degrees, an unknown or repeated name, a placement that is
@@ -214,7 +215,7 @@ class Calibration:
         sizes_bytes: the smallest and largest size measured (bytes, ``[min, max]``; empty = not recorded).
         busy_slowdown: how many times longer a call ran while a thread computed on its ranks' cores (>= 1; 1, the
             default: not slowed; at most 100): gloo's threads share a node's core with the training step
-            (``emulator_core.answer``, "beside compute"); ``nbox calibrate --busy`` measures it beside
+            (``emulator_core.pricing.answer``, "beside compute"); ``nbox calibrate --busy`` measures it beside
             a matmul thread (CPU ranks only).
     """
 
@@ -324,10 +325,10 @@ class Scenario:
         jitter_seed: any integer >= 0; also seeds ``compute_noise``'s draws.
         compute_noise: ``"off"`` or ``"mirror_history"`` (see :data:`COMPUTE_NOISE_POLICIES`): whether an emulated
             member's compute carries noise of its own, that of an earlier iteration of the real member it mirrors
-            (:mod:`emulator_core.computenoise`). Acts in ``nbox emulate`` where a group has emulated members; replay
-            refuses it (a replay's compute is the recording's, with no history of its own).
+            (:mod:`emulator_core.backend.computenoise`). Acts in ``nbox emulate`` where a group has emulated members;
+            replay refuses it (a replay's compute is the recording's, with no history of its own).
         network: network-wide model settings (``[network]``: congestion, message overhead, chunks, library;
-            see ``emulator_core.scenario_topology.Network``).
+            see ``emulator_core.scenario.topology.Network``).
         calibration: measured departures from the dimensions' nominal figures, per (collective, dimension)
             (see :class:`Calibration`; at most one per pair, each naming an existing dimension). Read them
             with :meth:`calibrated`.
@@ -335,7 +336,7 @@ class Scenario:
             ``nbox replay`` plays when ``--mesh`` is not given. Not checked against ``world_size`` here: the
             dimensions not named keep the recording's degree, so the mesh's world size is known at replay.
         mesh_placement: the mesh dimensions outermost first as laid on ranks (empty: tensor parallel innermost).
-        nccl_fit: measured nccl-tests curves as models (``[[nccl_fit]]``, ``emulator_core.nccl_fit``), at most one
+        nccl_fit: measured nccl-tests curves as models (``[[nccl_fit]]``, ``scenario/nccl_fit.py``), at most one
             per (collective, nodes, GPUs per node); ``auto`` prices their collectives with them.
         name: a short name a user asks for the scenario by (``--what-if dgx-h100``; empty: none; lower-case letters,
             digits and dashes); description: one line saying what cluster it is (``nbox scenario list``).

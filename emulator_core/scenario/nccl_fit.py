@@ -11,8 +11,8 @@ with each term from:
   smallest sizes (the median time of the sizes up to :data:`FLOOR_MAX_BYTES`, 0 when the curve has none);
   ``L`` is NCCL's own modeled time of its cheapest (algorithm, protocol) at the smallest size, from
   ``src/graph/tuning.cc`` (base latencies + per-hop intra/inter-node latencies per algorithm and protocol,
-  ``emulator_core.nccl_tuner``), which says how the floor grows with node count (ring: per inter-node step; tree:
-  per log2 of the nodes). Collectives NCCL's tuner does not model (all_to_all, send_recv: grouped
+  ``emulator_core.pricing.nccl_tuner``), which says how the floor grows with node count (ring: per inter-node step;
+  tree: per log2 of the nodes). Collectives NCCL's tuner does not model (all_to_all, send_recv: grouped
   point-to-point, every peer posted at once) keep the measured floor.
 * **the mid-size regime** ``busbw(m)``: the bus bandwidth of the curve's time above the floor, as a table of
   ``(m, busbw)`` with ``m`` the message one step of the algorithm moves: ``S / p`` for the ring family
@@ -35,7 +35,7 @@ with each term from:
   ratio of the datasheet's bandwidths (NVLink on one node, the NIC on several).
 
 ``factor(p)`` is nccl-tests' bus factor (``doc/PERFORMANCE.md``). The evaluation lives in
-:mod:`emulator_core.nccl_curve` (it reads NCCL's tuner); this module is the scenario's data. A fit applies to
+:mod:`emulator_core.pricing.nccl_curve` (it reads NCCL's tuner); this module is the scenario's data. A fit applies to
 groups with the same GPUs per node as it measured; among several curves of one collective (several node counts),
 the one nearest in node count within the same regime is used, else the nearest; between two measured node counts of
 one regime, the two entries' times are interpolated, log time over log nodes.

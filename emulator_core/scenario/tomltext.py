@@ -1,7 +1,7 @@
 """Scenario TOML text, both ways: parse it (``tomllib``, or ``tomli`` on Python 3.10) and write it by hand.
 
 The writer emits the layout of :mod:`emulator_core.scenario`'s docstring; reading its output gives an equal
-:class:`~emulator_core.scenario.Scenario` (floats are written with ``repr``, which round-trips exactly).
+:class:`~emulator_core.scenario.model.Scenario` (floats are written with ``repr``, which round-trips exactly).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The network part of a scenario: topology dimensions, how each is wired, and network-wide model settings.
 
 Units live in the key names: ``*_gbps`` is gigaBITS per second (1 Gb/s = 1e9 bits/s = 125 bytes/us), ``*_us``
-microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.wiring`` prices them):
+microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.network.wiring`` prices them):
 
 * ``bandwidth_gbps`` is ONE link's bandwidth, per direction; a rank has ``links_per_rank`` such links in
   parallel (striped: a message uses all of them), so its bandwidth is ``bandwidth_gbps x links_per_rank``:
@@ -17,8 +17,8 @@ microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.w
 * ``fabric``: what the dimension is made of, for NCCL's pricing (``[network] library = "nccl"``): ``nvlink`` (the
   node, innermost dimension only) or a network kind, ``infiniband``, ``roce``, ``efa``, ``tcpx``, ``tcpxo`` (outer
   dimensions, or the only one). A network kind adds its transport's per-message latency, its protocols and the
-  network hops' store-and-forward slices to NCCL's model (``emulator_core.fabric_kinds``, data/fabric_kinds.toml);
-  unset: NCCL's model as is.
+  network hops' store-and-forward slices to NCCL's model (``emulator_core.network.fabric_kinds``,
+  data/fabric_kinds.toml); unset: NCCL's model as is.
 
 ``[network]`` holds what applies to every dimension: ``congestion`` (``aware``: links are shared, a step lasts
 as long as its busiest link; ``unaware``: every message runs alone on its path, ASTRA-sim's

@@ -1,9 +1,9 @@
 """``nbox bundle inspect|verify|pack|unpack|merge|diff|anonymize``: thin commands over the bundle library.
 
-Each parses its arguments, calls one library function (:mod:`nbox_trace.bundle_inspect`,
-:mod:`nbox_trace.bundle_verify`, :mod:`nbox_trace.archive`, :mod:`nbox_trace.bundle_merge`,
-:mod:`nbox_trace.bundle_diff`,
-:mod:`nbox_trace.anonymize`) and
+Each parses its arguments, calls one library function (:mod:`nbox_trace.bundle.inspection`,
+:mod:`nbox_trace.bundle.verify`, :mod:`nbox_trace.bundle.archive`, :mod:`nbox_trace.bundle.merge`,
+:mod:`nbox_trace.bundle.diff`,
+:mod:`nbox_trace.bundle.anonymize`) and
 prints the result on stdout: human text, or exactly one JSON document with ``--json``.
 Commands that read a bundle accept a directory or a ``.nbox`` archive (unpacked, checked, into a
 temporary directory that is removed afterwards).

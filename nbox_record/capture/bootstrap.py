@@ -24,7 +24,7 @@ Configuration (environment, see :func:`record_env`)
 ``NBOX_NO_CAPTURE``            "1": no capture; the rank stops after the K timed iterations (``nbox emulate``)
 ``NBOX_EMULATE``               "1": whatever backend the script passes to ``init_process_group`` / ``new_group``
                                becomes ``nbox`` (the emulated world, :mod:`emulator_core.backend`); at the end
-                               the rank writes ``emulate.json`` (``nbox_record/emulaterank.py``)
+                               the rank writes ``emulate.json`` (``nbox_record/capture/emulated_rank.py``)
 
 Iterations
 ----------
@@ -35,18 +35,18 @@ count (warm-up again from there). Boundary n (1-based): n < W warm-up; n = W sta
 boundary up to W+K closes one timed iteration (``time.perf_counter``; on CUDA, after a device
 synchronize); boundary W+K starts the capture; W+K+C stops it and writes the files. So the script must
 run at least W+K+C iterations. Between captured boundaries, a zero-length
-``## nbox:iteration_boundary ##`` record function (:data:`nbox_record.rawformat.BOUNDARY_MARKER`) marks
+``## nbox:iteration_boundary ##`` record function (:data:`nbox_record.handoff.rawformat.BOUNDARY_MARKER`) marks
 the boundary in both the ET and Kineto.
 
 A script that runs its own ``torch.profiler.profile`` gets a stand-in that collects nothing (a process has
-one profiler session and the capture needs it; :mod:`nbox_record.scriptprofiler`); its ``prof.step()`` calls
+one profiler session and the capture needs it; :mod:`nbox_record.capture.scriptprofiler`); its ``prof.step()`` calls
 are boundaries (``profiler_step``) when no ``optimizer.step()`` came before the first of them. A profiler
 session nbox cannot stand in for (``torch.autograd.profiler``) fails the capture with ``ProfilerInUse``.
 
 Capture
 -------
 ``torch.profiler.profile(activities=[CPU (+CUDA)], execution_trace_observer=ExecutionTraceObserver(),
-record_shapes=True)`` plus :class:`nbox_record.commlog.CollectiveLogger` (gloo emits no
+record_shapes=True)`` plus :class:`nbox_record.capture.commlog.CollectiveLogger` (gloo emits no
 ``record_param_comms``; see that module for why it is not a ``TorchDispatchMode``).
 
 Stopping
@@ -72,7 +72,7 @@ capture is complete.
 Where
 -----
 This module is the entry point only (:func:`install`, :func:`marker_step`); the rank's state machine is
-:class:`nbox_record.recorder.Recorder`.
+:class:`nbox_record.capture.recorder.Recorder`.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def install(env: Mapping[str, str] | None = None) -> Recorder | None:
     Returns the recorder, or ``None`` when this process must not record (no ``NBOX_RECORD_DIR``, no
     ``RANK``, a child of a recording process, or already installed). A bad configuration writes
     ``error.json`` when the folder is known and ends the process with
-    :data:`~nbox_record.recordexit.EXIT_FAILURE`.
+    :data:`~nbox_record.capture.exitreport.EXIT_FAILURE`.
     """
     global _ACTIVE
     env = os.environ if env is None else env

@@ -1,12 +1,12 @@
-"""Iteration boundaries and timing of one recording rank (see :mod:`nbox_record.bootstrap`, "Iterations").
+"""Iteration boundaries and timing of one recording rank (see :mod:`nbox_record.capture.bootstrap`, "Iterations").
 
 Boundary n (1-based): n < W warm-up; n = W starts the clock; each boundary up to W+K closes one timed
-iteration; then the lean pass (Kineto alone, :mod:`nbox_record.leantiming`) runs from W+K to W+K+L, and the
+iteration; then the lean pass (Kineto alone, :mod:`nbox_record.sources.leantiming`) runs from W+K to W+K+L, and the
 capture from W+K+L to W+K+L+C (:func:`step_at`; L = 0: the capture starts at W+K).
 
 The captured iterations are timed the same way (wall, and the training thread's time on a CPU and in a run
 queue, :mod:`nbox_trace.threadtime`), so that the replay can tell how much the profiler inflated the
-recorded compute (``nbox_replay.profiler``). The first captured iteration is timed from the end of the
+recorded compute (``nbox_replay.inputs.profiler``). The first captured iteration is timed from the end of the
 profiler's start (:meth:`IterationClock.capture_started`), not from boundary W+K: starting Kineto and the ET
 observer is a one-off cost that no recorded operator carries.
 """

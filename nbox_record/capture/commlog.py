@@ -1,4 +1,5 @@
-"""Log every c10d collective and p2p operation a rank issues, as :class:`~nbox_record.rawformat.CollectiveRecord`.
+"""Log every c10d collective and p2p operation a rank issues, as
+:class:`~nbox_record.handoff.rawformat.CollectiveRecord`.
 
 Why not a ``TorchDispatchMode``: a mode sees *every* operator, so each aten op of the captured iteration
 would detour through Python (inflating the Kineto durations) and, worse, the redispatch from the mode's
@@ -411,7 +412,7 @@ class CollectiveLogger:
     def note_python_call(self, name: str, bound: dict[str, Any], group: tuple[str, list[int]],
                          issue_us: float) -> CollectiveRecord | None:
         """Log a collective that a process group written in Python received without the dispatcher
-        (``nbox emulate``'s ``NboxProcessGroup``; :mod:`nbox_record.emulatecapture`): ``bound`` holds the
+        (``nbox emulate``'s ``NboxProcessGroup``; :mod:`nbox_record.capture.emulated_tap`): ``bound`` holds the
         ``c10d::<name>`` schema's arguments, ``group`` its (name, global ranks). Returns the record."""
         spec = OPS.get(name)
         if spec is None:

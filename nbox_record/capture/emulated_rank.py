@@ -1,9 +1,9 @@
 """The rank side of ``nbox emulate`` (``NBOX_EMULATE=1``): the backend redirection and the end-of-run report.
 
-:func:`redirect_backend` runs when torch is imported in a rank (from :mod:`nbox_record.recorder`), so
+:func:`redirect_backend` runs when torch is imported in a rank (from :mod:`nbox_record.capture.recorder`), so
 whatever backend the script names reaches the ``nbox`` backend; :func:`emulated_collectives` summarizes
 the process groups' records of the timed iterations into ``emulate.json`` (:data:`EMULATE_REPORT`), which
-:mod:`nbox_record.emulate` reads.
+:mod:`nbox_record.launch.emulation` reads.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """Capturing an emulated run (``nbox emulate -o``): make the ``nbox`` backend's collectives visible.
 
-``emulator_core.backend.NboxProcessGroup`` is a ``ProcessGroup`` written in Python, so the script's
+``emulator_core.backend.process_group.NboxProcessGroup`` is a ``ProcessGroup`` written in Python, so the script's
 collectives reach its methods straight from the C++ ``ProcessGroup`` (pybind trampoline), not through
-the dispatcher's ``c10d::<op>`` operators that :class:`nbox_record.commlog.CollectiveLogger` hooks and the
+the dispatcher's ``c10d::<op>`` operators that :class:`nbox_record.capture.commlog.CollectiveLogger` hooks and the
 execution-trace observer records. For the capture, :func:`tap` registers an observer with the backend
-(:func:`emulator_core.backend.add_observer`) so that each call
+(:func:`emulator_core.backend.process_group.add_observer`) so that each call
 
 * records a ``record_function`` named like the operator it stands for (``c10d::allreduce_``), which the
   execution trace keeps as a node in the right place of the rank's operator tree (it carries no tensor
   inputs: the collective's facts come from the log). It is a marker closed before the call runs: a scope
   left open across the call nested DDP's next bucket's all-reduce inside the previous one in the ET
   (seen on torch 2.13), which the converter reads as a collective issued inside another operator; and
-* adds the same :class:`~nbox_record.rawformat.CollectiveRecord` to the logger that a dispatched
+* adds the same :class:`~nbox_record.handoff.rawformat.CollectiveRecord` to the logger that a dispatched
   ``c10d::<op>`` would have produced, with the group's global ranks in the emulated world.
 
 :func:`untap` removes the observer. Group-local root and peer ranks become global through the group's

@@ -1,6 +1,6 @@
 """How a recording rank ends: ``error.json`` for a failure (the first one wins) and the exit itself.
 
-Why ``os._exit`` and not ``sys.exit``: see :mod:`nbox_record.bootstrap`, "Stopping". Every nbox file is
+Why ``os._exit`` and not ``sys.exit``: see :mod:`nbox_record.capture.bootstrap`, "Stopping". Every nbox file is
 written and closed (temp + rename) before it.
 """
 
@@ -24,7 +24,7 @@ EXIT_FAILURE = 1
 
 
 class ErrorRecord(TypedDict):
-    """``error.json`` (see :mod:`nbox_record.rawformat`)."""
+    """``error.json`` (see :mod:`nbox_record.handoff.rawformat`)."""
 
     rank: int
     type: str

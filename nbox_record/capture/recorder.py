@@ -1,10 +1,10 @@
 """One recording rank's state machine: iteration boundaries in, capture steps and failures out.
 
-The rules (iterations, capture, stopping, failures) are in :mod:`nbox_record.bootstrap`; the parts are
-:mod:`~nbox_record.recordclock` (counting and timing), :mod:`~nbox_record.recordsession` (the capture),
-:mod:`~nbox_record.recordwatch` (progress and watchdog threads), :mod:`~nbox_record.recordfacts`
-(``timings.json``), :mod:`~nbox_record.recordexit` (``error.json`` and the exit) and
-:mod:`~nbox_record.emulaterank` (the emulate-side report).
+The rules (iterations, capture, stopping, failures) are in :mod:`nbox_record.capture.bootstrap`; the parts are
+:mod:`~nbox_record.capture.clock` (counting and timing), :mod:`~nbox_record.capture.session` (the capture),
+:mod:`~nbox_record.capture.watch` (progress and watchdog threads), :mod:`~nbox_record.capture.facts`
+(``timings.json``), :mod:`~nbox_record.capture.exitreport` (``error.json`` and the exit) and
+:mod:`~nbox_record.capture.emulated_rank` (the emulate-side report).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ MARKER_HINT = (
 
 
 class Recorder:
-    """One rank's capture state machine. Created by :func:`nbox_record.bootstrap.install`."""
+    """One rank's capture state machine. Created by :func:`nbox_record.capture.bootstrap.install`."""
 
     def __init__(self, config: Config, rank: int, local_rank: int, world_size: int) -> None:
         self.config = config
@@ -126,7 +126,7 @@ class Recorder:
             action()
 
     def on_profiler_step(self) -> None:
-        """The script's ``prof.step()`` (:mod:`nbox_record.scriptprofiler`): the boundary when no
+        """The script's ``prof.step()`` (:mod:`nbox_record.capture.scriptprofiler`): the boundary when no
         ``optimizer.step()`` came first; a marker call still overrides it."""
         if (self.phase in ("done", "failed") or self.clock.kind in ("marker", "optimizer_step")
                 or os.getpid() != self.pid):
@@ -296,7 +296,7 @@ class Recorder:
         if os.getpid() != self.pid or self.phase in ("done", "failed"):
             return
         count, kind = self.clock.count, self.clock.kind
-        if ended_by_exception(self._main_frame):  # SystemExit: the script gave up (nbox_record.scriptexit)
+        if ended_by_exception(self._main_frame):  # SystemExit: the script gave up (nbox_record.handoff.scriptexit)
             when = ("before its first iteration boundary" if count == 0 or kind is None else
                     f"after {count} iteration(s), of the {self.config.needed} nbox needs")
             self.fail(SCRIPT_EXIT, f"the script exited (sys.exit or raise SystemExit) {when}; its last lines of "

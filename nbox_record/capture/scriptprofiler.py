@@ -5,7 +5,7 @@ A process has one profiler session. Training scripts often run their own
 rank is recorded :func:`install` puts :class:`ScriptProfiler` in place of ``torch.profiler.profile`` (both
 names torch code reaches it by). The script's profiler then collects nothing; its ``step()`` calls are
 passed on as iteration boundaries (``ProfilerStep``): the recorder uses them where the script has no
-``optimizer.step()`` before them (``nbox_record.recorder``). Anything that reads profiling results
+``optimizer.step()`` before them (``nbox_record.capture.recorder``). Anything that reads profiling results
 (``key_averages``, ``export_chrome_trace``, ...) raises :class:`ScriptProfilerDisabled`, naming why.
 The script's ``on_trace_ready`` is never called. torch's own code that makes a profile (inductor's kernel
 benchmarking) gets the real class.

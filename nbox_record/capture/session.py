@@ -1,9 +1,9 @@
 """The capture session of one recording rank: the execution-trace observer, Kineto and the collective log.
 
 ``torch.profiler.profile(activities=[CPU (+CUDA)], execution_trace_observer=ExecutionTraceObserver(),
-record_shapes=True)`` plus :class:`nbox_record.commlog.CollectiveLogger` (and, under ``nbox emulate``, the
-``nbox`` backend's collectives through :mod:`nbox_record.emulatecapture`). :meth:`CaptureSession.finish`
-writes the host ET, the Kineto trace and ``collectives.json`` (files: :mod:`nbox_record.rawformat`).
+record_shapes=True)`` plus :class:`nbox_record.capture.commlog.CollectiveLogger` (and, under ``nbox emulate``, the
+``nbox`` backend's collectives through :mod:`nbox_record.capture.emulated_tap`). :meth:`CaptureSession.finish`
+writes the host ET, the Kineto trace and ``collectives.json`` (files: :mod:`nbox_record.handoff.rawformat`).
 Imports torch only when used.
 """
 
@@ -30,7 +30,7 @@ def profiler_in_use() -> bool:
 
 
 def mark_boundary() -> None:
-    """Record :data:`~nbox_record.rawformat.BOUNDARY_MARKER`."""
+    """Record :data:`~nbox_record.handoff.rawformat.BOUNDARY_MARKER`."""
     import torch
 
     with torch.profiler.record_function(BOUNDARY_MARKER):
@@ -38,8 +38,8 @@ def mark_boundary() -> None:
 
 
 class LeanSession:
-    """The lean pass before the capture (:mod:`nbox_record.leantiming`): Kineto alone (CPU activity, no shapes, no
-    ET observer), written to ``kineto_lean.json``. :meth:`start`, then :meth:`finish` or :meth:`abort`."""
+    """The lean pass before the capture (:mod:`nbox_record.sources.leantiming`): Kineto alone (CPU activity, no shapes,
+    no ET observer), written to ``kineto_lean.json``. :meth:`start`, then :meth:`finish` or :meth:`abort`."""
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir

@@ -3,19 +3,19 @@
 :func:`convert_rank` is the entry point; what comes out (design.md "Trace model", chakra-format.md):
 
 * one ``COMP_NODE`` per **top-level operator** of the host ET (which nodes those are, and which are
-  containers looked into: :mod:`nbox_record.toplevel`). Each carries ``is_cpu_op`` true,
+  containers looked into: :mod:`nbox_record.convert.toplevel`). Each carries ``is_cpu_op`` true,
   ``op_schema``, the inputs/outputs as JSON text in the IOInfo strings (values with tensor ids,
   shapes, types; strides in ``nbox_input_strides``/``nbox_output_strides``), ``tid``, ``rf_id``,
   ``seq_id``, ``fw_parent``, ``fw_tid``, ``scope``, ``nbox_et_id``, ``nbox_iteration`` (from
   ``ProfilerStep#N``), ``nbox_annotation`` (enclosing ``record_function`` names) and start/duration
-  from Kineto (:mod:`nbox_record.kineto`). An operator Kineto does not know keeps duration 0 and gets
+  from Kineto (:mod:`nbox_record.sources.kineto`). An operator Kineto does not know keeps duration 0 and gets
   ``nbox_untimed`` true. One without an ``aten`` schema (``autograd::engine::evaluate_function: ...``,
   ``fsdp::`` ops, DDP's ``copy_bucket_to_grad``) also lists, for live replay, the outermost ``aten``
   operators under it in execution order (never those of a collective hoisted out of it) in
   ``nbox_children``: JSON text, a list of ``{name, op_schema, et_id, inputs: {values, shapes, types},
   outputs: {values, shapes, types}[, input_strides]}``, the node's own formats
-  (:func:`nbox_record.convertattrs.write_io`) parsed. Over :data:`~nbox_record.convertcomp.MAX_CHILDREN`
-  operators or :data:`~nbox_record.convertcomp.MAX_CHILDREN_BYTES` of text it is left out and
+  (:func:`nbox_record.convert.attrs.write_io`) parsed. Over :data:`~nbox_record.convert.comp.MAX_CHILDREN`
+  operators or :data:`~nbox_record.convert.comp.MAX_CHILDREN_BYTES` of text it is left out and
   ``nbox_children_truncated`` is true instead.
 * one comm node (``COMM_COLL_NODE``, ``COMM_SEND_NODE``, ``COMM_RECV_NODE``) per collective, in place
   of its ``c10d::<op>`` operator; a collective issued inside a top-level operator (DDP's all-reduce
@@ -23,7 +23,7 @@
   follow the contract exactly (``is_cpu_op`` false, ``comm_type`` int64, ``comm_size`` int64 bytes,
   ``pg_name``; ``comm_src``/``comm_dst``/``comm_tag`` int32 on p2p). Facts, sources and the
   ``comm_size`` convention (per-rank *input* bytes; for ALL_GATHER the per-rank input shard, as
-  ASTRA-sim counts it) are in :mod:`nbox_record.comms`. Extras: ``nbox_op``, ``nbox_comm_source``,
+  ASTRA-sim counts it) are in :mod:`nbox_record.sources.comms`. Extras: ``nbox_op``, ``nbox_comm_source``,
   ``nbox_dtype``, ``nbox_async``, ``nbox_root``, ``nbox_in_split_sizes``/``nbox_out_split_sizes``
   (all-to-all), ``nbox_seq``, ``nbox_pg_desc``, ``nbox_stream``, ``nbox_cpu_duration_micros``. The
   duration is the best measure of the communication: the NCCL kernel(s) it launched (the node then
@@ -34,16 +34,16 @@
 * first, a ``METADATA_NODE`` ``## process_group:init ##`` whose ``inputs.values`` is the JSON list of
   process groups (the ET's own, merged, plus groups learnt from the collectives).
 
-Dependencies (:mod:`nbox_record.deps`) are all in ``data_deps`` and point to earlier nodes only, so
+Dependencies (:mod:`nbox_record.convert.deps`) are all in ``data_deps`` and point to earlier nodes only, so
 the graph is complete and acyclic by construction; node ids are 0.. in recorded order.
 
-Process groups (:mod:`nbox_record.convertgroups`): from ``## process_group:init ##``, ``collectives.json``
+Process groups (:mod:`nbox_record.convert.groups`): from ``## process_group:init ##``, ``collectives.json``
 and ``record_param_comms``; a collective whose group the trace does not name is put on the world, or on
 this rank alone for a group of one.
 
-The parts: :mod:`~nbox_record.convertinputs` (the inputs joined), :mod:`~nbox_record.convertcomp` (host
-operators), :mod:`~nbox_record.convertcomm` (collectives), :mod:`~nbox_record.convertgpu` (GPU work),
-:mod:`~nbox_record.convertmeta` (metadata); this module assembles them.
+The parts: :mod:`~nbox_record.convert.inputs` (the inputs joined), :mod:`~nbox_record.convert.comp` (host
+operators), :mod:`~nbox_record.convert.comm` (collectives), :mod:`~nbox_record.convert.gpu` (GPU work),
+:mod:`~nbox_record.convert.meta` (metadata); this module assembles them.
 
 Dropped, and counted in ``stats``: ``gloo:``/``nccl:`` markers at top level, the work a gloo worker
 thread did inside a collective (the copies of an all-gather: the collective already stands for it),
@@ -186,7 +186,7 @@ def convert_rank(host_et: Path, kineto: Path | None, *, rank: int, collectives: 
         collectives: nbox's collective log (needed for gloo, which records no ``record_param_comms``).
         world_size: the job's world size if known (else taken from the inputs).
         max_input_bytes: cap on the (inflated) size of each input file.
-        lean_kineto: the lean pass's Kineto trace (:mod:`nbox_record.leantiming`): the captured top-level
+        lean_kineto: the lean pass's Kineto trace (:mod:`nbox_record.sources.leantiming`): the captured top-level
             operators found in it take its median durations (the recorded ones kept as
             ``nbox_profiled_duration_micros``) and carry the gap before them (``nbox_gap_micros``).
 

@@ -41,12 +41,12 @@ def write_io(n: EtNode, node: pb.Node) -> None:
 
 
 #: A lean-timed node's duration as the profiled capture recorded it (us); its ``duration_micros`` is the lean
-#: pass's (:mod:`nbox_record.leantiming`).
+#: pass's (:mod:`nbox_record.sources.leantiming`).
 PROFILED_ATTR = "nbox_profiled_duration_micros"
 #: The framework's time on the node's thread before it, from the previous top-level operator (lean pass, us).
 GAP_ATTR = "nbox_gap_micros"
 #: True where that gap was measured on a timeline joined with another thread's (a CUDA backward on the autograd
-#: engine's device thread, nbox_record/leantiming.py): the replay starts it after that thread's work it waited for.
+#: engine's device thread, sources/leantiming.py): the replay starts it after that thread's work it waited for.
 GAP_JOINED_ATTR = "nbox_gap_joined"
 
 

@@ -2,11 +2,11 @@
 
 Each stands in place of its ``c10d::<op>`` operator; attributes follow the contract exactly (``is_cpu_op``
 false, ``comm_type`` int64, ``comm_size`` int64 bytes, ``pg_name``; ``comm_src``/``comm_dst``/``comm_tag``
-int32 on p2p). Facts, sources and the ``comm_size`` convention are in :mod:`nbox_record.comms`; the
+int32 on p2p). Facts, sources and the ``comm_size`` convention are in :mod:`nbox_record.sources.comms`; the
 collective log's records are joined to the ET's collectives in order. The duration is the best measure
 of the communication: the span of gloo's worker thread (``gloo:<op>`` marker), else done - issue from
 ``collectives.json``, else the CPU call (an NCCL kernel, when there is one, replaces it:
-:mod:`nbox_record.convertgpu`).
+:mod:`nbox_record.convert.gpu`).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ class CommNodes:
 
         The log sees every collective the process group is asked for (``nbox emulate``'s observer), or every one
         issued above autograd (``nbox record``'s Autograd-key kernel): it cannot see functional collectives, nor,
-        when recording, c10d ops issued from inside another operator's kernel (see :mod:`nbox_record.commlog`).
+        when recording, c10d ops issued from inside another operator's kernel (see :mod:`nbox_record.capture.commlog`).
         A capture by this nbox names each record inside its ET node (``nbox::collective/<pg>/<seq>/<op>``,
-        :mod:`nbox_record.commlog`): the join is then by that identity (:func:`by_identity`), whatever the
+        :mod:`nbox_record.capture.commlog`): the join is then by that identity (:func:`by_identity`), whatever the
         order or nesting the ET observer gave the nodes (issue 16: DDP's buffer broadcasts, its reducer's
         all-reduce and a user broadcast diverged when joined by position).
         Older captures: the join is in order (:func:`align`): each record pairs with an ET collective of the same op;
@@ -221,7 +221,7 @@ def by_identity(ops: list[Collective], records: list[dict[str, Any]], log_path: 
                 et_path: str) -> dict[int, dict[str, Any]]:
     """Pair each ET collective carrying an identity ``(pg_name, seq, op)`` with the log record of that seq,
     checking its group and op; ET id -> record. Every record must be named by exactly one ET collective; an
-    ET collective without an identity (the log did not see it: see :mod:`nbox_record.commlog`) pairs with
+    ET collective without an identity (the log did not see it: see :mod:`nbox_record.capture.commlog`) pairs with
     nothing and keeps the facts of its own inputs."""
     by_seq = {int(r["seq"]): r for r in records}
     out: dict[int, dict[str, Any]] = {}

@@ -64,7 +64,7 @@ def _children(n: EtNode, et: HostEt, w: Walk, node: pb.Node) -> None:
 
 def comp_item(n: EtNode, ev: CpuEvent | None, w: Walk, et: HostEt, lean: LeanTime | None = None) -> OutNode:
     """The top-level operator ``n`` (Kineto event ``ev``, if matched) as a CPU ``COMP_NODE``; with its lean
-    figures (:mod:`nbox_record.leantiming`) their duration (the recorded one kept as
+    figures (:mod:`nbox_record.sources.leantiming`) their duration (the recorded one kept as
     ``nbox_profiled_duration_micros``) and the gap before it (``nbox_gap_micros``)."""
     node = pb.Node(name=n.name[:MAX_NAME], type=pb.COMP_NODE)
     set_attr(node, "is_cpu_op", True)

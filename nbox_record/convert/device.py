@@ -2,7 +2,7 @@
 
 A rank is a **CUDA** rank when its traces show CUDA work, any of:
 
-* Kineto GPU events (``kernel``, ``gpu_memcpy``, ``gpu_memset``; :mod:`nbox_record.kineto`);
+* Kineto GPU events (``kernel``, ``gpu_memcpy``, ``gpu_memset``; :mod:`nbox_record.sources.kineto`);
 * Kineto's ``deviceProperties`` (the GPUs the profiler saw: their model names and count);
 * host-ET tensors on a ``cuda`` device (a tensor value's last field, e.g. ``"cuda:0"``);
 * host-ET ``nccl:<collective>`` operators (NCCL runs on CUDA devices only).

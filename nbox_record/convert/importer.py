@@ -27,7 +27,7 @@ class RankInput:
     kineto: Path | None = None
     collectives: Path | None = None
     world_size: int | None = None
-    lean_kineto: Path | None = None  # the lean pass's Kineto trace (nbox_record.leantiming)
+    lean_kineto: Path | None = None  # the lean pass's Kineto trace (nbox_record.sources.leantiming)
 
 
 @dataclass
@@ -42,7 +42,7 @@ class ConvertedRanks:
 
 
 def convert_ranks(ranks: dict[int, RankInput], staging: Path) -> ConvertedRanks:
-    """Convert every rank into ``staging`` with :func:`nbox_record.convert.convert_rank`; the bundle's
+    """Convert every rank into ``staging`` with :func:`nbox_record.convert.assemble.convert_rank`; the bundle's
     files, keyed by their path inside the bundle. Shared by ``nbox record`` and ``nbox record convert``."""
     from nbox_record.convert.assemble import convert_rank
     from nbox_record.convert.device import DeviceFacts, hardware_facts

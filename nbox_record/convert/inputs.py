@@ -1,5 +1,5 @@
-"""One rank's raw capture, joined: the host ET walked (:mod:`nbox_record.toplevel`), its operators matched
-to Kineto's CPU events (:mod:`nbox_record.kineto`), and nbox's collective log when there is one."""
+"""One rank's raw capture, joined: the host ET walked (:mod:`nbox_record.convert.toplevel`), its operators matched
+to Kineto's CPU events (:mod:`nbox_record.sources.kineto`), and nbox's collective log when there is one."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class RankInputs:
     w: Walk
     ev_of: dict[int, int] = field(default_factory=dict)  # ET node id -> index in ``trace.cpu``
     join_method: str = "none"  # how the ET was joined to Kineto (``nbox_kineto_join``)
-    nesting_repaired: int = 0  # ET nodes re-parented by Kineto's clock (:mod:`nbox_record.nesting`)
+    nesting_repaired: int = 0  # ET nodes re-parented by Kineto's clock (:mod:`nbox_record.sources.nesting`)
     lean: dict[int, LeanTime] = field(default_factory=dict)  # index in ``trace.cpu`` -> lean figures
     lean_iterations: int = 0  # iterations of the lean pass (0: none)
 
@@ -38,8 +38,8 @@ class RankInputs:
     def join(cls, et: HostEt, trace: KinetoTrace | None, log: CollectiveLogData | None, rank: int,
              lean: KinetoTrace | None = None) -> RankInputs:
         """Match the ET's operators (bookkeeping markers left out) to Kineto's events, repair the ET's nesting by
-        their times (:mod:`nbox_record.nesting`), then walk it; with the lean pass's trace, the captured events'
-        lean figures (:mod:`nbox_record.leantiming`)."""
+        their times (:mod:`nbox_record.sources.nesting`), then walk it; with the lean pass's trace, the captured events'
+        lean figures (:mod:`nbox_record.sources.leantiming`)."""
         ev_of: dict[int, int] = {}
         method, repaired = "none", 0
         if trace is not None:

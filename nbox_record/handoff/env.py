@@ -19,7 +19,7 @@ ENV_WARMUP = "NBOX_WARMUP"
 ENV_ITERATIONS = "NBOX_ITERATIONS"
 ENV_CAPTURE = "NBOX_CAPTURE"
 #: Iterations profiled by Kineto alone just before the capture (operator times without the ET observer's cost,
-#: :mod:`nbox_record.leantiming`); 0: none.
+#: :mod:`nbox_record.sources.leantiming`); 0: none.
 ENV_LEAN = "NBOX_LEAN_ITERATIONS"
 ENV_RUN_TO_END = "NBOX_RUN_TO_END"
 ENV_BOUNDARY_TIMEOUT = "NBOX_BOUNDARY_TIMEOUT_S"

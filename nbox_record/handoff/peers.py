@@ -1,8 +1,8 @@
 """Which node each rank of a multi-node recording runs on, so that a failure on one node can name the node and the
-ranks of a peer that went away (``peers.json`` in the rank's folder; read by :mod:`nbox_record.launcher`).
+ranks of a peer that went away (``peers.json`` in the rank's folder; read by :mod:`nbox_record.launch.launcher`).
 
-Only in a multi-node run (``NBOX_NODE_ADDR``, this node's address, set by :func:`nbox_trace.launch.settle`): at its
-first iteration boundary each rank puts ``{"addr", "group_rank", "hostname"}`` in the job's store under
+Only in a multi-node run (``NBOX_NODE_ADDR``, this node's address, set by :func:`nbox_trace.launch.launcher.settle`): at
+its first iteration boundary each rank puts ``{"addr", "group_rank", "hostname"}`` in the job's store under
 ``nbox/peer/<rank>`` (no rank waits for another); at a later boundary of the warm-up (else when the timed iterations
 end) it reads every rank's entry if all are there (``check``: never blocks) and writes ``peers.json``
 (``{"<rank>": {...}}``). Nothing here may fail the run: any error leaves the file unwritten.

@@ -11,7 +11,7 @@ injected. Each rank writes, into ``<work_dir>/rank<R>/``:
     same profiler session, so ET ``rf_id`` == Kineto ``args["Record function id"]``.
 ``kineto_lean.json``
     The Kineto trace of the lean pass, the iterations just before the capture, profiled by Kineto alone (no
-    ET observer, no shapes): the operators' times without the observer's cost (:mod:`nbox_record.leantiming`).
+    ET observer, no shapes): the operators' times without the observer's cost (:mod:`nbox_record.sources.leantiming`).
     Absent with ``--lean-iterations 0``.
 ``collectives.json``
     nbox's own log of every collective and p2p operation issued during the captured iteration(s)
@@ -41,10 +41,11 @@ COLLECTIVES = "collectives.json"
 TIMINGS = "timings.json"
 ERROR = "error.json"
 PROGRESS = "progress.json"
-PEERS = "peers.json"  # multi-node runs: every rank's node (nbox_record.recordpeers)
+PEERS = "peers.json"  # multi-node runs: every rank's node (nbox_record.handoff.peers)
 
 #: The zero-length ``record_function`` the capture opens at its start and after each captured iteration, in
-#: both the host ET and Kineto (written by :mod:`nbox_record.recordsession`, read by :mod:`nbox_record.toplevel`).
+#: both the host ET and Kineto (written by :mod:`nbox_record.capture.session`, read by
+#: :mod:`nbox_record.convert.toplevel`).
 BOUNDARY_MARKER = "## nbox:iteration_boundary ##"
 
 
@@ -111,7 +112,8 @@ class RankTimings(_RankTimingsRequired, total=False):
     iteration_cpu_us: list[float]
     iteration_run_queue_us: list[float]
     # per captured iteration (profiler on): wall, and the same thread times; the first one is timed from the end
-    # of the profiler's start (recordclock.py). The replay compares them with the clean ones (nbox_replay.profiler)
+    # of the profiler's start (recordclock.py). The replay compares them with the clean ones
+    # (nbox_replay.inputs.profiler)
     capture_iteration_us: list[float]
     capture_cpu_us: list[float]
     capture_run_queue_us: list[float]

@@ -1,8 +1,8 @@
 """``nbox emulate``: run an unmodified training script on N real ranks as if the world were W.
 
-The launch is ``nbox record``'s (:func:`nbox_record.launcher.launch_spec` run by :mod:`nbox_trace.launch`: the ranks
-with torchrun's environment, the injected ``sitecustomize``, deadline, failure reports), with two switches of the
-in-rank bootstrap (:mod:`nbox_record.bootstrap`): ``NBOX_EMULATE=1`` turns whatever backend the script passes to
+The launch is ``nbox record``'s (:func:`nbox_record.launch.launcher.launch_spec` run by :mod:`nbox_trace.launch`: the
+ranks with torchrun's environment, the injected ``sitecustomize``, deadline, failure reports), with two switches of the
+in-rank bootstrap (:mod:`nbox_record.capture.bootstrap`): ``NBOX_EMULATE=1`` turns whatever backend the script passes to
 ``init_process_group`` / ``new_group`` into ``nbox`` (:mod:`emulator_core.backend`: the script sees world size W, its
 collectives complete at the modeled time), and ``NBOX_NO_CAPTURE=1`` times the iterations at the optimizer-step
 boundaries without any profiler and stops the ranks after the timed ones.
@@ -10,7 +10,7 @@ boundaries without any profiler and stops the ranks after the timed ones.
 The emulated world reaches the ranks as ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO`` (the
 scenario with its overrides, resized to W, written to a TOML file in the run's work folder). Each rank
 writes ``timings.json`` (its iteration times) and ``emulate.json`` (the world size the script saw, the
-modeled collectives of the timed iterations: :func:`nbox_record.emulaterank.emulated_collectives`).
+modeled collectives of the timed iterations: :func:`nbox_record.capture.emulated_rank.emulated_collectives`).
 
 Per iteration, the job's time is the slowest real rank's; the result gives its median and 10th-90th
 percentiles over the timed iterations.
@@ -61,7 +61,7 @@ class EmulateConfig:
 
     Attributes:
         world_size: W, the world size the script sees; None: ``--set world_size``, else the scenario file's
-            (the one world-size rule, :mod:`emulator_core.world`; settled here, with the scenario loaded).
+            (the one world-size rule, :mod:`emulator_core.scenario.world`; settled here, with the scenario loaded).
         world_from: where the world size came from (set here, for reports: ``"8, from --world-size"``).
         nproc: real ranks per node (torchrun processes on this machine); nnodes x nproc <= W.
         real_ranks: the global rank each real process plays (nnodes x nproc distinct ranks < W, indexed by the real
@@ -69,8 +69,8 @@ class EmulateConfig:
         nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host: several nodes, as ``nbox record`` takes them
             (:mod:`nbox_trace.launch`); run ``nbox emulate`` with the same settings on each node. A fixed node
             count only (no ``1:4``). Each node reports the whole job (every real rank's times reach every node
-            through the rendezvous store, :func:`nbox_record.emulaterank.share_results`); the ranks' clocks
-            need not agree (:mod:`emulator_core.clocksync`).
+            through the rendezvous store, :func:`nbox_record.capture.emulated_rank.share_results`); the ranks' clocks
+            need not agree (:mod:`emulator_core.backend.clocksync`).
         scenario: what-if scenario TOML (None: the shipped default); ``overrides`` as ``--set key=value``.
         warmup, iterations: optimizer steps skipped, then timed (the ranks stop after them).
         timeout_s: deadline for the whole run, then every rank is stopped.
@@ -158,7 +158,7 @@ class EmulateResult:
     bundle: str | None = None            # ``-o``: the bundle written
     world_from: str = ""                 # where the world size came from (EmulateConfig.world_from)
     clocks: dict[int, dict[str, float]] = field(default_factory=dict)  # by global rank: Clock.describe()
-    changes: tuple[str, ...] = ()        # what the emulated world changed, in words (emulator_core.question)
+    changes: tuple[str, ...] = ()        # what the emulated world changed, in words (emulator_core.scenario.question)
     peak_memory: dict[int, dict[str, Any]] = field(default_factory=dict)  # by global rank: emulaterank.peak_memory
 
     def answer(self) -> dict[str, Any]:
@@ -246,7 +246,7 @@ def iteration_breakdown(timings: dict[int, dict[str, Any]]) -> dict[str, float] 
 
 def _scenario_toml(cfg: EmulateConfig, path: Path) -> tuple[str, tuple[str, ...]]:
     """Load the scenario + overrides, resize it to W, write it to ``path``; returns a one-line description and
-    what the user changed, in words (:func:`emulator_core.question.describe_changes`)."""
+    what the user changed, in words (:func:`emulator_core.scenario.question.describe_changes`)."""
     from emulator_core.backend import live_unsupported
     from emulator_core.scenario import ScenarioError, describe_changes, dump_toml, load_what_if
 

@@ -2,7 +2,7 @@
 each rank's raw capture to Chakra ET, and write a bundle.
 
 The script is not edited: ``nbox_record/_inject`` goes first on ``PYTHONPATH``, so its
-``sitecustomize`` starts :mod:`nbox_record.bootstrap` in every rank when ``NBOX_RECORD_DIR`` is set
+``sitecustomize`` starts :mod:`nbox_record.capture.bootstrap` in every rank when ``NBOX_RECORD_DIR`` is set
 (see ``rawformat`` for what each rank writes). The launch is nbox's one launcher (:mod:`nbox_trace.launch`:
 the ranks get torchrun's environment on one node, and go through torchrun's rendezvous across nodes), so
 ``--nnodes/--node-rank/--rdzv-endpoint`` work the way users already launch multi-node jobs; each node's
@@ -10,7 +10,7 @@ the ranks get torchrun's environment on one node, and go through torchrun's rend
 
 Faults never hang: the whole run has a deadline, after which the ranks' process group (torchrun's, across nodes) is
 terminated (SIGTERM, then SIGKILL); the error names the ranks that had not finished and what each last reported. A
-rank that raises writes ``error.json``; the root cause among them (:func:`nbox_trace.launch.root_error`, or the
+rank that raises writes ``error.json``; the root cause among them (:func:`nbox_trace.launch.launcher.root_error`, or the
 rank the launcher saw die first) is reported with its rank. No bundle is written unless every rank's capture is
 complete (``keep_partial`` writes one marked ``complete: false``).
 """
@@ -112,7 +112,7 @@ def script_path(cfg: RecordConfig) -> Path:
 
 def recorded_backend(flag: str, timings: dict[int, dict[str, Any]]) -> str | None:
     """The backend the bundle names (manifest ``producer.backend``): the one the ranks' default process group
-    used, as each rank wrote it in its timings (:func:`nbox_record.recordfacts.rank_timings`), else ``--backend``
+    used, as each rank wrote it in its timings (:func:`nbox_record.capture.facts.rank_timings`), else ``--backend``
     unless that was ``auto``. The flag only reaches a script through ``NBOX_BACKEND`` (the built-in examples read
     it; a script picks its own in ``init_process_group``), so the ranks are the witness, not the flag."""
     seen = sorted({str(t["backend"]) for t in timings.values() if t.get("backend")})
@@ -133,7 +133,7 @@ def backend_notice(flag: str, timings: dict[int, dict[str, Any]]) -> str | None:
 
 def launch_spec(cfg: RecordConfig, work: Path, backend: str, log_dir: Path) -> Launch:
     """The launch of ``cfg``'s script (:mod:`nbox_trace.launch`): rendezvous at ``rdzv_endpoint`` or standalone;
-    the environment adds ``extra_env``, then :func:`nbox_record.recordenv.record_env` (the injected bootstrap
+    the environment adds ``extra_env``, then :func:`nbox_record.handoff.env.record_env` (the injected bootstrap
     first on ``PYTHONPATH``) and ``NBOX_BACKEND`` = ``backend`` (``auto``, ``gloo`` or ``nccl``; the built-in
     examples resolve ``auto`` in the rank: nccl where CUDA is available, else gloo). ``auto`` is not resolved
     here: that meant importing torch in the ``nbox record`` process, 2.5-3.5 s before any rank started."""
@@ -182,7 +182,7 @@ def _rank_status(d: Path) -> str:
 
 class _NodeNames:
     """How a multi-node run's failure names nodes: ``node <group rank> (<address>)``, from this node's settings and
-    ``peers.json`` (every rank's node, :mod:`nbox_record.recordpeers`); nothing on one node."""
+    ``peers.json`` (every rank's node, :mod:`nbox_record.handoff.peers`); nothing on one node."""
 
     def __init__(self, cfg: RecordConfig, result: LaunchResult, peers: dict[int, dict[str, Any]]) -> None:
         self.multi = bool(cfg.rdzv_endpoint)
@@ -259,7 +259,7 @@ def rank_step(work: Path, total: int, what: str) -> Step | None:
     return Step(f"{what}, {phase}", min(least[0], total), total, "iterations")
 
 
-#: The recorder's phases (nbox_record.recorder) as a progress line says them.
+#: The recorder's phases (nbox_record.capture.recorder) as a progress line says them.
 _PHASES = {"warmup": "warm-up", "timing": "timed iterations", "lean": "lean iterations", "capture": "capture",
            "done": "writing", "failed": "failed"}
 
@@ -298,7 +298,7 @@ def record(cfg: RecordConfig, progress: Report | None = None) -> RecordResult:
 
 def _node_facts(cfg: RecordConfig, timings: dict[int, dict[str, Any]], local_addr: str | None) -> dict[str, Any]:
     """The manifest's ``job`` keys of a multi-node recording: the rendezvous, the run's identity (the same on every
-    node, :func:`nbox_record.recordfacts.job_identity`) and this node (``nbox bundle merge`` reads them)."""
+    node, :func:`nbox_record.capture.facts.job_identity`) and this node (``nbox bundle merge`` reads them)."""
     if not cfg.rdzv_endpoint:
         return {}
     first = timings[min(timings)]
@@ -353,7 +353,7 @@ def _write_bundle(cfg: RecordConfig, work: Path, script: Path, backend: str | No
         if notice and say is not None:
             say(notice)
     observed = observed_summary({r: t["iteration_us"] for r, t in timings.items()})
-    cpu = thread_cpu_figures(timings)  # the profiler's overhead, for the replay (nbox_replay.profiler)
+    cpu = thread_cpu_figures(timings)  # the profiler's overhead, for the replay (nbox_replay.inputs.profiler)
     if cpu:
         observed[THREAD_CPU_KEY] = cpu
     manifest = Manifest(

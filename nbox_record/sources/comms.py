@@ -12,7 +12,7 @@ parameters, and a ``nccl:<op>`` / ``gloo:<op>`` marker. Its facts come, in order
    where ``pg`` is a ``(name, desc)`` pair, or a bare pointer in schema 1.0.1/1.0.2. Every collective
    call also records a second ``record_param_comms`` named ``wait`` when the caller waits on it
    (hence 170 of them for 85 all-reduces in the Megatron sample): those are not collectives.
-2. nbox's own ``collectives.json`` (:class:`nbox_record.rawformat.CollectiveLog`), for gloo, which
+2. nbox's own ``collectives.json`` (:class:`nbox_record.handoff.rawformat.CollectiveLog`), for gloo, which
    records no ``record_param_comms``.
 3. The ``c10d::<op>`` operator's own inputs: tensor shapes and item sizes give the bytes, the
    op schema's argument names tell which input is the send buffer, the root, the peer, the tag.
@@ -366,7 +366,7 @@ def _is(v: Any, kinds: tuple[type, ...]) -> bool:
 
 
 def load_collective_log(path: str | Path, *, rank: int, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> CollectiveLogData:
-    """Read and check nbox's ``collectives.json`` (:class:`nbox_record.rawformat.CollectiveLog`).
+    """Read and check nbox's ``collectives.json`` (:class:`nbox_record.handoff.rawformat.CollectiveLog`).
 
     Raises:
         InputNotFoundError: no such file.

@@ -6,7 +6,7 @@ The captured iterations run under the execution-trace observer and Kineto with `
 observer serializes every operator (its inputs, outputs, ids) as it runs, and that cost lands inside the
 recorded durations: on the FSDP2 example the observer with Kineto costs far more thread CPU per iteration than
 Kineto alone, which costs little (docs/results.md, "The lean pass against the profiled times").
-``nbox_replay.profiler`` scales the recorded durations back from the
+``nbox_replay.inputs.profiler`` scales the recorded durations back from the
 thread's clean CPU time (each captured iteration's operators to it, or by clean / captured CPU time: one
 factor per rank either way), which is only as good as those figures are stable (the ratio moves from run to run on the
 testbed). The lean pass measures instead: ``L`` iterations
@@ -40,7 +40,7 @@ for, and the engine's own work between backward events counted nowhere. Such a t
 and the caller are one timeline, one of them working at a time: a gap runs from the previous event on either. Such a
 gap is marked
 (``LeanTime.joined``, ``nbox_gap_joined``), and the replay starts it once the work on another host thread that
-its node depends on has ended (nbox_replay/virtual.py); an unmarked gap already holds such waits.
+its node depends on has ended (nbox_replay/virtual/engine.py); an unmarked gap already holds such waits.
 
 Measured, and why it is off by default
 --------------------------------------
@@ -55,10 +55,10 @@ RegisterPostBackward`` and ``AddBackward0``, which run FSDP's backward hooks) an
 ``aten::chunk``), and those waits, in the gaps and in the operators' times, are played as compute on top of the
 collectives the replay models. What is missing is each operator's and gap's time on a CPU (the thread's CPU
 clock at every operator boundary), which Kineto does not record; until then the default is no lean pass, and
-the default rule of ``nbox_replay.profiler`` (built on the thread's CPU time, which leaves waits out; with a
+the default rule of ``nbox_replay.inputs.profiler`` (built on the thread's CPU time, which leaves waits out; with a
 lean pass, the operators it did not time are corrected by the ``proportional`` rule).
 
-All times microseconds. Nothing here reads files: :mod:`nbox_record.kineto` does.
+All times microseconds. Nothing here reads files: :mod:`nbox_record.sources.kineto` does.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class LeanTime:
     """One captured operator's lean figures: median duration and gap before it (us), over ``samples`` iterations;
     ``joined``: the gap was measured on its thread's timeline joined with a thread it hands work to, or is handed
     work by (:func:`_handoff_threads`; in most of the lean iterations), so the replay starts it once that other
-    thread's work its node waited for has ended (``nbox_gap_joined``, nbox_replay/virtual.py)."""
+    thread's work its node waited for has ended (``nbox_gap_joined``, nbox_replay/virtual/engine.py)."""
 
     duration_us: float
     gap_us: float

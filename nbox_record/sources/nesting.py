@@ -9,7 +9,7 @@ thread are then written as children of an operator that had already returned. Me
 of an iteration was written under the backward's ``evaluate_function: AccumulateGrad`` that issued the
 all-reduce, so it left the top-level operators (and a replay ran it inside the backward, or not at all).
 
-Kineto times the same operators (joined by ``rf_id``, :func:`nbox_record.kineto.join_host_ops`). A node whose
+Kineto times the same operators (joined by ``rf_id``, :func:`nbox_record.sources.kineto.join_host_ops`). A node whose
 start is after its parent's end gets as parent the operator of its thread that started last before it and was
 still running when it started (the innermost one holding it: operators of one thread nest; ``gloo:``/``nccl:``
 markers are never chosen, as they end on another thread); when none is, the nearest ancestor whose span holds

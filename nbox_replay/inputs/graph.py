@@ -7,7 +7,7 @@ What the replay needs from each node (attribute contract: chakra-format.md, nbox
   communication's own span, and ``issue_us`` (``nbox_cpu_duration_micros``) is what issuing it cost the
   thread;
 * ``gap_us``: the framework's time on the node's thread before it (``nbox_gap_micros``, from the recorder's lean
-  pass, nbox_record/leantiming.py; 0 without it), charged to the thread ahead of the node; ``gap_joined``
+  pass, nbox_record/sources/leantiming.py; 0 without it), charged to the thread ahead of the node; ``gap_joined``
   (``nbox_gap_joined``): that gap was measured with another thread's work taken out (a CUDA backward on the
   autograd engine's thread), so it starts once that work, which the node depends on, has ended;
 * ``waits_us``: the part of a host compute node's recorded duration during which its thread waited for a
@@ -58,7 +58,7 @@ class ReplayInputError(InvalidInputError):
 
 @dataclass(frozen=True)
 class CommInfo:
-    """A communication node's facts. ``nbytes`` follows comm_size's convention (nbox_record/comms.py)."""
+    """A communication node's facts. ``nbytes`` follows comm_size's convention (nbox_record/sources/comms.py)."""
 
     collective: str  # costmodels name; "send_recv" for point-to-point
     nbytes: int
@@ -114,7 +114,7 @@ class RankGraph:
 
     def profiled(self) -> RankGraph:
         """A copy with every lean-timed node back at its profiled duration and no gaps (the capture as the profiler
-        recorded it; nbox_record/leantiming.py)."""
+        recorded it; nbox_record/sources/leantiming.py)."""
         if not any(self.lean_flags()):
             return self
         n = len(self.ids)
@@ -138,7 +138,7 @@ def captured_iterations(g: RankGraph) -> tuple[list[int], int, bool]:
     """Each node's captured iteration (0-based), how many there are, and whether the recorder marked them.
 
     The recorder writes ``nbox_iteration`` = N >= 1 on the nodes of captured iteration N (from
-    ``ProfilerStep#N`` or nbox's boundary markers, nbox_record/toplevel.py); 0 or absent: none (the process
+    ``ProfilerStep#N`` or nbox's boundary markers, nbox_record/convert/toplevel.py); 0 or absent: none (the process
     group's set-up, anything before the first mark). A node belongs to the latest iteration marked at or
     before it in node order (the first for those before any mark), so iterations follow the recorded order.
     Without any mark: one iteration, ``marked`` False.

@@ -1,7 +1,7 @@
 """Replaying at a what-if mesh: the replayed ranks renumbered to the target ranks they play, and the report's lines.
 
-The rules live in :mod:`nbox_trace.mesh` (which groups form which dimension) and :mod:`emulator_core.mesh` (how a
-target mesh places ranks and sizes collectives); this module applies them to the replay's graphs and says what
+The rules live in :mod:`nbox_trace.mesh` (which groups form which dimension) and :mod:`emulator_core.scenario.mesh` (how
+a target mesh places ranks and sizes collectives); this module applies them to the replay's graphs and says what
 was applied.
 """
 
@@ -93,7 +93,7 @@ def set_world_size(overrides: Sequence[str]) -> int | None:
 
 def topology_spans(plan: MeshPlan, scenario: Scenario) -> dict[str, str]:
     """Per mesh dimension, the topology dimensions one of its groups spans on ``scenario`` (pricing's own
-    :func:`emulator_core.pricing.group_shape`), e.g. ``{"tp": "gpu(2)", "dp": "gpu(4) x node(128)"}``."""
+    :func:`emulator_core.pricing.pricer.group_shape`), e.g. ``{"tp": "gpu(2)", "dp": "gpu(4) x node(128)"}``."""
     out: dict[str, str] = {}
     strides = plan.strides()
     for name in plan.order:

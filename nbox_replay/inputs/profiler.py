@@ -7,7 +7,7 @@ every operator slower, and the recorded durations carry that: on the namespace t
 iterations' compute is longer than the un-instrumented ones', by far the most on FSDP2
 (``bench/testbed_causes.py``; docs/results.md), so a replay that plays the recorded durations predicts
 too slow. The recorder samples the training thread's time on a CPU both in its clean timed iterations and in
-its captured ones (``nbox_record/recordclock.py``); the bundle carries them per rank
+its captured ones (``nbox_record/capture/clock.py``); the bundle carries them per rank
 (``observed.thread_cpu_us``, :mod:`nbox_trace.bundle`). With ``clean`` = the median clean CPU time per
 iteration and ``captured`` = the median captured one, the profiler cost the thread ``captured - clean`` per
 iteration, and the rank's host compute nodes (those on a ``thread:`` resource; GPU stream nodes are not
@@ -37,9 +37,9 @@ The rule chosen (:data:`DEFAULT_RULE`)
 and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either.
 
 Why ``to_clean``: ``proportional`` assumes the profiler's cost sits inside the operators in proportion to their
-time, but once communication waits are taken out of the operators' durations (nbox_replay/graph.py,
-:func:`~nbox_replay.graph.waits_inside`) much of ``captured - clean`` is outside every operator (between them), so
-it shortens the operators by more than the profiler lengthened them and leaves out the framework's work between
+time, but once communication waits are taken out of the operators' durations (nbox_replay/inputs/graph.py,
+:func:`~nbox_replay.inputs.graph.waits_inside`) much of ``captured - clean`` is outside every operator (between them),
+so it shortens the operators by more than the profiler lengthened them and leaves out the framework's work between
 operators, which the virtual replay has nowhere else to play; ``to_clean`` charges the whole clean thread time to
 the operators. Against the recording's own un-instrumented iterations (the same launch, so the same memory layout
 and moment of the machine) ``proportional`` comes out low on nearly every example-run and ``to_clean`` does not;
@@ -54,7 +54,7 @@ play as operator time, and CUDA activity tracing blocks the thread inside operat
 rule sees: such ranks get ``to_wall`` (below). And where the recording machine was oversubscribed (more ranks than
 CPUs), ``to_clean`` comes out low, because the thread's CPU time leaves out its turns waiting for the CPU, which a
 node with a CPU of its own does not take; adding the run-queue time back (as the live pad does,
-nbox_replay/hostwork.py) helps there but overshoots where the wait is mostly gloo's own threads, whose work the
+nbox_replay/live/hostwork.py) helps there but overshoots where the wait is mostly gloo's own threads, whose work the
 calibrated collectives already hold. The report names such ranks (a wait of :data:`OVERSUBSCRIBED_SHARE` or more
 of the CPU time) instead of guessing which machine the user meant.
 
@@ -62,7 +62,7 @@ A rank with device compute: ``to_wall``
 ---------------------------------------
 On a CUDA rank the training thread's CPU time says little about its
 host work: it spins in synchronizing calls, and its backward pass runs on the autograd engine's device thread
-while it waits (nbox_record/leantiming.py), a thread the recorder's CPU figures do not cover; and CUDA activity
+while it waits (nbox_record/sources/leantiming.py), a thread the recorder's CPU figures do not cover; and CUDA activity
 tracing blocks the thread inside the captured operators, time no CPU figure holds. On a lent H100 the captured
 iteration's wall time was many times its clean one while its thread was on a CPU for little of it, and
 ``proportional`` replayed far too slow (docs/results.md, "The GPU kit"). ``to_wall`` scales each captured
@@ -84,7 +84,7 @@ above its clean one keeps its recorded durations (factor 1).
 
 The lean pass
 -------------
-A recording with a lean pass (``nbox record --lean-iterations``, opt-in; nbox_record/leantiming.py, which says
+A recording with a lean pass (``nbox record --lean-iterations``, opt-in; nbox_record/sources/leantiming.py, which says
 why it is not the default: its wall-clock times carry the thread's communication waits) measures instead of
 scaling: its captured host operators carry the median duration of the same operator call profiled by
 Kineto alone (no ET observer), and the gap before each (the framework's work between operators). Those nodes
@@ -149,7 +149,7 @@ _MAX_SAMPLES = 100_000
 @dataclass(frozen=True)
 class RankFigures:
     """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; its time
-    runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.hostwork); and its
+    runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.live.hostwork); and its
     clean iterations' wall time (None: the bundle has none; ``observed.per_rank_us``)."""
 
     clean_cpu_us: float
@@ -362,7 +362,7 @@ def correct_durations(durations: Sequence[float], corrected: Sequence[bool], ite
 
 def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGraph, float]:
     """A copy of ``g`` with its host compute corrected by ``rule``, and the effective factor (corrected / recorded
-    host compute; 1.0 when it has none). A lean-timed node (nbox_record/leantiming.py, measured without the
+    host compute; 1.0 when it has none). A lean-timed node (nbox_record/sources/leantiming.py, measured without the
     observer) is left as it is."""
     labels, _, _ = captured_iterations(g)
     if rule == "to_wall":

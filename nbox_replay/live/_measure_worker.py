@@ -1,11 +1,11 @@
-"""Measures compute nodes for ``--compute live --clock virtual`` (:mod:`nbox_replay.measure`).
+"""Measures compute nodes for ``--compute live --clock virtual`` (:mod:`nbox_replay.live.measure`).
 
-``python -m nbox_replay._measure_worker CONFIG.json``, one process: for each rank in turn, its compute nodes
-run live (:mod:`nbox_replay.ops`) in node order, with no communication, ``warmup`` untimed passes then
+``python -m nbox_replay.live._measure_worker CONFIG.json``, one process: for each rank in turn, its compute nodes
+run live (:mod:`nbox_replay.live.ops`) in node order, with no communication, ``warmup`` untimed passes then
 ``iterations`` timed ones; each node's duration is the median of its timed passes (microseconds; on CUDA the
 device is synchronized around each node). Writes ``{"ranks": {rank: {"duration_us": [per position: the
 median, or null when not compute or a fallback], "fallbacks": {op: nodes}}}, "heap_not_held": why or null}``
-to ``config["result"]`` (its heap held first, :mod:`nbox_replay.allocator`, and why not where it could not);
+to ``config["result"]`` (its heap held first, :mod:`nbox_replay.live.allocator`, and why not where it could not);
 on an exception writes ``error.json`` beside it and exits with code 1.
 """
 
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     cfg = json.loads(Path(argv[1]).read_text())
     out = Path(cfg["result"])
     rank = None
-    heap = hold_heap()  # as the live worker does (nbox_replay.allocator): the operators' own time, without extra faults
+    heap = hold_heap()  # as the live worker does (allocator.py): the operators' own time, without extra faults
     try:
         if os.environ.get("OMP_NUM_THREADS") == "1":
             torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """One replayed rank of a live replay (``--clock real``), launched by :mod:`nbox_trace.launch`.
 
-Started by :func:`nbox_replay.live.replay_live` as ``python -m nbox_replay._live_worker CONFIG.json`` in
+Started by :func:`nbox_replay.live.run.replay_live` as ``python -m nbox_replay.live._worker CONFIG.json`` in
 each of N processes; process ``RANK`` replays global rank ``config["ranks"][RANK]``. The parent sets the
 ``nbox`` backend's environment (``NBOX_WORLD_SIZE`` = the what-if world size W, ``NBOX_REAL_RANKS`` = the
 replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_DATA=0``), so collectives are
@@ -9,34 +9,34 @@ buffers carry no information, and a real transfer slower than the model would se
 
 The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that
 depends on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's
-collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.ops`) or, with
+collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.live.ops`) or, with
 ``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
 gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
 own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
 ``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
 (the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
-``config["host_cpu_us"]`` (``host_work=pad``, :mod:`nbox_replay.hostwork`) every repetition measures the thread's
+``config["host_cpu_us"]`` (``host_work=pad``, :mod:`nbox_replay.live.hostwork`) every repetition measures the thread's
 own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
 the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
 repetition's); with ``config["host_credit"]`` (``host_work=match``) a factor below 1 credits the rank instead: each
 live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
-:class:`emulator_core.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's wall
-time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
+:class:`emulator_core.backend.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's
+wall time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
 rank's timeline is credited the overshoot too: the answer needs every real peer's arrival time, which comes in host
 time, so a peer whose own credit put its host clock behind (or the exchange's round trip) would make the rank late on
 its timeline for a delay that is the emulator's, not the cluster's; credited, each wait ends on the rank's timeline
 where the model put it, as on the virtual clock (``caught_up_us`` per timed repetition in the result). The worker
-holds its heap first (:mod:`nbox_replay.allocator`; ``heap_not_held`` says why not where it could not). With
+holds its heap first (:mod:`nbox_replay.live.allocator`; ``heap_not_held`` says why not where it could not). With
 ``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
 the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
-``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.retarget`), and a blocking one is
+``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.engine.retarget`), and a blocking one is
 waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
 (not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
 removes the compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
 
 Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
 time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
-iterations, :func:`nbox_replay.graph.captured_iterations`: iteration j when the walk reaches the first node of
+iterations, :func:`nbox_replay.inputs.graph.captured_iterations`: iteration j when the walk reaches the first node of
 iteration j + 1, the last at the repetition's end; microseconds from the repetition's start), ``compute_us``
 and ``wait_us`` per repetition (``caught_up_us``: what ``host_credit``'s waits ran past their answered ends and were
 credited), and what was measured per timed
@@ -44,8 +44,8 @@ repetition in ``spans``: ``compute`` (``[start, end]`` of every compute node) an
 end]`` of every collective and send/recv: issue as the worker saw it, start and end as the backend answered
 them, the end moved later when the arrival times came in later than it, unless that overshoot was credited),
 microseconds from the repetition's
-start on the rank's clock (:mod:`nbox_replay.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks`` (nodes
-per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
+start on the rank's clock (:mod:`nbox_replay.virtual.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks``
+(nodes per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
 rank, the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before
 a collective is issued and at the end of a repetition (the communication stream is not modeled).
 """
@@ -243,7 +243,7 @@ class Replayer:
         # a wait gives up before the parent's deadline, so the error file can name the node it was stuck on
         self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
         self.factor = factor
-        self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.hostwork), set after the warm-up
+        self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.live.hostwork), set after the warm-up
         # replay.host_work=match in a timed repetition: a wait past the answered end is credited (module docstring)
         self.catch_up = False
         self.caught_up_ns = 0  # credited so (since the last reset)
@@ -417,7 +417,7 @@ class Replayer:
 
 def _busy_ns() -> int:
     """The thread's time on a CPU and waiting for one (:mod:`nbox_trace.threadtime`; where the kernel does not say,
-    its CPU time alone), nanoseconds: what :mod:`nbox_replay.hostwork` compares with the real thread's."""
+    its CPU time alone), nanoseconds: what :mod:`nbox_replay.live.hostwork` compares with the real thread's."""
     tt = thread_times_ns()
     return time.thread_time_ns() if tt is None else tt.on_cpu_ns + tt.run_queue_ns
 
@@ -456,7 +456,7 @@ def main(argv: list[str]) -> int:
         wait_us: list[float] = []
         caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (replay.host_work=match)
         spans: list[dict[str, Any]] = []
-        host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.hostwork)
+        host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.live.hostwork)
         history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
         busy_history: list[float] = []  # and its thread's busy time (the replay figure without match)
         credit = bool(cfg.get("host_credit"))  # replay.host_work=match
@@ -474,7 +474,8 @@ def main(argv: list[str]) -> int:
             wall, comp, waited = replayer.repetition()
             busy = (_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0
             # outside its waits: the host time the rank spent on anything but a wait (a fallback's recorded
-            # duration counts as spent), what replay.host_work=match holds to the real thread's (nbox_replay.hostwork)
+            # duration counts as spent), what replay.host_work=match holds to the real thread's
+            # (nbox_replay.live.hostwork)
             outside = (time.perf_counter_ns() - host0 - replayer.wait_host_ns + replayer.fallback_ns) / 1000.0
             history.append((outside if credit else busy, replayer.live_ns / 1000.0))
             busy_history.append(busy)

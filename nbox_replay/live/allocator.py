@@ -5,13 +5,13 @@ mmap threshold with a fresh ``mmap`` and gives it back on free, and returns the 
 kernel once it passes the trim threshold; either way the next tensor of that size touches new pages, and every
 4 KiB page costs a minor page fault the first time it is written. A replay worker re-runs the same operators with
 the same sizes over and over, but through a pool that frees each output at its recorded last use
-(:class:`nbox_replay.ops.TensorPool`), in an order the real training process did not have: on ddp_transformer the
+(:class:`nbox_replay.live.ops.TensorPool`), in an order the real training process did not have: on ddp_transformer the
 operators of one
 captured iteration took hundreds of minor faults and measurably longer than with the heap held, more faults than
 the real training loop of the same model takes per step (docs/results.md, "Smaller measurements").
 
 The replay's compute is meant to cost what the operators cost, and the real thread's own extras (its faults,
-the autograd engine, Python) are put back by the host-work pad (:mod:`nbox_replay.hostwork`), which can only
+the autograd engine, Python) are put back by the host-work pad (:mod:`nbox_replay.live.hostwork`), which can only
 stretch a replay that runs faster than the real thread, never shrink one that runs slower. So the workers hold
 the heap: :func:`hold_heap` fixes the mmap threshold at glibc's own ceiling for its dynamic threshold
 (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB on 64-bit: a block that large is mapped in the real process too, so it

@@ -6,7 +6,7 @@ The backward pass is recorded as ``autograd::engine::evaluate_function: XBackwar
 order, in its attribute ``nbox_children`` (JSON text): a list of ``{name, op_schema, inputs: {values,
 shapes, types}, outputs: {values, shapes, types}[, input_strides]}``, the node's own IOInfo formats
 parsed. :func:`child_nodes` turns each entry back into a compute node, built by
-:func:`nbox_replay.ops.build_runnable` like any other; :class:`nbox_replay.ops.CompositeRunnable` runs them in
+:func:`nbox_replay.live.ops.build_runnable` like any other; :class:`nbox_replay.live.ops.CompositeRunnable` runs them in
 order on the rank's one tensor pool, so tensor ids chain across the children and the nodes around them.
 """
 
@@ -48,7 +48,7 @@ def child_nodes(node: pb.Node) -> list[pb.Node] | None:
     """The compute nodes listed in ``node``'s ``nbox_children`` (None when it has none); BuildError if malformed.
 
     Each child gets the parent's id, the child's name, ``op_schema``, inputs, outputs and (when recorded)
-    ``nbox_input_strides``: what :func:`nbox_replay.ops.build_runnable` reads.
+    ``nbox_input_strides``: what :func:`nbox_replay.live.ops.build_runnable` reads.
     """
     attr = attr_map(node.attr).get(CHILDREN_ATTR)
     if attr is None:

@@ -2,7 +2,7 @@
 
 A live replay calls each recorded ``aten`` operator from Python, where the real run called it from C++ (the
 autograd engine, a module's forward in C++ kernels). That call's own cost is the replay's, not the workload's, and
-it counts on the replayed thread as if it were compute (:mod:`nbox_replay.hostwork`). ``OpOverload._op`` (the
+it counts on the replayed thread as if it were compute (:mod:`nbox_replay.live.hostwork`). ``OpOverload._op`` (the
 resolved overload's entry) parses its arguments against the schema through the TorchScript stack machinery;
 torch's generated bindings (``torch._C._VariableFunctions.mm``, ``torch.Tensor.view``, ``torch._C._nn.gelu``)
 parse them with the faster generated parser, so a small operator's call costs measurably less and a replayed
@@ -11,9 +11,9 @@ bindings").
 
 A binding is picked by name and then **checked** (:func:`choose`), because it selects its overload by parsing
 the arguments itself and may pick another one, or reject the schema's positional form (``ones_like``'s
-keyword-only ``dtype``): once, when the operator is prepared (:class:`nbox_replay.ops.Runnable`, before any
+keyword-only ``dtype``): once, when the operator is prepared (:class:`nbox_replay.live.ops.Runnable`, before any
 repetition), both entries run on ``meta`` tensors of its recorded shapes, strides and dtypes, built by a ``meta``
-:class:`~nbox_replay.ops.TensorPool` (no data, no side effect; a device argument becomes ``meta`` too, and an
+:class:`~nbox_replay.live.ops.TensorPool` (no data, no side effect; a device argument becomes ``meta`` too, and an
 operator with neither keeps ``_op``), under a mode that records every ``aten`` overload they dispatch to; the
 binding is used only when it dispatches exactly the same overloads, in the same order, and returns outputs of the
 same shapes, strides and dtypes. Anything else (no binding of that name, an error on either side, an operator

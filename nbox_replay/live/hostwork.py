@@ -21,8 +21,8 @@ live_us`` (``live_us``: the operators' own time per iteration, likewise), so the
 as long as the real one was. The stretch is a wait after the operator (the rank's core is not kept busy), applied
 with the scenario's compute factor (a straggler's factor multiplies it). Where the framework's work sits in the
 iteration is not known (Kineto records operators, not the time between them without the communication waits mixed
-in: the lean pass of nbox_record/leantiming.py measured the gaps and found them dominated by waits), so it is spread
-over the operators in proportion to their time. A bundle recorded before the run-queue figure existed pads to the
+in: the lean pass of nbox_record/sources/leantiming.py measured the gaps and found them dominated by waits), so it is
+spread over the operators in proportion to their time. A bundle recorded before the run-queue figure existed pads to the
 CPU time alone.
 
 **The repetitions before.** ``replay_us`` is the median over the repetitions before the padded one, the first (cold)
@@ -40,9 +40,9 @@ walk through the graph and the backend's issue of each collective; the real thre
 recorded figure holds instead) keeps its
 excess, and that excess is the replay's, not the training job's. ``match`` credits it back: with ``pad_us`` negative
 the factor falls below 1, and each live operator, instead of a wait after it, moves the rank's own timeline
-``(1 - factor) x`` its time behind the host clock (:meth:`emulator_core.clocksync.Clock.credit`). The rank's arrivals
-at later collectives go out that much earlier on the reference timeline, its waits end that much later in host time,
-and its measured iteration is that much shorter, so per iteration the rank's thread counts as long as the real
+``(1 - factor) x`` its time behind the host clock (:meth:`emulator_core.backend.clocksync.Clock.credit`). The rank's
+arrivals at later collectives go out that much earlier on the reference timeline, its waits end that much later in host
+time, and its measured iteration is that much shorter, so per iteration the rank's thread counts as long as the real
 one's, either way. The credit is taken on the operators in proportion to their time, like the pad, and cannot
 exceed them (factor >= 0). Under ``match`` the replay's figure (``replay_us``) is its time outside its waits (host
 time, a fallback's recorded duration counted as spent), not its thread's busy time: time the walk spends blocked
@@ -58,7 +58,7 @@ too (the worker's ``_catch_up``): that overshoot is the emulator's (a peer's cre
 trip, a wake-up on a busy core), not the modeled cluster's, and each wait then ends where the model put it, as on the
 virtual clock. Reported per rank as ``caught_up_us`` per iteration.
 
-Each worker holds its heap first (:mod:`nbox_replay.allocator`: no trimming, a fixed mmap threshold), so its
+Each worker holds its heap first (:mod:`nbox_replay.live.allocator`: no trimming, a fixed mmap threshold), so its
 operators do not page-fault more than the real run's did: the pad then starts from the operators' own time.
 
 The first repetition of a worker is slow (its tensors are made, caches are cold: its operators run several

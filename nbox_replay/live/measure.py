@@ -1,11 +1,11 @@
 """Live-measured compute for virtual time (``--compute live --clock virtual``).
 
 :func:`measure_compute` re-executes every replayed rank's compute nodes on this device, without any
-communication, in one worker process launched by nbox's one launcher (``nbox_replay._measure_worker``:
+communication, in one worker process launched by nbox's one launcher (``nbox_replay.live._measure_worker``:
 ranks one after another, so they never compete for the cores), and returns each rank's graph with the measured
 durations in place of the recorded ones: per compute node, the median over ``iterations`` timed passes after
 ``warmup`` untimed ones (microseconds). A node that cannot run live keeps its recorded duration and is counted
-as a fallback, as in live replay (:mod:`nbox_replay.ops`). The virtual replay then applies the scenario to
+as a fallback, as in live replay (:mod:`nbox_replay.live.ops`). The virtual replay then applies the scenario to
 those durations like to recorded ones, so ``compute_scale`` acts in both directions (a factor below 1 too),
 and stragglers and ``overlap`` act as in any virtual replay. This module does not import torch.
 """
@@ -36,7 +36,7 @@ class Measured:
         graphs: rank -> its graph, compute durations measured (fallbacks keep the recorded ones).
         coverage: share of the recorded compute time that was measured live (0..1).
         fallbacks: fallback nodes per operator name (all ranks).
-        heap_not_held: why the measuring worker could not hold its heap (:mod:`nbox_replay.allocator`), or ''.
+        heap_not_held: why the measuring worker could not hold its heap (:mod:`nbox_replay.live.allocator`), or ''.
     """
 
     graphs: dict[int, RankGraph]

@@ -22,7 +22,7 @@ builds its arguments in a per-rank :class:`TensorPool`:
   operator produced them. Made as new tensors, they would be memory the real run had not touched since long
   (cold in cache), and the replayed operators measurably slower than the real model's (docs/results.md). A view
   that does not fit (another dtype, past the storage's end) is a new tensor;
-* a made tensor's values follow :mod:`nbox_replay.values`, so that no operator takes a slow path the real
+* a made tensor's values follow :mod:`nbox_replay.live.values`, so that no operator takes a slow path the real
   run did not: integer and bool tensors hold zeros (index 0 is always valid for embedding, index_select,
   gather, nll_loss targets, ...); floating-point ones uniform values in [-1, 1), except what a
   domain-restricted operator reads (``sqrt``, ``log``, ...: positive) and a recorded Python number (a
@@ -33,7 +33,7 @@ Only the recorded top-level operators are nodes of the trace (never their childr
 recorded. A node without an ``aten`` schema (``autograd::engine::evaluate_function: ...``, ``fsdp::``
 ops), or an ``aten`` operator called on a tensor subclass (FSDP2's DTensor parameters: recorded at the global
 shape, it ran its local operator), that lists the ``aten`` operators it ran in ``nbox_children`` runs them as one
-:class:`~nbox_replay.children.CompositeRunnable` (:mod:`nbox_replay.children`); if one of them cannot be
+:class:`~nbox_replay.live.children.CompositeRunnable` (:mod:`nbox_replay.live.children`); if one of them cannot be
 built the whole node falls back. A node that cannot be built (no schema and no children; not an ``aten``
 operator; an argument of a kind that cannot be made, e.g. ``Object``) or that raises when run falls back
 to its recorded duration; fallbacks are counted per operator name and never stop the replay. Coverage is
@@ -210,7 +210,7 @@ class TensorPool:
     #: tensor id -> (the id of the live tensor it is a view of, its storage offset minus that tensor's, elements):
     #: inputs no operator produced that share a recorded storage with an earlier output (:class:`LiveOps`)
     aliases: dict[int, tuple[int, int]] = field(default_factory=dict)
-    #: tensor id -> its value rule when an operator's argument asks for one (:func:`nbox_replay.values.fill`)
+    #: tensor id -> its value rule when an operator's argument asks for one (:func:`nbox_replay.live.values.fill`)
     rules: dict[int, str] = field(default_factory=dict)
 
     def get(self, spec: TensorSpec) -> torch.Tensor:
@@ -291,7 +291,7 @@ class Runnable:
     def __post_init__(self) -> None:
         # The per-call path is the replay's own overhead, which the real run does not have: the operator's
         # C++ entry (OpOverload.__call__ only forwards to it), or torch's generated binding where a check on meta
-        # tensors shows that it dispatches the same (nbox_replay.fastcall), and the one-tensor output's id.
+        # tensors shows that it dispatches the same (nbox_replay.live.fastcall), and the one-tensor output's id.
         self._call: Callable[..., Any] = getattr(self.op, "_op", self.op)
         if getattr(self.op, "_schema", None) is not None:  # an OpOverload: pick its entry now, on meta tensors
             meta = TensorPool("meta")  # the arguments as a run builds them, of their recorded layout, no data

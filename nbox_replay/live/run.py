@@ -1,21 +1,21 @@
 """Live replay (``--clock real``): re-execute a bundle's ranks on this machine, collectives emulated.
 
 :func:`replay_live` launches one process per replayed rank with nbox's one launcher
-(:mod:`nbox_trace.launch`: N ranks of ``python -m nbox_replay._live_worker``); each walks its rank's
-graph on the real clock (:mod:`nbox_replay._live_worker`): compute nodes run live (:mod:`nbox_replay.ops`) or wait
+(:mod:`nbox_trace.launch`: N ranks of ``python -m nbox_replay.live._worker``); each walks its rank's
+graph on the real clock (:mod:`nbox_replay.live._worker`): compute nodes run live (:mod:`nbox_replay.live.ops`) or wait
 their recorded durations (``compute="recorded"``, and every fallback), and collectives go through the ``nbox``
 ``torch.distributed`` backend, which presents the what-if world of W ranks and completes each collective at the
 time the emulator core models for the scenario (:mod:`emulator_core.backend`).
 
-An iteration is a captured iteration, as in the virtual replay (:mod:`nbox_replay.summary`): each worker
+An iteration is a captured iteration, as in the virtual replay (:mod:`nbox_replay.report.summary`): each worker
 reports when it ended each captured iteration of a repetition, on its own clock from the repetition's start,
-and the job's iteration windows of the repetition follow by :func:`nbox_replay.breakdown.job_windows` (iteration
+and the job's iteration windows of the repetition follow by :func:`nbox_replay.virtual.breakdown.job_windows` (iteration
 j ends when its last rank ends it; the windows add up to the slowest rank's wall time for the repetition).
 Timing a repetition of k captured iterations whole would report k times its mean iteration, hiding their
 spread and putting a mean beside the observed run's median. No clock is shared across
 nodes: each rank's times count from its own start of the repetition (the ranks meet at the first collective).
 What each rank measured (its compute intervals and its collectives' issue, start and end) is cut into the
-breakdown of each window by :func:`nbox_replay.breakdown.partition` (:attr:`LiveResult.rank_breakdown`).
+breakdown of each window by :func:`nbox_replay.virtual.breakdown.partition` (:attr:`LiveResult.rank_breakdown`).
 
 Scenario keys that act on compute are applied by the workers, once: the rank's compute factor (its straggler
 slowdown divided by ``compute_scale``) stretches its compute nodes, and ``overlap = "serialize"`` makes the
@@ -116,17 +116,17 @@ class LiveConfig:
         warmup: repetitions of the graph run first and not timed (>= 0).
         iterations: timed repetitions (>= 1).
         timeout_s: deadline for the whole run, seconds (> 0); each wait for a collective gives up after 3/4 of it.
-        nodes: several nodes (:class:`nbox_trace.launch.Nodes`): run the same replay on each; this node starts
+        nodes: several nodes (:class:`nbox_trace.launch.launcher.Nodes`): run the same replay on each; this node starts
             its share of the replayed ranks (global rank i replays ``sorted(files)[i]``), each node
-            reports the whole job, and the ranks' clocks need not agree (:mod:`emulator_core.clocksync`).
+            reports the whole job, and the ranks' clocks need not agree (:mod:`emulator_core.backend.clocksync`).
         profiler: the correction of recorded durations for the profiler's overhead
-            (:meth:`nbox_replay.profiler.Correction.worker_doc`; None: none), applied by each worker to its graph.
+            (:meth:`nbox_replay.inputs.Correction.worker_doc`; None: none), applied by each worker to its graph.
         host_cpu_us: per replayed rank, the real training thread's time on a CPU and waiting for one per clean
             iteration (microseconds; the CPU time alone for a bundle without the run-queue figure):
             each worker pads its live operators for the host work the replay does not re-run
-            (:mod:`nbox_replay.hostwork`; needs ``warmup`` >= 1). None: no padding.
+            (:mod:`nbox_replay.live.hostwork`; needs ``warmup`` >= 1). None: no padding.
         host_credit: with ``host_cpu_us``, also credit a rank whose replay is busier than the real thread
-            (``replay.host_work=match``, :mod:`nbox_replay.hostwork`); False: lengthen only.
+            (``replay.host_work=match``, :mod:`nbox_replay.live.hostwork`); False: lengthen only.
     """
 
     files: Mapping[int, Path]
@@ -203,12 +203,12 @@ class LiveResult:
         fallback_reasons: one reason per fallback operator name.
         wall_s: the whole run, launch to exit, in seconds.
         rank_breakdown: per rank and timed iteration, the job's window cut into parts
-            (:func:`nbox_replay.breakdown.partition` over the intervals the worker measured).
+            (:func:`nbox_replay.virtual.breakdown.partition` over the intervals the worker measured).
         per_repetition: timed iterations per repetition (the captured iterations every rank reported; 1 when
             they disagree: then a repetition is one iteration).
-        host_pad: per rank, the padding for host work its worker applied (:mod:`nbox_replay.hostwork`; empty
+        host_pad: per rank, the padding for host work its worker applied (:mod:`nbox_replay.live.hostwork`; empty
             when none was asked).
-        heap_not_held: per rank whose worker could not hold its heap, why (:mod:`nbox_replay.allocator`).
+        heap_not_held: per rank whose worker could not hold its heap, why (:mod:`nbox_replay.live.allocator`).
     """
 
     world_size: int
@@ -251,7 +251,7 @@ def _failure(cfg: LiveConfig, work: Path, result: LaunchResult) -> LiveReplayErr
 
 
 def launch_spec(config: LiveConfig, work: Path, config_path: Path, scenario_path: Path) -> Launch:
-    """The launch of one ``nbox_replay._live_worker`` per replayed rank, standalone on this machine; the ranks see
+    """The launch of one ``nbox_replay.live._worker`` per replayed rank, standalone on this machine; the ranks see
     the what-if world through ``NBOX_WORLD_SIZE``, ``NBOX_REAL_RANKS`` and ``NBOX_SCENARIO``. ``NBOX_MOVE_DATA=0``:
     the replayed buffers carry no information, so only arrival times travel and every collective completes at the
     modeled time (moving real data, a call would complete at the later of the model and the real transfer, and the real
@@ -344,7 +344,7 @@ def _collect(config: LiveConfig, results: dict[int, dict[str, Any]], wall_s: flo
 def _breakdowns(rank: int, doc: dict[str, Any], windows: Sequence[Sequence[tuple[float, float]]]) -> list[Breakdown]:
     """Per timed repetition and iteration window of the job, one rank's measured intervals cut into parts over
     it (a rank that finished its part sooner is idle until the window ends), so every rank's parts sum to the
-    job's iteration time (worker output: module docstring of :mod:`nbox_replay._live_worker`)."""
+    job's iteration time (worker output: module docstring of :mod:`nbox_replay.live._worker`)."""
     out = []
     for ws, spans in zip(windows, doc.get("spans") or [], strict=False):
         compute = [(float(a), float(b)) for a, b in spans.get("compute") or []]
@@ -370,7 +370,7 @@ class PairedResult:
 
     def speedups(self) -> list[float]:
         """Per pair and captured iteration, the baseline's iteration time over the what-if's (> 1: the what-if is
-        faster), by the one rule of :func:`nbox_replay.summary.speedup`; a pair without a ratio (a zero time) is
+        faster), by the one rule of :func:`nbox_replay.report.summary.speedup`; a pair without a ratio (a zero time) is
         left out."""
         ratios = (speedup(b, w) for b, w in zip(self.baseline.iteration_us, self.what_if.iteration_us, strict=True))
         return [r for r in ratios if r is not None]

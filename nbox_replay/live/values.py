@@ -1,4 +1,4 @@
-"""The values live replay gives the tensors it makes (:class:`nbox_replay.ops.TensorPool`).
+"""The values live replay gives the tensors it makes (:class:`nbox_replay.live.ops.TensorPool`).
 
 The execution trace records a tensor's shape, strides and dtype, never its values, so a tensor no replayed operator
 produced (a parameter, an optimizer's state, the batch, a saved statistic) is made up. An operator's speed must not

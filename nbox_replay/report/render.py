@@ -1,7 +1,7 @@
 """The replay report: recorded vs baseline vs what-if, the breakdown, the top collectives, as text and JSON.
 
 Times are microseconds (JSON) or one unit per column (text, :mod:`nbox_trace.units`). The breakdown is
-one rank's partition of the median iteration (:mod:`nbox_replay.breakdown`, :mod:`nbox_replay.summary`);
+one rank's partition of the median iteration (:mod:`nbox_replay.virtual.breakdown`, :mod:`nbox_replay.report.summary`);
 its four parts add up to the iteration time:
 
 * ``compute``: some compute operation of the rank runs (streams and threads at once count once);
@@ -13,7 +13,7 @@ its four parts add up to the iteration time:
 
 The ``rank`` column names the rank (the slowest of the median iteration unless ``--rank`` picked one).
 
-The text opens with the answer (:meth:`ReplayReport.answer`, words from :mod:`emulator_core.question`): the
+The text opens with the answer (:meth:`ReplayReport.answer`, words from :mod:`emulator_core.scenario.question`): the
 what-if, labelled by what it changed, its iteration time, that time against the baseline's in words, and the
 share of it that is exposed communication. The JSON document carries the same facts under ``answer``.
 """
@@ -57,11 +57,11 @@ class ReplayReport:
     timelines: list[str] = field(default_factory=list)
     world: WhatIfWorld | None = None  # the what-if's world size and where it came from
     paired_speedups: list[float] | None = None  # real clock: per interleaved pair, baseline / what-if time
-    mesh_lines: list[str] = field(default_factory=list)  # the recorded mesh, and the what-if's (nbox_replay.meshing)
+    mesh_lines: list[str] = field(default_factory=list)  # the recorded mesh, and the what-if's (inputs/meshing.py)
     mesh: dict[str, Any] | None = None  # the same as JSON
-    profiler: Correction | None = None  # how recorded compute was corrected for the profiler (nbox_replay.profiler)
-    host_work: dict[str, Any] | None = None  # live compute padded for host work (nbox_replay.hostwork): "line", ranks
-    changes: list[str] = field(default_factory=list)  # what the what-if changed, in words (emulator_core.question)
+    profiler: Correction | None = None  # how recorded compute was corrected for the profiler (inputs/profiler.py)
+    host_work: dict[str, Any] | None = None  # live compute padded for host work (live/hostwork.py): "line", ranks
+    changes: list[str] = field(default_factory=list)  # what the what-if changed, in words (scenario.question)
 
     def paired_spread(self) -> dict[str, float] | None:
         """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
@@ -74,7 +74,7 @@ class ReplayReport:
 
     @property
     def speedup(self) -> float | None:
-        """The what-if's speed-up over the baseline (:func:`nbox_replay.summary.speedup`; > 1: faster; None:
+        """The what-if's speed-up over the baseline (:func:`nbox_replay.report.summary.speedup`; > 1: faster; None:
         undefined, a zero time)."""
         return speedup(self.baseline.median_us, self.what_if.median_us)
 

@@ -4,14 +4,14 @@ Definitions (times in microseconds):
 
 * an **iteration** is a captured iteration as the recorder marked it in the trace, once per pass over the
   capture (``--iterations`` passes); a trace without marks has one iteration per pass
-  (:func:`nbox_replay.graph.captured_iterations`, :attr:`RunSummary.iterations_note` says which);
+  (:func:`nbox_replay.inputs.graph.captured_iterations`, :attr:`RunSummary.iterations_note` says which);
 * the job's **iteration time** of iteration ``j``: its window runs from the end of iteration ``j - 1`` to
-  the moment its last rank ends it (:func:`nbox_replay.breakdown.job_windows`; the windows add up to the
+  the moment its last rank ends it (:func:`nbox_replay.virtual.breakdown.job_windows`; the windows add up to the
   run's wall time);
-* the run's figure is the **median iteration** (:func:`nbox_replay.breakdown.median_index`; with an even
+* the run's figure is the **median iteration** (:func:`nbox_replay.virtual.breakdown.median_index`; with an even
   count the lower middle one): :attr:`RunSummary.median_us`;
 * the **breakdown** is one rank's partition of that same median iteration's window
-  (:func:`nbox_replay.breakdown.partition`: compute, exposed communication, waiting for peers and idle add
+  (:func:`nbox_replay.virtual.breakdown.partition`: compute, exposed communication, waiting for peers and idle add
   up to the iteration time; overlapped communication beside them). The rank is the one that ended the
   median iteration last (the slowest; the lowest on a tie) unless the caller picks one (``--rank``);
   :attr:`RunSummary.breakdowns` holds that rank's breakdown of every iteration;
@@ -76,7 +76,7 @@ class RunSummary:
 
     @property
     def median_index(self) -> int:
-        """Which iteration the report shows (:func:`nbox_replay.breakdown.median_index`)."""
+        """Which iteration the report shows (:func:`nbox_replay.virtual.breakdown.median_index`)."""
         return median_index(self.iteration_us)
 
     @property

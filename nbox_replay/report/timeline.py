@@ -3,7 +3,7 @@
 One file per replayed rank, ``rank<r>.<label>.json``, in the JSON object format of the Trace Event Format
 (``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``); ``ts`` and ``dur`` are
 microseconds of virtual time, counted from the start of the last repetition (the one
-:class:`~nbox_replay.virtual.RankResult` keeps node times for; ``otherData.offset_us`` is that start).
+:class:`~nbox_replay.virtual.engine.RankResult` keeps node times for; ``otherData.offset_us`` is that start).
 
 Tracks (``pid`` = the rank, one ``tid`` per track, named by ``"M"`` metadata events):
 

@@ -5,12 +5,12 @@ in that order). A node starts when its resource (thread or stream) is free and i
 
 * a **compute** node needs its dependencies' ends; it runs for ``duration / compute_scale`` (times the
   rank's straggler slowdown, and with a what-if mesh at a fixed global batch the per-rank batch's ratio,
-  :attr:`emulator_core.mesh.MeshPlan.compute_factor`);
+  :attr:`emulator_core.scenario.mesh.MeshPlan.compute_factor`);
 * a **collective** or **send/recv** is *issued* on its thread once its dependencies are met, where a
   dependency on another comm node counts from that node's issue (collectives of one group are ordered
   on the group's stream by the fabric, not by the thread). Issuing costs the thread ``issue_us``; a
   blocking (synchronous) one holds the thread until it completes. It completes when the fabric says:
-  :meth:`emulator_core.answer.Fabric.answer` with the issue times of the replayed members of its group
+  :meth:`emulator_core.pricing.answer.Fabric.answer` with the issue times of the replayed members of its group
   (matched by process group and position in that group's sequence); emulated members mirror them;
 * a node with a recorded **gap** (``nbox_gap_micros``: the framework's own work on the thread since the previous
   operator, measured by the recorder's lean pass) first holds its thread for the gap (times the same factor
@@ -21,7 +21,7 @@ in that order). A node starts when its resource (thread or stream) is free and i
   and some are unfinished, the collectives they wait for can never complete (:class:`ReplayDeadlock`
   names them).
 
-The ranks run on one event core (:class:`nbox_replay.events.EventQueue`), an event per rank run until it
+The ranks run on one event core (:class:`nbox_replay.virtual.events.EventQueue`), an event per rank run until it
 must wait, not per node. Its clock counts rounds: in each round every rank that can advance runs, in rank
 order; a rank parked on a collective is woken by the answer (later in the same round if it comes after the
 rank that answered, else in the next), and a rank that finished a repetition goes on in the next round.
@@ -30,7 +30,7 @@ summed (compute per rank, exposed time per collective) and collectives are liste
 
 World-size retargeting (design.md): the world group grows to the target world size, sizes follow the
 collective's semantics (:func:`retarget`), other groups keep their members. With a what-if mesh
-(:class:`emulator_core.mesh.MeshPlan`) each group follows its mesh dimensions instead, each replayed rank
+(:class:`emulator_core.scenario.mesh.MeshPlan`) each group follows its mesh dimensions instead, each replayed rank
 plays the target rank of its coordinates, and each size follows its group's rule (:meth:`MeshPlan.size`).
 Everything is deterministic: the same graphs and scenario give the same times, bit for bit.
 """
@@ -93,11 +93,11 @@ def retarget(comm: CommInfo, recorded_world: int, world: int, group_grows: bool)
 class RankResult:
     """One replayed rank. Times in microseconds of virtual time; ``iteration_us`` per repetition of the graph.
 
-    ``intervals`` is what the breakdown (:mod:`nbox_replay.breakdown`) partitions: every compute node's
+    ``intervals`` is what the breakdown (:mod:`nbox_replay.virtual.breakdown`) partitions: every compute node's
     (start, end) and every communication's (issue, modeled start, modeled end), all repetitions;
     ``comm_answers[k]`` is the answer of ``intervals.comms[k]`` (None: an unpriced node, its recorded
     duration). ``iteration_end_us``: when the rank ended each captured iteration of each repetition
-    (absolute virtual time; see :func:`nbox_replay.graph.captured_iterations`).
+    (absolute virtual time; see :func:`nbox_replay.inputs.graph.captured_iterations`).
     """
 
     rank: int
@@ -123,7 +123,7 @@ class CollectiveAnswer:
     algorithm: str
     start_us: float
     end_us: float
-    recorded_us: float | None = None  # the recording's own time of the call (nbox_replay.recorded_calls)
+    recorded_us: float | None = None  # the recording's own time of the call (nbox_replay.inputs.recorded_calls)
 
 
 @dataclass
@@ -140,7 +140,7 @@ class SimResult:
 
     def windows(self) -> list[tuple[float, float]]:
         """The job's iteration windows, captured iterations of every repetition in order
-        (:func:`nbox_replay.breakdown.job_windows`: an iteration ends when its last rank ends it)."""
+        (:func:`nbox_replay.virtual.breakdown.job_windows`: an iteration ends when its last rank ends it)."""
         return job_windows({r: rr.iteration_end_us for r, rr in self.ranks.items()})
 
     def iteration_us(self) -> list[float]:
@@ -247,7 +247,7 @@ class _Sim:
 def _iterations(graphs: Mapping[int, RankGraph]) -> tuple[dict[int, list[int]], int, str]:
     """Per rank, each node's captured iteration (0-based); how many per repetition; how they were found.
 
-    The recorder's marks (:func:`nbox_replay.graph.captured_iterations`) are used when every replayed rank
+    The recorder's marks (:func:`nbox_replay.inputs.graph.captured_iterations`) are used when every replayed rank
     with nodes carries the same number of marked iterations; otherwise one iteration is one pass over the
     whole capture, and the note says why.
     """
@@ -305,8 +305,8 @@ def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Map
 
 def _handoff_deps(g: RankGraph, gap: Sequence[float]) -> list[tuple[int, ...]]:
     """Per node whose gap the recorder measured on a joined timeline (``nbox_gap_joined``: the caller of a backward
-    pass that the autograd engine ran on its device thread, nbox_record/leantiming.py): its dependencies that are
-    compute on another host thread. Its gap starts once they have ended: the thread waited for them before doing
+    pass that the autograd engine ran on its device thread, nbox_record/sources/leantiming.py): its dependencies that
+    are compute on another host thread. Its gap starts once they have ended: the thread waited for them before doing
     that work. Any other gap was measured on its own thread's timeline and already holds such waits, so it
     starts when the thread is free (a CPU rank's FSDP2 gap before ``aten::chunk``, say). A dependency on a GPU
     stream never holds a gap back: the host runs ahead of its kernels."""
@@ -333,7 +333,7 @@ class _Rank:
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
         self.comm_positions = [i for i, k in enumerate(g.kind) if COLLECTIVE <= k <= RECV]
         self.factor = sim.scenario.slowdown(g.rank) / sim.scenario.compute_scale
-        if sim.mesh is not None:  # a fixed global batch: the per-rank batch's ratio (emulator_core.mesh)
+        if sim.mesh is not None:  # a fixed global batch: the per-rank batch's ratio (emulator_core.scenario.mesh)
             self.factor *= sim.mesh.compute_factor
         self.done = len(g) == 0
         self.at = 0  # the node the walk stopped at (for :meth:`stuck_message`)

@@ -471,7 +471,7 @@ def traces_directory(path: str | os.PathLike[str]) -> contextlib.AbstractContext
     """What every command that reads traces opens (``nbox trace inspect``, ``replay``, ``sweep``): a file named
     ``*.nbox`` is a bundle archive, unpacked and checked by :func:`bundle_directory` into a temporary directory
     for the block; anything else (a bundle directory, a bare Chakra ET file, directory or ``<prefix>``) is
-    passed through as it is, for :func:`nbox_trace.bundle.locate_traces` to read."""
+    passed through as it is, for :func:`nbox_trace.bundle.manifest.locate_traces` to read."""
     p = Path(path)
     if p.name.endswith(ARCHIVE_SUFFIX) and p.is_file():
         return bundle_directory(p)

@@ -16,8 +16,8 @@ bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the t
 CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
 wall time (``captured_wall``), and (in newer recordings) its time runnable but waiting for a CPU per clean
 iteration (``clean_run_queue``), microseconds. The replay corrects the recorded compute for the profiler's
-overhead with them (``nbox_replay.profiler``; a bundle without them is replayed uncorrected, and says so), and
-a live replay pads its re-executed operators for the host work it does not re-run (``nbox_replay.hostwork``).
+overhead with them (``nbox_replay.inputs.profiler``; a bundle without them is replayed uncorrected, and says so), and
+a live replay pads its re-executed operators for the host work it does not re-run (``nbox_replay.live.hostwork``).
 
 Writing goes to a temporary directory beside the target, renamed into place at the end, so an
 interrupted ``nbox record`` never leaves a half-written bundle under the final name. Reading treats

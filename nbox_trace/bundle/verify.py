@@ -5,7 +5,7 @@ verifies only when every check holds. A check that cannot run because an earlier
 reported as skipped (a failure), never as passed.
 
 1. ``archive`` (archives only): unpacked member by member against the manifest into a temporary
-   directory (:func:`nbox_trace.archive.unpack_bundle`: names, types, caps, sizes, streamed sha256).
+   directory (:func:`nbox_trace.bundle.archive.unpack_bundle`: names, types, caps, sizes, streamed sha256).
 2. ``manifest``: valid JSON of schema ``nbox_trace.bundle``, a version this nbox reads (older ones are
    migrated; a newer major is refused naming the nbox that wrote it), every key of the right type.
 3. ``files``: every file the manifest lists and no other; each a regular file whose size matches

@@ -11,7 +11,7 @@ say beyond type and message).
 
 The rules, the same for every caller:
 
-* One node (no ``rdzv_endpoint``): nbox starts the ranks itself (:mod:`nbox_trace.localrun`: torchrun's
+* One node (no ``rdzv_endpoint``): nbox starts the ranks itself (:mod:`nbox_trace.launch.localrun`: torchrun's
   ``--standalone`` without its agent process, which imported torch before each launch, 2.2-2.8 s), with the
   environment torchrun's agent gives its workers and rank 0's store on a port held for it.
 * Several nodes: ``python -m torch.distributed.run`` with torchrun's c10d rendezvous at the endpoint,
@@ -311,7 +311,7 @@ def settle(launch: Launch, base_env: Mapping[str, str] | None = None) -> Launch:
         if iface:
             env["GLOO_SOCKET_IFNAME"] = iface
     if local:
-        env.setdefault("NBOX_NODE_ADDR", local)  # the ranks say which node they run on (nbox_record.recordpeers)
+        env.setdefault("NBOX_NODE_ADDR", local)  # the ranks say which node they run on (nbox_record.handoff.peers)
     return replace(launch, local_addr=local, rdzv_host=is_host, env=env)
 
 

@@ -24,7 +24,7 @@ process that made it):
 * gloo's TCP device-loop threads (``gloo_tcp_loop``) of every process in the nodes given ``SCHED_BATCH``
   (``gloo_loop_batch``, default on): on a one-CPU node the loop otherwise preempts the gloo worker that holds
   its lock and spins until the scheduler tick, making many calls milliseconds late, which a real node with a core per
-  thread does not do (why: :mod:`nbox_trace.testbed_threads`; the measurements: docs/results.md).
+  thread does not do (why: :mod:`nbox_trace.testbed.threads`; the measurements: docs/results.md).
 
 Tear-down always happens: :meth:`Testbed.close` (the ``with`` block's end, also on an error) stops every process
 started with :meth:`Testbed.run_on` (its whole process group: SIGTERM, then SIGKILL), then any process left in
@@ -242,7 +242,7 @@ class Testbed:
         subnet: the first three octets ``10.A.B`` of the nodes' /24 (node k is ``10.A.B.(k+1)``).
         prefix: first part of every namespace name (lowercase, <= 12 characters); :func:`cleanup_stale` uses it.
         gloo_loop_batch: give the nodes' ``gloo_tcp_loop`` threads ``SCHED_BATCH`` while the testbed is up
-            (:class:`nbox_trace.testbed_threads.ThreadPolicy`); False keeps the kernel's default policy.
+            (:class:`nbox_trace.testbed.threads.ThreadPolicy`); False keeps the kernel's default policy.
     """
 
     __test__ = False  # not a pytest test class
