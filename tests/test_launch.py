@@ -67,7 +67,7 @@ def test_the_environment_is_built_one_way(tmp_path: Path) -> None:
     env = L.environment(spec(tmp_path, env={"NBOX_WORLD_SIZE": "8"}, pythonpath=("/first",)), base)
     assert env["OMP_NUM_THREADS"] == "4" and env["KEEP"] == "1" and env["NBOX_WORLD_SIZE"] == "8"
     assert "NBOX_RECORD_DIR" not in env and "NBOX_SCENARIO_SET" not in env
-    root = str(Path(L.__file__).resolve().parents[1])
+    root = str(Path(L.__file__).resolve().parents[2])
     assert env["PYTHONPATH"].split(os.pathsep) == ["/first", root, "/user"]
     assert env["PYTHONUNBUFFERED"] == "1"
     assert L.environment(spec(tmp_path), {})["OMP_NUM_THREADS"] == "1"
