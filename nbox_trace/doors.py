@@ -18,14 +18,14 @@ __all__ = ["load"]
 
 
 def load(package: str, homes: Mapping[str, tuple[str, ...]], name: str) -> object:
-    """The value of ``package.name``, imported from the module of ``package`` that ``homes`` names for it, and kept
-    in the package's namespace so the next look-up is a plain one; a module of the package that the door exports
-    whole (``__all__`` names it, ``_HOMES`` does not) is imported. Raises AttributeError (as a missing module
-    attribute does) for a name the door does not export."""
+    """The value of ``package.name``, read from the module of ``package`` that ``homes`` names for it (importing it
+    the first time); a module of the package that the door exports whole (``__all__`` names it, ``_HOMES`` does
+    not) is imported. The value is not kept in the package: each look-up reads the home module, so a name replaced
+    there (a test's monkeypatch) is what every later ``from package import name`` gets, as before the doors.
+    Raises AttributeError (as a missing module attribute does) for a name the door does not export."""
     for module, names in homes.items():
         if name in names:
             value: object = getattr(importlib.import_module(f"{package}.{module}"), name)
-            setattr(sys.modules[package], name, value)
             return value
     if name in getattr(sys.modules[package], "__all__", ()):  # a module the door exports whole: costmodels
         return importlib.import_module(f"{package}.{name}")

@@ -327,14 +327,7 @@ def _too_long(paths: list[Path], allowed: dict[str, str]) -> dict[str, int]:
 
 def test_no_library_module_is_over_600_lines() -> None:
     """Issue 12: one concern per room. A module over ~600 lines must say why here, or be split."""
-    allowed: dict[str, str] = {
-        # Issue 52's door imports (one name a line, as ruff's isort wraps them) took these three past 600 by
-        # 3-15 lines; their splits (the replay's config from its orchestration, the sweep's outputs from its
-        # runs) wait until the live-replay edits in flight land, so as not to move code under them.
-        "nbox_replay/replay.py": "door imports; split pending (issue 52)",
-        "nbox_replay/sweep.py": "door imports; split pending (issue 52)",
-        "nbox_replay/virtual/engine.py": "door imports; split pending (issue 52)",
-    }
+    allowed: dict[str, str] = {}
     long = _too_long(list(_modules().values()), allowed)
     assert not long, long
 

@@ -8,17 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_replay.sweep import (
-    Axis,
-    SweepConfig,
-    SweepError,
-    SweepRow,
-    format_table,
-    parse_axis,
-    run_sweep,
-    write_csv,
-    write_plot,
-)
+from nbox_replay.sweep import Axis, SweepConfig, SweepError, SweepRow, parse_axis, run_sweep
+from nbox_replay.sweep_outputs import format_table, write_csv, write_plot
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = {r: ROOT / "traces" / "ddp_mlp" / "trace" / f"trace.{r}.et" for r in (0, 1)}

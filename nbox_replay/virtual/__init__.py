@@ -1,7 +1,7 @@
 """The virtual-time replay: simulated time on an event core.
 
-The engine (``engine``: :func:`simulate`), the event core (``events``: clock, heap, tie-break counter) and where an
-iteration's time went (``breakdown``).
+The engine (``engine``: :func:`simulate`) and what it returns (``results``), the event core (``events``: clock,
+heap, tie-break counter) and where an iteration's time went (``breakdown``).
 
 May import: ``nbox_replay.inputs``, ``emulator_core`` doors and ``nbox_trace``.
 """
@@ -16,7 +16,8 @@ from nbox_trace.doors import load
 _HOMES: dict[str, tuple[str, ...]] = {
     "breakdown": ("Breakdown", "CommSpan", "RankIntervals", "job_windows", "median_index", "partition",
         "slowest_rank"),
-    "engine": ("CollectiveAnswer", "RankResult", "SimResult", "retarget", "simulate"),
+    "engine": ("retarget", "simulate"),
+    "results": ("CollectiveAnswer", "RankResult", "SimResult"),
 }
 
 __all__ = ["Breakdown", "CollectiveAnswer", "CommSpan", "RankIntervals", "RankResult", "SimResult", "job_windows",
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
         partition,
         slowest_rank,
     )
-    from nbox_replay.virtual.engine import CollectiveAnswer, RankResult, SimResult, retarget, simulate
+    from nbox_replay.virtual.engine import retarget, simulate
+    from nbox_replay.virtual.results import CollectiveAnswer, RankResult, SimResult
 else:
     def __getattr__(name: str) -> object:
         return load(__name__, _HOMES, name)
