@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from emulator_core.scenario_files import load_scenario
+from emulator_core.scenario.files import load_scenario
 
 
 def variants(cal: Path) -> dict[str, list[str]]:

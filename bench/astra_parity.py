@@ -4,7 +4,8 @@
 
 GRID.csv defaults to ``tests/data/astra_grid/reference_grid_upto64.csv`` (see its README: ASTRA-sim 2.0's analytical
 backends, one dimension, 50 GB/s with GB = 2^30 B, 500 ns per link). Each row becomes an nbox scenario through
-``emulator_core.astra`` (the same rule ``nbox scenario import`` uses): the topology's kind, per-link bandwidth, a
+``emulator_core.astra.conventions`` (the same rule ``nbox scenario import`` uses): the topology's kind, per-link
+bandwidth, a
 switch traversal = two links of latency, store-and-forward links and ``congestion = "aware"`` for the
 congestion-aware backend, ``congestion = "unaware"`` for the other; ASTRA-sim's collective implementation named
 as nbox's algorithm. Only the ``nosplit_nomemcost`` system config is compared (one chunk, no memory cost; pass
@@ -30,9 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.astra import ALGORITHM_FROM_ASTRA, dimension_from_astra, network_for_backend  # noqa: E402
-from emulator_core.pricing import group_shape, make_pricer  # noqa: E402
-from emulator_core.scenario import Scenario, Topology  # noqa: E402
+from emulator_core.astra.conventions import ALGORITHM_FROM_ASTRA, dimension_from_astra, network_for_backend  # noqa: E402
+from emulator_core.pricing.pricer import group_shape, make_pricer  # noqa: E402
+from emulator_core.scenario.model import Scenario, Topology  # noqa: E402
 
 DEFAULT_GRID = ROOT / "tests" / "data" / "astra_grid" / "reference_grid_upto64.csv"
 

@@ -9,7 +9,7 @@ slower rank's times. Then a stream as DDP issues its buckets during the backward
 all-reduces of a bucket, issued ``--gap-ms`` apart, all waited for at the end, once on an idle core and once with
 the thread computing from the first issue to the last completion.
 
-What it tells (``emulator_core.answer``, "beside compute"): whether the loss beside compute is a delay per call
+What it tells (``emulator_core.pricing.answer``, "beside compute"): whether the loss beside compute is a delay per call
 (the same milliseconds at every size) or a rate (the same ratio), and what a stream of buckets, whose calls gloo
 runs two at a time, loses against the single calls. Results are read on stdout; nothing is written elsewhere.
 """

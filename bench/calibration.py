@@ -8,7 +8,7 @@ Run from the repository root::
 
 What is measured:
 
-One run of ``emulator_core.calibration_run.measure_run`` on ``nproc`` real ranks times every collective it supports
+One run of ``emulator_core.calibration.run.measure_run`` on ``nproc`` real ranks times every collective it supports
 at the calibration sizes 1 KiB, 4 KiB, ..., 64 MiB (x4 steps) and the held-out sizes between them (2 KiB,
 8 KiB, ..., 32 MiB), in interleaved rounds (every round visits every point), so that the slow drifts of a
 shared machine hit calibration and evaluation alike. Then:
@@ -16,7 +16,7 @@ shared machine hit calibration and evaluation alike. Then:
 1. CALIBRATE: the even rounds at the calibration sizes only are fitted (``calibration_fit.fit``) and turned into
    the scenario fragment (``calibrate.scenario_fragment``): the held-out sizes never reach the fit.
 2. EVALUATE: the odd rounds (samples the fit never saw) at every size are priced through the fragment the way
-   the emulator prices them (``emulator_core.pricing.price_group`` on the whole group; send_recv on a
+   the emulator prices them (``emulator_core.pricing.pricer.price_group`` on the whole group; send_recv on a
    2-rank group) and compared.
 
 Per row: collective, size (bytes, costmodels' convention: per-rank input, all_gather: the shard), whether it was
@@ -44,11 +44,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from emulator_core.calibrate import scenario_fragment  # noqa: E402
-from emulator_core.calibration import SUPPORTED, CalibrateConfig, Measurement, summarize  # noqa: E402
-from emulator_core.calibration_fit import fit  # noqa: E402
-from emulator_core.calibration_run import measure_run  # noqa: E402
-from emulator_core.pricing import group_shape, price_group  # noqa: E402
+from emulator_core.calibration.fit import fit  # noqa: E402
+from emulator_core.calibration.pipeline import scenario_fragment  # noqa: E402
+from emulator_core.calibration.run import measure_run  # noqa: E402
+from emulator_core.calibration.spec import SUPPORTED, CalibrateConfig, Measurement, summarize  # noqa: E402
+from emulator_core.pricing.pricer import group_shape, price_group  # noqa: E402
 
 KIB = 1024
 CALIBRATION_SIZES = tuple(KIB * 4**k for k in range(9))          # 1 KiB .. 64 MiB

@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nbox_record.emulate import EmulateConfig, emulate, iteration_breakdown  # noqa: E402
+from nbox_record.launch.emulation import EmulateConfig, emulate, iteration_breakdown  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -167,7 +167,7 @@ def main() -> int:
     ap.add_argument("--rate", default="1gbit", help="--testbed: every link's tbf rate")
     ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
                     help="--testbed: gloo's device-loop threads at SCHED_BATCH (the testbed's default; see "
-                         "nbox_trace/testbed_threads.py) or at the kernel's default (README's runs J to T)")
+                         "nbox_trace/testbed/threads.py) or at the kernel's default (README's runs J to T)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="--testbed: the calibrated scenario; measured on two nodes and written here when missing")
     ap.add_argument("--max-of-nodes", action="store_true",

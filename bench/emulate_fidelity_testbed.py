@@ -96,7 +96,7 @@ def run(examples: list[str], world: int, rounds: int, steps: int, warmup: int, r
     """The rows of the table (module docstring); each of ``variants`` ((name, ``--set`` overrides)) is one more
     emulated side per real-rank layout, named ``emulate -n 1 [NAME]``; ``max_of_nodes`` adds the diagnostic side
     of :func:`emulate_max_of_nodes`."""
-    from nbox_trace.testbed import Testbed
+    from nbox_trace.testbed.namespaces import Testbed
 
     rows = []
     with Testbed(world, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:

@@ -40,9 +40,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.answer import Fabric, FabricGroup  # noqa: E402
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
-from emulator_core.world import resize  # noqa: E402
+from emulator_core.pricing.answer import Fabric, FabricGroup  # noqa: E402
+from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.scenario.world import resize  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -100,8 +100,8 @@ def bench_new_shape(reps: int) -> list[dict[str, Any]]:
     """Price a group shape never seen (``make_pricer`` + its first call) on 1,024 ranks with link contention:
     a 32 x 32 torus of rings, a 1,024-rank ring, and the DGX example (8 x 128 switches); the membership scan
     (``group_shape``, once per process group) is timed apart."""
-    from emulator_core.pricing import group_shape, make_pricer
-    from emulator_core.scenario import Dimension, Scenario, Topology
+    from emulator_core.pricing.pricer import group_shape, make_pricer
+    from emulator_core.scenario.model import Dimension, Scenario, Topology
 
     torus = Scenario(world_size=1024, topology=Topology((Dimension("x", 32, "ring", 400.0, 1.0),
                                                          Dimension("y", 32, "ring", 400.0, 1.0))))
@@ -122,7 +122,7 @@ def bench_new_shape(reps: int) -> list[dict[str, Any]]:
                 times.append((time.perf_counter_ns() - t0) / 1000)
             rows.append({"topology": name, "collective": collective, "group_shape_us": statistics.median(scans),
                          **summary(times)})
-    from emulator_core import nccl_tuner
+    from emulator_core.pricing import nccl_tuner
 
     shape = group_shape(dgx, range(1024))
     first = []

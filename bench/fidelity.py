@@ -127,7 +127,7 @@ def main() -> int:
                     help="--testbed: nodes x 1 rank (4: two nodes per CPU on a 2-CPU machine, named in the table)")
     ap.add_argument("--gloo-loop", choices=("batch", "default"), default="batch",
                     help="--testbed: gloo's device-loop threads at SCHED_BATCH (the testbed's default; see "
-                         "nbox_trace/testbed_threads.py) or at the kernel's default (README's runs J to T)")
+                         "nbox_trace/testbed/threads.py) or at the kernel's default (README's runs J to T)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="--testbed: the calibrated scenario; measured once and written here when missing")
     ap.add_argument("--sizes", default="4KiB..16MiB", help="--testbed: nbox calibrate --sizes")

@@ -15,9 +15,9 @@ rounds, last in odd ones):
    fresh recording every round; ``--one-recording``: one before the rounds, as the bench did until 2026-11-26);
 3. the prediction: ``nbox replay`` of that round's merged bundle under the calibrated scenario, virtual clock,
    recorded compute (deterministic: same bundle, same scenario, same answer), with the default profiler
-   correction (``nbox_replay.profiler``) and also with each rule and with none (the last recording's, in the
+   correction (``nbox_replay.inputs.profiler``) and also with each rule and with none (the last recording's, in the
    last lines of the table). With ``live`` (``--live``), the round also replays its bundle live (real clock,
-   operators re-executed and padded for the host work the replay does not re-run, nbox_replay/hostwork.py;
+   operators re-executed and padded for the host work the replay does not re-run, nbox_replay/live/hostwork.py;
    collectives answered by the calibrated scenario) across the nodes: ``nbox replay --nnodes N`` on each node,
    one replayed rank per node, pinned in its namespace like the real ranks (``--host-work A,B``: one live replay
    per mode each round, the modes' order turning round by round; the table's live figure is the first mode's, each
@@ -109,7 +109,7 @@ def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, captu
     merged = tmp / f"{example}.bundle"
     subprocess.run(_nbox("bundle", "merge", *parts, "-o", merged, "--overwrite"), check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=300)
-    from nbox_trace import bundle as B
+    from nbox_trace.bundle import manifest as B
 
     observed = B.read_manifest(merged).observed or {}
     return merged, float(observed.get("iteration_time_us", {}).get("median", float("nan")))
@@ -185,7 +185,7 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int, host
     at port + 20 and + 21, both under the calibrated scenario (there is no what-if).
     Six warm-up repetitions: the host-work pad is planned from the median of the warm ones (the first is cold; the
     second of a worker was still 2-15% slower than the third on ddp_transformer, its operators' first passes), and a
-    rank's repetitions vary by about 9% one to the next (nbox_replay/hostwork.py), so five of them steady it. One
+    rank's repetitions vary by about 9% one to the next (nbox_replay/live/hostwork.py), so five of them steady it. One
     pair (``--iterations`` counts pairs of launches, each with one timed repetition: run P6 used 3, six launches a
     round, and took twice as long for a live figure whose round-to-round spread is mostly the real run's own launch)."""
     ep = f"{tb.node(0).addr}:{PORT + 20}"
@@ -203,7 +203,7 @@ def live_replay(tb: Any, tmp: Path, bundle: Path, scenario: Path, rnd: int, host
 
 
 def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
-    from nbox_replay.profiler import RULES
+    from nbox_replay.inputs.profiler import RULES
     from nbox_replay.replay import ReplayConfig, run_replay
 
     def one(mode: str) -> Any:
@@ -221,7 +221,7 @@ def predict(bundle: Path, scenario: Path) -> dict[str, Any]:
 
 def _world_size(scenario: Path) -> int:
     """The world size a calibrated scenario file was measured at (its ``world_size`` key)."""
-    from emulator_core.scenario_files import load_scenario
+    from emulator_core.scenario.files import load_scenario
 
     return int(load_scenario(scenario).world_size)
 
@@ -233,7 +233,7 @@ def run(examples: list[str], rounds: int, steps: int, warmup: int, rate: str, ca
     """The rows of the table (module docstring), ``world`` nodes x one rank. ``fresh``: a new recording (and its
     prediction) every round, paired with that round's real run; else one recording before the rounds.
     ``host_work``: with ``live``, the ``--host-work`` modes replayed each round (the first is the table's)."""
-    from nbox_trace.testbed import Testbed
+    from nbox_trace.testbed.namespaces import Testbed
 
     rows = []
     with Testbed(world, rate=rate, gloo_loop_batch=gloo_loop_batch) as tb:
@@ -379,7 +379,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                              f"{Paired.from_dict(fig['live_vs_recorder_paired']).describe()}")
     lines.append("the model against the recordings, per collective (the top collectives of the prediction's median "
                  "iteration; per call, ms, median over the rounds' recordings; recorded: from the call's last "
-                 "arrival, nbox_replay.recorded_calls):")
+                 "arrival, nbox_replay.inputs.recorded_calls):")
     for r in rows:
         calls = per_collective(r.get("rounds", []))
         for (coll, nbytes, count), (mod, rec) in calls.items():

@@ -6,10 +6,12 @@ Targets, each fed mutations of a corpus of real inputs:
 
 * ``et``: Chakra ET files (the shipped bundles' traces and ``tests/data/samples``) through
   :func:`nbox_trace.check.inspect_rank` (which streams :class:`~nbox_trace.chakra.codec.EtReader`);
-* ``manifest``: the shipped bundles' ``manifest.json`` through :func:`nbox_trace.bundle.parse_manifest`, and when
-  one parses, :func:`nbox_trace.bundle.verify_files` against its bundle;
-* ``archive``: a bundle packed with :func:`nbox_trace.archive.pack_bundle` through ``read_archive_manifest`` and
-  ``unpack_bundle`` into a fresh directory (skipped, and reported as such, while ``nbox_trace.archive`` is absent).
+* ``manifest``: the shipped bundles' ``manifest.json`` through
+  :func:`nbox_trace.bundle.manifest.parse_manifest`, and when
+  one parses, :func:`nbox_trace.bundle.manifest.verify_files` against its bundle;
+* ``archive``: a bundle packed with :func:`nbox_trace.bundle.archive.pack_bundle` through ``read_archive_manifest`` and
+  ``unpack_bundle`` into a fresh directory (skipped, and reported as such, while
+  ``nbox_trace.bundle.archive`` is absent).
 
 Each case runs in-process under a per-case time guard (SIGALRM) and is classified: ``ok`` (the reader
 returned), ``refused`` (an :class:`~nbox_trace.errors.NboxError`, the contract for bad input) or ``crash`` (any other
@@ -43,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from nbox_trace.bundle import parse_manifest, verify_files  # noqa: E402
+from nbox_trace.bundle.manifest import parse_manifest, verify_files  # noqa: E402
 from nbox_trace.chakra import codec  # noqa: E402
 from nbox_trace.check import inspect_rank  # noqa: E402
 from nbox_trace.errors import NboxError  # noqa: E402
@@ -297,12 +299,12 @@ def make_target(name: str, work: Path) -> Target | str:
     if name == "manifest":
         return ManifestTarget(work)
     try:
-        archive: ModuleType = importlib.import_module("nbox_trace.archive")
+        archive: ModuleType = importlib.import_module("nbox_trace.bundle.archive")
     except ImportError as exc:
-        return f"nbox_trace.archive not importable ({exc})"
+        return f"nbox_trace.bundle.archive not importable ({exc})"
     missing = [f for f in ("pack_bundle", "unpack_bundle", "read_archive_manifest") if not hasattr(archive, f)]
     if missing:
-        return f"nbox_trace.archive lacks {', '.join(missing)}"
+        return f"nbox_trace.bundle.archive lacks {', '.join(missing)}"
     return ArchiveTarget(work, archive)
 
 

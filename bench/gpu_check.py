@@ -213,7 +213,7 @@ def _fresh_run(chk: Check, device: str, backend: str, nproc: int, label: str, wl
                made: dict[str, dict[str, float]]) -> None:
     """One more launch of ``wl`` (a plain recording: its clean iterations are a real run the replays never saw)
     and every variant's recorded, virtual and live iteration time against it (``<variant>_<what>_pct``). On a
-    host-bound GPU the virtual replay is scaled to its own recording's clean iterations (nbox_replay/profiler.py,
+    host-bound GPU the virtual replay is scaled to its own recording's clean iterations (nbox_replay/inputs/profiler.py,
     ``to_wall``), so its error against that recording says little; against this launch it says what a user
     gets."""
     fresh = _plain_launch(chk, f"{label}fresh run {wl} (a launch no replay saw)", device, backend, nproc, wl,

@@ -192,8 +192,8 @@ def precision(holds: int) -> dict[str, Any]:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from emulator_core._cuda_hold import CudaDevice
-    from emulator_core.device_hold import ClockOffset, HoldEngine
+    from emulator_core.device._cuda import CudaDevice
+    from emulator_core.device.hold import ClockOffset, HoldEngine
 
     dev = CudaDevice(0)
     clock = ClockOffset(dev)

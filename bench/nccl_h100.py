@@ -1,10 +1,10 @@
-"""NCCL's own tuning model (emulator_core.nccl_tuner) on nbox's default H100 scenario vs public nccl-tests runs.
+"""NCCL's own tuning model (emulator_core.pricing.nccl_tuner) on nbox's default H100 scenario vs public nccl-tests runs.
 
     python bench/nccl_h100.py [--no-nvls] [--csv PATH]
 
 For every measured point of ``bench/data/nccl_tests_h100.csv`` (public nccl-tests output on H100 systems, each
 row citing its source, setup and NCCL version) from 1 MiB up: the measured busbw, the busbw of the time
-:func:`~emulator_core.nccl_tuner.nccl_tune` models, the algorithm / protocol NCCL's model picks, and the
+:func:`~emulator_core.pricing.nccl_tuner.nccl_tune` models, the algorithm / protocol NCCL's model picks, and the
 error ``(modeled - measured) / measured``; per source the geometric mean of |error|; last line
 ``worst error X% over N points, geo-mean Y%``.
 
@@ -17,7 +17,7 @@ runs with ``nvls=True``, as the scenario says (its NVLink dimension has ``in_net
 ``library = "nccl"`` makes ``pricing.make_pricer`` call the same model (``tests/test_netmodel.py`` checks they
 agree); this bench calls it directly to pass each system's CPU vendor, which a scenario does not carry.
 
-busbw follows nccl-tests ``doc/PERFORMANCE.md`` (emulator_core.bandwidth): all_reduce ``algbw * 2(p-1)/p``,
+busbw follows nccl-tests ``doc/PERFORMANCE.md`` (emulator_core.network.bandwidth): all_reduce ``algbw * 2(p-1)/p``,
 all_gather / reduce_scatter ``algbw * (p-1)/p`` where all_gather's size is the gathered total, broadcast
 ``algbw``. nbox's ``nbytes`` is the per-rank input, so an all_gather row's ``bytes / p``.
 
@@ -43,9 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.bandwidth import bus_bandwidth_gbps  # noqa: E402
-from emulator_core.nccl_tuner import nccl_tune  # noqa: E402
-from emulator_core.scenario_files import load_scenario, shipped_scenarios  # noqa: E402
+from emulator_core.network.bandwidth import bus_bandwidth_gbps  # noqa: E402
+from emulator_core.pricing.nccl_tuner import nccl_tune  # noqa: E402
+from emulator_core.scenario.files import load_scenario, shipped_scenarios  # noqa: E402
 
 CSV = ROOT / "bench" / "data" / "nccl_tests_h100.csv"
 MIN_BYTES = 1 << 20

@@ -1,8 +1,8 @@
 """How well a fit at one node count predicts another: every public nccl-tests curve in bench/data/nccl_tests/.
 
 For each cluster (a folder of bench/data/nccl_tests/ with its PROVENANCE.md) and collective, each curve in turn
-is fitted (``emulator_core.nccl_calibrate.fit_curve``) and every other node count of the same cluster and
-collective is predicted from it (``emulator_core.nccl_curve.time_us``, the datasheet figures of the shipped
+is fitted (``emulator_core.calibration.nccl_calibrate.fit_curve``) and every other node count of the same cluster and
+collective is predicted from it (``emulator_core.pricing.nccl_curve.time_us``, the datasheet figures of the shipped
 dgx_h100_400g scenario for the regime factor). Reported per cluster and size band: the median and worst |error|
 of the predicted time at sizes >= 1 MiB; predictions whose step message lies outside the fitted curve's measured
 range are counted apart as well ("extrapolated"). Then the datasheet alone: the shipped scenario, no fit, priced
@@ -13,7 +13,7 @@ dimension: NCCL's model as is) and after (the network dimension's ``fabric`` set
 Held-out curves (``bench/data/nccl_tests/heldout/<name>/``, each with its PROVENANCE.md) are priced the same way
 from datasheet figures alone and reported apart; nothing in nbox is set from them.
 
-Files: ``*.txt`` are nccl-tests' standard output (read by ``emulator_core.nccl_tests``); ``*.csv`` with columns
+Files: ``*.txt`` are nccl-tests' standard output (read by ``emulator_core.network.nccl_tests``); ``*.csv`` with columns
 ``Nodes,GPUs,size(MB),...,out algbw(GB/s),...`` are per-node-count summaries of nccl-tests rows (AWS's benchmark
 repository), turned into curves here (time = size / algbw, MB = MiB). Run: ``python bench/nccl_tests_fit.py``.
 """
@@ -30,12 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.nccl_calibrate import base_scenario, compare, fit_curve  # noqa: E402
-from emulator_core.nccl_curve import between_us, time_us  # noqa: E402
-from emulator_core.nccl_fit import bracket, regime, step_bytes  # noqa: E402
-from emulator_core.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
-from emulator_core.nccl_tuner import nccl_supports  # noqa: E402
-from emulator_core.pricing import fabric_of  # noqa: E402
+from emulator_core.calibration.nccl_calibrate import base_scenario, compare, fit_curve  # noqa: E402
+from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
+from emulator_core.pricing.nccl_curve import between_us, time_us  # noqa: E402
+from emulator_core.pricing.nccl_tuner import nccl_supports  # noqa: E402
+from emulator_core.pricing.pricer import fabric_of  # noqa: E402
+from emulator_core.scenario.nccl_fit import bracket, regime, step_bytes  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tests"
 CSV_COLLECTIVES = {"nccl_all_reduce.csv": "all_reduce", "nccl_all_gather.csv": "all_gather",

@@ -22,13 +22,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.scenario import Scenario  # noqa: E402
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
-from emulator_core.world import resize  # noqa: E402
-from nbox_replay.graph import load_rank  # noqa: E402
+from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.scenario.model import Scenario  # noqa: E402
+from emulator_core.scenario.world import resize  # noqa: E402
+from nbox_replay.inputs.graph import load_rank  # noqa: E402
+from nbox_replay.inputs.source import open_source  # noqa: E402
 from nbox_replay.replay import baseline_scenario  # noqa: E402
-from nbox_replay.source import open_source  # noqa: E402
-from nbox_replay.virtual import SimResult, simulate  # noqa: E402
+from nbox_replay.virtual.engine import SimResult, simulate  # noqa: E402
 from nbox_trace.errors import NboxError  # noqa: E402
 
 SAMPLES = ROOT / "tests" / "data" / "samples" / "chakra_et"

@@ -4,15 +4,15 @@
 
 Prints one table:
 
-(a) throughput of :func:`nbox_replay.virtual.simulate` on a synthetic job built directly as
-    :class:`~nbox_replay.graph.RankGraph` objects: 2 ranks x N nodes (default 500,000), each a chain of
+(a) throughput of :func:`nbox_replay.virtual.engine.simulate` on a synthetic job built directly as
+    :class:`~nbox_replay.inputs.graph.RankGraph` objects: 2 ranks x N nodes (default 500,000), each a chain of
     compute nodes (10 us each) with an asynchronous all-reduce (1 MiB, process group "0") every 1,000
     nodes, waited for 500 nodes later. Only ``simulate()`` is timed (median of R runs); building the
     graphs is reported on its own line. Target: >= 1,000,000 nodes/s.
 (b) wall time of a 1024-rank what-if of each shipped bundle (traces/ddp_mlp, ddp_transformer,
     fsdp2_transformer): load both ranks' traces and simulate at world size 1024 on
-    ``emulator_core/scenarios/dgx_h100_400g.toml`` (resized with ``emulator_core.world.resize``), median of R runs
-    (scenario loading outside the timed part). Target: <= 1 s.
+    ``emulator_core/scenarios/dgx_h100_400g.toml`` (resized with ``emulator_core.scenario.world.resize``), median
+    of R runs (scenario loading outside the timed part). Target: <= 1 s.
 
 Wall-clock on a shared machine: medians are reported; nothing but sanity is asserted.
 """
@@ -32,10 +32,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario  # noqa: E402
-from emulator_core.world import resize  # noqa: E402
-from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph, load_rank  # noqa: E402
-from nbox_replay.virtual import simulate  # noqa: E402
+from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario  # noqa: E402
+from emulator_core.scenario.world import resize  # noqa: E402
+from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph, load_rank  # noqa: E402
+from nbox_replay.virtual.engine import simulate  # noqa: E402
 
 BUNDLES = ("ddp_mlp", "ddp_transformer", "fsdp2_transformer")
 TARGET_NODES_PER_S = 1_000_000

@@ -10,7 +10,7 @@ examples ``bert``, ``resnet152``, ``deeplight``, ``t5``, full size, DDP; docs/mo
 
 Where it runs:
 
-* ``--testbed``: the two-node namespace testbed (:mod:`nbox_trace.testbed`: a node per CPU, one shaped link,
+* ``--testbed``: the two-node namespace testbed (:mod:`nbox_trace.testbed.namespaces`: a node per CPU, one shaped link,
   ``--rate``; root), one rank per node, under the scenario ``nbox calibrate`` measures across the nodes once
   (``--calibration FILE``: reused when it exists, else written there). The launches are the ones of
   ``bench/fidelity_testbed.py`` and ``bench/emulate_fidelity_testbed.py`` (their functions, reused).
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[dict[str, Any]] = []
         with contextlib.ExitStack() as stack:
             if args.testbed:
-                from nbox_trace.testbed import Testbed
+                from nbox_trace.testbed.namespaces import Testbed
 
                 tb = stack.enter_context(Testbed(2, rate=args.rate))
                 runner = testbed_runner(tb, tmp, args)

@@ -50,7 +50,7 @@ def main() -> int:
                     help="gloo's device-loop threads at SCHED_BATCH (the testbed's default) or the kernel's default")
     ap.add_argument("--cpu-bytes", type=int, default=1638400)
     args = ap.parse_args()
-    from nbox_trace.testbed import Testbed
+    from nbox_trace.testbed.namespaces import Testbed
 
     sizes = [int(s) for s in args.sizes.split(",")]
     batch = args.gloo_loop == "batch"

@@ -17,6 +17,6 @@ import sys
 
 def step() -> None:
     """Mark the end of one training iteration (a no-op when not recording)."""
-    bootstrap = sys.modules.get("nbox_record.bootstrap")
+    bootstrap = sys.modules.get("nbox_record.capture.bootstrap")
     if bootstrap is not None:
         bootstrap.marker_step()

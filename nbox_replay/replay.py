@@ -4,20 +4,20 @@ A replay runs twice: under the **baseline** scenario (the fabric the bundle was 
 calibrated ``loopback_cpu`` for a CPU bundle, ``dgx_h100_400g`` for a GPU bundle or a bare ET, or
 ``--baseline``) at the recorded world size, and under the **what-if** (``--what-if``, ``--set``,
 ``--world-size``; by default the baseline's scenario) at the world size of
-:func:`emulator_core.world.load_what_if`'s rule (``--world-size``, else ``--set world_size``, else the what-if
+:func:`emulator_core.scenario.world.load_what_if`'s rule (``--world-size``, else ``--set world_size``, else the what-if
 file's, else the recorded one; the report says which). With ``--clock virtual`` both run in virtual time
 (recorded compute, no torch, deterministic; with ``--compute live`` the operators are first re-executed on
-this device to measure them, :mod:`nbox_replay.measure`, and the simulation uses those durations). With
+this device to measure them, :mod:`nbox_replay.live.measure`, and the simulation uses those durations). With
 ``--clock real`` both run live on this machine (:mod:`nbox_replay.live`) in interleaved, counterbalanced
-pairs of launches, one timed repetition each (:func:`nbox_replay.live.replay_paired`): the iteration times
+pairs of launches, one timed repetition each (:func:`nbox_replay.live.run.replay_paired`): the iteration times
 and the breakdown are what the live workers measured, and the report gives the paired speed-ups' spread;
 live compute is padded for the host work the replay does not re-run, and with ``replay.host_work=match`` credited
-for the replay's own work beyond the real thread's (:mod:`nbox_replay.hostwork`).
+for the replay's own work beyond the real thread's (:mod:`nbox_replay.live.hostwork`).
 A setting a live replay cannot honour (``compute_scale`` asking live operators to run faster than this
 device) is refused before any rank starts.
 
 Recorded compute is corrected for the profiler's overhead where the bundle carries the figures
-(:mod:`nbox_replay.profiler`; ``replay.profiler_correction``): in virtual time and in a live replay with
+(:mod:`nbox_replay.inputs.profiler`; ``replay.profiler_correction``): in virtual time and in a live replay with
 ``--compute recorded``, the same rule and factors; the report says which.
 """
 
@@ -25,31 +25,49 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emulator_core.mesh import MeshPlan, parse_mesh, parse_placement
-from emulator_core.question import describe_changes
-from emulator_core.scenario import Scenario, ScenarioError
-from emulator_core.scenario_files import SCENARIOS_DIR
-from emulator_core.world import load_what_if, refuse_emulate_only, scenario_mesh
-from nbox_replay.breakdown import median_index, slowest_rank
-from nbox_replay.graph import COMPUTE, RankGraph, captured_iterations, load_rank
-from nbox_replay.hostwork import HOST_WORK_MODES, HostPad
-from nbox_replay.meshing import mesh_dict, mesh_lines, plan_for, relabel, set_world_size, topology_spans
-from nbox_replay.profiler import MODES as PROFILER_MODES
-from nbox_replay.profiler import Correction, correct_graphs, plan_correction, read_figures
-from nbox_replay.report import ReplayReport
-from nbox_replay.settings import HOST_WORK, PROFILER_CORRECTION, split_settings
-from nbox_replay.source import ReplaySource, open_source
-from nbox_replay.summary import RankChoiceError, RunSummary, summarize_sim
-from nbox_replay.virtual import simulate
-from nbox_trace.archive import traces_directory
-from nbox_trace.bundle import THREAD_CPU_KEY
-from nbox_trace.errors import InvalidInputError, UsageError
-from nbox_trace.files import Output, as_paths, check_outputs
-from nbox_trace.launch import Nodes
+from emulator_core.scenario import (
+    SCENARIOS_DIR,
+    MeshPlan,
+    Scenario,
+    ScenarioError,
+    describe_changes,
+    load_what_if,
+    parse_placement,
+    refuse_emulate_only,
+    scenario_mesh,
+)
+from nbox_replay.inputs import (
+    COMPUTE,
+    Correction,
+    RankGraph,
+    ReplaySource,
+    captured_iterations,
+    correct_graphs,
+    load_rank,
+    mesh_dict,
+    mesh_lines,
+    open_source,
+    plan_correction,
+    plan_for,
+    read_figures,
+    relabel,
+    set_world_size,
+    topology_spans,
+)
+from nbox_replay.live import HostPad
+from nbox_replay.report import RankChoiceError, ReplayReport, RunSummary, summarize_sim
+from nbox_replay.settings import (
+    HOST_WORK,
+    ReplayConfig,
+    ReplayConfigError,
+    global_batch_size,
+)
+from nbox_replay.virtual import median_index, simulate, slowest_rank
+from nbox_trace.bundle import THREAD_CPU_KEY, traces_directory
+from nbox_trace.errors import InvalidInputError
 from nbox_trace.mesh import RecordedMesh, parse_names
 from nbox_trace.progress import Report
 
@@ -57,164 +75,6 @@ if TYPE_CHECKING:
     from nbox_replay.live import LiveResult
 
 __all__ = ["ReplayConfig", "baseline_path", "baseline_scenario", "global_batch_size", "run_replay"]
-
-CLOCKS = ("real", "virtual")
-COMPUTES = ("auto", "live", "recorded")
-DEVICES = ("auto", "cpu", "cuda")
-GLOBAL_BATCH = ("weak", "fixed")
-
-
-class ReplayConfigError(UsageError):
-    """An invalid option or combination of replay options (the message names the flag as typed; exit 2)."""
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """What ``nbox replay`` was asked (validated at construction; errors name the option).
-
-    Attributes:
-        bundle: a bundle directory, or a bare Chakra ET (directory or ``<prefix>``).
-        what_if: the what-if scenario TOML (None: the baseline's).
-        overrides: ``key=value`` overrides applied to the what-if.
-        world_size: the what-if world size (None: the recorded one).
-        baseline: the baseline scenario TOML (None: chosen from the recorded device, module docstring).
-        compute: ``live``, ``recorded`` or ``auto`` (live on the real clock when the device allows it,
-            recorded on the virtual clock); ``live`` on the virtual clock measures the operators here first.
-        clock: ``real`` (live, on this machine) or ``virtual`` (simulated time).
-        ranks: global ranks to replay (None: every recorded rank).
-        iterations: timed repetitions of the captured iteration(s) per run (>= 1).
-        warmup: untimed repetitions before them (real clock; the first is cold, the host-work pad plans from
-            the median of the others: :mod:`nbox_replay.hostwork`).
-        warmup_s: warm up for at least this long too (seconds, by repetitions at the recorded iteration time:
-            :func:`warmup_repetitions`); None: :data:`CUDA_WARMUP_S` on CUDA, 0 on a CPU.
-        device: ``auto``, ``cpu`` or ``cuda`` (real clock).
-        out: directory for the per-rank Perfetto timelines (None: none written).
-        timeout_s: deadline of a real-clock run.
-        rank: the rank whose breakdown the report shows (None: the slowest rank of the median iteration).
-        mesh: the what-if mesh, ``"dp=512,tp=2"`` (None: the world-size rule); virtual clock only
-            (:mod:`emulator_core.mesh`).
-        placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
-        recorded_mesh: names of the recorded mesh's dimensions, outermost first, where inference guesses.
-        global_batch: ``weak`` (each rank keeps its batch) or ``fixed`` (strong scaling at a what-if mesh:
-            :mod:`emulator_core.mesh`; recorded compute only); batch_size: the recorded per-rank batch, which
-            ``fixed`` needs (nbox does not infer it from the trace).
-        nodes: ``--clock real`` across several nodes (:class:`nbox_trace.launch.Nodes`): run the same command on
-            each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
-            rendezvouses at the endpoint's port + k; every node reports the whole job.
-        profiler_correction: ``on`` (the default rule, ``to_clean``; ``to_wall`` for a rank with GPU work,
-            ``proportional`` for lean-timed operators or unmarked iterations), ``off``, or a rule by name
-            (``proportional``, ``per_op``, ``to_clean``, ``to_wall``) for every rank: how recorded compute is
-            corrected for the profiler's overhead (:mod:`nbox_replay.profiler`; recorded compute only, bundles
-            that carry the figures only).
-        host_work: ``pad``, ``match`` or ``off``: whether a live replay with live compute pads its operators for
-            the host work it does not re-run, and (``match``) credits a rank whose replay is busier than the real
-            thread (:mod:`nbox_replay.hostwork`). None: ``pad`` where it applies; named, it is refused where it
-            cannot act (a virtual clock, recorded compute).
-    """
-
-    bundle: str
-    what_if: Path | None = None
-    overrides: tuple[str, ...] = ()
-    world_size: int | None = None
-    baseline: Path | None = None
-    compute: str = "auto"
-    clock: str = "real"
-    ranks: tuple[int, ...] | None = None
-    iterations: int = 3
-    warmup: int = 4
-    warmup_s: float | None = None
-    device: str = "auto"
-    out: Path | None = None
-    timeout_s: float = 600.0
-    rank: int | None = None
-    mesh: str | None = None
-    placement: str | None = None
-    recorded_mesh: str | None = None
-    global_batch: str = "weak"
-    batch_size: int | None = None
-    nodes: Nodes = field(default_factory=Nodes)
-    profiler_correction: str = "on"
-    host_work: str | None = None
-
-    def __post_init__(self) -> None:
-        as_paths(self, "what_if", "baseline", "out")
-        overrides, settings = split_settings(self.overrides)  # --set replay.<key>: nbox_replay.settings
-        object.__setattr__(self, "overrides", overrides)
-        object.__setattr__(self, "profiler_correction", settings.get(PROFILER_CORRECTION, self.profiler_correction))
-        object.__setattr__(self, "host_work", settings.get(HOST_WORK, self.host_work))
-        for name, value, allowed in (("--clock", self.clock, CLOCKS), ("--compute", self.compute, COMPUTES),
-                                     ("--device", self.device, DEVICES),
-                                     (f"--set {PROFILER_CORRECTION}", self.profiler_correction, PROFILER_MODES)):
-            if value not in allowed:
-                raise ReplayConfigError(f"{name} {value!r}: must be one of {', '.join(allowed)}")
-        if self.host_work is not None and self.host_work not in HOST_WORK_MODES:
-            raise ReplayConfigError(f"--set {HOST_WORK}={self.host_work!r}: must be one of "
-                                    f"{', '.join(HOST_WORK_MODES)}")
-        if self.host_work is not None and self.clock != "real":
-            raise ReplayConfigError(f"--set {HOST_WORK}={self.host_work}: pads the operators a live replay "
-                                    f"re-executes; with --clock {self.clock} nothing is re-executed on the real clock")
-        if self.warmup_s is not None:
-            if not (0 <= self.warmup_s <= MAX_WARMUP_S):
-                raise ReplayConfigError(f"--warmup-s must be between 0 and {MAX_WARMUP_S:g} s, got {self.warmup_s}")
-            if self.clock == "virtual" and self.compute != "live":
-                raise ReplayConfigError(f"--warmup-s {self.warmup_s:g}: warms operators that run live; with --clock "
-                                        f"virtual --compute {self.compute} none does")
-            if self.warmup_s >= self.timeout_s:
-                raise ReplayConfigError(f"--warmup-s {self.warmup_s:g} leaves no time inside --timeout "
-                                        f"{self.timeout_s:g}")
-        if self.iterations < 1 or self.warmup < 0:
-            raise ReplayConfigError(f"--iterations must be >= 1 and --warmup >= 0, got {self.iterations}, "
-                                    f"{self.warmup}")
-        if self.world_size is not None and self.world_size < 1:
-            raise ReplayConfigError(f"--world-size must be >= 1, got {self.world_size}")
-        if self.ranks is not None and (not self.ranks or len(set(self.ranks)) != len(self.ranks)):
-            raise ReplayConfigError(f"--ranks must name distinct ranks, got {list(self.ranks)}")
-        if self.rank is not None and (self.rank < 0 or (self.ranks is not None and self.rank not in self.ranks)):
-            raise ReplayConfigError(f"--rank {self.rank}: must be one of the replayed ranks"
-                                    + (f" {list(self.ranks)}" if self.ranks is not None else " (>= 0)"))
-        if self.timeout_s <= 0:
-            raise ReplayConfigError(f"--timeout must be > 0, got {self.timeout_s}")
-        try:
-            if self.mesh is not None:
-                parse_mesh(self.mesh)
-            if self.placement is not None:
-                parse_placement(self.placement)
-            if self.recorded_mesh is not None:
-                parse_names(self.recorded_mesh)
-        except UsageError as e:
-            raise ReplayConfigError(str(e)) from None
-        global_batch_size(self.global_batch, self.batch_size)
-        if self.global_batch == "fixed" and self.compute == "live":
-            raise ReplayConfigError("--global-batch fixed with --compute live: re-executing the operators at a "
-                                    "smaller batch is not built; use --compute recorded (each compute node's "
-                                    "duration is scaled by the per-rank batch's ratio)")
-        if self.nodes.count > 1 and self.clock != "real":
-            raise ReplayConfigError(f"--nnodes {self.nodes.nnodes}: a virtual-clock replay runs on one machine; "
-                                    f"several nodes apply to --clock real")
-        if self.mesh is not None and self.clock != "virtual":
-            raise ReplayConfigError(f"--mesh {self.mesh}: a what-if mesh is replayed in virtual time only; add "
-                                    f"--clock virtual (a live replay scales the world with --world-size)")
-        check_outputs([Output("--out", self.out, "dir")], inputs=[Path(self.bundle)])
-
-
-def global_batch_size(global_batch: str, batch_size: int | None) -> int | None:
-    """The recorded per-rank batch of ``--global-batch fixed`` (None: weak scaling), the flags checked together.
-
-    Raises:
-        ReplayConfigError: an unknown mode, ``fixed`` without ``--batch-size`` or ``--batch-size`` without it, a
-            batch below 1.
-    """
-    if global_batch not in GLOBAL_BATCH:
-        raise ReplayConfigError(f"--global-batch {global_batch!r}: must be one of {', '.join(GLOBAL_BATCH)}")
-    if global_batch == "fixed" and batch_size is None:
-        raise ReplayConfigError("--global-batch fixed: name the recorded per-rank batch with --batch-size B "
-                                "(nbox does not infer it from the trace)")
-    if global_batch != "fixed" and batch_size is not None:
-        raise ReplayConfigError("--batch-size: only with --global-batch fixed (weak scaling keeps each rank's batch)")
-    if batch_size is not None and batch_size < 1:
-        raise ReplayConfigError(f"--batch-size must be >= 1, got {batch_size}")
-    return batch_size
-
 
 def baseline_path(source: ReplaySource, path: Path | None = None) -> Path:
     """The baseline scenario file: ``path`` (``--baseline``), else chosen from the recorded device (module
@@ -301,7 +161,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     waited = ", ".join(f"{g.waited_us() / 1e3:.1f} ms (rank {r})" for r, g in sorted(graphs.items()) if g.waited_us())
     if waited:
         notices.append(f"communication waited for inside the operators that issued it, taken out of their recorded "
-                       f"compute (nbox_replay.graph.waits_inside), per pass: {waited}")
+                       f"compute (nbox_replay.inputs.graph.waits_inside), per pass: {waited}")
     correction = profiler_correction(config.profiler_correction, source, compute)
     if config.host_work is not None and compute != "live":
         raise ReplayConfigError(f"--set {HOST_WORK}={config.host_work}: pads operators re-executed live; this replay's "
@@ -313,7 +173,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     coverage: float | None = None
     fallbacks: dict[str, int] = {}
     if clock == "virtual" and compute == "live":
-        from nbox_replay.measure import measure_compute
+        from nbox_replay.live import measure_compute
 
         say(f"measuring the operators of {len(graphs)} rank(s) on {device} (no communication)")
         measured = measure_compute(graphs, {r: source.trace_set.files[r] for r in graphs}, device=device,
@@ -322,7 +182,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
         graphs, coverage, fallbacks = measured.graphs, measured.coverage, measured.fallbacks
         if measured.heap_not_held:
             notices.append(f"the measuring worker's heap not held ({measured.heap_not_held}): its operator times "
-                           f"may include page faults the real run did not take (nbox_replay.allocator)")
+                           f"may include page faults the real run did not take (nbox_replay.live.allocator)")
     reps = config.iterations
     say("virtual replay: baseline")
     base_sim = simulate(graphs, base, groups=source.groups, recorded_world=source.recorded_world, repetitions=reps)
@@ -343,7 +203,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, device, report, say, correction)
     if config.out is not None:
-        from nbox_replay.timeline import write_timelines
+        from nbox_replay.report import write_timelines
 
         written = write_timelines(base_sim, graphs, config.out, label="baseline")
         written += write_timelines(wi_sim, graphs if plan is None else relabel(graphs, plan), config.out,
@@ -353,7 +213,7 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
 
 
 def profiler_correction(mode: str, source: ReplaySource, compute: str) -> Correction:
-    """The correction of recorded compute for the profiler (:mod:`nbox_replay.profiler`) that ``mode`` asks for:
+    """The correction of recorded compute for the profiler (:mod:`nbox_replay.inputs.profiler`) that ``mode`` asks for:
     none when compute is re-executed (``live``: only its fallbacks play recorded durations, left as they are)."""
     if compute != "recorded" and mode != "off":
         return Correction(None, why_not="compute is re-executed (--compute live); its fallbacks play their recorded "
@@ -476,8 +336,7 @@ def _run_live(config: ReplayConfig, source: ReplaySource, graphs: dict[int, Rank
 #: (or its host) runs slow until it has been busy a while (bench/gpu_check.py; docs/results.md, "The GPU kit"). On
 #: a CPU only a worker's first repetition is cold (``--warmup``, docs/replay.md), so 0 there.
 CUDA_WARMUP_S = 1.0
-#: Bounds of ``--warmup-s`` and of the repetitions it may ask for.
-MAX_WARMUP_S = 600.0
+#: The most repetitions ``--warmup-s`` may ask for.
 MAX_WARMUP_REPETITIONS = 100_000
 #: A repetition is taken to last at least this long when sizing the warm-up (us; a recorded median below it is
 #: not believed).
@@ -517,7 +376,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
               device: str) -> tuple[dict[int, float] | None, str]:
     """Per replayed rank, the real training thread's time on a CPU and waiting for one per clean iteration (the
     CPU time alone for a bundle without the run-queue figure) for the host-work padding
-    (:mod:`nbox_replay.hostwork`), or None and why it is not applied."""
+    (:mod:`nbox_replay.live.hostwork`), or None and why it is not applied."""
     if compute != "live":
         return None, ""
     if config.host_work == "off":
@@ -537,7 +396,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
 def host_work_doc(pads: Mapping[int, HostPad], why_not: str,
                   heap_not_held: Mapping[int, str] | None = None, mode: str = "pad") -> dict[str, Any]:
     """The report's host-work line and figures: per rank, the padding (or, with ``mode`` ``match``, the credit)
-    its worker applied, and why a worker's heap was not held (:mod:`nbox_replay.allocator`; with or without a
+    its worker applied, and why a worker's heap was not held (:mod:`nbox_replay.live.allocator`; with or without a
     pad)."""
     heap = dict(heap_not_held or {})
     heap_doc = {str(r): why for r, why in sorted(heap.items())}
@@ -571,7 +430,7 @@ def _apply_live(summary: RunSummary, live: LiveResult) -> None:
     """The live run's measured times into ``summary``: its iterations (each captured iteration of every timed
     repetition, :mod:`nbox_replay.live`), and the shown rank's measured breakdown of each (the rank that ended
     the median iteration last unless ``--rank`` picked one; the parts sum to each iteration's time,
-    :mod:`nbox_replay.summary`); the model's time stays as ``modeled_iteration_us``."""
+    :mod:`nbox_replay.report.summary`); the model's time stays as ``modeled_iteration_us``."""
     summary.modeled_iteration_us = summary.median_us
     summary.iteration_us = list(live.iteration_us)
     j = median_index(summary.iteration_us)

@@ -2,16 +2,16 @@
 
 A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
-* ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.world.resize`
+* ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.scenario.world.resize`
   (the outermost topology dimension grows or shrinks). Without this axis the world size is the one
-  ``nbox replay`` would play (:func:`emulator_core.world.load_what_if`): ``--set world_size``, else the
+  ``nbox replay`` would play (:func:`emulator_core.scenario.world.load_what_if`): ``--set world_size``, else the
   what-if file's (``--what-if``), else the recorded one. Each row says where its world size came from
   (``world_size_source``);
 * ``mesh.<dim>`` (e.g. ``mesh.dp=8,64,512``): the degree of one dimension of the recorded mesh
   (:mod:`nbox_trace.mesh`), the others keeping theirs; the world size is the mesh's, and each point replays
-  at that mesh as ``nbox replay --mesh`` does (:mod:`emulator_core.mesh`: groups follow their dimensions,
+  at that mesh as ``nbox replay --mesh`` does (:mod:`emulator_core.scenario.mesh`: groups follow their dimensions,
   sizes their dimension's rule). Not together with a ``world_size`` axis. A mesh in the what-if scenario
-  (``[mesh]`` of the ``--what-if`` file, ``--set mesh.<dim>=N``, :func:`emulator_core.world.scenario_mesh`)
+  (``[mesh]`` of the ``--what-if`` file, ``--set mesh.<dim>=N``, :func:`emulator_core.scenario.world.scenario_mesh`)
   is played at every point, an axis replacing the file's degree of its dimension; an axis on a dimension that a
   ``--set mesh.<dim>`` also names, or a ``world_size`` axis with a scenario mesh, is refused (one would be
   silently dropped);
@@ -20,24 +20,22 @@ A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
 
 The grid is the cartesian product of the axes, the first axis varying slowest. Each point loads the
 base scenario with the base and point overrides, then resizes it, then
-replays the graphs in virtual time (:func:`nbox_replay.virtual.simulate`, recorded compute, corrected for the
-profiler's overhead as ``nbox replay`` corrects it: :mod:`nbox_replay.profiler`, ``profiler``). Points are
+replays the graphs in virtual time (:func:`nbox_replay.virtual.engine.simulate`, recorded compute, corrected for the
+profiler's overhead as ``nbox replay`` corrects it: :mod:`nbox_replay.inputs.profiler`, ``profiler``). Points are
 evaluated in parallel across processes (each worker loads the traces once); the rows come back in grid
 order and are the same, bit for bit, whatever the number of workers.
 
 Row figures are per iteration, in microseconds, those of the point's run summary
-(:mod:`nbox_replay.summary`, the same as ``nbox replay``'s): ``iteration_us`` is the median over the
+(:mod:`nbox_replay.report.summary`, the same as ``nbox replay``'s): ``iteration_us`` is the median over the
 repetitions of the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and
 ``overlapped_comm_us`` are the slowest rank's totals divided by the repetitions; ``speedup`` is the row's
-speed-up over the first row (:func:`nbox_replay.summary.speedup`: the first row's iteration time over
+speed-up over the first row (:func:`nbox_replay.report.summary.speedup`: the first row's iteration time over
 this row's; > 1: faster than the first point; ``None`` where a time is 0: ``null`` in JSON, empty in the CSV,
 ``n/a`` in the table).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import math
 import os
@@ -48,21 +46,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator_core.mesh import MeshError, MeshPlan
-from emulator_core.scenario import Scenario, ScenarioError
-from emulator_core.scenario_overrides import parse_override
-from emulator_core.world import AskedMesh, WhatIfWorld, load_what_if, refuse_emulate_only, scenario_mesh
-from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.meshing import MESH_AXIS, mesh_axis_name, plan_for, set_world_size
-from nbox_replay.profiler import Correction, correct_graphs
-from nbox_replay.summary import RunSummary, format_speedup, speedup, summarize_sim
+from emulator_core.scenario import (
+    AskedMesh,
+    MeshError,
+    MeshPlan,
+    Scenario,
+    ScenarioError,
+    WhatIfWorld,
+    load_what_if,
+    parse_override,
+    refuse_emulate_only,
+    scenario_mesh,
+)
+from nbox_replay.inputs import (
+    MESH_AXIS,
+    Correction,
+    RankGraph,
+    correct_graphs,
+    load_rank,
+    mesh_axis_name,
+    plan_for,
+    set_world_size,
+)
+from nbox_replay.report import RunSummary, speedup, summarize_sim
 from nbox_replay.virtual import simulate
 from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
-from nbox_trace.files import write_atomic
 from nbox_trace.mesh import RecordedMesh
 
 __all__ = ["Axis", "PlotUnavailableError", "SweepConfig", "SweepError", "SweepRow", "SweepUsageError",
-           "SweepWriteError", "format_table", "parse_axis", "run_sweep", "write_csv", "write_outputs", "write_plot"]
+           "SweepWriteError", "parse_axis", "run_sweep"]
 
 #: An axis value: what ``key=v`` parses to (TOML scalar rules: ``2`` int, ``2.0`` float, else a string).
 Value = int | float | str | bool
@@ -167,9 +179,9 @@ class SweepConfig:
         mesh: the recorded mesh, for ``mesh.<dim>`` axes (None: such an axis is refused).
         placement: the mesh dimensions outermost first as laid on ranks (None: tensor parallel innermost).
         batch_size: the recorded per-rank batch of a fixed global batch (strong scaling at each point's mesh,
-            :mod:`emulator_core.mesh`); None: weak scaling.
+            :mod:`emulator_core.scenario.mesh`); None: weak scaling.
         profiler: the correction of recorded compute for the profiler's overhead
-            (:func:`nbox_replay.profiler.plan_correction`); None: none.
+            (:func:`nbox_replay.inputs.profiler.plan_correction`); None: none.
     """
 
     traces: Traces
@@ -356,7 +368,7 @@ class SweepRow:
     overlapped_comm_us: float
     slowest_rank: int
     speedup: float | None = 1.0
-    world_size_source: str = "recorded"  # emulator_core.world.WORLD_SOURCES
+    world_size_source: str = "recorded"  # emulator_core.scenario.world.WORLD_SOURCES
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record: the axis values by key, then the figures."""
@@ -442,156 +454,3 @@ def run_sweep(config: SweepConfig, progress: Callable[[int, int], None] | None =
                              fig.compute_us, fig.exposed_comm_us, fig.overlapped_comm_us, fig.slowest_rank,
                              speedup(rows[0].iteration_us if rows else it, it), world.source))
     return rows
-
-
-# ---------------------------------------------------------------- outputs
-
-_FIGURE_COLUMNS = ("world_size", "iteration_us", "compute_us", "exposed_comm_us", "overlapped_comm_us",
-                   "slowest_rank", "speedup")
-
-
-def _columns(rows: Sequence[SweepRow]) -> list[str]:
-    keys = [k for k, _ in rows[0].values] if rows else []
-    return keys + [c for c in _FIGURE_COLUMNS if c not in keys]
-
-
-def write_csv(rows: Sequence[SweepRow], path: Path) -> Path:
-    """Write the rows as CSV (header: axis keys, then :data:`_FIGURE_COLUMNS`; times in us). Atomic.
-
-    Raises:
-        SweepWriteError: the file cannot be written.
-    """
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    cols = _columns(rows)
-    writer.writerow(cols)
-    for row in rows:
-        d = row.to_dict()
-        writer.writerow([_csv_cell(d[c]) for c in cols])
-    write_atomic(Path(path), buf.getvalue(), error=SweepWriteError)
-    return Path(path)
-
-
-def _csv_cell(v: Any) -> str:
-    if v is None:  # an undefined ratio (summary.speedup)
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
-
-
-def _numeric(values: Sequence[Value]) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
-def write_plot(rows: Sequence[SweepRow], path_png: Path) -> list[Path]:
-    """Plot iteration time (ms) against the first axis, one line per value of the second axis (if any);
-    write the PNG and the CSV beside it (same stem, ``.csv``). Both written atomically.
-
-    The x axis is logarithmic when the first axis is numeric, positive and spans more than 10x;
-    non-numeric values are placed at evenly spaced categories. Further axes (a third, ...) are folded into
-    the line labels. Returns ``[png, csv]``.
-
-    Raises:
-        SweepError: no rows.
-        PlotUnavailableError: matplotlib is not installed (``pip install 'nbox[plots]'``); nothing is written.
-        SweepWriteError: a file cannot be written.
-    """
-    if not rows:
-        raise SweepError("nothing to plot: the sweep has no rows")
-    path_png = Path(path_png)
-    png = _plot_png(rows, path_png, lambda: write_csv(rows, path_png.with_suffix(".csv")))
-    return [png, path_png.with_suffix(".csv")]
-
-
-def write_outputs(rows: Sequence[SweepRow], out_dir: Path, notice: Callable[[str], None]) -> list[Path]:
-    """What ``nbox sweep`` writes into ``out_dir``: ``sweep.csv`` always, then ``sweep.png`` when matplotlib is
-    installed; without it ``notice`` says what the PNG needs. Returns the files written (CSV first).
-
-    Raises:
-        SweepError: no rows. SweepWriteError: a file cannot be written.
-    """
-    if not rows:
-        raise SweepError("nothing to write: the sweep has no rows")
-    written = [write_csv(rows, Path(out_dir) / "sweep.csv")]
-    try:
-        written.append(_plot_png(rows, Path(out_dir) / "sweep.png", lambda: written[0]))
-    except PlotUnavailableError as exc:
-        notice(f"{exc}; wrote the CSV and the table without it")
-    return written
-
-
-def _plot_png(rows: Sequence[SweepRow], path_png: Path, before: Callable[[], Path]) -> Path:
-    """Draw the PNG (see :func:`write_plot`); ``before`` runs once matplotlib is known to be there."""
-    try:
-        from matplotlib.figure import Figure  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        raise PlotUnavailableError("the PNG plot needs matplotlib: pip install 'nbox[plots]'") from None
-    before()
-    keys = [k for k, _ in rows[0].values]
-    xs_all = list(dict.fromkeys(r.values[0][1] for r in rows))
-    numeric = _numeric(xs_all)
-    lines: dict[str, list[tuple[Value, float]]] = {}
-    for r in rows:
-        label = ", ".join(_fmt_value(v) if len(r.values) == 2 else f"{k}={_fmt_value(v)}" for k, v in r.values[1:])
-        lines.setdefault(label, []).append((r.values[0][1], r.iteration_us / 1000.0))
-    fig = Figure(figsize=(7.0, 4.5), dpi=110)
-    ax = fig.add_subplot(1, 1, 1)
-    for label, pts in lines.items():
-        if numeric:
-            xs: list[float] = [float(x) for x, _ in pts]
-        else:
-            xs = [float(xs_all.index(x)) for x, _ in pts]
-        ax.plot(xs, [y for _, y in pts], marker="o", label=label or None)
-    if numeric:
-        lo, hi = min(float(x) for x in xs_all), max(float(x) for x in xs_all)  # type: ignore[arg-type, unused-ignore]
-        if lo > 0 and hi / lo > 10:
-            from matplotlib.ticker import NullLocator  # type: ignore[import-not-found, unused-ignore]
-
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_locator(NullLocator())
-        if len(xs_all) <= 12:  # label the points themselves (plain numbers, also on a log axis)
-            ax.set_xticks([float(x) for x in xs_all], [_fmt_value(x) for x in xs_all])  # type: ignore[arg-type, unused-ignore]
-    else:
-        ax.set_xticks([float(i) for i in range(len(xs_all))], [_fmt_value(x) for x in xs_all])
-    ax.set_xlabel(keys[0])
-    ax.set_ylabel("iteration time (ms)")
-    ax.set_title("nbox sweep: predicted iteration time")
-    ax.grid(True, which="both", alpha=0.3)
-    if len(lines) > 1 or next(iter(lines)):
-        ax.legend(title=", ".join(keys[1:]) or None, fontsize="small")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    write_atomic(path_png, buf.getvalue(), error=SweepWriteError)
-    return path_png
-
-
-def format_table(rows: Sequence[SweepRow]) -> str:
-    """A fixed-width text table of the rows, one line per row: each time column in one unit that suits it
-    (:func:`nbox_trace.units.time_unit`, named in its header), speedup as ``x``."""
-    from nbox_trace.units import format_in, time_unit
-
-    if not rows:
-        return "(no rows)\n"
-    keys = [k for k, _ in rows[0].values]
-    figures = (("iteration", "iteration_us"), ("compute", "compute_us"), ("exposed comm", "exposed_comm_us"),
-               ("overlapped comm", "overlapped_comm_us"))
-    units = [time_unit(getattr(r, attr) for r in rows) for _, attr in figures]
-    digits = [None if u[0] == "us" else 3 for u in units]
-    head = [*keys, *(f"{name} {u[0]}" for (name, _), u in zip(figures, units, strict=True)), "speedup"]
-    cols = list(zip(figures, units, digits, strict=True))
-    body = [[*(_fmt_value(v) for _, v in r.values),
-             *(format_in(getattr(r, attr), u, digits=d) for (_, attr), u, d in cols), format_speedup(r.speedup, 2)]
-            for r in rows]
-    widths = [max(len(head[c]), *(len(b[c]) for b in body)) for c in range(len(head))]
-    nkeys = len(keys)
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < nkeys else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    out = [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
-    return "\n".join(out) + "\n"

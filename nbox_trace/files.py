@@ -5,7 +5,7 @@ optionally fsynced, and is renamed over the target; on any failure the temporary
 target is left as it was. The result has mode 0644 like any shared output (``mkstemp`` creates 0600).
 
 Used by every writer of a single file: the in-rank capture's JSON files, calibrated scenarios, timelines,
-sweep tables and plots. A bundle is a directory: :func:`nbox_trace.bundle.staged_directory` stages it.
+sweep tables and plots. A bundle is a directory: :func:`nbox_trace.bundle.manifest.staged_directory` stages it.
 """
 
 from __future__ import annotations

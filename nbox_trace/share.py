@@ -4,10 +4,10 @@ A run over several nodes leaves each rank's files on its own node, but each node
 whole job (the slowest rank per iteration is on whichever node). So, at its end, every rank puts its result in the
 store that torch.distributed already shares (``set``), waits until every rank has (``wait``) and reads them all
 (``get``): no collective is added to the job, and the store is the one the ranks rendezvoused through. Rank 0
-leaves last (:func:`leave_last`): on one node its process hosts the store (``nbox_trace.localrun``: no agent store),
-and a rank still reading when rank 0 exits would lose it. Used by
-``nbox emulate`` (:mod:`nbox_record.emulaterank`) and live replay (:mod:`nbox_replay._live_worker`); this module
-takes the store as an argument and imports no torch.
+leaves last (:func:`leave_last`): on one node its process hosts the store (``nbox_trace.launch.localrun``: no agent
+store), and a rank still reading when rank 0 exits would lose it. Used by
+``nbox emulate`` (:mod:`nbox_record.capture.emulated_rank`) and live replay (:mod:`nbox_replay.live._worker`); this
+module takes the store as an argument and imports no torch.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("ranks"))
         if testbed:  # network namespaces need root: skip saying why where it is missing (CI runs as root)
             if testbed_skip is None:
-                from nbox_trace.testbed import unavailable
+                from nbox_trace.testbed.namespaces import unavailable
 
                 testbed_skip = unavailable() or ""
             if testbed_skip:

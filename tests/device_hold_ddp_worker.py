@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from emulator_core import devicecall
-from emulator_core.device_fake import FakeDevice
+from emulator_core.backend import devicecall
+from emulator_core.device.fake import FakeDevice
 
 
 def main() -> None:

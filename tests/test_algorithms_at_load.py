@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.netmodel import algorithms_for
-from emulator_core.scenario import COLLECTIVES, ScenarioError
-from emulator_core.scenario_files import load_scenario
+from emulator_core.network.netmodel import algorithms_for
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.model import COLLECTIVES, ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = str(ROOT / "traces" / "ddp_mlp")

@@ -1,4 +1,4 @@
-"""The live workers' held heap (nbox_replay.allocator): operators re-run without page faults of their own."""
+"""The live workers' held heap (nbox_replay.live.allocator): operators re-run without page faults of their own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_replay import allocator
-from nbox_replay.hostwork import HostPad, plan_pad
+from nbox_replay.live import allocator
+from nbox_replay.live.hostwork import HostPad, plan_pad
 from nbox_replay.replay import host_work_doc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,11 +23,11 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # the minor page faults each pass took: the steady passes must take none.
 _PASSES = """
 import json, resource, sys
-from nbox_replay.allocator import hold_heap
+from nbox_replay.live.allocator import hold_heap
 why = hold_heap() if sys.argv[2] == "hold" else "not asked"
 import torch
-from nbox_replay.graph import COMPUTE, load_rank
-from nbox_replay.ops import prepare
+from nbox_replay.inputs.graph import COMPUTE, load_rank
+from nbox_replay.live.ops import prepare
 torch.set_num_threads(1)
 torch.set_grad_enabled(False)
 g = load_rank(sys.argv[1], 0, keep_nodes=True)

@@ -1,4 +1,5 @@
-"""``nbox_trace.anonymize``: names hashed consistently, replay unchanged, planted secrets gone (no torch, no ranks)."""
+"""``nbox_trace.bundle.anonymize``: names hashed consistently, replay unchanged, planted secrets gone (no torch, no
+ranks)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 import pytest
 
 from nbox_replay.replay import ReplayConfig, run_replay
-from nbox_trace.anonymize import LEVELS, AnonymizeConfig, AnonymizeError, anonymize_bundle, find_strings
-from nbox_trace.bundle import Manifest, read_manifest, trace_prefix, verify_files, write_bundle
+from nbox_trace.bundle.anonymize import LEVELS, AnonymizeConfig, AnonymizeError, anonymize_bundle, find_strings
+from nbox_trace.bundle.manifest import Manifest, read_manifest, trace_prefix, verify_files, write_bundle
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import attr_map, set_attr
 from nbox_trace.chakra.codec import EtWriter, read_et

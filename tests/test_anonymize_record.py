@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace.anonymize import find_strings
+from nbox_trace.bundle.anonymize import find_strings
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRETS = ["sk-NIGHTINGALE-123", "tok-nightingale-777", "nightingale_secret_dir", "train_nightingale",

@@ -1,4 +1,4 @@
-"""Answering a collective (emulator_core.answer): the rule of its module docstring, by hand."""
+"""Answering a collective (emulator_core.pricing.answer): the rule of its module docstring, by hand."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import emulator_core.answer as answer_mod
-from emulator_core.answer import Answer, Fabric, mirror_member, mirror_weights
-from emulator_core.pricing import GroupShape, Pricer, PricingError, group_shape, make_pricer, price_group
-from emulator_core.scenario import Network, Scenario, Straggler, Topology
-from emulator_core.scenario_files import load_scenario
-from emulator_core.world import resize
+import emulator_core.pricing.answer as answer_mod
+from emulator_core.pricing.answer import Answer, Fabric, mirror_member, mirror_weights
+from emulator_core.pricing.pricer import GroupShape, Pricer, PricingError, group_shape, make_pricer, price_group
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.model import Network, Scenario, Straggler, Topology
+from emulator_core.scenario.world import resize
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "emulator_core" / "scenarios"
 NVLINK_ALPHA, NVLINK_BW = 2.0, 3600 * 125.0  # dgx_h100_400g's nvlink dimension: 2 us, 3600 Gb/s in bytes/us
@@ -278,7 +278,7 @@ JITTER = ((0.0, 0.0), (0.5, 0.0), (0.9, 1000.0), (1.0, 3000.0))
 
 
 def _jittery(jitter: str = "calibrated", seed: int = 7) -> Scenario:
-    from emulator_core.scenario import Calibration
+    from emulator_core.scenario.model import Calibration
 
     s = load_scenario(SCENARIOS / "loopback_cpu.toml")
     cals = tuple(replace(c, jitter_us=JITTER) if c.collective == "all_reduce" else c for c in s.calibration)
@@ -364,7 +364,7 @@ def test_jitter_draws_agree_across_real_ranks_and_differ_between_groups_and_seed
 # ------------------------------------------------------------------------------------------------ compute noise
 def test_the_mirrors_lateness_moves_the_start_only_where_the_member_has_emulated_copies() -> None:
     """`mirror_late_us[k]`: the emulated members that mirror real member k arrive that much after it
-    (compute_noise, emulator_core/computenoise.py); a real member with no copies, or a lateness of 0, moves
+    (compute_noise, emulator_core/backend/computenoise.py); a real member with no copies, or a lateness of 0, moves
     nothing; a wrong length is refused."""
     fabric = Fabric(dgx64())
     g = fabric.group(range(2), [0])
@@ -382,8 +382,8 @@ def test_the_mirrors_lateness_moves_the_start_only_where_the_member_has_emulated
 
 
 def test_compute_noise_is_a_scenario_key_that_round_trips_and_refuses_other_values() -> None:
-    from emulator_core.scenario import ScenarioError
-    from emulator_core.scenario_toml import dump_toml, loads_scenario
+    from emulator_core.scenario.model import ScenarioError
+    from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 
     s = dgx64(compute_noise="mirror_history")
     assert Scenario.from_dict(s.to_dict()) == s and loads_scenario(dump_toml(s)) == s
@@ -422,7 +422,7 @@ def test_a_collective_beside_its_members_compute_is_stretched_by_its_busy_slowdo
 def test_busy_rate_is_a_delay_per_call_capped_at_the_measured_factor() -> None:
     """busy_rate: 1 without a slowdown; the measured factor for calls as short as the measured one (and for a
     stream of zero cost); 1 + delay x calls / cost for longer calls, so their stretch is the delay per call."""
-    from emulator_core.answer import busy_rate
+    from emulator_core.pricing.answer import busy_rate
 
     assert busy_rate(1.0, 5000.0, 3, 100.0) == 1.0
     assert busy_rate(1.6, 6000.0, 1, 10_000.0) == pytest.approx(1.6)  # the measured call: (s - 1) x its price
@@ -468,6 +468,6 @@ def test_a_long_stream_beside_compute_loses_the_measured_delay_per_call_not_the_
 
 
 def test_busy_call_max_is_the_calibration_workers_longest_busy_call() -> None:
-    from emulator_core import _calibrate_worker
+    from emulator_core.calibration import _worker as _calibrate_worker
 
     assert answer_mod.BUSY_CALL_MAX_US == _calibrate_worker.BUSY_CALL_MAX_US

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.question import compare, describe_changes, describe_override, share_words
-from emulator_core.scenario_files import load_scenario
-from nbox_record.emulate import EmulateResult, format_text
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.question import compare, describe_changes, describe_override, share_words
+from nbox_record.launch.emulation import EmulateResult, format_text
 from nbox_replay.replay import ReplayConfig, run_replay
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,5 @@
-"""nbox_trace.archive: round trips on the shipped bundles, a generated hostile corpus, memory bounds, a fuzz test.
+"""nbox_trace.bundle.archive: round trips on the shipped bundles, a generated hostile corpus, memory bounds, a fuzz
+test.
 
 The hostile archives are crafted here byte by byte (raw ustar headers, gzip by hand), never stored.
 """
@@ -24,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbox_trace.archive import (
+from nbox_trace.bundle.archive import (
     ARCHIVE_SUFFIX,
     ArchiveError,
     ArchiveLimits,
@@ -32,7 +33,14 @@ from nbox_trace.archive import (
     read_archive_manifest,
     unpack_bundle,
 )
-from nbox_trace.bundle import BundleError, BundleWriteError, Manifest, read_manifest, verify_files, write_bundle
+from nbox_trace.bundle.manifest import (
+    BundleError,
+    BundleWriteError,
+    Manifest,
+    read_manifest,
+    verify_files,
+    write_bundle,
+)
 from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -278,7 +286,7 @@ def test_a_million_members_are_refused_at_the_member_cap(many_members: Path, tmp
 
 CHILD = """
 import resource, sys
-from nbox_trace.archive import ArchiveError, ArchiveLimits, unpack_bundle
+from nbox_trace.bundle.archive import ArchiveError, ArchiveLimits, unpack_bundle
 limits = ArchiveLimits(**{k: int(v) for k, v in (a.split("=") for a in sys.argv[3:])})
 try:
     unpack_bundle(sys.argv[1], sys.argv[2], limits=limits)

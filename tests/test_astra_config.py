@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from emulator_core.astra_config import astra_configs, export_astra, import_astra
-from emulator_core.astra_yaml import read_flat_yaml
-from emulator_core.pricing import group_shape, make_pricer, price
-from emulator_core.scenario import Calibration, Scenario, ScenarioError, Straggler
-from emulator_core.scenario_files import load_scenario
-from emulator_core.scenario_toml import loads_scenario
+from emulator_core.astra.config import astra_configs, export_astra, import_astra
+from emulator_core.astra.flatyaml import read_flat_yaml
+from emulator_core.pricing.pricer import group_shape, make_pricer, price
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.model import Calibration, Scenario, ScenarioError, Straggler
+from emulator_core.scenario.tomltext import loads_scenario
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,7 +294,7 @@ def test_export_removes_the_first_file_when_the_second_cannot_be_written(tmp_pat
             raise OutputWriteError(f"{path}: cannot write: disk full")
         return real(path, data)
 
-    monkeypatch.setattr("emulator_core.astra_config.write_atomic", failing)
+    monkeypatch.setattr("emulator_core.astra.config.write_atomic", failing)
     with pytest.raises(OutputWriteError):
         export_astra(_base(), tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -1,7 +1,7 @@
 """The `nbox` torch.distributed backend: an ordinary script sees world size W while N real gloo ranks run it.
 
 Integration tests launch tests/nbox_backend_worker.py with nbox's launcher (N = 1 or 2 real processes,
-loopback, timeouts) and check what the script observed against the mirror rule (emulator_core/mirror.py),
+loopback, timeouts) and check what the script observed against the mirror rule (emulator_core/backend/mirror.py),
 worked out by hand for W = 8: with real ranks [0, 1] every real rank stands for 4 members.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from emulator_core.backend import EmulationConfig, EmulationConfigError
-from emulator_core.scenario import ScenarioError
+from emulator_core.backend.process_group import EmulationConfig, EmulationConfigError
+from emulator_core.scenario.model import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "nbox_backend_worker.py"
@@ -28,7 +28,7 @@ WORKER = ROOT / "tests" / "nbox_backend_worker.py"
 def launch(nproc: int, modes: str, world_size: int, timeout_s: float = 240, **env: str) -> list[dict[str, Any]]:
     """Run the worker on ``nproc`` real ranks with nbox's one launcher (torchrun's environment, without its agent's
     2-3 s import of torch per launch); one result dict per real rank, ordered by global rank."""
-    from nbox_trace.launch import Launch, run
+    from nbox_trace.launch.launcher import Launch, run
 
     with tempfile.TemporaryDirectory(prefix="nbox-backend-test-") as results_dir:
         logs = Path(results_dir) / "logs"
@@ -77,7 +77,7 @@ def test_config_from_env_defaults_and_validation() -> None:
 def test_sleep_until_never_returns_early_and_a_future_completes_at_its_deadline() -> None:
     from torch.futures import Future
 
-    from emulator_core.delay import TIMER, sleep_until
+    from emulator_core.backend.delay import TIMER, sleep_until
 
     for delay_ns in (0, 30_000, 400_000, 3_000_000):
         deadline = time.perf_counter_ns() + delay_ns
@@ -185,7 +185,7 @@ def test_timing_only_moves_no_data_and_a_receive_is_answered_from_its_senders_is
 
 @pytest.mark.integration
 def test_a_bad_setting_fails_the_script_with_the_variable_named(tmp_path: Path) -> None:
-    from nbox_trace.launch import Launch, run
+    from nbox_trace.launch.launcher import Launch, run
 
     res = run(Launch(str(WORKER), tmp_path / "logs", args=("ddp",), timeout_s=120,
                      env={"OMP_NUM_THREADS": "1", "NBOX_WORLD_SIZE": "8", "NBOX_REAL_RANKS": "0,9"}))

@@ -41,9 +41,9 @@ class FakeTestbed:
 
 @pytest.fixture
 def fake_testbed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nbox_trace.testbed
+    import nbox_trace.testbed.namespaces
 
-    monkeypatch.setattr(nbox_trace.testbed, "Testbed", FakeTestbed)
+    monkeypatch.setattr(nbox_trace.testbed.namespaces, "Testbed", FakeTestbed)
 
 
 def _replay_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh: bool,

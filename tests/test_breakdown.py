@@ -1,4 +1,4 @@
-"""Issue 13, "the breakdown does not add up": one definition (nbox_replay.breakdown) whose parts partition every
+"""Issue 13, "the breakdown does not add up": one definition (nbox_replay.virtual.breakdown) whose parts partition every
 rank's iteration, per-collective figures of the same rank, ``--rank``, and the settings that act in virtual time
 (``overlap = "serialize"``, uneven all-to-all), and captured iterations."""
 
@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator_core.scenario_files import load_scenario
-from emulator_core.world import resize
-from nbox_replay.breakdown import CommSpan, RankIntervals, job_windows, median_index, partition
-from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.world import resize
+from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph
 from nbox_replay.replay import ReplayConfig, run_replay
-from nbox_replay.summary import RankChoiceError, summarize_sim
-from nbox_replay.virtual import SimResult, simulate
+from nbox_replay.report.summary import RankChoiceError, summarize_sim
+from nbox_replay.virtual.breakdown import CommSpan, RankIntervals, job_windows, median_index, partition
+from nbox_replay.virtual.engine import SimResult, simulate
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import set_attr
 from nbox_trace.chakra.codec import write_et
@@ -294,7 +294,7 @@ def _corpus() -> list[str]:
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    from nbox_record.importer import ConvertConfig, import_traces
+    from nbox_record.convert.importer import ConvertConfig, import_traces
 
     meg = ROOT / "tests" / "data" / "samples" / "pytorch_et" / "megatron_tp8_nccl"
     out = tmp_path_factory.mktemp("imported") / "megatron.bundle"
@@ -305,8 +305,8 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def test_property_parts_add_up_on_every_shipped_bundle_sample_and_imported_trace(imported: list[str]) -> None:
     """Issue 13, "Must show": over every shipped bundle in traces/, every sample in tests/data/samples and an
     imported (Megatron, 2-stream GPU) trace, every rank's parts sum to every iteration's time within 0.1%."""
+    from nbox_replay.inputs.source import open_source
     from nbox_replay.replay import _load
-    from nbox_replay.source import open_source
     from nbox_trace.errors import NboxError
 
     checked = 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace import bundle as B
+from nbox_trace.bundle import manifest as B
 from nbox_trace.errors import InputNotFoundError, NboxError
 
 

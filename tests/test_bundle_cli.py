@@ -66,7 +66,7 @@ def test_verify_fails_with_exit_1_naming_the_tampered_file(tmp_path: Path) -> No
 
 
 def test_verify_finds_collective_sequences_that_disagree_across_ranks(tmp_path: Path) -> None:
-    from nbox_trace.bundle import read_manifest, write_bundle
+    from nbox_trace.bundle.manifest import read_manifest, write_bundle
     from nbox_trace.chakra.codec import EtReader, EtWriter
 
     m = read_manifest(DDP)

@@ -1,4 +1,4 @@
-"""nbox_trace.bundle_diff: what differs between two bundles, and which differences explain the time."""
+"""nbox_trace.bundle.diff: what differs between two bundles, and which differences explain the time."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace.bundle import read_manifest, write_bundle
-from nbox_trace.bundle_diff import DIFF_SCHEMA, diff_bundles, op_family
+from nbox_trace.bundle.diff import DIFF_SCHEMA, diff_bundles, op_family
+from nbox_trace.bundle.manifest import read_manifest, write_bundle
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import find_attr
 from nbox_trace.chakra.codec import EtReader, EtWriter

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_replay.source import open_source
-from nbox_trace.bundle import locate_traces
+from nbox_replay.inputs.source import open_source
+from nbox_trace.bundle.manifest import locate_traces
 from nbox_trace.errors import InputNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""nbox_trace.bundle_inspect: manifest facts, per-rank trace summaries and size on disk of a bundle."""
+"""nbox_trace.bundle.inspection: manifest facts, per-rank trace summaries and size on disk of a bundle."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace.bundle import MANIFEST_NAME, read_manifest, trace_prefix
-from nbox_trace.bundle_inspect import INSPECT_SCHEMA, inspect_bundle
+from nbox_trace.bundle.inspection import INSPECT_SCHEMA, inspect_bundle
+from nbox_trace.bundle.manifest import MANIFEST_NAME, read_manifest, trace_prefix
 from nbox_trace.check import inspect_trace
 from nbox_trace.errors import InputNotFoundError, InvalidInputError
 from nbox_trace.units import format_bytes

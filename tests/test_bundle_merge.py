@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from nbox_trace import bundle as B
-from nbox_trace.archive import pack_bundle
-from nbox_trace.bundle_merge import MergeError, merge_bundles
-from nbox_trace.bundle_verify import verify_bundle
+from nbox_trace.bundle import manifest as B
+from nbox_trace.bundle.archive import pack_bundle
+from nbox_trace.bundle.merge import MergeError, merge_bundles
+from nbox_trace.bundle.verify import verify_bundle
 from nbox_trace.errors import InputNotFoundError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

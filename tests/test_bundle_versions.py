@@ -12,8 +12,15 @@ from pathlib import Path
 import pytest
 
 from nbox_trace import __version__
-from nbox_trace.bundle import BUNDLE_VERSION, MANIFEST_NAME, BundleError, parse_manifest, read_manifest, verify_files
-from nbox_trace.bundle_verify import verify_bundle
+from nbox_trace.bundle.manifest import (
+    BUNDLE_VERSION,
+    MANIFEST_NAME,
+    BundleError,
+    parse_manifest,
+    read_manifest,
+    verify_files,
+)
+from nbox_trace.bundle.verify import verify_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 FROZEN = ROOT / "traces" / "frozen-1.0-ddp_mlp"
@@ -45,7 +52,7 @@ def test_a_1_0_bundle_is_migrated_on_read_and_verifies() -> None:
 
 def test_a_1_0_bundle_replays_in_virtual_time_like_its_migrated_copy(tmp_path: Path) -> None:
     from nbox_replay.replay import ReplayConfig, run_replay
-    from nbox_trace.bundle import write_bundle
+    from nbox_trace.bundle.manifest import write_bundle
 
     m = read_manifest(FROZEN)
     copy = write_bundle(tmp_path / "migrated", m, {f.path: FROZEN / f.path for f in m.files})

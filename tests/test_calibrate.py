@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core import _calibrate_worker as worker
-from emulator_core import calibrate as cal
-from emulator_core import calibration as cc
-from emulator_core import calibration_fit as cf
-from emulator_core import calibration_run as cr
-from emulator_core import costmodels as cm
-from emulator_core.pricing import calibration_for, group_shape, link_for, price, price_group
-from emulator_core.scenario import Calibration, Dimension, Scenario, ScenarioError, Topology
-from emulator_core.scenario_files import load_scenario, shipped_scenarios
-from emulator_core.scenario_toml import dump_toml, loads_scenario
+from emulator_core.calibration import _worker as worker
+from emulator_core.calibration import fit as cf
+from emulator_core.calibration import pipeline as cal
+from emulator_core.calibration import run as cr
+from emulator_core.calibration import spec as cc
+from emulator_core.network import costmodels as cm
+from emulator_core.pricing.pricer import calibration_for, group_shape, link_for, price, price_group
+from emulator_core.scenario.files import load_scenario, shipped_scenarios
+from emulator_core.scenario.model import Calibration, Dimension, Scenario, ScenarioError, Topology
+from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 from nbox_trace.files import write_atomic
-from nbox_trace.launch import LaunchResult, command
+from nbox_trace.launch.launcher import LaunchResult, command
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [1024 * 4**k for k in range(9)]  # 1 KiB .. 64 MiB
@@ -158,7 +158,7 @@ def test_config_sorts_sizes_and_builds_the_launch_command(tmp_path: Path) -> Non
     cfg = cc.CalibrateConfig(sizes=(65536, 1024, 1024), collectives=("all_reduce",), timeout_s=60)
     assert cfg.sizes == (1024, 65536)
     cmd = command(cr.launch_spec(cfg, tmp_path))
-    assert cmd[1:3] == ["-m", "emulator_core._calibrate_worker"] and "1024,65536" in cmd
+    assert cmd[1:3] == ["-m", "emulator_core.calibration._worker"] and "1024,65536" in cmd
     assert float(cmd[cmd.index("--timeout-s") + 1]) < 60  # a collective fails before the run deadline
     assert "--busy" not in cmd and cfg.busy is False  # one node: not timed beside compute unless asked
     assert "--busy" in command(cr.launch_spec(replace(cfg, busy=True), tmp_path))
@@ -270,8 +270,8 @@ def test_worker_times_idle_and_busy_calls_in_pairs(monkeypatch: pytest.MonkeyPat
 def test_the_workers_beside_compute_measurements_are_read_per_collective(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker's ``beside_compute`` entries become each collective's busy_slowdown and a header line."""
-    from emulator_core.calibration import CalibrateConfig
-    from emulator_core.calibration_run import MeasureRun
+    from emulator_core.calibration.run import MeasureRun
+    from emulator_core.calibration.spec import CalibrateConfig
 
     doc = {"beside_compute": [{"collective": "all_reduce", "nbytes": 1 << 20, "idle_us": [9.0, 9.0],
                                "busy_us": [18.0, 18.0]},
@@ -503,8 +503,8 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
 
 
 def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:
-    from emulator_core.calibration import summarize
-    from emulator_core.calibration_fit import JITTER_QUANTILES, jitter_table
+    from emulator_core.calibration.fit import JITTER_QUANTILES, jitter_table
+    from emulator_core.calibration.spec import summarize
 
     small = summarize("all_reduce", 1024, 1024, 2, [[100.0, 100.0, 100.0, 3100.0], [90.0, 100.0]])  # median 100
     big = summarize("all_reduce", 1 << 20, 1 << 20, 2, [[1000.0, 1000.0, 4000.0, 800.0]])  # median 1000
@@ -526,9 +526,9 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``--backend auto`` (the default) is decided in the ranks, so nbox calibrate's process never imports torch;
     the fit and the file follow what the ranks report, and a report that is neither gloo nor nccl is an error."""
-    import emulator_core.calibrate as cal
-    from emulator_core.calibration import CalibrateConfig, CalibrationError
-    from emulator_core.calibration_run import MeasureRun
+    import emulator_core.calibration.pipeline as cal
+    from emulator_core.calibration.run import MeasureRun
+    from emulator_core.calibration.spec import CalibrateConfig, CalibrationError
 
     link = cm.Link(40.0, 2000.0)
     meas = synthetic("all_reduce", "ring", 2, link, SIZES)

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from nbox_record import rawformat
-from nbox_record.commlog import CollectiveLogger
-from nbox_record.recordsession import CaptureSession
+from nbox_record.capture.commlog import CollectiveLogger
+from nbox_record.capture.session import CaptureSession
+from nbox_record.handoff import rawformat
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HELD_BEFORE_FINISH = """
     import sys, time
     import torch, torch.distributed as dist
-    from nbox_record.commlog import CollectiveLogger
+    from nbox_record.capture.commlog import CollectiveLogger
     rank, store_path = int(sys.argv[1]), sys.argv[2]
     store = dist.FileStore(store_path, 2)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
@@ -81,7 +81,7 @@ def test_stop_returns_only_after_gloo_finished_the_work_whose_future_the_script_
 P2P_THEN_MORE = """
     import sys
     import torch, torch.distributed as dist
-    from nbox_record.commlog import CollectiveLogger
+    from nbox_record.capture.commlog import CollectiveLogger
     rank, store_path = int(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
     logger = CollectiveLogger()

@@ -1,5 +1,5 @@
-"""Clock offsets between real ranks (emulator_core.clocksync): Cristian's estimate, the ping-pong protocol over a
-simulated link with uneven legs, the test-only offset, and, end to end, ``nbox emulate`` whose two real ranks read
+"""Clock offsets between real ranks (emulator_core.backend.clocksync): Cristian's estimate, the ping-pong protocol over
+a simulated link with uneven legs, the test-only offset, and, end to end, ``nbox emulate`` whose two real ranks read
 clocks 7.5 s apart and still play one timeline."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.clocksync import (
+from emulator_core.backend.clocksync import (
     ROUNDS,
     TEST_OFFSET_ENV,
     Clock,
@@ -156,7 +156,7 @@ def test_a_credited_lag_moves_the_ranks_timeline_behind_its_host_clock_and_only_
 def test_a_work_turns_its_deadline_into_host_time_when_waited_for() -> None:
     """A collective answered before the rank was credited: the wait ends that much later in host time (the rank's
     timeline reaches the deadline then), not at the host time the answer first mapped to."""
-    from emulator_core.delay import NboxWork
+    from emulator_core.backend.delay import NboxWork
 
     c = Clock()
     t0 = time.perf_counter_ns()

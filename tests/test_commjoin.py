@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from nbox_record.convertcomm import by_identity
-from nbox_record.hostet import read_host_et
-from nbox_record.rawformat import identity_marker, parse_identity_marker
-from nbox_record.toplevel import walk
+from nbox_record.convert.comm import by_identity
+from nbox_record.convert.toplevel import walk
+from nbox_record.handoff.rawformat import identity_marker, parse_identity_marker
+from nbox_record.sources.hostet import read_host_et
 from nbox_trace.errors import InvalidInputError
 
 

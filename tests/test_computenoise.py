@@ -1,10 +1,11 @@
-"""compute_noise = "mirror_history": the lateness of a real rank's emulated copies (emulator_core/computenoise.py)."""
+"""compute_noise = "mirror_history": the lateness of a real rank's emulated copies
+(emulator_core/backend/computenoise.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator_core.computenoise import BLOCK_NS, NOISE_HISTORY, NOISE_MIN_HISTORY, MirrorNoise
+from emulator_core.backend.computenoise import BLOCK_NS, NOISE_HISTORY, NOISE_MIN_HISTORY, MirrorNoise
 
 MS = 1_000_000
 SITE = ("all_reduce", 1024.0)

@@ -1,4 +1,4 @@
-"""Tests of nbox_record.convert: host ET (+ Kineto, + collectives.json) -> Chakra ET nodes.
+"""Tests of nbox_record.convert.assemble: host ET (+ Kineto, + collectives.json) -> Chakra ET nodes.
 
 Facts are checked against the input JSON read independently here (plain ``json``), never against
 the converter's own readers. Groups:
@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from nbox_record.convert import RankConversion, convert_rank
-from nbox_record.convertgroups import SINGLETON_PG_BASE
-from nbox_record.hostet import schema_arg_names
+from nbox_record.convert.assemble import RankConversion, convert_rank
+from nbox_record.convert.groups import SINGLETON_PG_BASE
+from nbox_record.sources.hostet import schema_arg_names
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.chakra.codec import read_et, write_et
@@ -663,7 +663,7 @@ def test_written_conversion_round_trips_through_the_codec(tmp_path: Path) -> Non
 
 # -- joining the collective log and the host ET by identity ---------------------------------------------------
 def test_align_pairs_in_order_and_skips_only_nested_ops_the_log_did_not_see() -> None:
-    from nbox_record.convertcomm import align
+    from nbox_record.convert.comm import align
 
     assert align(["allreduce_", "allreduce_"], [False, False], ["allreduce_", "allreduce_"]) == [(0, 0), (1, 1)]
     # a nested op the log did not see is skipped; one it did see is paired (emulate's observer sees all)
@@ -716,8 +716,8 @@ def test_functional_all_to_all_gets_its_output_splits_from_the_input_rows() -> N
     # _c10d_functional::all_to_all_single has no output argument; its output rows have the input's row size.
     # Without out splits, a live replay of the MoE zoo workload sent 2048 bytes where the peer expected 1536 and
     # gloo aborted the rank (SIGABRT).
-    from nbox_record.comms import facts_from_op_inputs
-    from nbox_record.hostet import IO, EtNode
+    from nbox_record.sources.comms import facts_from_op_inputs
+    from nbox_record.sources.hostet import IO, EtNode
 
     schema = ("_c10d_functional::all_to_all_single(Tensor input, SymInt[] output_split_sizes, "
               "SymInt[] input_split_sizes, str group_name) -> Tensor")

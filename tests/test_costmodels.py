@@ -1,4 +1,4 @@
-"""emulator_core.costmodels: hand-computed closed forms for every (collective, algorithm), and properties.
+"""emulator_core.network.costmodels: hand-computed closed forms for every (collective, algorithm), and properties.
 
 Unless a test says otherwise: alpha = 2 us, bandwidth = 100 bytes/us so beta = 0.01 us/byte.
 """
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator_core import costmodels as cm
-from emulator_core.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
-from emulator_core.costmodels import COST_MODELS, Efficiency, Link, cost
+from emulator_core.network import costmodels as cm
+from emulator_core.network.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
+from emulator_core.network.costmodels import COST_MODELS, Efficiency, Link, cost
 
 L = Link(latency_us=2.0, bandwidth_bytes_per_us=100.0)
 FLAT = list(COST_MODELS)  # the one-link models; hierarchical is hierarchical_all_reduce

@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from emulator_core import devicecall
-from emulator_core.answer import Fabric
-from emulator_core.backend import NboxProcessGroup
-from emulator_core.clocksync import Clock
-from emulator_core.delay import NboxWork
-from emulator_core.device_fake import FakeDevice
-from emulator_core.device_hold import (
+from emulator_core.backend import devicecall
+from emulator_core.backend.clocksync import Clock
+from emulator_core.backend.delay import NboxWork
+from emulator_core.backend.emulation_config import EmulationConfig, EmulationConfigError
+from emulator_core.backend.process_group import NboxProcessGroup
+from emulator_core.device.fake import FakeDevice
+from emulator_core.device.hold import (
     CAPTURE_REFUSED,
     STATUS_ABORTED,
     STATUS_RELEASED,
@@ -28,7 +28,7 @@ from emulator_core.device_hold import (
     HoldEngine,
     HoldError,
 )
-from emulator_core.emulation_config import EmulationConfig, EmulationConfigError
+from emulator_core.pricing.answer import Fabric
 
 # ------------------------------------------------------------------------------------------------ the engine alone
 
@@ -343,7 +343,7 @@ def test_the_device_hold_setting_is_validated() -> None:
 def test_the_cuda_module_is_the_only_one_that_names_cuda_streams() -> None:
     """The kernels' source is plain CUDA C the torch wheel's NVRTC compiles: %globaltimer, the slot's words, a
     device-side timeout and an abort word (checked as text here; compiled and run only on a GPU)."""
-    from emulator_core import _cuda_hold
+    from emulator_core.device import _cuda as _cuda_hold
 
     src = _cuda_hold.KERNELS
     assert "%%globaltimer" in src and "timeout_ns" in src and "slot[2] != 0" in src

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_record.importer import ConvertConfig, import_traces
-from nbox_trace.bundle import read_manifest, write_bundle
+from nbox_record.convert.importer import ConvertConfig, import_traces
+from nbox_trace.bundle.manifest import read_manifest, write_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = {"device": "cuda", "gpu_name": "NVIDIA A100-SXM4-80GB", "gpu_count": 8}
@@ -115,7 +115,7 @@ def test_a_cpu_trace_stays_cpu(samples: Path, tmp_path: Path) -> None:
 
 def test_a_bundle_imported_before_the_fix_is_read_off_its_traces(megatron: Path, tmp_path: Path) -> None:
     """Bundles imported with an empty hardware part: the replay looks at the traces' GPU nodes."""
-    from nbox_replay.source import open_source
+    from nbox_replay.inputs.source import open_source
 
     old = tmp_path / "old.bundle"
     manifest = read_manifest(megatron)

@@ -166,5 +166,5 @@ def test_attribute_doc_comments_are_read_as_one_block() -> None:
 
 def test_the_walk_covers_the_library() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _modules()}
-    assert {"nbox_replay/profiler.py", "emulator_core/answer.py", "nbox_trace/errors.py"} <= names
+    assert {"nbox_replay/inputs/profiler.py", "emulator_core/pricing/answer.py", "nbox_trace/errors.py"} <= names
     assert "nbox/cli/app.py" in names  # its module docstring; its commands' help texts are the CLI's tests' own

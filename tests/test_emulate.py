@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nbox_record.emulate import SCHEMA, EmulateConfig, _quantile
+from nbox_record.launch.emulation import SCHEMA, EmulateConfig, _quantile
 from nbox_trace.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,7 +278,7 @@ def test_a_call_the_emulator_cannot_answer_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_o_writes_a_bundle_of_the_emulated_run_that_verifies_and_replays(tmp_path: Path) -> None:
-    from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
+    from nbox_trace.bundle.manifest import read_manifest, trace_prefix, verify_files
     from nbox_trace.check import inspect_trace
 
     out = tmp_path / "emulated.bundle"

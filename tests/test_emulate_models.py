@@ -3,7 +3,7 @@ send/recv pipeline (the unmodified scripts are in ``tests/emulate_scripts/``).
 
 Each script rewrites ``OUT_DIR/rank<R>.json`` with what it observed before every ``optimizer.step()``
 (nbox stops the ranks inside the last timed step). The tests check that against the emulator's documented
-rules (:mod:`emulator_core.mirror`): emulated member ``j`` mirrors real member ``j mod n`` (a real member
+rules (:mod:`emulator_core.backend.mirror`): emulated member ``j`` mirrors real member ``j mod n`` (a real member
 itself), an all_to_all chunk from an emulated source is what its mirror sends, a recv from an emulated peer
 gives zeros. Each run launches torchrun, so all are ``integration`` and run 1 warm-up + 3 timed steps.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nbox_record.emulate import SCHEMA
+from nbox_record.launch.emulation import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "emulate_scripts"

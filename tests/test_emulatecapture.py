@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from emulator_core import backend
-from emulator_core.answer import Fabric
-from emulator_core.backend import EmulationConfig, NboxProcessGroup
-from nbox_record import emulatecapture
-from nbox_record.commlog import CollectiveLogger
+from emulator_core.backend import process_group as backend
+from emulator_core.backend.process_group import EmulationConfig, NboxProcessGroup
+from emulator_core.pricing.answer import Fabric
+from nbox_record.capture import emulated_tap as emulatecapture
+from nbox_record.capture.commlog import CollectiveLogger
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbox_replay.events import EventQueue
+from nbox_replay.virtual.events import EventQueue
 
 
 def test_events_run_in_time_then_priority_then_scheduling_order() -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from emulator_core.fabric_kinds import FABRIC_KINDS, fabric_kinds, net_fabric, role
-from emulator_core.nccl_tuner import nccl_plan
-from emulator_core.pricing import price
-from emulator_core.scenario import ScenarioError
-from emulator_core.scenario_files import load_scenario, shipped_scenarios
-from emulator_core.scenario_toml import dump_toml, loads_scenario
+from emulator_core.network.fabric_kinds import FABRIC_KINDS, fabric_kinds, net_fabric, role
+from emulator_core.pricing.nccl_tuner import nccl_plan
+from emulator_core.pricing.pricer import price
+from emulator_core.scenario.files import load_scenario, shipped_scenarios
+from emulator_core.scenario.model import ScenarioError
+from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 from nbox_trace.errors import NboxError
 
 SHAPE = ("world_size=32", "topology.dims.1.size=4")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.calibration import CalibrationWriteError
+from emulator_core.calibration.spec import CalibrationWriteError
+from nbox_replay.report.timeline import TimelineWriteError
 from nbox_replay.sweep import SweepWriteError
-from nbox_replay.timeline import TimelineWriteError
 from nbox_trace.errors import NboxError, OutputWriteError
 from nbox_trace.files import write_atomic, write_json_atomic
 
@@ -51,8 +51,8 @@ def test_a_path_under_a_file_is_an_output_error_with_the_callers_class(tmp_path:
 def test_a_configs_path_fields_given_as_strings_become_paths(tmp_path: Path) -> None:
     """Library callers may pass str where the CLI passes Path: every command's config turns them into Paths, so a
     missing file is the command's clear error naming it (before: an AttributeError from ``str.read_text``)."""
-    from nbox_record.emulate import EmulateConfig
-    from nbox_record.launcher import RecordConfig
+    from nbox_record.launch.emulation import EmulateConfig
+    from nbox_record.launch.launcher import RecordConfig
     from nbox_replay.replay import ReplayConfig
     from nbox_trace.errors import InputNotFoundError
 

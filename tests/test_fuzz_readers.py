@@ -5,7 +5,7 @@ inputs that get past the decoders and reach the checks behind them:
 
 * manifests: byte mutations of the shipped manifests; JSON built close to the real schema (right keys with
   wrong types, huge/negative numbers, deep nesting, odd versions, hostile file paths) through
-  :func:`nbox_trace.bundle.parse_manifest`; real directories whose listed files are missing, symlinks,
+  :func:`nbox_trace.bundle.manifest.parse_manifest`; real directories whose listed files are missing, symlinks,
   directories or the wrong size through :func:`read_manifest` + :func:`verify_files`;
 * ET: valid ``Node`` messages with hostile graphs and attributes (self/missing/cyclic deps, duplicate
   ids, out-of-range enums, wrong attribute kinds, huge sizes, process-group METADATA payloads), framed with
@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbox_trace.bundle import MANIFEST_NAME, Manifest, parse_manifest, read_manifest, verify_files
+from nbox_trace.bundle.manifest import MANIFEST_NAME, Manifest, parse_manifest, read_manifest, verify_files
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import CONTRACT_KINDS
 from nbox_trace.chakra.codec import _varint, encode_delimited

@@ -69,7 +69,7 @@ def test_the_kit_runs_its_steps_tiny_on_cpu() -> None:
 
 def test_the_hold_kernels_compile_where_nvrtc_is_found() -> None:
     """Compiled (not run) with whatever NVRTC library this machine has; skipped where it has none (CI)."""
-    from emulator_core import _cuda_hold
+    from emulator_core.device import _cuda as _cuda_hold
 
     try:
         _cuda_hold._nvrtc_library()

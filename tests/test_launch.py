@@ -1,4 +1,4 @@
-"""The one launcher (nbox_trace.launch) without launching ranks: the command line, the environment, the
+"""The one launcher (nbox_trace.launch.launcher) without launching ranks: the command line, the environment, the
 deadline, and how a failure is read. Each test pins a rule on which record, calibrate and live replay used to
 disagree (issue 12)."""
 
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core import _calibrate_worker as worker
-from emulator_core import calibration_run
-from emulator_core.calibration import CalibrateConfig
-from emulator_core.scenario_files import load_scenario
-from nbox_record import launcher as record_launcher
-from nbox_record import rawformat as raw
-from nbox_replay import live
-from nbox_trace import launch as L
+from emulator_core.calibration import _worker as worker
+from emulator_core.calibration import run as calibration_run
+from emulator_core.calibration.spec import CalibrateConfig
+from emulator_core.scenario.files import load_scenario
+from nbox_record.handoff import rawformat as raw
+from nbox_record.launch import launcher as record_launcher
+from nbox_replay.live import run as live
+from nbox_trace.launch import launcher as L
 
 TORCHRUN_KILLED_RANK_1 = """
 Root Cause (first observed failure):
@@ -41,12 +41,12 @@ def spec(tmp_path: Path, **kw: object) -> L.Launch:
 def test_every_caller_gets_the_same_command_line(tmp_path: Path) -> None:
     """Record used ``--master-port`` of a port probed in advance (another process can take it before torchrun
     binds it); calibrate and live used ``--standalone``. Then: ``--standalone`` unless an rdzv endpoint is given.
-    Now: on one node every caller's ranks are started by nbox itself (nbox_trace.localrun holds the store's
+    Now: on one node every caller's ranks are started by nbox itself (nbox_trace.launch.localrun holds the store's
     port), across nodes by torchrun's c10d rendezvous."""
     rcfg = record_launcher.RecordConfig(out=tmp_path / "o.bundle")
     record = L.command(record_launcher.launch_spec(rcfg, tmp_path / "w", "gloo", tmp_path / "logs"))
     calib = L.command(calibration_run.launch_spec(CalibrateConfig(), tmp_path))
-    assert record[0] == calib[0] == sys.executable and calib[1:3] == ["-m", "emulator_core._calibrate_worker"]
+    assert record[0] == calib[0] == sys.executable and calib[1:3] == ["-m", "emulator_core.calibration._worker"]
     for cmd in (record, calib):
         assert "torch.distributed.run" not in cmd and "--master-port" not in cmd
     multi = L.command(spec(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400", args=("a",)))
@@ -67,7 +67,7 @@ def test_the_environment_is_built_one_way(tmp_path: Path) -> None:
     env = L.environment(spec(tmp_path, env={"NBOX_WORLD_SIZE": "8"}, pythonpath=("/first",)), base)
     assert env["OMP_NUM_THREADS"] == "4" and env["KEEP"] == "1" and env["NBOX_WORLD_SIZE"] == "8"
     assert "NBOX_RECORD_DIR" not in env and "NBOX_SCENARIO_SET" not in env
-    root = str(Path(L.__file__).resolve().parents[1])
+    root = str(Path(L.__file__).resolve().parents[2])
     assert env["PYTHONPATH"].split(os.pathsep) == ["/first", root, "/user"]
     assert env["PYTHONUNBUFFERED"] == "1"
     assert L.environment(spec(tmp_path), {})["OMP_NUM_THREADS"] == "1"
@@ -80,7 +80,7 @@ def test_live_replay_launches_its_worker_with_the_what_if_world(tmp_path: Path) 
     trace.write_bytes(b"")
     cfg = live.LiveConfig(files={3: trace}, groups={}, recorded_world=2, scenario=load_scenario(None, ["world_size=8"]))
     launch = live.launch_spec(cfg, tmp_path, tmp_path / "c.json", tmp_path / "s.toml")
-    assert L.command(launch) == [sys.executable, "-m", "nbox_replay._live_worker", str(tmp_path / "c.json")]
+    assert L.command(launch) == [sys.executable, "-m", "nbox_replay.live._worker", str(tmp_path / "c.json")]
     env = L.environment(launch, {"NBOX_RECORD_DIR": "/x"})
     assert (env["NBOX_WORLD_SIZE"], env["NBOX_REAL_RANKS"]) == ("8", "3") and "NBOX_RECORD_DIR" not in env
 

@@ -1,4 +1,4 @@
-"""The lean pass (nbox_record.leantiming): keys of top-level operators, medians and gaps, what is left out."""
+"""The lean pass (nbox_record.sources.leantiming): keys of top-level operators, medians and gaps, what is left out."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from nbox_record import recordclock
-from nbox_record.kineto import CpuEvent, KinetoTrace
-from nbox_record.leantiming import AUTOGRAD_EVENT as AUTOGRAD
-from nbox_record.leantiming import lean_times, top_sequences
-from nbox_record.rawformat import BOUNDARY_MARKER
-from nbox_record.recordenv import Config, ConfigError, config_from_env
+from nbox_record.capture import clock as recordclock
+from nbox_record.handoff.env import Config, ConfigError, config_from_env
+from nbox_record.handoff.rawformat import BOUNDARY_MARKER
+from nbox_record.sources.kineto import CpuEvent, KinetoTrace
+from nbox_record.sources.leantiming import AUTOGRAD_EVENT as AUTOGRAD
+from nbox_record.sources.leantiming import lean_times, top_sequences
 
 MAIN = ("1", "10")
 OTHER = ("1", "11")

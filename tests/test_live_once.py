@@ -1,7 +1,8 @@
 """Issue 48: live replay of a GPT-2-shaped model (tests/workloads/ddp_gpt_adamw.py: DDP or FSDP2, AdamW) runs each
 recorded top-level operator once, never an operator together with one inside it, nothing inside a fallback, and
 never an operator called on a tensor subclass itself (FSDP2's DTensor optimizer step: its local operator runs); and
-the optimizer's made-up state keeps its ``sqrt`` in its domain (nbox_replay.values). Counts and values, no times."""
+the optimizer's made-up state keeps its ``sqrt`` in its domain (nbox_replay.live.values). Counts and values, no
+times."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ from typing import Any
 import pytest
 import torch
 
-from nbox_record.convertcomp import SUBCLASS_NODE
-from nbox_record.convertinputs import RankInputs
-from nbox_record.hostet import read_host_et
-from nbox_record.kineto import read_kineto
-from nbox_replay.graph import COMPUTE, load_rank
-from nbox_replay.ops import CompositeRunnable, Runnable, TensorPool, prepare
-from nbox_replay.values import POSITIVE
+from nbox_record.convert.comp import SUBCLASS_NODE
+from nbox_record.convert.inputs import RankInputs
+from nbox_record.sources.hostet import read_host_et
+from nbox_record.sources.kineto import read_kineto
+from nbox_replay.inputs.graph import COMPUTE, load_rank
+from nbox_replay.live.ops import CompositeRunnable, Runnable, TensorPool, prepare
+from nbox_replay.live.values import POSITIVE
 from nbox_trace.chakra.attrs import attr_map
 
 pytestmark = pytest.mark.integration
@@ -60,7 +61,7 @@ def test_live_replay_runs_each_recorded_operator_once_and_nothing_inside_a_fallb
 
     monkeypatch.setattr(Runnable, "run", counted)
     for rank in (0, 1):
-        # the host ET as the converter read it: nesting repaired by Kineto's clock (nbox_record/nesting.py)
+        # the host ET as the converter read it: nesting repaired by Kineto's clock (nbox_record/sources/nesting.py)
         et = RankInputs.join(read_host_et(raw / f"rank{rank}" / "host_et.json"),
                              read_kineto(raw / f"rank{rank}" / "kineto.json"), None, rank).et
         g = load_rank(bundle / "trace" / f"trace.{rank}.et", rank, keep_nodes=True)

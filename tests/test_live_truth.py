@@ -1,7 +1,7 @@
 """Real-clock replay that tells the truth (issue 13): the live breakdown comes from what the workers measured,
 every compute setting acts once or is refused, and live comparisons are paired and interleaved.
 
-Unit tests cover the partition (nbox_replay.breakdown) and the rules; the integration tests replay the
+Unit tests cover the partition (nbox_replay.virtual.breakdown) and the rules; the integration tests replay the
 shipped ``traces/ddp_mlp`` bundle on real ranks and assert directions and generous ratios, never timings."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator_core.scenario import Straggler
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
-from emulator_core.scenario_toml import dump_toml
-from emulator_core.world import resize
-from nbox_replay.breakdown import Breakdown, CommSpan, RankIntervals, partition
-from nbox_replay.live import LiveConfig, LiveConfigError, LiveResult, live_refusal, network_scenario, replay_live
+from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario
+from emulator_core.scenario.model import Straggler
+from emulator_core.scenario.tomltext import dump_toml
+from emulator_core.scenario.world import resize
+from nbox_replay.live.run import LiveConfig, LiveConfigError, LiveResult, live_refusal, network_scenario, replay_live
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, run_replay
-from nbox_replay.report import ReplayReport
-from nbox_replay.summary import RunSummary
+from nbox_replay.report.render import ReplayReport
+from nbox_replay.report.summary import RunSummary
+from nbox_replay.virtual.breakdown import Breakdown, CommSpan, RankIntervals, partition
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "traces" / "ddp_mlp"
@@ -53,7 +53,7 @@ comm = st.tuples(st.integers(-20, 220), st.integers(0, 40), st.integers(0, 60)).
 def test_partition_sums_to_the_iteration_and_matches_a_unit_grid(compute: list[tuple[float, float]],
                                                                  comms: list[CommSpan]) -> None:
     """Parts sum to the iteration (within 0.1%, here exactly) with no clamping, multi-stream compute included;
-    each part equals a brute-force count over unit time steps of the rule in nbox_replay.breakdown."""
+    each part equals a brute-force count over unit time steps of the rule in nbox_replay.virtual.breakdown."""
     b = partition(RankIntervals(compute, comms), 0.0, 200.0)
     parts = (b.compute_us, b.exposed_comm_us, b.waiting_us, b.idle_us, b.overlapped_comm_us)
     assert all(p >= -1e-9 for p in parts)
@@ -86,7 +86,7 @@ def test_live_job_breakdown_sums_to_the_median(times: list[float]) -> None:
     report's parts are one rank's measured parts in the median repetition, and sum to the printed median
     (the lower middle one for an even count: a real repetition, as in virtual mode)."""
     from nbox_replay.replay import _apply_live
-    from nbox_replay.summary import RunSummary
+    from nbox_replay.report.summary import RunSummary
 
     other = [t / 2 for t in times]
     res = _live({0: other, 1: times}, {0: [_bd(t, 1.0) for t in other], 1: [_bd(t, t / 2) for t in times]})
@@ -166,7 +166,7 @@ def test_counterbalanced_pairs_cancel_an_order_effect(monkeypatch: pytest.Monkey
     """The second launch of every pair 20% slower (a machine that warms, or cools, launch by launch): in AB, BA,
     AB, ... order an identical what-if's paired ratios straddle 1.0 (in AB, AB, ... order every ratio would be
     1/1.2 and read as a 17% slow-down), and a what-if 30% faster stays faster in every pair."""
-    import nbox_replay.live as live
+    import nbox_replay.live.run as live
 
     sides: list[str] = []
 
@@ -245,7 +245,7 @@ def test_a_2x_straggler_doubles_its_compute_once(tmp_path: Path) -> None:
     """stragglers are applied twice in live replay (issue 13): a 2x straggler doubles its own compute in the
     worker (factor 2) and the backend's scenario no longer has it, so it is not stretched a second time. The rule
     is checked exactly; the run only in direction (its timing ratio once read 1.42 on a loaded CI machine)."""
-    from nbox_replay.live import compute_factors
+    from nbox_replay.live.run import compute_factors
 
     slow_scenario = resize(load_scenario(None, ()), 2)
     slow_scenario = dataclasses.replace(slow_scenario, stragglers=(Straggler(1, 2.0),))

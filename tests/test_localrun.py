@@ -1,4 +1,4 @@
-"""nbox's own single-node launcher (nbox_trace.localrun), with real processes that do not import torch: what the
+"""nbox's own single-node launcher (nbox_trace.launch.localrun), with real processes that do not import torch: what the
 ranks see, where their output goes, the first failure stops the rest (and their children), the deadline, an
 interrupted caller, and the store's port held for rank 0. The launches of real torch ranks go through it in every
 integration test (record, emulate, calibrate, live replay)."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace import launch as L
-from nbox_trace import localrun
+from nbox_trace.launch import launcher as L
+from nbox_trace.launch import localrun
 
 ENV_SCRIPT = """
 import json, os, sys

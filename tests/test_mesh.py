@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from emulator_core.mesh import MeshError, parse_mesh, parse_placement, plan_mesh
-from emulator_core.pricing import group_shape, price_group
-from emulator_core.scenario_files import SCENARIOS_DIR
-from emulator_core.world import load_what_if
-from nbox_replay.graph import load_rank
-from nbox_replay.meshing import plan_for
+from emulator_core.pricing.pricer import group_shape, price_group
+from emulator_core.scenario.files import SCENARIOS_DIR
+from emulator_core.scenario.mesh import MeshError, parse_mesh, parse_placement, plan_mesh
+from emulator_core.scenario.world import load_what_if
+from nbox_replay.inputs.graph import load_rank
+from nbox_replay.inputs.meshing import plan_for
+from nbox_replay.inputs.source import open_source
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, run_replay
-from nbox_replay.source import open_source
-from nbox_replay.virtual import simulate
+from nbox_replay.virtual.engine import simulate
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import set_attr
 from nbox_trace.chakra.codec import write_et

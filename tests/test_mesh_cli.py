@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nbox_replay.source import open_source
+from nbox_replay.inputs.source import open_source
 from nbox_replay.sweep import SweepConfig, SweepError, SweepUsageError, run_sweep
 from tests.test_mesh import DGX, tp_dp
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
+from nbox_trace.bundle.manifest import read_manifest, trace_prefix, verify_files
 from nbox_trace.check import inspect_trace
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from emulator_core.live_policy import live_unsupported
-from emulator_core.scenario import Scenario, ScenarioError
-from emulator_core.scenario_files import load_scenario, shipped_scenarios
-from emulator_core.scenario_toml import dump_toml, loads_scenario
-from emulator_core.world import scenario_mesh
+from emulator_core.backend.live_policy import live_unsupported
+from emulator_core.scenario.files import load_scenario, shipped_scenarios
+from emulator_core.scenario.model import Scenario, ScenarioError
+from emulator_core.scenario.tomltext import dump_toml, loads_scenario
+from emulator_core.scenario.world import scenario_mesh
 from nbox_replay.replay import ReplayConfig, run_replay
 from nbox_replay.sweep import SweepConfig, SweepUsageError, run_sweep
 from tests.test_mesh import DGX, tp_dp

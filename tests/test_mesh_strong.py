@@ -1,6 +1,6 @@
 """Strong scaling at a what-if mesh (``--global-batch fixed``, issue 17 item 4), with hand-computed answers.
 
-The rule (emulator_core.mesh): the global batch B x D_rec stays, each rank's batch becomes B x D_rec / D_target
+The rule (emulator_core.scenario.mesh): the global batch B x D_rec stays, each rank's batch becomes B x D_rec / D_target
 (D: the product of the dp and fsdp degrees), every compute node's recorded duration and every activation
 collective's bytes (groups along tp/cp/ep/pp only, send/recv) are scaled by that per-rank batch's ratio; parameter
 and gradient collectives (along dp or fsdp) keep their bytes.
@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from emulator_core.mesh import GlobalBatch, MeshError, plan_mesh
-from emulator_core.world import load_what_if
-from nbox_replay.graph import load_rank
-from nbox_replay.meshing import plan_for
+from emulator_core.scenario.mesh import GlobalBatch, MeshError, plan_mesh
+from emulator_core.scenario.world import load_what_if
+from nbox_replay.inputs.graph import load_rank
+from nbox_replay.inputs.meshing import plan_for
+from nbox_replay.inputs.source import open_source
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, run_replay
-from nbox_replay.source import open_source
 from nbox_replay.sweep import SweepUsageError, run_sweep
-from nbox_replay.virtual import simulate
+from nbox_replay.virtual.engine import simulate
 from nbox_trace.mesh import MeshFacts, infer_mesh
 from tests.test_mesh import DGX, MiB, check_priced_on, tp_dp
 from tests.test_mesh_cli import nbox, sweep_config

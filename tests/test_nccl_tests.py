@@ -8,10 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator_core.nccl_calibrate import calibrate_from_curves, compare, fit_curve, notes
-from emulator_core.nccl_curve import time_us
-from emulator_core.nccl_fit import NcclFit
-from emulator_core.nccl_tests import (
+from emulator_core.calibration.nccl_calibrate import calibrate_from_curves, compare, fit_curve, notes
+from emulator_core.network.nccl_tests import (
     MAX_FILE_BYTES,
     Curve,
     NcclTestsError,
@@ -20,11 +18,13 @@ from emulator_core.nccl_tests import (
     read_curve,
     read_curve_text,
 )
-from emulator_core.pricing import fabric_of, group_shape, make_pricer
-from emulator_core.scenario import ScenarioError
-from emulator_core.scenario_files import load_scenario, shipped_scenarios
-from emulator_core.scenario_toml import dump_toml, loads_scenario
-from emulator_core.world import resize
+from emulator_core.pricing.nccl_curve import time_us
+from emulator_core.pricing.pricer import fabric_of, group_shape, make_pricer
+from emulator_core.scenario.files import load_scenario, shipped_scenarios
+from emulator_core.scenario.model import ScenarioError
+from emulator_core.scenario.nccl_fit import NcclFit
+from emulator_core.scenario.tomltext import dump_toml, loads_scenario
+from emulator_core.scenario.world import resize
 from nbox_trace.errors import NboxError
 from tests.test_no_traceback import check, run
 

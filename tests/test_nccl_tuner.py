@@ -1,4 +1,4 @@
-"""emulator_core.nccl_tuner / nccl_graph: NCCL's tuning model (v2.29.7-1 tuning.cc, search.cc) as data + code.
+"""emulator_core.pricing.nccl_tuner / nccl_graph: NCCL's tuning model (v2.29.7-1 tuning.cc, search.cc) as data + code.
 
 The hand-computed values below redo tuning.cc's arithmetic from the constants of the data file for one H100
 system: 18 NVLink4 links of 25 GB/s line rate (450 GB/s), which NCCL counts at 20.6 GB/s each (370.8 GB/s),
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from emulator_core import nccl_tuner as nt
-from emulator_core.nccl_graph import Graph, search_graphs
+from emulator_core.network.nccl_graph import Graph, search_graphs
+from emulator_core.pricing import nccl_tuner as nt
 
 K = nt.nccl_constants()
 H100: dict[str, Any] = {"intra_bw_gbps": 450.0, "inter_bw_gbps": 50.0}

@@ -1,4 +1,4 @@
-"""The host ET's nesting repaired by Kineto's clock (nbox_record/nesting.py)."""
+"""The host ET's nesting repaired by Kineto's clock (nbox_record/sources/nesting.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nbox_record.hostet import read_host_et
-from nbox_record.kineto import join_host_ops, read_kineto
-from nbox_record.nesting import repair_nesting
-from nbox_record.toplevel import walk
+from nbox_record.convert.toplevel import walk
+from nbox_record.sources.hostet import read_host_et
+from nbox_record.sources.kineto import join_host_ops, read_kineto
+from nbox_record.sources.nesting import repair_nesting
 
 
 def _node(nid: int, name: str, parent: int, rf_id: int, schema: str = "") -> dict[str, Any]:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator_core.pricing import PricingError, extrapolation_note, group_shape, make_pricer, price
-from emulator_core.scenario import Calibration, Dimension, Network, Scenario, ScenarioError, Topology
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
+from emulator_core.pricing.pricer import PricingError, extrapolation_note, group_shape, make_pricer, price
+from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario
+from emulator_core.scenario.model import Calibration, Dimension, Network, Scenario, ScenarioError, Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = ROOT / "tests" / "data" / "astra_grid" / "reference_grid_upto64.csv"
@@ -155,7 +155,7 @@ def _everything(s: Scenario, collective: str, n: float, ranks: list[int] | None)
 
 
 def _runs(s: Scenario, collective: str, algorithm: str) -> bool:
-    from emulator_core.netmodel import algorithms_for
+    from emulator_core.network.netmodel import algorithms_for
     return algorithm in algorithms_for(collective)
 
 
@@ -227,7 +227,7 @@ def test_on_one_switch_the_network_model_is_the_calibration_fits_closed_form(p: 
     """``nbox calibrate`` fits ``costmodels``' one-link closed forms; pricing uses the step model. On one
     cut-through switch, congestion-aware, no message overhead, they must be the same function, or a calibrated
     scenario would not reproduce what was measured."""
-    from emulator_core import costmodels as cm
+    from emulator_core.network import costmodels as cm
 
     s = one_dim(p, bw_gbps=80.0, lat_us=3.0)
     link = cm.Link(3.0, 80.0 * 125)
@@ -238,8 +238,8 @@ def test_on_one_switch_the_network_model_is_the_calibration_fits_closed_form(p: 
 
 
 def test_a_scenario_that_runs_nccl_prices_with_nccls_own_tuner() -> None:
-    from emulator_core.nccl_tuner import nccl_tune
-    from emulator_core.world import resize
+    from emulator_core.pricing.nccl_tuner import nccl_tune
+    from emulator_core.scenario.world import resize
 
     s = resize(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 32)  # 8 GPUs x 4 nodes
     assert s.network.library == "nccl"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core import costmodels as cm
-from emulator_core import netmodel as nm
-from emulator_core.answer import Fabric
-from emulator_core.pricing import (
+from emulator_core.network import costmodels as cm
+from emulator_core.network import netmodel as nm
+from emulator_core.pricing.answer import Fabric
+from emulator_core.pricing.pricer import (
     PricingError,
     applicable,
     group_shape,
@@ -21,9 +21,9 @@ from emulator_core.pricing import (
     price,
     price_group,
 )
-from emulator_core.scenario import Dimension, Scenario, ScenarioError, Topology
-from emulator_core.scenario_files import load_scenario, shipped_scenarios
-from emulator_core.world import resize
+from emulator_core.scenario.files import load_scenario, shipped_scenarios
+from emulator_core.scenario.model import Dimension, Scenario, ScenarioError, Topology
+from emulator_core.scenario.world import resize
 from nbox_trace.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

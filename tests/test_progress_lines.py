@@ -8,10 +8,10 @@ import json
 import threading
 from pathlib import Path
 
-from emulator_core.calibration import CalibrateConfig
-from emulator_core.calibration_run import measure_step
+from emulator_core.calibration.run import measure_step
+from emulator_core.calibration.spec import CalibrateConfig
 from nbox.cli.progress import ProgressLines
-from nbox_record.launcher import rank_step
+from nbox_record.launch.launcher import rank_step
 from nbox_trace.progress import Step, watch
 
 

@@ -57,7 +57,7 @@ def test_shipped_synthetic_trace_is_strict_clean() -> None:
 
 @pytest.mark.parametrize("name", ["ddp_mlp", "ddp_transformer", "fsdp2_transformer", "tp_dp_mlp"])
 def test_shipped_recorded_bundles_verify_and_are_strict_clean(name: str) -> None:
-    from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
+    from nbox_trace.bundle.manifest import read_manifest, trace_prefix, verify_files
     from nbox_trace.check import inspect_trace
 
     bundle = ROOT / "traces" / name

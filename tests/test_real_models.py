@@ -70,7 +70,7 @@ def have_transformers() -> bool:
 # -------------------------------------------------------------------------------------------------- unit tests
 
 def test_the_models_are_built_in_examples() -> None:
-    from nbox_record.launcher import EXAMPLES as LAUNCHABLE
+    from nbox_record.launch.launcher import EXAMPLES as LAUNCHABLE
 
     assert set(MODEL_EXAMPLES) <= set(LAUNCHABLE) and set(MODEL_EXAMPLES) <= set(EXAMPLES)
     assert all(EXAMPLES[m].is_file() for m in MODEL_EXAMPLES)

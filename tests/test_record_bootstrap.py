@@ -1,8 +1,8 @@
-"""The in-rank bootstrap (nbox_record/bootstrap.py + _inject/sitecustomize.py) on real 2-rank gloo runs.
+"""The in-rank bootstrap (nbox_record/capture/bootstrap.py + _inject/sitecustomize.py) on real 2-rank gloo runs.
 
 Each integration test launches 2 ranks of an unmodified script with the inject folder first on PYTHONPATH
-(nbox's one launcher, :mod:`nbox_trace.launch`: the environment torchrun gives its workers), as ``nbox record``
-does, and checks the raw files of every rank (see nbox_record/rawformat.py); the built-in examples are recorded
+(nbox's one launcher, :mod:`nbox_trace.launch.launcher`: the environment torchrun gives its workers), as ``nbox record``
+does, and checks the raw files of every rank (see nbox_record/handoff/rawformat.py); the built-in examples are recorded
 by ``nbox record --keep-raw`` itself, and their bundles checked beside the raw files. One thread per rank
 (OMP_NUM_THREADS=1). A few fast unit tests (configuration, sitecustomize chaining) need no torch.
 """
@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from nbox_record import bootstrap, rawformat, recordenv
+from nbox_record.capture import bootstrap
+from nbox_record.handoff import env as recordenv
+from nbox_record.handoff import rawformat
 from nbox_trace.chakra import pb
 from tests.test_record_cli import check_bundle, comm_nodes
 
@@ -39,7 +41,7 @@ def _record(script: Path, out: Path, *args: str, extra_env: dict[str, str] | Non
     """Start ``script`` on 2 ranks with the inject folder first on PYTHONPATH, as ``nbox record`` does, through nbox's
     one launcher (torchrun's environment for the ranks; torchrun's agent imported torch first, 2-3 s per launch);
     the ranks' stdout and stderr logs are the result's, the launcher's verdict ends its stderr."""
-    from nbox_trace.launch import Launch, run
+    from nbox_trace.launch.launcher import Launch, run
 
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(INJECT), str(ROOT)]),
            "NBOX_RECORD_DIR": str(out), "NBOX_WARMUP": str(WARMUP), "NBOX_ITERATIONS": str(ITERATIONS),
@@ -94,7 +96,7 @@ def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
             proc = subprocess.run([sys.executable, "-m", "nbox", "record", "--example", name, "--warmup", str(WARMUP),
                                    "--iterations", str(ITERATIONS), "--keep-raw", "-o", str(bundle), "--json"],
                                   env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-            kept = sorted(base.glob(f".{bundle.name}.raw-*"))  # nbox_record.launcher's work folder, kept
+            kept = sorted(base.glob(f".{bundle.name}.raw-*"))  # nbox_record.launch.launcher's work folder, kept
             self[name] = Run(proc, kept[0] if len(kept) == 1 else base / "no-raw-capture-kept", bundle)
             return self[name]
 
@@ -130,7 +132,7 @@ def _check_common(run: Run) -> list[list[dict[str, Any]]]:
         assert all(math.isfinite(t) and t > 0 for t in timings["iteration_us"])
         assert timings["captured_iterations"] == 1
         # the captured iteration is timed like the clean ones (wall, thread CPU, run queue): the replay's
-        # profiler correction compares them (nbox_replay.profiler)
+        # profiler correction compares them (nbox_replay.inputs.profiler)
         assert len(timings["iteration_cpu_us"]) == ITERATIONS
         assert len(timings["capture_iteration_us"]) == 1
         assert len(timings["capture_cpu_us"]) == len(timings["capture_run_queue_us"]) == 1
@@ -419,7 +421,7 @@ def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
     probe = tmp_path / "probe.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBOX_")}
     env.update({"PYTHONPATH": os.pathsep.join([str(INJECT), str(other)]), "CHAIN_PROBE": str(probe)})
-    code = "import sys; print('torch' in sys.modules, 'nbox_record.bootstrap' in sys.modules)"
+    code = "import sys; print('torch' in sys.modules, 'nbox_record.capture.bootstrap' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert probe.read_text() == "chained"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_record import rawformat
-from nbox_trace.bundle import read_manifest, trace_prefix, verify_files
+from nbox_record.handoff import rawformat
+from nbox_trace.bundle.manifest import read_manifest, trace_prefix, verify_files
 from nbox_trace.chakra import pb, read_et
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.check import inspect_trace
@@ -49,7 +49,7 @@ def check_bundle(bundle: Path, iterations: int = 3) -> None:
     assert verify_files(bundle, manifest) == []
     obs = manifest.observed["iteration_time_us"]
     assert obs["n"] == iterations and 0 < obs["p10"] <= obs["median"] <= obs["p90"]
-    cpu = manifest.observed["thread_cpu_us"]  # clean vs captured thread CPU per rank (nbox_replay.profiler)
+    cpu = manifest.observed["thread_cpu_us"]  # clean vs captured thread CPU per rank (nbox_replay.inputs.profiler)
     assert sorted(cpu) == ["0", "1"]
     for figures in cpu.values():
         assert len(figures["clean"]) == iterations and len(figures["captured"]) == len(figures["captured_wall"]) == 1

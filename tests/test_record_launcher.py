@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nbox_record import launcher as L
-from nbox_record import rawformat as raw
+from nbox_record.handoff import rawformat as raw
+from nbox_record.launch import launcher as L
 from nbox_trace.errors import UsageError
-from nbox_trace.launch import LaunchResult, command, environment, root_cause, root_error
+from nbox_trace.launch.launcher import LaunchResult, command, environment, root_cause, root_error
 
 
 def cfg(tmp_path: Path, **kw: object) -> L.RecordConfig:
@@ -72,7 +72,7 @@ def test_env_injects_the_bootstrap_and_one_thread_per_rank(tmp_path: Path, monke
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("PYTHONPATH", "/user/path")
     env = launch_env(cfg(tmp_path, warmup=2, iterations=7, capture=2), tmp_path / "work", "gloo")
-    from nbox_record.recordenv import inject_dir
+    from nbox_record.handoff.env import inject_dir
 
     inject = inject_dir()
     assert env["PYTHONPATH"].split(":") == [str(inject), str(inject.parents[1]), "/user/path"]
@@ -254,7 +254,7 @@ def test_a_node_that_went_away_is_named_with_its_ranks(tmp_path: Path) -> None:
 
 def test_peers_are_read_from_any_rank_folder_and_never_fail_a_run(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbox_record import recordpeers
+    from nbox_record.handoff import peers as recordpeers
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / raw.PEERS).write_text("not json")

@@ -1,4 +1,4 @@
-"""The recording rank's progress thread (nbox_record.recordwatch): woken for its last write, nothing left behind."""
+"""The recording rank's progress thread (nbox_record.capture.watch): woken for its last write, nothing left behind."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import threading
 from pathlib import Path
 
-from nbox_record import rawformat
-from nbox_record.recordwatch import report_progress, start_daemon
+from nbox_record.capture.watch import report_progress, start_daemon
+from nbox_record.handoff import rawformat
 
 
 def test_the_progress_thread_writes_the_final_phase_at_once_when_woken(tmp_path: Path) -> None:

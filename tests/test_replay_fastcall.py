@@ -1,4 +1,4 @@
-"""nbox_replay.fastcall: a replayed operator is called through torch's generated binding only where that binding
+"""nbox_replay.live.fastcall: a replayed operator is called through torch's generated binding only where that binding
 dispatches the same overloads as the resolved ``OpOverload`` (checked on meta copies), else through ``_op``."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from nbox_replay.fastcall import _trace, bindings, choose
-from nbox_replay.graph import load_rank
-from nbox_replay.ops import prepare
+from nbox_replay.inputs.graph import load_rank
+from nbox_replay.live.fastcall import _trace, bindings, choose
+from nbox_replay.live.ops import prepare
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import set_attr
 from nbox_trace.chakra.codec import write_et
@@ -89,7 +89,8 @@ def test_the_check_does_not_import_dynamo() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, torch\nfrom nbox_replay.fastcall import choose\na, b = torch.randn(4, 5), torch.randn(5, 3)\n"
+    code = ("import sys, torch\nfrom nbox_replay.live.fastcall import choose\n"
+            "a, b = torch.randn(4, 5), torch.randn(5, 3)\n"
             "e = choose(torch.ops.aten.mm.default, torch.ops.aten.mm.default._op, (a, b), {})\n"
             "print(e is torch._C._VariableFunctions.mm, 'torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -1,4 +1,4 @@
-"""The host work a live replay does not re-run, padded back (nbox_replay.hostwork; issue 15)."""
+"""The host work a live replay does not re-run, padded back (nbox_replay.live.hostwork; issue 15)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from emulator_core.clocksync import Clock
-from nbox_replay.hostwork import HostPad, plan_pad
+from emulator_core.backend.clocksync import Clock
+from nbox_replay.live.hostwork import HostPad, plan_pad
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, host_work_doc, run_replay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,8 +104,8 @@ def test_a_walks_waits_are_not_counted_as_its_busy_time(monkeypatch: pytest.Monk
     import time
     import types
 
-    from nbox_replay import _live_worker
-    from nbox_replay._live_worker import Replayer
+    from nbox_replay.live import _worker as _live_worker
+    from nbox_replay.live._worker import Replayer
 
     walk = Replayer.__new__(Replayer)  # only the wait accounting: no graph, no process group
     walk.wait_cpu_ns = walk.wait_host_ns = 0
@@ -155,8 +155,8 @@ def test_match_credits_a_wait_that_ends_past_the_answered_end() -> None:
     ends on time is not credited, and without match nothing is."""
     import time
 
-    from emulator_core.delay import NboxWork
-    from nbox_replay._live_worker import Replayer
+    from emulator_core.backend.delay import NboxWork
+    from nbox_replay.live._worker import Replayer
 
     walk = Replayer.__new__(Replayer)
     walk.wait_cpu_ns = walk.caught_up_ns = walk.wait_host_ns = 0
@@ -249,7 +249,7 @@ def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:
     from types import SimpleNamespace
 
     from nbox_replay.replay import _host_cpu
-    from nbox_trace.bundle import thread_cpu_figures
+    from nbox_trace.bundle.manifest import thread_cpu_figures
 
     figs = thread_cpu_figures({
         0: {"iteration_cpu_us": [20_000.0, 22_000.0, 21_000.0], "capture_cpu_us": [30_000.0],

@@ -1,5 +1,5 @@
-"""Live replay: recorded operators re-executed (nbox_replay.ops) and whole bundles replayed on real ranks
-with the ``nbox`` backend answering collectives (nbox_replay.live). Unit tests build nodes by hand; the
+"""Live replay: recorded operators re-executed (nbox_replay.live.ops) and whole bundles replayed on real ranks
+with the ``nbox`` backend answering collectives (nbox_replay.live.run). Unit tests build nodes by hand; the
 integration tests replay the shipped ``traces/ddp_mlp`` bundle. Timing is only checked for sanity."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
-from emulator_core.scenario_files import load_scenario
-from emulator_core.world import resize
-from nbox_record import convertcomp
-from nbox_record.convert import convert_rank
-from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.live import LiveConfig, LiveConfigError, LiveReplayError, replay_live
-from nbox_replay.ops import BuildError, CompositeRunnable, TensorSpec, parse_dtype, prepare
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.world import resize
+from nbox_record.convert import comp as convertcomp
+from nbox_record.convert.assemble import convert_rank
+from nbox_replay.inputs.graph import RankGraph, load_rank
+from nbox_replay.live.ops import BuildError, CompositeRunnable, TensorSpec, parse_dtype, prepare
+from nbox_replay.live.run import LiveConfig, LiveConfigError, LiveReplayError, replay_live
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import attr_map, set_attr
 from nbox_trace.chakra.codec import write_et
@@ -140,7 +140,7 @@ def test_an_input_no_operator_made_is_a_view_of_the_live_output_on_its_storage(t
 def test_the_inline_pool_lookup_keeps_views_and_mismatched_tensors_on_the_checked_path(tmp_path: Path) -> None:
     """Runnable.bind plans each argument once: a view (an aliased tensor id) is still made on use, and a pooled
     tensor whose shape or dtype is not the recorded one is still replaced (the inline lookup checks both)."""
-    from nbox_replay.ops import Runnable
+    from nbox_replay.live.ops import Runnable
 
     neg = "aten::neg(Tensor self) -> Tensor"
     mul = "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"
@@ -348,7 +348,7 @@ def attr_value(node: pb.Node, name: str) -> Any:
 
 
 def test_pool_makes_overlapping_strides() -> None:
-    from nbox_replay.ops import TensorPool
+    from nbox_replay.live.ops import TensorPool
 
     t = TensorPool("cpu").make(TensorSpec(1, (3, 4), (0, 1), torch.float32))  # an expanded tensor
     assert t.shape == (3, 4) and t.stride() == (0, 1)
@@ -496,9 +496,9 @@ def test_live_iterations_are_the_job_windows_of_each_repetition() -> None:
     last."""
     from types import SimpleNamespace
 
-    from nbox_replay.live import _collect
+    from nbox_replay.live.run import _collect
     from nbox_replay.replay import _apply_live
-    from nbox_replay.summary import RunSummary
+    from nbox_replay.report.summary import RunSummary
 
     cfg = SimpleNamespace(scenario=SimpleNamespace(world_size=2), compute="recorded")
     rank0 = _worker_doc([[100.0, 250.0, 330.0], [90.0, 200.0, 300.0]],

@@ -1,4 +1,5 @@
-"""Recorded compute corrected for the profiler's overhead (nbox_replay.profiler): the rules, old bundles, the flag."""
+"""Recorded compute corrected for the profiler's overhead (nbox_replay.inputs.profiler): the rules, old bundles,
+the flag."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from nbox_replay.graph import COMPUTE, load_rank
-from nbox_replay.profiler import (
+from nbox_replay.inputs.graph import COMPUTE, load_rank
+from nbox_replay.inputs.profiler import (
     DEFAULT_RULE,
     PER_OP_FLOOR,
     Correction,
@@ -117,7 +118,7 @@ def _host(g: Any) -> list[int]:
 
 
 def test_the_default_rule_plays_each_captured_iterations_host_compute_as_the_clean_thread_time() -> None:
-    from nbox_replay.graph import captured_iterations
+    from nbox_replay.inputs.graph import captured_iterations
 
     g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
     c = plan_correction("on", {"thread_cpu_us": FIGURES})
@@ -166,7 +167,7 @@ def test_a_device_rank_with_a_clean_wall_time_has_its_host_work_scaled_to_it() -
     times min(1, clean wall / its sum); GPU stream nodes untouched; named in the line; never lengthened."""
     import dataclasses
 
-    from nbox_replay.graph import COLLECTIVE, RECV, captured_iterations
+    from nbox_replay.inputs.graph import COLLECTIVE, RECV, captured_iterations
 
     g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
     host = _host(g)
@@ -251,8 +252,8 @@ def test_an_oversubscribed_recording_is_named_in_the_line_and_the_json() -> None
 def test_to_clean_scales_the_training_threads_compute_and_another_threads_by_proportional() -> None:
     import dataclasses
 
-    from nbox_replay.graph import captured_iterations
-    from nbox_replay.profiler import training_thread
+    from nbox_replay.inputs.graph import captured_iterations
+    from nbox_replay.inputs.profiler import training_thread
 
     g = load_rank(TRACES / "ddp_mlp" / "trace" / "trace.0.et", 0)
     host = _host(g)
@@ -419,8 +420,8 @@ def test_the_cli_flag_turns_it_off(tmp_path: Path) -> None:
 
 
 def test_sweep_uses_the_same_correction(tmp_path: Path) -> None:
+    from nbox_replay.inputs.source import open_source
     from nbox_replay.replay import profiler_correction
-    from nbox_replay.source import open_source
     from nbox_replay.sweep import SweepConfig, run_sweep
 
     bundle = with_figures(tmp_path, FIGURES)
@@ -462,8 +463,8 @@ def test_sweep_cli_says_which_correction(tmp_path: Path) -> None:
 
 
 def test_live_compute_is_not_corrected_and_says_why(tmp_path: Path) -> None:
+    from nbox_replay.inputs.source import open_source
     from nbox_replay.replay import profiler_correction
-    from nbox_replay.source import open_source
 
     c = profiler_correction("on", open_source(with_figures(tmp_path, FIGURES)), "live")
     assert c.rule is None and "re-executed" in c.why_not
@@ -477,8 +478,8 @@ def test_correct_graphs_leaves_graphs_alone_without_a_rule() -> None:
 
 @pytest.mark.integration
 def test_a_live_replay_with_recorded_compute_waits_the_corrected_durations(tmp_path: Path) -> None:
-    from emulator_core.scenario_files import load_scenario
-    from nbox_replay.live import LiveConfig, replay_live
+    from emulator_core.scenario.files import load_scenario
+    from nbox_replay.live.run import LiveConfig, replay_live
 
     figures = {"0": {"clean": [5000.0], "captured": [10000.0]}, "1": {"clean": [5000.0], "captured": [10000.0]}}
     source = with_figures(tmp_path, figures)
@@ -505,7 +506,8 @@ def test_replay_real_clock_recorded_compute_passes_the_correction_to_the_workers
     assert "recorded compute corrected for the profiler" in rep.format_text()
 
 
-# -- the lean pass's figures (nbox_record/leantiming.py) ----------------------------------------------------------
+# -- the lean pass's figures (nbox_record/sources/leantiming.py)
+# ----------------------------------------------------------
 
 
 def _rewrite(bundle: Path, edit: Any) -> None:

@@ -1,7 +1,7 @@
 """An ``aten`` operator called on a tensor subclass (FSDP2's DTensor parameters in the optimizer step) is recorded at
 the parameter's global shape, and what ran is the same operator on the rank's local shard, under the execution
 trace's ``PythonSubclass`` node. The converter lists that local operator in ``nbox_children`` (nbox_record/
-convertcomp.py) and live replay runs it, not the global one (nbox_replay/ops.py): run as recorded, every rank
+convertcomp.py) and live replay runs it, not the global one (nbox_replay/live/ops.py): run as recorded, every rank
 computed the whole parameter's step. Unit tests on a hand-built host ET; nothing is timed."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from nbox_record.convert import convert_rank
-from nbox_replay.graph import load_rank
-from nbox_replay.ops import CompositeRunnable, Runnable, prepare
+from nbox_record.convert.assemble import convert_rank
+from nbox_replay.inputs.graph import load_rank
+from nbox_replay.live.ops import CompositeRunnable, Runnable, prepare
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.chakra.codec import write_et
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from emulator_core.scenario_files import load_scenario
-from emulator_core.world import resize
-from nbox_replay.graph import COLLECTIVE, CommInfo, RankGraph, load_rank
-from nbox_replay.timeline import TimelineWriteError, answers_by_node, write_timelines
-from nbox_replay.virtual import SimResult, simulate
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.world import resize
+from nbox_replay.inputs.graph import COLLECTIVE, CommInfo, RankGraph, load_rank
+from nbox_replay.report.timeline import TimelineWriteError, answers_by_node, write_timelines
+from nbox_replay.virtual.engine import SimResult, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "traces" / "ddp_mlp"

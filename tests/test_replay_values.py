@@ -1,5 +1,5 @@
-"""Live replay's made-up tensor values (nbox_replay.values through nbox_replay.ops): a tensor no recorded operator
-produced gets values on which the kernels run as they did in the real run. The inputs of domain-restricted math
+"""Live replay's made-up tensor values (nbox_replay.live.values through nbox_replay.live.ops): a tensor no recorded
+operator produced gets values on which the kernels run as they did in the real run. The inputs of domain-restricted math
 (``sqrt``, ``log``, powers, a fused Adam's second moments) are made positive and a recorded Python number (a
 0-dimensional tensor) is 1, so an optimizer step computes no NaN: with a negative ``exp_avg_sq`` (made negative, or
 multiplied by a made-up negative ``beta2``), CPU ``sqrt`` took a slow path and a GPT-2-class model's live replay
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from nbox_replay.graph import RankGraph, load_rank
-from nbox_replay.ops import CompositeRunnable, TensorSpec, prepare
-from nbox_replay.values import POSITIVE, POSITIVE_RANGE, ZERO
+from nbox_replay.inputs.graph import RankGraph, load_rank
+from nbox_replay.live.ops import CompositeRunnable, TensorSpec, prepare
+from nbox_replay.live.values import POSITIVE, POSITIVE_RANGE, ZERO
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import set_attr
 from nbox_trace.chakra.codec import write_et

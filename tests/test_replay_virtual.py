@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.pricing import group_shape, price_group
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
-from emulator_core.world import resize
-from nbox_replay.graph import RankGraph, load_rank
+from emulator_core.pricing.pricer import group_shape, price_group
+from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario
+from emulator_core.scenario.world import resize
+from nbox_replay.inputs.graph import RankGraph, load_rank
+from nbox_replay.inputs.source import ReplayInputError, open_source
 from nbox_replay.replay import ReplayConfig, ReplayConfigError, run_replay
-from nbox_replay.source import ReplayInputError, open_source
-from nbox_replay.virtual import ReplayDeadlock, simulate
+from nbox_replay.virtual.engine import ReplayDeadlock, simulate
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import set_attr
 from nbox_trace.chakra.codec import write_et
@@ -117,7 +117,7 @@ def test_ranks_that_disagree_on_a_collective_are_refused_before_replay(tmp_path:
 
 def test_a_wait_that_can_never_end_is_a_deadlock_naming_rank_and_collective() -> None:
     g0, g1 = RankGraph(0, "r0"), RankGraph(1, "r1")
-    from nbox_replay.graph import COLLECTIVE, CommInfo
+    from nbox_replay.inputs.graph import COLLECTIVE, CommInfo
 
     for g, pg in ((g0, "0"), (g1, "1")):  # each waits on a collective of a group the other never joins
         g.ids, g.names, g.kind = [1, 2], ["all_reduce", "after"], [COLLECTIVE, 0]
@@ -133,7 +133,7 @@ def test_a_wait_that_can_never_end_is_a_deadlock_naming_rank_and_collective() ->
 def test_a_last_collective_nobody_waits_for_that_never_ends_is_a_deadlock_naming_it() -> None:
     """The repetition ends when its last collective completes; one the peer never issues, with no node
     after it, used to crash the deadlock message (IndexError on the node past the end); it names it now."""
-    from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo
+    from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, CommInfo
 
     graphs = {}
     for rank in (0, 1):  # rank 0 issues an asynchronous all-reduce as its last node, rank 1 never does
@@ -212,9 +212,9 @@ def test_a_scenario_path_given_as_a_string_is_a_path() -> None:
 
 def test_a_gap_starts_after_the_other_host_threads_work_it_waited_for_not_a_kernel() -> None:
     """A CUDA rank's backward runs on the autograd engine's thread while the caller waits (H100, 2026-11-27): the
-    caller's gap before its next operator (the lean pass's figure, nbox_record/leantiming.py) comes after that
+    caller's gap before its next operator (the lean pass's figure, nbox_record/sources/leantiming.py) comes after that
     work. A dependency on a GPU kernel does not hold a gap back: the host runs ahead of its kernels."""
-    from nbox_replay.graph import COMPUTE
+    from nbox_replay.inputs.graph import COMPUTE
 
     g = RankGraph(0, "r0")
     # A (caller) -> B (engine thread) -> C (caller, gap 5); A -> K (kernel, 100) -> F (caller, gap 4)
@@ -293,7 +293,7 @@ def test_a_recorded_call_queued_behind_its_groups_previous_one_counts_from_that_
 
 
 def test_recorded_times_edge_cases() -> None:
-    from nbox_replay.recorded_calls import RecordedStreams, recorded_call_us, recording_complete
+    from nbox_replay.inputs.recorded_calls import RecordedStreams, recorded_call_us, recording_complete
     s = RecordedStreams()
     assert s.own_us("0", 0.0, 700.0) == 700.0  # no recorded start: the duration
     assert s.own_us("0", 100.0, 500.0) == 500.0  # the group's first call: from its issue

@@ -1,4 +1,4 @@
-"""Communication waits inside a recorded operator are not compute (nbox_replay.graph.waits_inside).
+"""Communication waits inside a recorded operator are not compute (nbox_replay.inputs.graph.waits_inside).
 
 FSDP2's hooks issue a collective and wait for it inside an autograd operator; the profiler times the
 operator with the wait in it and the converter orders the collective after it. Playing the recorded
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.scenario_files import load_scenario
-from emulator_core.world import resize
-from nbox_replay.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph, load_rank, waits_inside
+from emulator_core.scenario.files import load_scenario
+from emulator_core.scenario.world import resize
+from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, CommInfo, RankGraph, load_rank, waits_inside
+from nbox_replay.inputs.source import open_source
 from nbox_replay.replay import ReplayConfig, run_replay
-from nbox_replay.source import open_source
-from nbox_replay.virtual import simulate
+from nbox_replay.virtual.engine import simulate
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import set_attr
 from nbox_trace.chakra.codec import write_et

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from nbox_replay import live as live_module
-from nbox_replay.graph import captured_iterations
+from nbox_replay.inputs.graph import captured_iterations
+from nbox_replay.inputs.source import open_source
+from nbox_replay.live import run as live_module
 from nbox_replay.replay import (
     CUDA_WARMUP_S,
     MAX_WARMUP_REPETITIONS,
@@ -20,7 +21,6 @@ from nbox_replay.replay import (
     run_replay,
     warmup_repetitions,
 )
-from nbox_replay.source import open_source
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "traces" / "ddp_mlp"

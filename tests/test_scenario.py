@@ -9,11 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator_core.costmodels import algorithms_for
-from emulator_core.scenario import COLLECTIVES, DIMENSION_KINDS, Dimension, Scenario, ScenarioError, Straggler, Topology
-from emulator_core.scenario_files import load_scenario, shipped_scenarios
-from emulator_core.scenario_overrides import parse_override
-from emulator_core.scenario_toml import dump_toml, loads_scenario
+from emulator_core.network.costmodels import algorithms_for
+from emulator_core.scenario.files import load_scenario, shipped_scenarios
+from emulator_core.scenario.model import (
+    COLLECTIVES,
+    DIMENSION_KINDS,
+    Dimension,
+    Scenario,
+    ScenarioError,
+    Straggler,
+    Topology,
+)
+from emulator_core.scenario.overrides import parse_override
+from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 from nbox_trace.errors import InputNotFoundError, InvalidInputError
 
 BASE = """\
@@ -335,8 +343,8 @@ def test_property_round_trip(s: Scenario) -> None:
 def test_jitter_keys_validate_round_trip_and_stay_out_of_files_that_do_not_use_them(tmp_path: Path) -> None:
     from dataclasses import replace as _replace
 
-    from emulator_core.scenario import Calibration
-    from emulator_core.scenario_toml import dump_toml, loads_scenario
+    from emulator_core.scenario.model import Calibration
+    from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 
     base = load_scenario(None)
     text = dump_toml(base)  # the default policy writes no top-level key: older files read back the same
@@ -364,7 +372,7 @@ def test_jitter_keys_validate_round_trip_and_stay_out_of_files_that_do_not_use_t
 def test_live_unsupported_names_what_the_live_backend_cannot_apply() -> None:
     from dataclasses import replace as _replace
 
-    from emulator_core.live_policy import live_unsupported
+    from emulator_core.backend.live_policy import live_unsupported
 
     base = load_scenario(None)
     assert live_unsupported(base) is None

@@ -1,5 +1,5 @@
 """Clusters by name: every shipped scenario is reachable by a short name or its file stem wherever a scenario is
-taken (one resolver, :func:`emulator_core.scenario_files.resolve_scenario`), carries a one-line description, and
+taken (one resolver, :func:`emulator_core.scenario.files.resolve_scenario`), carries a one-line description, and
 ``nbox scenario list`` shows them; a byte count is taken the way nbox prints it (``--bytes 1MiB``)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.scenario import Scenario, ScenarioError
-from emulator_core.scenario_files import load_scenario, resolve_scenario, shipped_catalog, shipped_scenarios
+from emulator_core.scenario.files import load_scenario, resolve_scenario, shipped_catalog, shipped_scenarios
+from emulator_core.scenario.model import Scenario, ScenarioError
 from nbox_trace.errors import InputNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_replay_asks_a_named_cluster_at_1024_ranks() -> None:
 
 
 def test_emulate_and_sweep_take_a_name_too(tmp_path: Path) -> None:
-    from nbox_record.emulate import EmulateConfig
+    from nbox_record.launch.emulation import EmulateConfig
 
     cfg = EmulateConfig(world_size=None, nproc=2, scenario=Path("ethernet-100g"))  # the file's own world size
     assert cfg.world_size == 64 and "ethernet_100g.toml" in cfg.world_from

@@ -1,4 +1,4 @@
-"""How a script ended, read from its main module's frame (nbox_record.scriptexit): run in a child Python so the
+"""How a script ended, read from its main module's frame (nbox_record.handoff.scriptexit): run in a child Python so the
 frame really is ``__main__``'s."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 PROBE = textwrap.dedent("""
     import atexit, sys
-    from nbox_record.scriptexit import ended_by_exception, main_frame
+    from nbox_record.handoff.scriptexit import ended_by_exception, main_frame
     frame = main_frame()
     atexit.register(lambda: print("ENDED_BY_EXCEPTION" if ended_by_exception(frame) else "RETURNED", flush=True))
     def main(how):
@@ -39,6 +39,6 @@ def test_the_frame_tells_a_system_exit_from_an_end(how: str, said: str, code: in
 
 
 def test_no_frame_is_not_an_exception() -> None:
-    from nbox_record.scriptexit import ended_by_exception
+    from nbox_record.handoff.scriptexit import ended_by_exception
 
     assert ended_by_exception(None) is False

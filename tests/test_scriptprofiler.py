@@ -1,4 +1,4 @@
-"""The stand-in for a script's own torch.profiler.profile while nbox records (nbox_record/scriptprofiler.py)."""
+"""The stand-in for a script's own torch.profiler.profile while nbox records (nbox_record/capture/scriptprofiler.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nbox_record.scriptprofiler import ScriptProfiler, ScriptProfilerDisabled
+from nbox_record.capture.scriptprofiler import ScriptProfiler, ScriptProfilerDisabled
 from nbox_trace.errors import NboxError
 
 
@@ -26,7 +26,7 @@ def test_the_script_profiler_stand_in_counts_steps_and_names_what_it_cannot_give
 def test_torch_own_code_gets_the_real_profiler(tmp_path: Path) -> None:
     import torch
 
-    from nbox_record.scriptprofiler import real_profile
+    from nbox_record.capture.scriptprofiler import real_profile
 
     bound = type("profile", (ScriptProfiler,), {})
     assert isinstance(bound(), ScriptProfiler)  # from this file: the script's side

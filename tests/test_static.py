@@ -69,20 +69,20 @@ def _third_party(package: str) -> set[str]:
     return found
 
 
-def test_imports_run_one_way_face_engines_core_base() -> None:
-    """nbox (face) -> nbox_record / nbox_replay -> emulator_core -> nbox_trace (base), lazy imports included."""
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of ``graph`` that go up a layer or across one (record <-> replay)."""
     wrong = []
-    for module, targets in _graph().items():
+    for module, targets in graph.items():
         top = module.split(".")[0]
         for target in targets:
             other = target.split(".")[0]
             if other != top and LAYER[other] >= LAYER[top]:
                 wrong.append(f"{module} imports {target}")
-    assert not wrong, "\n".join(sorted(wrong))
+    return sorted(wrong)
 
 
-def test_there_is_no_import_cycle_lazy_or_not() -> None:
-    graph = _graph()
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import cycle a depth-first walk of ``graph`` meets, as ``a -> b -> a``."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles: list[str] = []
     for root in sorted(graph):
@@ -104,8 +104,28 @@ def test_there_is_no_import_cycle_lazy_or_not() -> None:
             elif nxt not in state:
                 state[nxt] = 1
                 path.append(nxt)
-                stack.append((nxt, sorted(graph[nxt])))
+                stack.append((nxt, sorted(graph.get(nxt, ()))))
+    return cycles
+
+
+def test_imports_run_one_way_face_engines_core_base() -> None:
+    """nbox (face) -> nbox_record / nbox_replay -> emulator_core -> nbox_trace (base), lazy imports included."""
+    wrong = _layer_violations(_graph())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_there_is_no_import_cycle_lazy_or_not() -> None:
+    cycles = _cycles(_graph())
     assert not cycles, "\n".join(cycles)
+
+
+def test_the_layer_and_cycle_checks_can_fail() -> None:
+    """Fed a base module importing the core, record importing replay and a two-module circle, both checks object."""
+    graph = {"nbox_trace.x": {"emulator_core.y"}, "nbox_record.a": {"nbox_replay.b"}, "emulator_core.y": set(),
+             "nbox_replay.b": {"nbox_trace.x"}}
+    assert _layer_violations(graph) == ["nbox_record.a imports nbox_replay.b", "nbox_trace.x imports emulator_core.y"]
+    assert _cycles({"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}}) == ["p.a -> p.b -> p.c -> p.a"]
+    assert _cycles({"p.a": {"p.b"}, "p.b": set()}) == []
 
 
 def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
@@ -120,6 +140,153 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
     assert found == {"pkg.mod", "pkg.sub"}
 
 
+# ----------------------------------------------------------------------------------- rooms: sub-packages (issue 52)
+
+#: Each layer's rooms (its sub-packages), bottom to top: a room imports the rooms listed before it in its own layer,
+#: never one after it; a module at a package's top (``emulator_core._autoload``, ``nbox_replay.replay``) is its own
+#: node of the graph. docs/architecture.md draws the same order.
+ROOMS = {
+    "nbox_trace": ("chakra", "check", "bundle", "launch", "testbed"),
+    "emulator_core": ("network", "scenario", "astra", "pricing", "calibration", "device", "backend"),
+    "nbox_record": ("examples", "handoff", "sources", "convert", "capture", "_inject", "launch"),
+    "nbox_replay": ("inputs", "virtual", "report", "live"),
+    "nbox": ("cli",),
+}
+#: The most modules (``*.py`` files, ``__init__`` included) one folder of the library may hold.
+MAX_MODULES = 15
+
+
+def _room(module: str, rooms: dict[str, tuple[str, ...]]) -> str:
+    """The room a module lives in (``emulator_core.scenario.world`` -> ``emulator_core.scenario``); a module at its
+    package's top is its own room."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and parts[1] in rooms.get(parts[0], ()) else module
+
+
+def _door_names(init: Path) -> set[str]:
+    """The names a room's door (its ``__init__``) lists in ``__all__``, read without importing it."""
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return set()
+
+
+def _room_violations(graph: dict[str, set[str]], rooms: dict[str, tuple[str, ...]],
+                     doors: dict[str, set[str]]) -> list[str]:
+    """Imports between rooms that pass by a room's door (a module the door does not export), or that go up the
+    order of ``rooms`` within a layer."""
+    wrong = []
+    for module, targets in graph.items():
+        here = _room(module, rooms)
+        for target in targets:
+            there = _room(target, rooms)
+            parts = target.split(".")
+            is_room = len(parts) == 2 and parts[1] in rooms.get(parts[0], ())
+            if there == here or (there == target and not is_room):
+                continue  # inside one room, or a module at a package's top (a room of one module, its own door)
+            if target != there and target.rsplit(".", 1)[1] not in doors.get(there, set()):
+                wrong.append(f"{module} imports {target}, which {there}'s door does not export")
+            package, inner = there.split(".", 1)
+            if here != module and here.split(".")[0] == package:
+                order = rooms[package]
+                if order.index(inner) > order.index(here.split(".", 1)[1]):
+                    wrong.append(f"{module} imports {target}, a room above its own ({here})")
+    return sorted(wrong)
+
+
+def _room_graph(graph: dict[str, set[str]], rooms: dict[str, tuple[str, ...]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        here = _room(module, rooms)
+        out.setdefault(here, set()).update(_room(t, rooms) for t in targets if _room(t, rooms) != here)
+    return out
+
+
+def _doors() -> dict[str, set[str]]:
+    return {f"{package}.{room}": _door_names(ROOT / package / room / "__init__.py")
+            for package, names in ROOMS.items() for room in names}
+
+
+def _crowded(folders: list[Path]) -> dict[str, int]:
+    """The folders holding more than MAX_MODULES modules, with their counts."""
+    counts = {folder.as_posix(): len(list(folder.glob("*.py"))) for folder in folders}
+    return {name: n for name, n in counts.items() if n > MAX_MODULES}
+
+
+def test_every_sub_package_is_a_room_in_the_order() -> None:
+    """A new sub-package is placed in ROOMS (and in docs/architecture.md's picture) before it is used."""
+    found = {(package, d.name) for package in LIBRARY for d in (ROOT / package).iterdir()
+             if (d / "__init__.py").is_file()}
+    assert found == {(package, room) for package, names in ROOMS.items() for room in names}
+
+
+def test_rooms_import_each_other_only_through_their_doors_and_downwards() -> None:
+    """A room imports its own modules, the doors of the rooms below it in its layer and the doors of the layers
+    below; never a sibling's private module, never a room above it."""
+    wrong = _room_violations(_graph(), ROOMS, _doors())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_there_is_no_cycle_between_rooms() -> None:
+    cycles = _cycles(_room_graph(_graph(), ROOMS))
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_room_checks_can_fail() -> None:
+    """Fed a room reaching into a sibling's private module, a room importing one above it, and two rooms in a
+    circle through their doors, the checks object; an import through a door, or of a module the door exports,
+    passes."""
+    rooms = {"p": ("low", "high")}
+    doors = {"p.low": {"api", "public_mod"}, "p.high": {"run"}}
+    graph = {"p.high.run": {"p.low.private", "p.low", "p.low.public_mod"}, "p.low.private": {"p.high"},
+             "p.low.public_mod": set(), "p.low": set(), "p.high": set()}
+    assert _room_violations(graph, rooms, doors) == [
+        "p.high.run imports p.low.private, which p.low's door does not export",
+        "p.low.private imports p.high, a room above its own (p.low)",
+    ]
+    assert _cycles(_room_graph(graph, rooms)) == ["p.high -> p.low -> p.high"]
+    assert _room_violations({"p.high.run": {"p.low", "p.low.public_mod"}}, rooms, doors) == []
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    folders = sorted({path.parent for path in _modules().values()})
+    assert not _crowded(folders), _crowded(folders)
+
+
+def test_the_folder_size_check_can_fail(tmp_path: Path) -> None:
+    for i in range(MAX_MODULES + 1):
+        (tmp_path / f"m{i}.py").write_text("")
+    assert _crowded([tmp_path]) == {tmp_path.as_posix(): MAX_MODULES + 1}
+    (tmp_path / "m0.py").unlink()
+    assert _crowded([tmp_path]) == {}
+
+
+def test_each_door_says_what_its_room_is_for_and_opens() -> None:
+    """Each room's ``__init__`` has a docstring saying what it may import, and every name its ``__all__`` lists
+    resolves; a lazy door's table of homes, its ``__all__`` and its type-checking imports name the same things."""
+    import importlib
+
+    for room, names in _doors().items():
+        init = ROOT / room.replace(".", "/") / "__init__.py"
+        tree = ast.parse(init.read_text())
+        doc = ast.get_docstring(tree) or ""
+        assert "May import" in doc or "import nothing" in doc or "nothing imports it" in doc, room
+        module = importlib.import_module(room)
+        for name in sorted(names):
+            assert getattr(module, name) is not None, f"{room}.{name}"
+        homes = getattr(module, "_HOMES", None)
+        if homes is not None:  # a lazy door (nbox_trace.doors)
+            typed = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     and (node.module or "").startswith(room) for alias in node.names}
+            modules = {n for n in names if (init.parent / f"{n}.py").is_file()}
+            assert names == {n for ns in homes.values() for n in ns} | modules == typed, room
+            for home, exported in homes.items():
+                defined = importlib.import_module(f"{room}.{home}")
+                assert all(getattr(module, n) is getattr(defined, n) for n in exported), (room, home)
+        with pytest.raises(AttributeError):
+            module.no_such_name_in_any_door  # noqa: B018 - the door refuses a name it does not export
+
+
 def test_the_base_imports_neither_torch_nor_typer_nor_rich() -> None:
     used = _third_party("nbox_trace")
     assert not {"torch", "typer", "rich", "numpy"} & used, used
@@ -127,11 +294,11 @@ def test_the_base_imports_neither_torch_nor_typer_nor_rich() -> None:
 
 def test_the_emulator_core_imports_torch_only_in_the_backend() -> None:
     """design.md: the backend (and the modules it alone uses) is the only part of emulator_core that needs torch."""
-    allowed = {"emulator_core.backend", "emulator_core.mirror", "emulator_core.delay", "emulator_core._autoload",
-               "emulator_core._calibrate_worker",
-               "emulator_core.eager", "emulator_core.objectp2p",  # used by the backend alone (issue 16)
-               "emulator_core.calls",  # the backend's calls in flight, split from it (issue 15)
-               "emulator_core.devicecall", "emulator_core._cuda_hold"}  # its calls held on the device (issue 49)
+    allowed = {"emulator_core.backend.process_group", "emulator_core.backend.mirror", "emulator_core.backend.delay",
+               "emulator_core._autoload", "emulator_core.calibration._worker",
+               "emulator_core.backend.eager", "emulator_core.backend.objectp2p",  # used by the backend alone (issue 16)
+               "emulator_core.backend.calls",  # the backend's calls in flight, split from it (issue 15)
+               "emulator_core.backend.devicecall", "emulator_core.device._cuda"}  # held on the device (issue 49)
     offenders = sorted(name for name, path in _modules().items()
                        if name.startswith("emulator_core") and name not in allowed
                        and "torch" in {m.split(".")[0] for m in _imported(path, name, path.name == "__init__.py")})
@@ -147,12 +314,30 @@ def test_library_never_imports_typer_or_rich_outside_the_cli() -> None:
         assert not {"typer", "rich"} & used, path
 
 
+#: The most lines a library module may have (issue 12: one concern per room).
+MAX_LINES = 600
+
+
+def _too_long(paths: list[Path], allowed: dict[str, str]) -> dict[str, int]:
+    """The modules among ``paths`` over MAX_LINES lines that ``allowed`` does not name, with their line counts."""
+    long = {path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.as_posix(): n for path in paths
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    return {name: n for name, n in long.items() if name not in allowed}
+
+
 def test_no_library_module_is_over_600_lines() -> None:
     """Issue 12: one concern per room. A module over ~600 lines must say why here, or be split."""
     allowed: dict[str, str] = {}
-    long = {path.relative_to(ROOT).as_posix(): n for path in _modules().values()
-            if (n := len(path.read_text().splitlines())) > 600}
-    assert set(long) <= set(allowed), long
+    long = _too_long(list(_modules().values()), allowed)
+    assert not long, long
+
+
+def test_the_line_limit_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "ok.py").write_text("x = 1\n" * MAX_LINES)
+    paths = sorted(tmp_path.glob("*.py"))
+    assert list(_too_long(paths, {}).values()) == [MAX_LINES + 1]
+    assert _too_long(paths, {(tmp_path / "big.py").as_posix(): "why"}) == {}
 
 
 UNSAFE = re.compile(r"pickle\.loads?\(|torch\.load\(|extractall\(|(?<![\w.])eval\(|(?<![\w.])exec\(|yaml\.load\(|"

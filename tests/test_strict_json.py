@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from nbox_replay.summary import format_speedup, speedup
-from nbox_trace.bundle import read_manifest, write_bundle
+from nbox_replay.report.summary import format_speedup, speedup
+from nbox_trace.bundle.manifest import read_manifest, write_bundle
 from nbox_trace.chakra.codec import read_et, write_et
 
 ROOT = Path(__file__).resolve().parents[1]

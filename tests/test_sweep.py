@@ -8,17 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_replay.sweep import (
-    Axis,
-    SweepConfig,
-    SweepError,
-    SweepRow,
-    format_table,
-    parse_axis,
-    run_sweep,
-    write_csv,
-    write_plot,
-)
+from nbox_replay.sweep import Axis, SweepConfig, SweepError, SweepRow, parse_axis, run_sweep
+from nbox_replay.sweep_outputs import format_table, write_csv, write_plot
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = {r: ROOT / "traces" / "ddp_mlp" / "trace" / f"trace.{r}.et" for r in (0, 1)}
@@ -142,7 +133,7 @@ def test_bad_axis_value_and_config_errors() -> None:
 
 
 def test_a_sweep_row_and_a_replay_report_of_the_same_scenario_say_the_same() -> None:
-    """One run summary (nbox_replay.summary) for both commands: the same iteration time, breakdown, slowest
+    """One run summary (nbox_replay.report.summary) for both commands: the same iteration time, breakdown, slowest
     rank and speed-up when the sweep's first point is the replay's baseline (loopback_cpu at W=2)."""
     from nbox_replay.replay import ReplayConfig, run_replay
 
@@ -159,7 +150,7 @@ def test_speedup_is_one_rule_zero_times_included() -> None:
     """Replay said inf for two zero iteration times (and "faster"), sweep said 1.0 for a zero-time row after a
     non-zero first row: now both use summary.speedup. Issue 13 ("infx (faster)", `Infinity` in `--json`): a
     ratio over a zero time is undefined, None (JSON null, n/a), where it was 1.0 for 0 vs 0 and inf for x vs 0."""
-    from nbox_replay.summary import speedup
+    from nbox_replay.report.summary import speedup
 
     assert speedup(200.0, 100.0) == 2.0 and speedup(100.0, 200.0) == 0.5
     assert speedup(0.0, 0.0) is None

@@ -1,5 +1,6 @@
-"""The namespace testbed (nbox_trace.testbed): settings refused up front; with root, the nodes, their shaped link,
-their CPUs, and a tear-down that happens on close, on SIGTERM, and (for a run killed outright) by cleanup_stale."""
+"""The namespace testbed (nbox_trace.testbed.namespaces): settings refused up front; with root, the nodes, their shaped
+link, their CPUs, and a tear-down that happens on close, on SIGTERM, and (for a run killed outright) by
+cleanup_stale."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace import testbed as T
 from nbox_trace.errors import UsageError
+from nbox_trace.testbed import namespaces as T
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +119,7 @@ def test_three_nodes_meet_through_a_switch_and_close_stops_their_processes() -> 
 
 _HOLD = textwrap.dedent("""
     import sys, time
-    from nbox_trace.testbed import Testbed
+    from nbox_trace.testbed.namespaces import Testbed
     tb = Testbed(2, prefix=sys.argv[1]).build()
     tb.run_on(0, ["sleep", "600"])
     print(" ".join(tb.namespaces), flush=True)
@@ -217,7 +218,7 @@ def _threads_that_rename(rename: threading.Event, done: threading.Event,
 def test_thread_policy_gives_sched_batch_to_named_threads_of_processes_in_its_namespaces_only() -> None:
     # No root needed: this process's own network namespace, and its own threads (SCHED_OTHER -> SCHED_BATCH is
     # allowed to any user). A thread renames itself as gloo does; another keeps its name.
-    from nbox_trace.testbed_threads import ThreadPolicy, netns_inode
+    from nbox_trace.testbed.threads import ThreadPolicy, netns_inode
 
     rename, done = threading.Event(), threading.Event()
     rename.set()
@@ -236,8 +237,8 @@ def test_thread_policy_gives_sched_batch_to_named_threads_of_processes_in_its_na
 def test_thread_policy_reads_a_name_while_the_thread_is_young_and_then_stops() -> None:
     # gloo names its loop thread as the thread starts: a scan may see it before it is named, so a young thread's
     # name is read again; an old one's is settled and not read at every scan (that cost 2% of a node's CPU)
-    from nbox_trace import testbed_threads
-    from nbox_trace.testbed_threads import ThreadPolicy, netns_inode
+    from nbox_trace.testbed import threads as testbed_threads
+    from nbox_trace.testbed.threads import ThreadPolicy, netns_inode
 
     named, done = threading.Event(), threading.Event()
     tids = _threads_that_rename(named, done, {n: n for n in ("nboxtest_young", "nboxtest_old")})
@@ -260,7 +261,7 @@ def test_thread_policy_reads_a_name_while_the_thread_is_young_and_then_stops() -
 
 
 def test_thread_policy_refuses_a_scan_interval_that_is_not_positive() -> None:
-    from nbox_trace.testbed_threads import ThreadPolicy
+    from nbox_trace.testbed.threads import ThreadPolicy
 
     with pytest.raises(UsageError, match="interval_s must be > 0, got 0"):
         ThreadPolicy([1], interval_s=0)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core._calibrate_worker import BUSY_MIN_PAIRS
-from emulator_core.scenario_files import load_scenario
-from nbox_trace import bundle as B
-from nbox_trace.testbed import Testbed
+from emulator_core.calibration._worker import BUSY_MIN_PAIRS
+from emulator_core.scenario.files import load_scenario
+from nbox_trace.bundle import manifest as B
+from nbox_trace.testbed.namespaces import Testbed
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.testbed
@@ -120,7 +120,7 @@ def test_two_node_calibrate_measures_the_shaped_link(tmp_path: Path) -> None:
 def test_a_node_killed_mid_run_ends_the_job_with_an_error_naming_it_and_its_rank(tmp_path: Path) -> None:
     """Every process of node 1 is killed (the node dies) once both ranks train: node 0's nbox record ends at once
     (not at its deadline), exit 1, naming node 1 and its rank, and leaves no bundle."""
-    from nbox_trace.testbed import _kill_inside
+    from nbox_trace.testbed.namespaces import _kill_inside
 
     with Testbed(2, rate="1gbit") as tb:
         endpoint = f"{tb.node(0).addr}:{PORT}"

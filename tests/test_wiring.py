@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from emulator_core.wiring import ALL, SHIFT, TREE, XOR, step_cost, step_shape, sweep_cost
+from emulator_core.network.wiring import ALL, SHIFT, TREE, XOR, step_cost, step_shape, sweep_cost
 
 
 def _route(kind: str, p: int, src: int, dst: int) -> list[tuple[object, ...]]:

@@ -1,4 +1,4 @@
-"""emulator_core.world: one resize and one world-size rule, the same through every command's path.
+"""emulator_core.scenario.world: one resize and one world-size rule, the same through every command's path.
 
 Issue 13 ("World size from four places"): ``--world-size``, else ``--set world_size``, else the what-if file's
 ``world_size``, else the recorded one, for replay, sweep and emulate; dependent values (stragglers) checked after.
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator_core.scenario import ScenarioError
-from emulator_core.scenario_files import SCENARIOS_DIR, load_scenario
-from emulator_core.scenario_toml import loads_scenario
-from emulator_core.world import WhatIfWorld, load_what_if, resize, sets_world_size, what_if_world
+from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario
+from emulator_core.scenario.model import ScenarioError
+from emulator_core.scenario.tomltext import loads_scenario
+from emulator_core.scenario.world import WhatIfWorld, load_what_if, resize, sets_world_size, what_if_world
 
 ROOT = Path(__file__).resolve().parents[1]
 DGX = SCENARIOS_DIR / "dgx_h100_400g.toml"
@@ -122,7 +122,7 @@ def test_sweep_plays_the_same_world_size_as_replay_with_its_source(tmp_path: Pat
 
 def test_emulate_takes_its_world_size_from_the_same_rule() -> None:
     """Issue 13: `nbox emulate` required --world-size; now --set world_size, else the file's, as replay."""
-    from nbox_record.emulate import EmulateConfig
+    from nbox_record.launch.emulation import EmulateConfig
 
     assert (EmulateConfig(scenario=DGX).world_size, EmulateConfig(scenario=DGX).world_from) == (
         1024, "1024, from the what-if file dgx_h100_400g.toml")
@@ -144,14 +144,14 @@ def test_w2_on_an_8_gpu_node_scenario_through_scenario_cost() -> None:
 
 def test_w2_on_an_8_gpu_node_scenario_through_the_backend_config() -> None:
     pytest.importorskip("torch")
-    from emulator_core.backend import EmulationConfig
+    from emulator_core.backend.process_group import EmulationConfig
 
     cfg = EmulationConfig.from_env(2, {"NBOX_SCENARIO": str(DGX)})
     assert cfg.world_size == 2 and _sizes(cfg.scenario) == [2, 1]
 
 
 def test_w2_on_an_8_gpu_node_scenario_through_emulate(tmp_path: Path) -> None:
-    from nbox_record.emulate import EmulateConfig, _scenario_toml
+    from nbox_record.launch.emulation import EmulateConfig, _scenario_toml
 
     out = tmp_path / "scenario.toml"
     _scenario_toml(EmulateConfig(world_size=2, nproc=2, scenario=DGX), out)
@@ -159,8 +159,8 @@ def test_w2_on_an_8_gpu_node_scenario_through_emulate(tmp_path: Path) -> None:
 
 
 def test_w2_on_an_8_gpu_node_scenario_through_sweep_and_replay() -> None:
+    from nbox_replay.inputs.source import open_source
     from nbox_replay.replay import baseline_scenario
-    from nbox_replay.source import open_source
     from nbox_replay.sweep import SweepConfig
 
     cfg = SweepConfig.build(TRACES, {"0": [0, 1]}, 2, ["world_size=2,16"], scenario=DGX)

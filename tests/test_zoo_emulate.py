@@ -29,7 +29,7 @@ def emulate(script: str, *args: object, n: int = 1, world: int = 8, timeout: flo
 
 
 def test_backend_code_is_never_traced_by_dynamo() -> None:
-    from emulator_core import eager
+    from emulator_core.backend import eager
 
     assert eager.AVAILABLE  # the torch this project pins has Dynamo's per-code hooks
 
@@ -46,7 +46,7 @@ def test_compiled_ddp_model_runs_at_world_8_on_one_rank() -> None:
 
 
 def test_object_refusal_names_the_peer_and_the_real_ranks_to_use() -> None:
-    from emulator_core.objectp2p import refusal
+    from emulator_core.backend.objectp2p import refusal
 
     msg = refusal(1, 0, (0,))
     assert "rank 1 is emulated" in msg and "--real-ranks 0,1" in msg and "\n" not in msg

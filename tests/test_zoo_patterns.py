@@ -33,7 +33,7 @@ def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True
            check: Callable[[list[Any]], None] | None = None) -> dict[int, dict[int, list[tuple[Any, int, str]]]]:
     """``nbox record`` 2 ranks, ``nbox bundle verify`` (strict rules); rank -> iteration -> sorted
     (type, bytes, group). ``symmetric``: also check that every rank and iteration has as many host operators (the
-    ET observer's misnesting once lost a whole optimizer step of one rank: nbox_record/nesting.py). Every rank's
+    ET observer's misnesting once lost a whole optimizer step of one rank: nbox_record/sources/nesting.py). Every rank's
     trace is also decoded by Chakra's own reader (mlc-chakra, when installed, as in CI) and must read as nbox's
     does; ``check`` gets each rank's nodes."""
     bundle = tmp_path / "zoo.bundle"
@@ -102,7 +102,7 @@ def ddp_dependencies(nodes: list[Any]) -> None:
     of the backward (async: nothing of it waits for the all-reduce), and the optimizer waits for each."""
     by_id = {n.id: n for n in nodes}
     ancestors: dict[int, set[int]] = {}
-    for n in sorted(nodes, key=lambda n: n.id):  # dependencies point to earlier ids (nbox_record/deps.py)
+    for n in sorted(nodes, key=lambda n: n.id):  # dependencies point to earlier ids (nbox_record/convert/deps.py)
         ancestors[n.id] = set()
         for d in [*n.data_deps, *n.ctrl_deps]:
             ancestors[n.id] |= {d, *ancestors[d]}
@@ -175,8 +175,8 @@ def test_moe_runs_at_world_8_with_its_autograd_all_to_alls(tmp_path: Path) -> No
 
 
 def test_a_script_with_its_own_profiler_is_recorded(tmp_path: Path) -> None:
-    # its torch.profiler.profile(schedule=...) is stood in for (nbox_record/scriptprofiler.py); the optimizer step
-    # is the boundary; one DDP bucket: Linear(64,128) + Linear(128,8) = 9352 float32
+    # its torch.profiler.profile(schedule=...) is stood in for (nbox_record/capture/scriptprofiler.py); the optimizer
+    # step is the boundary; one DDP bucket: Linear(64,128) + Linear(128,8) = 9352 float32
     same_every_iteration(record(tmp_path, "own_profiler.py"), [(AR, 9352 * 4, "0")])
 
 

@@ -25,7 +25,7 @@ PER_ITERATION = sorted([(ALL_REDUCE, 644), (ALL_REDUCE, 8), (ALL_GATHER, 8), (AL
 
 LOGGER_IN_INFERENCE_MODE = """
     import torch, torch.distributed as dist
-    from nbox_record.commlog import CollectiveLogger
+    from nbox_record.capture.commlog import CollectiveLogger
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     logger = CollectiveLogger()
     logger.start()

@@ -1,9 +1,9 @@
 """``nbox bundle inspect|verify|pack|unpack|merge|diff|anonymize``: thin commands over the bundle library.
 
-Each parses its arguments, calls one library function (:mod:`nbox_trace.bundle_inspect`,
-:mod:`nbox_trace.bundle_verify`, :mod:`nbox_trace.archive`, :mod:`nbox_trace.bundle_merge`,
-:mod:`nbox_trace.bundle_diff`,
-:mod:`nbox_trace.anonymize`) and
+Each parses its arguments, calls one library function (:mod:`nbox_trace.bundle.inspection`,
+:mod:`nbox_trace.bundle.verify`, :mod:`nbox_trace.bundle.archive`, :mod:`nbox_trace.bundle.merge`,
+:mod:`nbox_trace.bundle.diff`,
+:mod:`nbox_trace.bundle.anonymize`) and
 prints the result on stdout: human text, or exactly one JSON document with ``--json``.
 Commands that read a bundle accept a directory or a ``.nbox`` archive (unpacked, checked, into a
 temporary directory that is removed afterwards).
@@ -35,7 +35,7 @@ def _emit(doc: dict[str, Any], lines: list[str], json_out: bool) -> None:
 
 
 def _as_directory(path: Path) -> contextlib.AbstractContextManager[Path]:
-    from nbox_trace.archive import bundle_directory
+    from nbox_trace.bundle import bundle_directory
 
     return bundle_directory(path)
 
@@ -53,7 +53,7 @@ def inspect_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or
     """
     import dataclasses
 
-    from nbox_trace.bundle_inspect import inspect_bundle
+    from nbox_trace.bundle import inspect_bundle
 
     with _as_directory(bundle) as root:
         summary = dataclasses.replace(inspect_bundle(root), path=str(bundle))
@@ -74,7 +74,7 @@ def verify_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory or 
 
       nbox bundle verify traces/ddp_mlp --json
     """
-    from nbox_trace.bundle_verify import verify_bundle
+    from nbox_trace.bundle import verify_bundle
 
     report = verify_bundle(bundle)
     _emit(report.to_dict(), report.lines(), json_out)
@@ -93,7 +93,7 @@ def pack_cmd(bundle: Annotated[Path, typer.Argument(help="Bundle directory (it m
 
       nbox bundle pack traces/ddp_mlp -o ddp_mlp.nbox
     """
-    from nbox_trace.archive import pack_bundle
+    from nbox_trace.bundle import pack_bundle
     from nbox_trace.files import Output, check_outputs
     from nbox_trace.units import format_bytes
 
@@ -116,7 +116,7 @@ def unpack_cmd(archive: Annotated[Path, typer.Argument(help="The .nbox archive."
 
       nbox bundle unpack received.nbox received/
     """
-    from nbox_trace.archive import unpack_bundle
+    from nbox_trace.bundle import unpack_bundle
     from nbox_trace.files import Output, check_outputs
 
     check_outputs([Output("OUT", out, "dir", overwrite)], inputs=[archive])
@@ -139,7 +139,7 @@ def merge_cmd(bundles: Annotated[list[Path], typer.Argument(help="Each node's bu
 
       nbox bundle merge node0.bundle node1.bundle -o run.bundle && nbox bundle verify run.bundle
     """
-    from nbox_trace.bundle_merge import merge_bundles
+    from nbox_trace.bundle import merge_bundles
     from nbox_trace.files import Output, check_outputs
     from nbox_trace.units import format_us
 
@@ -164,7 +164,7 @@ def diff_cmd(a: Annotated[Path, typer.Argument(help="Bundle A (directory or .nbo
 
       nbox bundle diff last_week.nbox today/
     """
-    from nbox_trace.bundle_diff import diff_bundles
+    from nbox_trace.bundle import diff_bundles
 
     with _as_directory(a) as root_a, _as_directory(b) as root_b:
         d = diff_bundles(root_a, root_b)
@@ -194,7 +194,7 @@ def anonymize_cmd(
 
       nbox bundle anonymize run2/ -o run2.anon --key-file team.key --level strict
     """
-    from nbox_trace.anonymize import LEVELS, AnonymizeConfig, anonymize_bundle
+    from nbox_trace.bundle import LEVELS, AnonymizeConfig, anonymize_bundle
     from nbox_trace.errors import InvalidInputError, OutputWriteError, UsageError
     from nbox_trace.files import Output, check_outputs
 

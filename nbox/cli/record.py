@@ -81,7 +81,7 @@ def record_cmd(
     lets it finish). Iterations end at each optimizer step; a script without one can call
     `nbox_record.step()` once per iteration. `nbox record convert --help`: import existing traces.
     """
-    from nbox_record.launcher import RecordConfig, record
+    from nbox_record.launch import RecordConfig, record
 
     script, script_args = _script_and_args(script, ctx.args)
     name = script.stem if script is not None else example
@@ -175,7 +175,7 @@ def emulate_cmd(
     iteration is captured after the timed ones and written as a bundle (kind "emulated": the traces of
     the real ranks, named by the global ranks they played, in a world of W) that replays like a recorded one.
     """
-    from nbox_record.emulate import EmulateConfig, emulate, format_text
+    from nbox_record.launch import EmulateConfig, emulate, format_text
     from nbox_trace.errors import UsageError
 
     try:
@@ -210,7 +210,7 @@ def record_convert_cmd(
 
     Example: nbox record convert et_0.json.gz kineto_0.json.gz et_1.json.gz kineto_1.json.gz -o run.bundle
     """
-    from nbox_record.importer import ConvertConfig, import_traces
+    from nbox_record.convert import ConvertConfig, import_traces
     from nbox_trace.errors import UsageError
     from nbox_trace.files import Output, check_outputs
 

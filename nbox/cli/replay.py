@@ -141,13 +141,14 @@ def sweep_cmd(
 
       nbox sweep BUNDLE --vary mesh.dp=2,8,64,512 --what-if dgx-h100
     """
-    from emulator_core.mesh import parse_placement
+    from emulator_core.scenario import parse_placement
+    from nbox_replay.inputs import open_source
     from nbox_replay.replay import baseline_path, global_batch_size
     from nbox_replay.replay import profiler_correction as correction_for
     from nbox_replay.settings import PROFILER_CORRECTION, split_settings
-    from nbox_replay.source import open_source
-    from nbox_replay.sweep import SweepConfig, format_table, run_sweep, write_outputs
-    from nbox_trace.archive import traces_directory
+    from nbox_replay.sweep import SweepConfig, run_sweep
+    from nbox_replay.sweep_outputs import format_table, write_outputs
+    from nbox_trace.bundle import traces_directory
     from nbox_trace.files import Output, check_outputs
     from nbox_trace.mesh import parse_names
 

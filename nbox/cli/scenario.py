@@ -32,7 +32,7 @@ def scenario_list(
 
     Example: nbox replay traces/ddp_mlp --what-if dgx-h100 --world-size 1024 --clock virtual
     """
-    from emulator_core.scenario_files import shipped_catalog
+    from emulator_core.scenario import shipped_catalog
 
     catalog = shipped_catalog()
     if json_out:
@@ -55,8 +55,7 @@ def scenario_show(
 
     Example: nbox scenario show dgx-h100 --set world_size=2048
     """
-    from emulator_core.scenario_files import load_scenario
-    from emulator_core.scenario_toml import dump_toml
+    from emulator_core.scenario import dump_toml, load_scenario
 
     scenario = load_scenario(file, tuple(set_ or ()))
     sys.stdout.write(json.dumps(scenario.to_dict(), indent=1) + "\n" if json_out else dump_toml(scenario))
@@ -68,7 +67,7 @@ def scenario_validate(
     set_: _SetOpt = None,
 ) -> None:
     """Check a scenario; exit 0 when valid, 3 with the bad key named when not."""
-    from emulator_core.scenario_files import load_scenario
+    from emulator_core.scenario import load_scenario
 
     scenario = load_scenario(file, tuple(set_ or ()))
     dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
@@ -114,8 +113,7 @@ def scenario_cost(
     if size is None:
         raise UsageError("--bytes: required (or --compare FILE)")
     from emulator_core.pricing import extrapolation_note, group_shape, price
-    from emulator_core.scenario_files import load_scenario
-    from emulator_core.world import resize
+    from emulator_core.scenario import load_scenario, resize
 
     nbytes = parse_size(size, "--bytes")  # the way nbox prints sizes, as calibrate --sizes takes them
     scenario = load_scenario(what_if, tuple(set_ or ()))
@@ -147,8 +145,8 @@ def scenario_cost(
 
 def _compare(collective: str, path: Path, shape: str | None, what_if: Path | None, overrides: list[str],
              json_out: bool) -> None:
-    from emulator_core.nccl_calibrate import base_scenario, compare, format_rows, row_dict, summary
-    from emulator_core.nccl_tests import parse_shape, read_curve
+    from emulator_core.calibration import base_scenario, compare, format_rows, row_dict, summary
+    from emulator_core.network import parse_shape, read_curve
 
     scenario = base_scenario(what_if, overrides)
     curve = read_curve(path, collective=collective, shape=parse_shape(shape) if shape is not None else None)
@@ -179,8 +177,8 @@ def scenario_import(
 
     Example: nbox scenario import network.yml system.json -o astra.toml --backend aware
     """
-    from emulator_core.astra_config import import_astra
-    from emulator_core.scenario_toml import dump_toml
+    from emulator_core.astra import import_astra
+    from emulator_core.scenario import dump_toml
     from nbox_trace.errors import UsageError
     from nbox_trace.files import Output, check_outputs, write_atomic
 
@@ -205,8 +203,8 @@ def scenario_export(
     Refuses what ASTRA-sim cannot express (in-network reduction, calibration, a per-message overhead, an
     algorithm it does not implement). Example: nbox scenario export astra.toml -o astra_configs/
     """
-    from emulator_core.astra_config import NETWORK_FILE, SYSTEM_FILE, export_astra
-    from emulator_core.scenario_files import load_scenario
+    from emulator_core.astra import NETWORK_FILE, SYSTEM_FILE, export_astra
+    from emulator_core.scenario import load_scenario
     from nbox_trace.files import Output, check_outputs
 
     scenario = load_scenario(file, tuple(set_ or ()))
@@ -303,8 +301,7 @@ def calibrate_cmd(
     given = [k for k, v in nccl_only.items() if v]
     if given:
         raise UsageError(f"{given[0]}: only with --nccl-tests (fit from nccl-tests output files)")
-    from emulator_core.calibrate import calibrate
-    from emulator_core.calibration import CalibrateConfig, parse_sizes
+    from emulator_core.calibration import CalibrateConfig, calibrate, parse_sizes
     from nbox_trace.files import Output, check_outputs
 
     cfg = CalibrateConfig(nproc=nproc, backend=backend, sizes=parse_sizes(sizes), budget_s=budget,
@@ -336,7 +333,7 @@ def calibrate_cmd(
                "beside_compute": [vars(b) for b in result.busy]}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
-    from emulator_core.calibrate import format_fits
+    from emulator_core.calibration import format_fits
 
     sys.stdout.write(format_fits(result.fits) + "\n")
     sys.stdout.write("".join(b.describe() + "\n" for b in result.busy))
@@ -346,14 +343,14 @@ def calibrate_cmd(
 
 def _calibrate_nccl_tests(files: list[Path], collective: str | None, shape: str | None, what_if: Path | None,
                           overrides: list[str], out: Path, json_out: bool) -> None:
-    from emulator_core.nccl_calibrate import (
+    from emulator_core.calibration import (
         NcclTestsConfig,
         calibrate_nccl_tests,
         format_rows,
         row_dict,
         summary,
     )
-    from emulator_core.nccl_tests import parse_shape
+    from emulator_core.network import parse_shape
     from nbox_trace.errors import UsageError
     from nbox_trace.files import Output, check_outputs
 

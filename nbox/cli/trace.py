@@ -62,8 +62,7 @@ def trace_inspect(
       nbox trace inspect run/trace.0.et --strict
     """
     cfg = InspectConfig(path, json_out, strict, comm_group, max_message_mib, max_problems)
-    from nbox_trace.archive import traces_directory
-    from nbox_trace.bundle import locate_traces
+    from nbox_trace.bundle import locate_traces, traces_directory
     from nbox_trace.check import inspect_trace
 
     with traces_directory(cfg.path) as root:

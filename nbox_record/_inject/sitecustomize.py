@@ -3,7 +3,7 @@
 Python imports the first ``sitecustomize`` on ``sys.path`` at start-up. ``nbox record`` puts this file's
 folder first on ``PYTHONPATH``, which would hide a ``sitecustomize`` the environment already has (Debian
 and Ubuntu ship one, virtual environments and clusters often add one): that one runs first, as if nbox were
-not there. Then, only when ``NBOX_RECORD_DIR`` is set, :func:`nbox_record.bootstrap.install` runs; it
+not there. Then, only when ``NBOX_RECORD_DIR`` is set, :func:`nbox_record.capture.bootstrap.install` runs; it
 decides whether this process records (ranks do, those nbox starts and those torchrun starts; torchrun's agent and
 children of a rank do not). Without ``NBOX_RECORD_DIR`` this file only chains.
 """
@@ -40,7 +40,7 @@ def _install() -> None:
     if not os.environ.get("NBOX_RECORD_DIR"):
         return
     try:
-        from nbox_record import bootstrap
+        from nbox_record.capture import bootstrap
     except ImportError as exc:
         if "RANK" in os.environ:  # a rank that was asked to record and cannot: fail loudly
             print(f"nbox: NBOX_RECORD_DIR is set but nbox_record cannot be imported: {exc}", file=sys.stderr)

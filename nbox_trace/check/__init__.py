@@ -17,15 +17,15 @@ decodable file does wrong is a :class:`Problem`. Problems of one kind beyond
 :data:`MAX_PROBLEMS_PER_CODE` per rank are folded into one entry with a count.
 
 The checker is split by concern: per-rank checks (``rank``), graph metrics (``graph``), group membership
-(``groups``), cross-rank and p2p checks (``crossrank``), and what it reports (``report``).
+(``groups``), cross-rank and p2p checks (``crossrank``), and what it reports (``report``). This ``__init__`` is
+the room's door (``__all__``). May import: ``nbox_trace.chakra`` and the base's own modules.
 """
 
 from __future__ import annotations
 
 import os
 
-from nbox_trace.chakra.codec import DEFAULT_MAX_MESSAGE_BYTES
-from nbox_trace.chakra.tracefiles import TraceSet, resolve_trace_set
+from nbox_trace.chakra import DEFAULT_MAX_MESSAGE_BYTES, TraceSet, resolve_trace_set
 from nbox_trace.check.crossrank import check_cross_rank
 from nbox_trace.check.groups import find_comm_group_file, load_comm_groups, membership
 from nbox_trace.check.rank import inspect_rank

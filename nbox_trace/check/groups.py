@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nbox_trace.chakra.tracefiles import TraceSet
+from nbox_trace.chakra import TraceSet
 from nbox_trace.check.report import RankReport
 from nbox_trace.contract import MAX_PG_JSON_BYTES, PG_INIT_NODE, json_loads
 from nbox_trace.errors import InputNotFoundError, InvalidInputError

@@ -10,9 +10,8 @@ import os
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from nbox_trace.chakra import CONTRACT_KINDS, DEFAULT_MAX_MESSAGE_BYTES, Attr, EtReader, as_int, attr_map
 from nbox_trace.chakra import et_def_pb2 as pb
-from nbox_trace.chakra.attrs import CONTRACT_KINDS, Attr, as_int, attr_map
-from nbox_trace.chakra.codec import DEFAULT_MAX_MESSAGE_BYTES, EtReader
 from nbox_trace.check.graph import graph_metrics
 from nbox_trace.check.report import CollectiveStat, CollOp, P2POp, ProblemLog, RankReport
 from nbox_trace.contract import (

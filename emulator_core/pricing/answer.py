@@ -1,0 +1,352 @@
+"""Answering a collective: when does it complete, given when its real participants arrived?
+
+The rule (design.md, "Answering a collective"), for one collective on a process group:
+
+* **arrivals.** Every real participant reports the time it issued the collective. An emulated member
+  *mirrors* a real one (:func:`mirror_member`: group member ``j`` that is not real mirrors the real member
+  at position ``j mod n`` among the ``n`` real members, in group order) and arrives when its mirror does,
+  i.e. on time. A member the scenario lists as a straggler (``[[stragglers]]``, real or emulated) arrives
+  late: its compute since the group's previous completion is stretched by its slowdown,
+  ``arrival' = free + (arrival - free) * slowdown`` with ``free`` the previous completion on the group.
+* **compute noise of their own** (the scenario's ``compute_noise = "mirror_history"``; off by default; it acts
+  in ``nbox emulate``, and replay refuses it). The emulated members that mirror real member ``k`` then arrive
+  ``mirror_late_us[k]`` after it, a lateness each real rank keeps for its own copies from its thread's CPU time
+  between calls (:mod:`emulator_core.backend.computenoise` states the rule and why).
+* **start.** ``start = max(free, max of the members' arrivals)``: a collective cannot start before its
+  last participant arrives, and collectives on one group run one after another, in issue order (one
+  communication stream per communicator, as NCCL and gloo do).
+* **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.pricer.price_group` for the
+  group's shape on the scenario's topology (microseconds).
+* With the scenario's ``jitter = "calibrated"``,
+  ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
+  seed, the group's members and the collective's index on the group: a fabric whose calls vary (a shared
+  host's loopback, a congested network) is played with its spread, not only its median, and the draw is
+  reproducible.
+* **queued behind the previous (gloo).** A collective issued while the group's previous one still runs, of
+  the same kind, calibrated with gloo at the group's size, costs what its bytes add to the burst it joins:
+  ``price(burst + bytes) - price(burst)``, not ``price(bytes)``. gloo runs a group's async collectives on its
+  worker threads at once, so DDP's buckets keep the link busy and pay a call's fixed losses (the calibrated
+  efficiency at small sizes) once per burst. On the namespace testbed ddp_mlp's two buckets issued together
+  are priced closer as a burst than one after the other (docs/results.md). NCCL runs a communicator's kernels one
+  after another, each paying its own cost,
+  so it keeps ``price(bytes)``. With ``jitter = "calibrated"`` a call that joins a burst draws too, but the
+  burst's calls run at once, so their delays overlap: it adds only what its draw exceeds the largest drawn in
+  the burst so far (the burst ends the largest of its calls' delays later, not their sum).
+* **beside compute (a shared core).** A call issued while the group's previous collective still runs says that
+  its members computed meanwhile: from that collective's start (or the previous such call's arrival, whichever
+  is later) to this call's arrival, ``overlap``. Where the running collective's calibration has
+  ``busy_slowdown`` s > 1 (gloo's threads share the node's core with that compute), the stream progressed at
+  1 / r of its rate for that long, so it ends ``overlap * (1 - 1 / r)`` later: this call's cost carries it. Only
+  what an arrival shows is counted; compute after a member's last call before it waits is not (the replay and
+  the live backend answer at the call, not at the wait). On the namespace testbed ``nbox calibrate --busy`` and
+  ``bench/testbed_causes.py`` find every gloo collective slower beside compute, and ddp_mlp's first bucket runs
+  beside the end of the backward pass (the figures: docs/results.md, "A collective beside its members'
+  compute").
+  **A delay per call, not a rate** (:func:`busy_rate`): s is measured on one call of ``busy_nbytes`` (a call of
+  at most :data:`BUSY_CALL_MAX_US`), so beside compute that call lost ``delay = (s - 1) x`` its price. What it
+  loses is the comm threads' waits for the core at the call's steps (each step's thread wakes behind the computing
+  thread's time slice), not bandwidth: between the steps the kernel moves the bytes from the sockets' buffers
+  whether or not the thread runs, and gloo runs a group's calls two at a time, so one call's transfer fills the
+  other's waits. A longer call has the same steps and so loses about the same delay, not s times its length: a
+  DDP stream of 25 MiB buckets beside compute lost far less than ``(1 - 1 / s)`` of the overlap on the testbed
+  (docs/results.md, "busy_slowdown: a delay per call"). So the stream's rate is
+  ``r = min(s, 1 + delay x calls / cost)``, ``calls`` and ``cost`` the stream's calls and their summed price so
+  far: s for calls as short as the measured one, near 1 for long ones. A calibration that does not record
+  ``busy_nbytes`` is taken at :data:`BUSY_CALL_MAX_US` (the longest call it can have been measured on: an upper
+  bound on the delay).
+
+Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
+1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the
+group's previous answers, so real ranks that feed the same arrivals compute the same completion, bit for
+bit. Cost: a dictionary lookup per answer once a (collective, size) has been priced on a group; O(real
+members + stragglers in the group) otherwise, never O(world size).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from emulator_core.pricing.pricer import GroupShape, Pricer, calibration_for, group_shape, make_pricer
+from emulator_core.scenario import Calibration, Scenario
+
+__all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
+
+_MASK64 = (1 << 64) - 1
+
+#: The longest call ``nbox calibrate --busy`` measures ``busy_slowdown`` on (us; ``_calibrate_worker``'s
+#: ``BUSY_CALL_MAX_US``: it times the largest size whose call took at most this long): the call whose loss sets the
+#: delay per call where the calibration does not record its size.
+BUSY_CALL_MAX_US = 20_000.0
+
+
+def busy_rate(slowdown: float, delay_us: float, calls: int, stream_us: float) -> float:
+    """How many times slower a stream of ``calls`` collectives that cost ``stream_us`` together progresses beside
+    compute, when each call loses ``delay_us`` there and none more than ``slowdown`` times its cost (module
+    docstring, "beside compute"): ``min(slowdown, 1 + delay_us * calls / stream_us)``."""
+    if slowdown <= 1:
+        return 1.0
+    if stream_us <= 0:
+        return slowdown
+    return min(slowdown, 1.0 + delay_us * max(calls, 1) / stream_us)
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def draw(seed: int, group_key: int, index: int) -> float:
+    """A uniform number in [0, 1) that depends only on its arguments (the same on every rank and run)."""
+    return (_mix64(_mix64(_mix64(seed & _MASK64) ^ group_key) ^ index) >> 11) / float(1 << 53)
+
+
+class Answer(NamedTuple):
+    """One answered collective (microseconds on the caller's clock)."""
+
+    start_us: float
+    end_us: float
+    cost_us: float
+    algorithm: str
+
+
+def mirror_member(j: int, real_positions: Sequence[int]) -> int:
+    """The index (into ``real_positions``) of the real member that group member ``j`` mirrors.
+
+    ``real_positions`` are the group positions of the real members, ascending. A real member mirrors
+    itself; an emulated member ``j`` mirrors real member ``j mod n``.
+    """
+    n = len(real_positions)
+    if n == 0:
+        raise ValueError("a group without real members has no mirrors")
+    for k, pos in enumerate(real_positions):
+        if pos == j:
+            return k
+    return j % n
+
+
+def mirror_weights(group_size: int, real_positions: Sequence[int]) -> list[int]:
+    """How many group members each real member stands for (itself included), in O(real members).
+
+    ``weights[k] = 1 + #{emulated j in 0..p-1 : j mod n == k}``; they sum to ``group_size``. An
+    average all-reduce over the group then equals the weighted average of the real members' values
+    (the plain average when every real member stands for ``p / n`` members).
+    """
+    n, p = len(real_positions), group_size
+    if n == 0:
+        raise ValueError("a group without real members has no mirrors")
+    if len(set(real_positions)) != n or any(not 0 <= pos < p for pos in real_positions):
+        raise ValueError(f"real member positions {list(real_positions)[:16]} must be distinct and in 0..{p - 1}")
+    weights = []
+    for k in range(n):
+        congruent = (p - k + n - 1) // n  # j in [0, p) with j % n == k
+        real_congruent = sum(1 for pos in real_positions if pos % n == k)
+        weights.append(1 + congruent - real_congruent)
+    return weights
+
+
+@dataclass
+class FabricGroup:
+    """One process group as the fabric sees it; mutable: ``free_us`` is when its last collective ended.
+
+    Attributes:
+        shape: where the group lies on the topology.
+        real_positions: group positions of the real members, ascending.
+        stragglers: ``(slowdown, index of the real member it mirrors)`` for each straggling member.
+        free_us: completion time of the previous collective on this group (``-inf`` before the first).
+    """
+
+    shape: GroupShape
+    real_positions: tuple[int, ...]
+    stragglers: tuple[tuple[float, int], ...]
+    free_us: float = -math.inf
+    answered: int = 0
+    #: Identifies the group's members for :func:`draw` (crc32 of the sorted global ranks; 0: the whole world).
+    key: int = 0
+    #: Per real member (``real_positions`` order), how many emulated members mirror it.
+    emulated_per_real: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        self._prices: dict[tuple[str, float], tuple[str, float]] = {}
+        self._pricers: dict[str, Pricer] = {}
+        self._cal: dict[str, Calibration | None] = {}  # collective -> its calibration on this group's shape
+        # the running stream beside compute: its start, the latest arrival counted, its busy_slowdown, the delay
+        # one of its calls gets beside compute (us), and its calls' count and summed cost so far (us)
+        self._busy: tuple[float, float, float, float, int, float] = (-math.inf, -math.inf, 1.0, 0.0, 0, 0.0)
+        # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
+        self._burst: tuple[str, float, float] = ("", 0.0, 0.0)
+
+
+class Fabric:
+    """The emulated network of one scenario: prices and orders the collectives of its groups."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        if not isinstance(scenario, Scenario):
+            raise ValueError(f"scenario must be a Scenario, got {scenario!r}")
+        self.scenario = scenario
+
+    def group(self, ranks: Sequence[int] | None, real_ranks: Sequence[int], *,
+              real_stragglers: bool = True) -> FabricGroup:
+        """A group of global ``ranks`` (``None``: all ranks, in order) of which ``real_ranks`` are real.
+
+        ``real_stragglers=False``: a real member listed as a straggler is not stretched here, because the
+        caller already slows its compute (virtual replay); emulated stragglers always are.
+
+        Raises:
+            ValueError: a rank out of range or repeated, or a real rank that is not a member.
+        """
+        s = self.scenario
+        shape = group_shape(s, ranks)
+        members = range(s.world_size) if ranks is None else list(ranks)
+        if len(set(real_ranks)) != len(real_ranks):
+            raise ValueError(f"real ranks {list(real_ranks)[:16]} list a rank twice")
+        if ranks is None:
+            positions = sorted(real_ranks)
+            bad = [r for r in positions if not 0 <= r < s.world_size]
+        else:
+            index = {g: j for j, g in enumerate(members)}
+            bad = [r for r in real_ranks if r not in index]
+            positions = sorted(index[r] for r in real_ranks if r in index)
+        if bad:
+            raise ValueError(f"real rank {bad[0]} is not a member of the group")
+        if not positions:
+            raise ValueError("a group needs at least one real member")
+        stragglers: list[tuple[float, int]] = []
+        real_set = set(real_ranks)
+        for st in s.stragglers:
+            if not real_stragglers and st.rank in real_set:
+                continue
+            if ranks is None:
+                j = st.rank
+            else:
+                j = index.get(st.rank, -1)
+                if j < 0:
+                    continue
+            stragglers.append((st.slowdown, mirror_member(j, positions)))
+        key = 0 if ranks is None else zlib.crc32(",".join(map(str, sorted(members))).encode())
+        emulated = tuple(w - 1 for w in mirror_weights(shape.size, positions))
+        return FabricGroup(shape, tuple(positions), tuple(stragglers), key=key, emulated_per_real=emulated)
+
+    def price(self, group: FabricGroup, collective: str, nbytes: float) -> tuple[str, float]:
+        """``(algorithm, cost_us)`` of ``collective`` on ``nbytes`` over ``group``, cached per group."""
+        key = (collective, nbytes)
+        hit = group._prices.get(key)
+        if hit is None:
+            hit = self._pricer(group, collective)(nbytes)
+            if len(group._prices) < 65536:
+                group._prices[key] = hit
+        return hit
+
+    def _calibration(self, group: FabricGroup, collective: str) -> Calibration | None:
+        """``collective``'s calibration for ``group``'s shape (:func:`calibration_for`), None without one or for a
+        one-rank group; looked up once per group and collective."""
+        if collective not in group._cal:
+            found = calibration_for(self.scenario, collective, group.shape) if group.shape.size > 1 else None
+            group._cal[collective] = found[1] if found is not None else None
+        return group._cal[collective]
+
+    def _jitter_us(self, group: FabricGroup, collective: str) -> float:
+        """This call's draw from the calibration's spread, microseconds (0 without one)."""
+        cal = self._calibration(group, collective)
+        if cal is None or not cal.jitter_us:
+            return 0.0
+        return cal.jitter_at(draw(self.scenario.jitter_seed, group.key, group.answered))
+
+    def _bursts_of(self, group: FabricGroup, collective: str) -> bool:
+        """Whether queued calls of ``collective`` on ``group`` join a burst (module docstring): its calibration
+        was measured with gloo, on as many ranks as the group has (not extrapolated: unmeasured there)."""
+        cal = self._calibration(group, collective)
+        return cal is not None and cal.library == "gloo" and cal.ranks == group.shape.size
+
+    def _slowdown_of(self, group: FabricGroup, collective: str) -> tuple[float, float]:
+        """``(busy_slowdown, delay_us)`` of ``collective``'s calibration on ``group``: the factor (1 without one) and
+        the time one call loses beside compute, ``(s - 1)`` times the calibration's call at the size the factor was
+        measured at (:data:`BUSY_CALL_MAX_US` where the file does not say; module docstring)."""
+        cal = self._calibration(group, collective)
+        if cal is None or cal.busy_slowdown <= 1:
+            return 1.0, 0.0
+        measured_us = self.price(group, collective, cal.busy_nbytes)[1] if cal.busy_nbytes else BUSY_CALL_MAX_US
+        return cal.busy_slowdown, (cal.busy_slowdown - 1.0) * measured_us
+
+    def _pricer(self, group: FabricGroup, collective: str) -> Pricer:
+        pricer = group._pricers.get(collective)
+        if pricer is None:
+            pricer = group._pricers[collective] = make_pricer(self.scenario, collective, group.shape)
+        return pricer
+
+    def answer(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
+               *, send_bytes: Sequence[float] | None = None,
+               recv_bytes: Sequence[float] | None = None,
+               mirror_late_us: Sequence[float] | None = None) -> Answer:
+        """Answer one collective and advance the group's stream (see the module docstring).
+
+        Args:
+            group: from :meth:`group`.
+            collective: a costmodels collective name (``all_reduce``, ``all_gather``, ...).
+            nbytes: the size in costmodels' convention (the per-rank input; see costmodels' table).
+            arrivals_us: issue time of each real member, in ``group.real_positions`` order.
+            send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
+            mirror_late_us: per real member (``real_positions`` order), how late the emulated members that mirror
+                it arrive after it (``compute_noise``, :mod:`emulator_core.backend.computenoise`); ``None``: with it.
+
+        Raises:
+            ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.
+        """
+        if len(arrivals_us) != len(group.real_positions):
+            raise ValueError(f"{collective}: {len(arrivals_us)} arrival times for "
+                             f"{len(group.real_positions)} real members")
+        free = group.free_us
+        if not all(math.isfinite(a) for a in arrivals_us):
+            raise ValueError(f"{collective}: arrival times must be finite, got {list(arrivals_us)[:16]}")
+        last = max(arrivals_us)
+        if group.stragglers:
+            base = free if free > -math.inf else min(arrivals_us)
+            for slowdown, k in group.stragglers:
+                a = arrivals_us[k]
+                late = base + (a - base) * slowdown if a > base else a
+                last = max(last, late)
+        if mirror_late_us is not None:
+            if len(mirror_late_us) != len(arrivals_us):
+                raise ValueError(f"{collective}: {len(mirror_late_us)} mirror latenesses for {len(arrivals_us)} "
+                                 f"real members")
+            for k, late in enumerate(mirror_late_us):
+                if late > 0 and k < len(group.emulated_per_real) and group.emulated_per_real[k] > 0:
+                    last = max(last, arrivals_us[k] + late)
+        start = max(free, last)
+        if send_bytes is not None or recv_bytes is not None:
+            algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)
+            group._burst = ("", 0.0, 0.0)
+        else:
+            algorithm, cost = self.price(group, collective, nbytes)
+            run_kind, run_bytes, run_jitter = group._burst
+            if last < free and run_kind == collective and self._bursts_of(group, collective):
+                _, before = self.price(group, collective, run_bytes)
+                _, after = self.price(group, collective, run_bytes + nbytes)
+                cost = max(0.0, after - before)
+                group._burst = (collective, run_bytes + nbytes, run_jitter)
+            else:
+                group._burst = (collective, nbytes, 0.0)
+        run_start, counted, slowdown, delay, calls, stream_us = group._busy
+        if last >= free:  # this call starts the stream anew: the collective its successors may find running
+            group._busy = (start, last, *self._slowdown_of(group, collective), 1, cost)
+        elif slowdown > 1:  # queued: the running stream was slowed by its members' compute until now
+            rate = busy_rate(slowdown, delay, calls, stream_us)
+            group._busy = (run_start, last, slowdown, delay, calls + 1, stream_us + cost)
+            cost += max(0.0, last - max(run_start, counted)) * (1.0 - 1.0 / rate)
+        if self.scenario.jitter == "calibrated":
+            extra = self._jitter_us(group, collective)
+            kind, run_bytes, played = group._burst
+            if kind:  # in a burst (its first call included): only the excess over the delay already played
+                group._burst = (kind, run_bytes, max(played, extra))
+                extra = max(0.0, extra - played)
+            cost = max(0.0, cost + extra)
+        end = start + cost
+        group.free_us = end
+        group.answered += 1
+        return Answer(start, end, cost, algorithm)

@@ -1,0 +1,203 @@
+"""A collective's measured nccl-tests curve as a network model that holds between sizes and across node counts.
+
+A scenario's ``[[nccl_fit]]`` entry (written by ``nbox calibrate --nccl-tests``) holds one curve measured on
+``nodes`` x ``gpus_per_node`` GPUs. It prices a collective of nccl-tests size ``S`` over ``p = N x G`` ranks as
+
+    ``T(S, N) = floor(N) + S * factor(p) / (1000 * busbw(m) * K(N))``
+
+with each term from:
+
+* **the latency floor** ``floor(N) = latency_us * L(N) / L(N_ref)``: ``latency_us`` is fitted from the curve's
+  smallest sizes (the median time of the sizes up to :data:`FLOOR_MAX_BYTES`, 0 when the curve has none);
+  ``L`` is NCCL's own modeled time of its cheapest (algorithm, protocol) at the smallest size, from
+  ``src/graph/tuning.cc`` (base latencies + per-hop intra/inter-node latencies per algorithm and protocol,
+  ``emulator_core.pricing.nccl_tuner``), which says how the floor grows with node count (ring: per inter-node step;
+  tree: per log2 of the nodes). Collectives NCCL's tuner does not model (all_to_all, send_recv: grouped
+  point-to-point, every peer posted at once) keep the measured floor.
+* **the mid-size regime** ``busbw(m)``: the bus bandwidth of the curve's time above the floor, as a table of
+  ``(m, busbw)`` with ``m`` the message one step of the algorithm moves: ``S / p`` for the ring family
+  (all_reduce, reduce_scatter, all_gather, all_to_all: a ring step, or a pairwise exchange, moves one rank's
+  share) and ``S`` for broadcast, reduce, send_recv (a pipelined chain moves the buffer in chunks of its own
+  size). In the ring model every step costs ``lambda + m / b`` (Thakur, Rabenseifner & Gropp 2005; NCCL's ring
+  runs ``2(p-1)`` such steps, each split over its channels and in chunks of ``NCCL_BUFFSIZE / NCCL_STEPS``), so
+  the bus bandwidth, ``m / (lambda + m / b)``, is a function of ``m`` alone: the channels' pipeline fill and
+  chunking appear at the same ``m`` whatever the node count. The table is fitted from the curve (one point per
+  measured size, log-log interpolated); below the measured ``m`` it follows the first two points' log-log slope
+  (clamped to 0..1: latency-bound, busbw proportional to m at most), above them it stays at the last point.
+* **the node-count regime** ``K(N)``: NCCL keys its per-channel bandwidths on 1, 2 or more nodes (tuning.cc,
+  ``index2 = nNodes <= 2 ? nNodes - 1 : 2``) and runs different algorithms there: on 2 nodes NVLink-assisted
+  algorithms (NVLS tree, tree) move half the bytes across the network, so a 2-node curve can show a bus bandwidth
+  above the NICs' line rate. Where the target's regime differs from the curve's, ``K`` is the ratio of NCCL's
+  modeled bus bandwidth at the largest measured size in the two regimes (``nccl_tuner``, the scenario's
+  datasheet figures); within one regime ``K = 1``. For all_to_all the bytes that leave a node are a share
+  ``(N - 1) / N`` of the buffer, so ``busbw`` is stored per network byte and divided by that share again
+  (nccl-tests' bus factor ``(p-1)/p`` counts every byte); all_to_all and send_recv across regimes scale by the
+  ratio of the datasheet's bandwidths (NVLink on one node, the NIC on several).
+
+``factor(p)`` is nccl-tests' bus factor (``doc/PERFORMANCE.md``). The evaluation lives in
+:mod:`emulator_core.pricing.nccl_curve` (it reads NCCL's tuner); this module is the scenario's data. A fit applies to
+groups with the same GPUs per node as it measured; among several curves of one collective (several node counts),
+the one nearest in node count within the same regime is used, else the nearest; between two measured node counts of
+one regime, the two entries' times are interpolated, log time over log nodes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from emulator_core.network import BUS_FACTORS
+from emulator_core.scenario.values import MAX_WORLD_SIZE, ScenarioError, bad, check_float, check_int, check_table
+
+__all__ = ["FLOOR_MAX_BYTES", "NCCL_FIT_KEYS", "PER_RANK", "Fabric", "NcclFit", "check_fits", "choose_fit",
+           "bracket", "network_share", "regime", "step_bytes"]
+
+NCCL_FIT_KEYS = ("collective", "nodes", "gpus_per_node", "latency_us", "busbw", "source")
+#: Sizes up to this are latency-bound on every fabric nbox models (one 64 KiB message is < 2 us at 50 GB/s).
+FLOOR_MAX_BYTES = 64 << 10
+PER_RANK = frozenset({"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "gather", "scatter"})
+_MAX_POINTS = 4096
+
+
+def step_bytes(collective: str, size_bytes: float, ranks: int) -> float:
+    """The message one step of ``collective`` moves (module docstring): ``S / p`` or ``S``."""
+    return size_bytes / ranks if collective in PER_RANK else size_bytes
+
+
+def regime(nodes: int) -> int:
+    """NCCL's node-count regime (tuning.cc index2): 0 = one node, 1 = two nodes, 2 = more."""
+    return min(nodes, 3) - 1
+
+
+def network_share(collective: str, nodes: int) -> float:
+    """The share of an all_to_all's buffer that leaves a node: ``(N - 1) / N``; 1 for every other collective or
+    on one node."""
+    return (nodes - 1) / nodes if collective == "all_to_all" and nodes > 1 else 1.0
+
+
+@dataclass(frozen=True)
+class NcclFit:
+    """One measured nccl-tests curve as a model (module docstring): ``[[nccl_fit]]`` in a scenario.
+
+    Attributes:
+        collective: nbox's name (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv).
+        nodes, gpus_per_node: the shape it was measured on.
+        latency_us: the latency floor fitted from the smallest sizes (>= 0; 0 when none was measured).
+        busbw: ``(m_bytes, busbw_gbps)`` pairs, ``m`` strictly increasing (see :func:`step_bytes`), GB/s = 1e9
+            bytes/s, per network byte for all_to_all.
+        source: the file it came from (a name, for the record).
+    """
+
+    collective: str
+    nodes: int
+    gpus_per_node: int
+    latency_us: float
+    busbw: tuple[tuple[float, float], ...]
+    source: str = ""
+    _logs: tuple[tuple[float, float], ...] = field(default=(), init=False, repr=False, compare=False, hash=False)
+    _xs: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.collective, str) or self.collective not in BUS_FACTORS:
+            raise bad("collective", self.collective, f"must be one of {', '.join(BUS_FACTORS)}")
+        check_int("nodes", self.nodes, 1, MAX_WORLD_SIZE)
+        check_int("gpus_per_node", self.gpus_per_node, 1, MAX_WORLD_SIZE)
+        if self.nodes * self.gpus_per_node < 2:
+            raise bad("nodes", self.nodes, "nodes x gpus_per_node must be >= 2")
+        object.__setattr__(self, "latency_us", check_float("latency_us", self.latency_us, ge=0))
+        raw: Any = self.busbw
+        if not isinstance(raw, (list, tuple)) or not raw or len(raw) > _MAX_POINTS or not all(
+                isinstance(pt, (list, tuple)) and len(pt) == 2 for pt in raw):
+            raise bad("busbw", raw if isinstance(raw, (list, tuple)) else str(raw)[:40],
+                      "must be an array of [m_bytes, busbw_gbps] pairs")
+        pts = tuple((check_float("busbw", m, gt=0), check_float("busbw", b, gt=0)) for m, b in raw)
+        if any(b[0] <= a[0] for a, b in itertools.pairwise(pts)):
+            raise bad("busbw", [list(p) for p in pts[:4]], "m_bytes must increase strictly")
+        object.__setattr__(self, "busbw", pts)
+        if not isinstance(self.source, str) or len(self.source) > 256:
+            raise bad("source", str(self.source)[:40], "must be a string of at most 256 characters")
+        object.__setattr__(self, "_logs", tuple((math.log(m), math.log(b)) for m, b in pts))
+        object.__setattr__(self, "_xs", tuple(x for x, _ in self._logs))
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def busbw_at(self, m: float) -> float:
+        """The table's bus bandwidth (GB/s) at step message ``m`` bytes (module docstring)."""
+        logs = self._logs
+        x = math.log(max(m, 1e-9))
+        if x >= logs[-1][0]:
+            return math.exp(logs[-1][1])
+        if x <= logs[0][0]:
+            slope = 1.0
+            if len(logs) > 1:
+                slope = min(1.0, max(0.0, (logs[1][1] - logs[0][1]) / (logs[1][0] - logs[0][0])))
+            return math.exp(logs[0][1] + slope * (x - logs[0][0]))
+        i = bisect.bisect_right(self._xs, x)
+        (x0, y0), (x1, y1) = logs[i - 1], logs[i]
+        return math.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"collective": self.collective, "nodes": self.nodes,
+                               "gpus_per_node": self.gpus_per_node, "latency_us": self.latency_us,
+                               "busbw": [[m, b] for m, b in self.busbw]}
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> NcclFit:
+        check_table("", d, NCCL_FIT_KEYS, NCCL_FIT_KEYS[:5])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The datasheet figures a fit scales by across regimes: a GPU's NVLink and NIC bandwidth (GB/s, 1e9 bytes/s,
+    per direction), whether the node's switch reduces (NVLS) and whether the network does (SHARP)."""
+
+    intra_bw_gbps: float
+    inter_bw_gbps: float
+    nvls: bool = False
+    collnet: bool = False
+
+
+def choose_fit(fits: tuple[NcclFit, ...], collective: str, nodes: int, gpus_per_node: int) -> NcclFit | None:
+    """The entry that prices ``collective`` on ``nodes`` x ``gpus_per_node``: same GPUs per node, same regime
+    first, then the nearest node count (ties: the larger); ``None`` when none applies."""
+    cands = [f for f in fits if f.collective == collective and f.gpus_per_node == gpus_per_node]
+    if not cands:
+        return None
+    return min(cands, key=lambda f: (regime(f.nodes) != regime(nodes), abs(math.log(f.nodes / nodes)), -f.nodes))
+
+
+def bracket(fits: tuple[NcclFit, ...], collective: str, nodes: int,
+            gpus_per_node: int) -> tuple[NcclFit, NcclFit] | None:
+    """The two entries of ``collective`` with ``gpus_per_node`` nearest below and above ``nodes`` in its regime, or
+    ``None`` when the measured node counts do not surround it."""
+    same = [f for f in fits if f.collective == collective and f.gpus_per_node == gpus_per_node
+            and regime(f.nodes) == regime(nodes)]
+    below = [f for f in same if f.nodes < nodes]
+    above = [f for f in same if f.nodes > nodes]
+    if not below or not above:
+        return None
+    return max(below, key=lambda f: f.nodes), min(above, key=lambda f: f.nodes)
+
+
+def check_fits(entries: Any) -> tuple[NcclFit, ...]:
+    """The ``nccl_fit`` entries of a scenario: NcclFit instances, at most one per (collective, nodes,
+    gpus_per_node); :class:`ScenarioError` naming the entry otherwise."""
+    out = tuple(entries)
+    seen: set[tuple[str, int, int]] = set()
+    for i, f in enumerate(out):
+        if not isinstance(f, NcclFit):
+            raise bad(f"nccl_fit[{i}]", f, "must be an NcclFit")
+        key = (f.collective, f.nodes, f.gpus_per_node)
+        if key in seen:
+            raise ScenarioError(f"nccl_fit[{i}]", f"{f.collective} on {f.nodes}x{f.gpus_per_node} given twice")
+        seen.add(key)
+    return out

@@ -1,0 +1,229 @@
+"""The network part of a scenario: topology dimensions, how each is wired, and network-wide model settings.
+
+Units live in the key names: ``*_gbps`` is gigaBITS per second (1 Gb/s = 1e9 bits/s = 125 bytes/us), ``*_us``
+microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.network.wiring`` prices them):
+
+* ``bandwidth_gbps`` is ONE link's bandwidth, per direction; a rank has ``links_per_rank`` such links in
+  parallel (striped: a message uses all of them), so its bandwidth is ``bandwidth_gbps x links_per_rank``:
+  ``switch``: the rank's links to the switch; ``ring``: its links to EACH of its two neighbours (a bidirectional
+  ring); ``fully_connected``: its links to EACH peer (so a rank's total is ``(size - 1)`` times that).
+* ``latency_us`` is one traversal: ``ring``: one neighbour link (a message to a rank d places away pays the ring
+  distance ``min(d, size - d)`` times it); ``switch``: rank to rank through the switch (ASTRA-sim counts that as
+  two links of half the latency); ``fully_connected``: the peer link.
+* ``forwarding``: ``cut_through`` (a message's bytes flow on as they arrive) or ``store_and_forward`` (a
+  message is forwarded only once whole: each further link costs its size / bandwidth again).
+* ``in_network_reduction`` (switch only): the switch reduces (NVLink SHARP / InfiniBand SHARP, FRED's in-switch
+  collectives), so an all-reduce sends and receives its buffer once.
+* ``fabric``: what the dimension is made of, for NCCL's pricing (``[network] library = "nccl"``): ``nvlink`` (the
+  node, innermost dimension only) or a network kind, ``infiniband``, ``roce``, ``efa``, ``tcpx``, ``tcpxo`` (outer
+  dimensions, or the only one). A network kind adds its transport's per-message latency, its protocols and the
+  network hops' store-and-forward slices to NCCL's model (``emulator_core.network.fabric_kinds``,
+  data/fabric_kinds.toml); unset: NCCL's model as is.
+
+``[network]`` holds what applies to every dimension: ``congestion`` (``aware``: links are shared, a step lasts
+as long as its busiest link; ``unaware``: every message runs alone on its path, ASTRA-sim's
+congestion-unaware backend, for comparison), ``message_overhead_us`` (per message a rank injects, LogP's ``o``),
+``chunks`` (a multi-dimensional collective is cut into this many chunks that flow through the dimension
+phases as a pipeline, Themis-style) and ``library`` (``generic``: ``auto`` takes the fastest modeled algorithm;
+``nccl``: ``auto`` follows NCCL's own tuner).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from emulator_core.network import FABRIC_KINDS, role
+from emulator_core.scenario.values import (
+    MAX_WORLD_SIZE,
+    NAME_RE,
+    ScenarioError,
+    bad,
+    check_float,
+    check_int,
+    check_table,
+    choice,
+    parse_tables,
+)
+
+#: Dimension kinds: a bidirectional ring (each rank linked to its two neighbours), a switch (every rank
+#: linked to one non-blocking switch), fully connected (a link per pair of ranks).
+DIMENSION_KINDS = ("ring", "switch", "fully_connected")
+#: How a message crosses more than one link: bytes flow on as they arrive, or only once the message is whole.
+FORWARDING = ("cut_through", "store_and_forward")
+#: Link sharing: ``aware`` (a step lasts as long as its busiest link) or ``unaware`` (no sharing).
+CONGESTION = ("aware", "unaware")
+#: Whose algorithm choice ``auto`` follows.
+LIBRARIES = ("generic", "nccl")
+TOPOLOGY_KEYS = ("dims",)
+DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank", "forwarding",
+            "in_network_reduction", "fabric")
+NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library")
+#: Most chunks a collective may be cut into.
+MAX_CHUNKS = 4096
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of the topology (e.g. the 8 GPUs of a node, or the nodes of a cluster).
+
+    Attributes:
+        name: a label (letters, digits, ``_``, ``-``; starts with a letter), unique within the topology.
+        size: ranks along this dimension (>= 1; ``0`` only for the last dimension of a topology given to
+            a ``Scenario``, resolved there).
+        kind: ``"ring"``, ``"switch"`` or ``"fully_connected"`` (see :data:`DIMENSION_KINDS`).
+        bandwidth_gbps: ONE link's bandwidth, per direction, in gigabits per second (1 Gb/s = 1e9 bits/s);
+            see the module docstring for which link that is per kind.
+        latency_us: one traversal (a neighbour link, rank-switch-rank, or a peer link), microseconds (>= 0).
+        links_per_rank: parallel links (>= 1) per neighbour (ring), to the switch (switch) or per peer
+            (fully_connected); they multiply ``bandwidth_gbps``.
+        forwarding: ``"cut_through"`` (default) or ``"store_and_forward"``.
+        in_network_reduction: the switch reduces (``kind = "switch"`` only).
+        fabric: ``""`` (unset) or one of :data:`FABRIC_KINDS` (module docstring).
+    """
+
+    name: str
+    size: int
+    kind: str
+    bandwidth_gbps: float
+    latency_us: float
+    links_per_rank: int = 1
+    forwarding: str = "cut_through"
+    in_network_reduction: bool = False
+    fabric: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
+            raise bad("name", self.name, "must be 1-64 letters, digits, '_' or '-', starting with a letter")
+        check_int("size", self.size, 0, MAX_WORLD_SIZE)
+        choice("kind", self.kind, DIMENSION_KINDS)
+        object.__setattr__(self, "bandwidth_gbps", check_float("bandwidth_gbps", self.bandwidth_gbps, gt=0))
+        object.__setattr__(self, "latency_us", check_float("latency_us", self.latency_us, ge=0))
+        check_int("links_per_rank", self.links_per_rank, 1, 1024)
+        choice("forwarding", self.forwarding, FORWARDING)
+        if not isinstance(self.in_network_reduction, bool):
+            raise bad("in_network_reduction", self.in_network_reduction, "must be true or false")
+        if self.in_network_reduction and self.kind != "switch":
+            raise bad("in_network_reduction", True, f"needs kind = \"switch\" (this dimension is {self.kind!r})")
+        if self.fabric != "":
+            choice("fabric", self.fabric, FABRIC_KINDS)
+
+    @property
+    def link_bytes_per_us(self) -> float:
+        """One link's bandwidth per direction in bytes per microsecond (Gb/s x 1e9 / 8 / 1e6 = Gb/s x 125)."""
+        return self.bandwidth_gbps * 125.0
+
+    @property
+    def bandwidth_bytes_per_us(self) -> float:
+        """A rank's bandwidth to one neighbour / the switch / one peer, per direction, in bytes per microsecond:
+        one link's times ``links_per_rank``."""
+        return self.link_bytes_per_us * self.links_per_rank
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form; ``forwarding``, ``in_network_reduction`` and ``fabric`` only when not the defaults."""
+        out: dict[str, Any] = {"name": self.name, "size": self.size, "kind": self.kind,
+                               "bandwidth_gbps": self.bandwidth_gbps, "latency_us": self.latency_us,
+                               "links_per_rank": self.links_per_rank}
+        if self.forwarding != "cut_through":
+            out["forwarding"] = self.forwarding
+        if self.in_network_reduction:
+            out["in_network_reduction"] = True
+        if self.fabric:
+            out["fabric"] = self.fabric
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Dimension:
+        """Build from a TOML table; errors name the key relative to the table (prefix them)."""
+        check_table("", d, DIM_KEYS, DIM_KEYS[:5])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The network, as dimensions from innermost (fastest-varying rank index) to outermost.
+
+    Global rank ``r`` has coordinate ``(r % s0, (r // s0) % s1, ...)`` for sizes ``s0, s1, ...``.
+    """
+
+    dims: tuple[Dimension, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dims, tuple):
+            object.__setattr__(self, "dims", tuple(self.dims))
+        if not self.dims:
+            raise ScenarioError("dims", "needs at least one dimension")
+        seen: set[str] = set()
+        for i, d in enumerate(self.dims):
+            if not isinstance(d, Dimension):
+                raise bad(f"dims[{i}]", d, "must be a Dimension")
+            if d.name in seen:
+                raise bad(f"dims[{i}].name", d.name, "duplicate dimension name")
+            seen.add(d.name)
+            if d.size == 0 and i != len(self.dims) - 1:
+                raise bad(f"dims[{i}].size", 0, "only the last dimension may have size 0 (= fill to world_size)")
+            if d.fabric:
+                node = i == 0 and len(self.dims) > 1
+                if role(d.fabric) == "node" and not node:
+                    raise bad(f"dims[{i}].fabric", d.fabric, "is a node fabric: only the innermost dimension of a "
+                              "topology of several dimensions may say it")
+                if role(d.fabric) == "network" and node:
+                    raise bad(f"dims[{i}].fabric", d.fabric, "is a network: the innermost dimension of a topology of "
+                              "several dimensions is the node (nvlink)")
+
+    @property
+    def world_size(self) -> int:
+        """The product of the dimension sizes (0 while the last size is still unresolved)."""
+        return math.prod(d.size for d in self.dims)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dims": [d.to_dict() for d in self.dims]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Topology:
+        check_table("", d, TOPOLOGY_KEYS)
+        dims = d.get("dims")
+        if not isinstance(dims, list):
+            raise ScenarioError("dims", "missing: an array of tables [[topology.dims]]") if dims is None \
+                else bad("dims", dims, "must be an array of tables [[topology.dims]]")
+        return cls(tuple(parse_tables("dims", dims, Dimension.from_dict)))
+
+
+@dataclass(frozen=True)
+class Network:
+    """Network-wide model settings (the ``[network]`` table); see the module docstring.
+
+    Attributes:
+        congestion: ``"aware"`` (default: links are shared) or ``"unaware"`` (ASTRA-sim's congestion-unaware
+            analytical backend: each message alone on its path; optimistic, for comparison only).
+        message_overhead_us: microseconds (>= 0) a rank spends per message it injects (LogP's ``o``); a step
+            in which a rank sends ``k`` messages costs ``k`` times it. Default 0.
+        chunks: 1 .. :data:`MAX_CHUNKS`; a collective over several dimensions is cut into this many chunks,
+            pipelined through its per-dimension phases (Themis' dimension-aware scheduling). Default 1.
+        library: ``"generic"`` (``auto`` = fastest modeled algorithm) or ``"nccl"`` (``auto`` = NCCL's tuner).
+    """
+
+    congestion: str = "aware"
+    message_overhead_us: float = 0.0
+    chunks: int = 1
+    library: str = "generic"
+
+    def __post_init__(self) -> None:
+        choice("congestion", self.congestion, CONGESTION)
+        object.__setattr__(self, "message_overhead_us",
+                           check_float("message_overhead_us", self.message_overhead_us, ge=0))
+        check_int("chunks", self.chunks, 1, MAX_CHUNKS)
+        choice("library", self.library, LIBRARIES)
+
+    def is_default(self) -> bool:
+        return self == Network()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"congestion": self.congestion, "message_overhead_us": self.message_overhead_us,
+                "chunks": self.chunks, "library": self.library}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Network:
+        check_table("", d, NETWORK_KEYS)
+        return cls(**d)

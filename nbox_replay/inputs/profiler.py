@@ -1,0 +1,477 @@
+"""Recorded compute corrected for the profiler's overhead (one rule for replay virtual, live and sweep).
+
+Why
+---
+The recorder captures its iterations with the ET observer and Kineto (``record_shapes``) attached. They make
+every operator slower, and the recorded durations carry that: on the namespace testbed the captured
+iterations' compute is longer than the un-instrumented ones', by far the most on FSDP2
+(``bench/testbed_causes.py``; docs/results.md), so a replay that plays the recorded durations predicts
+too slow. The recorder samples the training thread's time on a CPU both in its clean timed iterations and in
+its captured ones (``nbox_record/capture/clock.py``); the bundle carries them per rank
+(``observed.thread_cpu_us``, :mod:`nbox_trace.bundle`). With ``clean`` = the median clean CPU time per
+iteration and ``captured`` = the median captured one, the profiler cost the thread ``captured - clean`` per
+iteration, and the rank's host compute nodes (those on a ``thread:`` resource; GPU stream nodes are not
+touched) are corrected by one of three rules:
+
+* ``proportional``: every duration times ``clean / captured``;
+* ``per_op``: every compute node of captured iteration j loses ``(captured - clean) / n_j``, n_j its number
+  of host compute nodes (with a duration), floored at :data:`PER_OP_FLOOR` of its recorded duration.
+
+* ``to_clean``: the training thread's compute nodes of captured iteration j times ``clean / recorded_j``,
+  recorded_j their recorded sum: each captured iteration's compute on that thread adds up to the clean
+  iteration's thread CPU time (which may lengthen it: a factor above 1 where the operators took less than the
+  thread). The training thread is the host thread with the most recorded compute (the recorder's figures are
+  its); compute on another host thread (FSDP2 has a few nodes on one, a small share of its compute) is corrected
+  by ``proportional``.
+
+Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
+observer's and Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never
+carried, and the overhead inside an operator grows with the number of child operators the profiler records under it,
+which neither rule sees. ``proportional`` assumes the overhead is spread like the thread's time;
+``per_op`` that each top-level operator pays the same.
+
+The rule chosen (:data:`DEFAULT_RULE`)
+--------------------------------------
+``to_clean`` for a rank whose work is its host thread's: a rank with lean-timed operators
+(their figures and gaps already hold part of the thread's time) gets :data:`FALLBACK_RULE`, ``proportional``,
+and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either.
+
+Why ``to_clean``: ``proportional`` assumes the profiler's cost sits inside the operators in proportion to their
+time, but once communication waits are taken out of the operators' durations (nbox_replay/inputs/graph.py,
+:func:`~nbox_replay.inputs.graph.waits_inside`) much of ``captured - clean`` is outside every operator (between them),
+so it shortens the operators by more than the profiler lengthened them and leaves out the framework's work between
+operators, which the virtual replay has nowhere else to play; ``to_clean`` charges the whole clean thread time to
+the operators. Against the recording's own un-instrumented iterations (the same launch, so the same memory layout
+and moment of the machine) ``proportional`` comes out low on nearly every example-run and ``to_clean`` does not;
+against fresh real runs the two are close, as a launch's own luck is larger than their difference
+(bench/fidelity.py --testbed; docs/results.md, "The model's own error, with the launch-to-launch drift taken
+out"). ``per_op`` removes far less than the gap it is given: most top-level operators are shorter than their share
+of it and stop at the floor, and the profiler's cost follows the operator's own time (its children, recorded too),
+not a fixed amount per operator.
+
+Two limits. On a GPU the host thread's CPU time holds its spins in synchronizing calls, which ``to_clean`` would
+play as operator time, and CUDA activity tracing blocks the thread inside operators, time that neither CPU-time
+rule sees: such ranks get ``to_wall`` (below). And where the recording machine was oversubscribed (more ranks than
+CPUs), ``to_clean`` comes out low, because the thread's CPU time leaves out its turns waiting for the CPU, which a
+node with a CPU of its own does not take; adding the run-queue time back (as the live pad does,
+nbox_replay/live/hostwork.py) helps there but overshoots where the wait is mostly gloo's own threads, whose work the
+calibrated collectives already hold. The report names such ranks (a wait of :data:`OVERSUBSCRIBED_SHARE` or more
+of the CPU time) instead of guessing which machine the user meant.
+
+A rank with device compute: ``to_wall``
+---------------------------------------
+On a CUDA rank the training thread's CPU time says little about its
+host work: it spins in synchronizing calls, and its backward pass runs on the autograd engine's device thread
+while it waits (nbox_record/sources/leantiming.py), a thread the recorder's CPU figures do not cover; and CUDA activity
+tracing blocks the thread inside the captured operators, time no CPU figure holds. On a lent H100 the captured
+iteration's wall time was many times its clean one while its thread was on a CPU for little of it, and
+``proportional`` replayed far too slow (docs/results.md, "The GPU kit"). ``to_wall`` scales each captured
+iteration's host work (every compute node on a host thread, lean-timed ones too, each one's gap, and what issuing
+each collective cost its thread, also where the
+walk charges that issue to the stream of its NCCL kernel; all of which the profiler lengthened) by
+``min(1, clean_wall / host_j)``, clean_wall the rank's median clean iteration (``observed.per_rank_us``) and
+host_j that work's recorded sum. The assumption is a host-bound rank, one whose
+iteration is its host's work end to end (the DDP and FSDP2 examples on an H100: a few microseconds of kernel per
+operator); a rank whose host work is shorter than its iteration (GPU-bound, or waiting on a collective) keeps
+it (factor 1: the GPU streams and the collectives carry the rest). Its baseline is then the recording's clean
+iteration by construction, so its fidelity is what another launch says (docs/results.md, "The GPU kit").
+Not measured: a rank whose host waits on NCCL inside its clean iterations (that wait is in the wall time and would
+be scaled with the work;
+one GPU here, no real collective).
+
+A correction by ``proportional`` or ``per_op`` never lengthens compute: a rank whose captured CPU time is not
+above its clean one keeps its recorded durations (factor 1).
+
+The lean pass
+-------------
+A recording with a lean pass (``nbox record --lean-iterations``, opt-in; nbox_record/sources/leantiming.py, which says
+why it is not the default: its wall-clock times carry the thread's communication waits) measures instead of
+scaling: its captured host operators carry the median duration of the same operator call profiled by
+Kineto alone (no ET observer), and the gap before each (the framework's work between operators). Those nodes
+need no correction and get none under ``on`` (the default); only host operators the lean pass did not find are
+corrected, by :data:`FALLBACK_RULE` (``to_clean`` would charge them the whole thread time, the lean figures'
+and gaps' share included). Naming a rule (``proportional`` / ``per_op`` / ``to_clean``) plays every host
+operator's
+*profiled* duration under that rule, the lean figures and gaps set aside: the prediction a recording without a
+lean pass would give, to compare on the same bundle. ``off`` plays the nodes as the bundle carries them (lean
+figures where measured, profiled durations elsewhere, uncorrected).
+
+Old bundles
+-----------
+A bundle without ``observed.thread_cpu_us`` (recorded before the figures existed, imported, a bare ET) or
+without figures for a replayed rank is replayed uncorrected for that rank, and the report says so. The
+correction is on by default (``replay.profiler_correction=on``); ``off`` plays the recorded durations as they are;
+``proportional`` / ``per_op`` / ``to_clean`` name one rule for every rank. Under ``on`` a capture whose
+iterations the recorder did not mark (one span, however many iterations it holds) is corrected by
+``proportional`` too: ``to_clean`` needs each captured iteration's operators to scale them to one clean
+iteration.
+
+The live worker of ``--clock real --compute recorded`` waits each node's corrected duration, so it plays the same
+rule; its own walk between nodes comes on top under either. On the testbed it lands a little above the same bundle's
+virtual replay (docs/results.md, "Run L").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, RECV, RankGraph, captured_iterations
+from nbox_trace.bundle import THREAD_CPU_KEY
+from nbox_trace.errors import UsageError
+
+__all__ = ["DEFAULT_RULE", "DEVICE_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES",
+           "Correction", "RankFigures", "correct_durations", "correct_graph", "correct_graphs", "from_worker_doc",
+           "plan_correction", "rank_rule", "read_figures", "training_thread"]
+
+RULES = ("proportional", "per_op", "to_clean", "to_wall")
+MODES = ("on", "off", *RULES)
+#: ``on``: the rule of a rank whose work is its host thread's (module docstring) ...
+DEFAULT_RULE = "to_clean"
+#: ... and of a rank with lean-timed operators (or device compute but no clean wall time) ...
+FALLBACK_RULE = "proportional"
+#: ... and of a rank with device compute (GPU stream nodes) whose clean wall time the bundle carries.
+DEVICE_RULE = "to_wall"
+#: A rank whose training thread waited for a CPU at least this share of its CPU time per clean iteration is
+#: named in the report as recorded on an oversubscribed machine: a node with a CPU of its own stays far below
+#: it, two ranks per CPU far above (docs/results.md).
+OVERSUBSCRIBED_SHARE = 0.25
+#: ``per_op``: a node keeps at least this share of its recorded duration.
+PER_OP_FLOOR = 0.1
+#: Caps on what a manifest may carry per rank (untrusted input).
+_MAX_SAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; its time
+    runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.live.hostwork); and its
+    clean iterations' wall time (None: the bundle has none; ``observed.per_rank_us``)."""
+
+    clean_cpu_us: float
+    captured_cpu_us: float
+    clean_run_queue_us: float | None = None
+    clean_wall_us: float | None = None
+
+    @property
+    def overhead_us(self) -> float:
+        """What the profiler cost the thread per iteration (0 when the captured time is not above the clean)."""
+        return max(0.0, self.captured_cpu_us - self.clean_cpu_us)
+
+
+@dataclass
+class Correction:
+    """What the replay does to recorded compute: the rule (None: nothing), each rank's figures, and after
+    :func:`correct_graphs` each corrected rank's effective factor (corrected / recorded host compute)."""
+
+    rule: str | None
+    figures: dict[int, RankFigures] = field(default_factory=dict)
+    factors: dict[int, float] = field(default_factory=dict)
+    why_not: str = ""  # rule None: why no correction
+    uncorrected: list[int] = field(default_factory=list)  # replayed ranks without figures (kept as recorded)
+    use_lean: bool = True  # lean-timed nodes keep the lean pass's figures (False: a named rule, module docstring)
+    lean: dict[int, tuple[int, int]] = field(default_factory=dict)  # per rank: (lean-timed, all) host operators
+    #: per rank corrected by another rule than :attr:`rule` (``on``: :func:`rank_rule`): (rule, why)
+    rank_rules: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+    def _lean_counts(self) -> str:
+        """"N of M (rank R), ...": each rank's lean-timed host operators; empty when there are none."""
+        return ", ".join(f"{n} of {total} (rank {r})" for r, (n, total) in sorted(self.lean.items()))
+
+    def describe(self) -> str:
+        """The report's line: the lean pass's coverage, the rule and the factor per rank, from which figures; or
+        why none."""
+        counts = self._lean_counts()
+        lean = f"host operators timed by the lean pass (no observer; with the gaps between them): {counts}" \
+            if counts else ""
+        if self.rule is None:
+            text = f"recorded compute not corrected for the profiler: {self.why_not}"
+            return f"{lean}; the rest {text}" if lean else text
+        if (lean and self.use_lean and all(n == total for n, total in self.lean.values())
+                and set(self.factors) <= set(self.lean) and DEVICE_RULE not in map(self.rule_of, self.factors)):
+            return f"{lean}: no profiler correction needed"
+        ranks = sorted(self.factors)
+        used = {self.rule_of(r) for r in ranks}
+        headline = used.pop() if len(used) == 1 else self.rule
+
+        def one(r: int) -> str:
+            other = self.rank_rules.get(r)
+            why = f", {other[0]} rule: {other[1]})" if other and other[0] != headline else \
+                f": {other[1]})" if other else ")"
+            return f"x{self.factors[r]:.2f} (rank {r}" + why
+
+        factors = ", ".join(one(r) for r in ranks)
+        clean = " / ".join(f"{self.figures[r].clean_cpu_us / 1e3:.1f}" for r in ranks)
+        captured = " / ".join(f"{self.figures[r].captured_cpu_us / 1e3:.1f}" for r in ranks)
+        walled = [r for r in ranks if self.rule_of(r) == DEVICE_RULE]
+        walls = " / ".join(f"{(self.figures[r].clean_wall_us or 0.0) / 1e3:.2f}" for r in walled)
+        work = "each captured iteration's host work (operators, lean-timed ones too, their gaps, collective issues)"
+        source = (f"{work} to the clean iterations' wall time, {walls} ms" if headline == DEVICE_RULE else
+                  f"from clean {clean} ms vs captured {captured} ms CPU per iteration"
+                  + (f"; rank(s) {walled}: {work} to their clean wall time, {walls} ms" if walled else ""))
+        text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, {source} "
+                "(median; --set replay.profiler_correction=off: as recorded)"
+                + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
+                + self._oversubscribed(ranks))
+        if not self.use_lean:
+            return text + (f"; the lean pass's figures set aside (a named rule): {counts}" if counts else "")
+        if lean and headline == DEVICE_RULE:
+            return f"{lean}; {text}"
+        return f"{lean}; the rest {text}" if lean else text
+
+    def rule_of(self, rank: int) -> str | None:
+        """The rule rank ``rank`` was corrected by (None: no correction)."""
+        other = self.rank_rules.get(rank)
+        return other[0] if other is not None else self.rule
+
+    def _shares(self, ranks: list[int]) -> dict[int, float]:
+        """Per rank corrected to its CPU time (``to_clean``): its clean run-queue time over its clean CPU time."""
+        return {r: (f.clean_run_queue_us or 0.0) / f.clean_cpu_us for r in ranks
+                if (f := self.figures[r]).clean_cpu_us > 0 and self.rule_of(r) == "to_clean"}
+
+    def oversubscribed(self) -> list[int]:
+        """The corrected ranks whose recording machine was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`)."""
+        return sorted(r for r, x in self._shares(sorted(self.factors)).items() if x >= OVERSUBSCRIBED_SHARE)
+
+    def _oversubscribed(self, ranks: list[int]) -> str:
+        """"; rank(s) ... waited for a CPU ..." for the ranks corrected to their CPU time whose recording machine
+        was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`); empty when none was."""
+        shares = self._shares(ranks)
+        over = [r for r in self.oversubscribed() if r in shares]
+        if not over:
+            return ""
+        low, high = min(shares[r] for r in over), max(shares[r] for r in over)
+        span = f"{high:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low * 100:.0f}-{high:.0%}"
+        return (f"; rank(s) {over} waited for a CPU {span} as long as they ran per clean iteration (the recording "
+                f"machine oversubscribed): their compute is their CPU time, as on a node with a CPU for each")
+
+    def worker_doc(self) -> dict[str, Any] | None:
+        """What a live worker needs to apply the same correction (:func:`from_worker_doc`); None: none."""
+        if self.rule is None:
+            return None
+        return {"rule": self.rule, "use_lean": self.use_lean,
+                "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us, f.clean_wall_us]
+                            for r, f in sorted(self.figures.items())}}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "why_not": self.why_not or None, "use_lean": self.use_lean,
+                "lean_timed": {str(r): {"lean": n, "host_operators": t} for r, (n, t) in sorted(self.lean.items())},
+                "factors": {str(r): f for r, f in sorted(self.factors.items())}, "uncorrected": self.uncorrected,
+                "rank_rules": {str(r): {"rule": rule, "why": why}
+                               for r, (rule, why) in sorted(self.rank_rules.items())},
+                "rule_by_rank": {str(r): self.rule_of(r) for r in sorted(self.factors)},
+                "clean_run_queue_us": {str(r): f.clean_run_queue_us for r, f in sorted(self.figures.items())},
+                "oversubscribed": self.oversubscribed(),
+                "clean_cpu_us": {str(r): f.clean_cpu_us for r, f in sorted(self.figures.items())},
+                "clean_wall_us": {str(r): f.clean_wall_us for r, f in sorted(self.figures.items())},
+                "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())}}
+
+
+def _median(values: object) -> float | None:
+    if not isinstance(values, list) or not values or len(values) > _MAX_SAMPLES:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+               for v in values):
+        return None
+    return float(statistics.median(values))
+
+
+def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
+    """Each rank's :class:`RankFigures` from a manifest's ``observed`` (untrusted: a malformed or missing entry is
+    left out, so that rank is not corrected)."""
+    raw = observed.get(THREAD_CPU_KEY) if isinstance(observed, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return {}
+    walls = observed.get("per_rank_us") if isinstance(observed, Mapping) else None
+    walls = walls if isinstance(walls, Mapping) else {}
+    out: dict[int, RankFigures] = {}
+    for rank, entry in raw.items():
+        if not (isinstance(rank, str) and rank.isascii() and rank.isdigit() and len(rank) <= 9
+                and isinstance(entry, Mapping)):
+            continue
+        clean, captured = _median(entry.get("clean")), _median(entry.get("captured"))
+        if clean is not None and captured is not None and clean > 0 and captured > 0:
+            wall = _median(walls.get(rank))
+            out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")),
+                                         wall if wall is not None and wall > 0 else None)
+    return out
+
+
+def plan_correction(mode: str, observed: Mapping[str, Any] | None) -> Correction:
+    """The correction ``mode`` (:data:`MODES`) asks for, with the figures of a manifest's ``observed`` (None: a
+    bare ET)."""
+    if mode not in MODES:
+        raise UsageError(f"--set replay.profiler_correction={mode!r}: must be one of {', '.join(MODES)}")
+    if mode == "off":
+        return Correction(None, why_not="replay.profiler_correction=off")
+    figures = read_figures(observed)
+    if not figures:
+        return Correction(None, why_not="the bundle carries no clean/captured CPU times (observed."
+                                        f"{THREAD_CPU_KEY}: recorded by an older nbox, imported, or a bare ET)")
+    return Correction(DEFAULT_RULE if mode == "on" else mode, figures, use_lean=mode == "on")
+
+
+def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
+    """The :class:`Correction` of :meth:`Correction.worker_doc` (written by the parent: trusted)."""
+    if not doc:
+        return Correction(None, why_not="none asked")
+    return Correction(str(doc["rule"]), {int(r): RankFigures(float(v[0]), float(v[1]), None,
+                                                             float(v[2]) if len(v) > 2 and v[2] else None)
+                                         for r, v in doc["figures"].items()}, use_lean=bool(doc.get("use_lean", True)))
+
+
+def _host_compute(g: RankGraph) -> list[bool]:
+    """Per node: a compute node on a host thread (the nodes the thread's CPU time speaks for)."""
+    host = [name.startswith("thread:") for name in g.resources]
+    return [k == COMPUTE and host[res] for k, res in zip(g.kind, g.resource, strict=True)]
+
+
+def correct_durations(durations: Sequence[float], corrected: Sequence[bool], iteration: Sequence[int],
+                      figures: RankFigures, rule: str) -> list[float]:
+    """``durations`` with those flagged in ``corrected`` corrected by ``rule`` (module docstring); ``iteration``:
+    each node's captured iteration (0-based), for ``per_op``'s count of nodes per iteration."""
+    if rule not in RULES or rule == "to_wall":
+        raise UsageError(f"profiler correction rule {rule!r}: must be one of {', '.join(RULES[:-1])} (to_wall "
+                         "scales gaps too: correct_graph)")
+    out = list(durations)
+    if rule == "to_clean":
+        totals: dict[int, float] = {}
+        for d, c, it in zip(out, corrected, iteration, strict=True):
+            if c:
+                totals[it] = totals.get(it, 0.0) + d
+        scale = {it: figures.clean_cpu_us / t for it, t in totals.items() if t > 0}
+        return [d * scale[it] if c and it in scale else d for d, c, it in zip(out, corrected, iteration, strict=True)]
+    if figures.overhead_us <= 0:
+        return out
+    if rule == "proportional":
+        factor = figures.clean_cpu_us / figures.captured_cpu_us
+        return [d * factor if c else d for d, c in zip(out, corrected, strict=True)]
+    counts: dict[int, int] = {}
+    for d, c, it in zip(out, corrected, iteration, strict=True):
+        if c and d > 0:
+            counts[it] = counts.get(it, 0) + 1
+    for i, (d, c, it) in enumerate(zip(out, corrected, iteration, strict=True)):
+        if c and d > 0:
+            out[i] = max(d * PER_OP_FLOOR, d - figures.overhead_us / counts[it])
+    return out
+
+
+def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGraph, float]:
+    """A copy of ``g`` with its host compute corrected by ``rule``, and the effective factor (corrected / recorded
+    host compute; 1.0 when it has none). A lean-timed node (nbox_record/sources/leantiming.py, measured without the
+    observer) is left as it is."""
+    labels, _, _ = captured_iterations(g)
+    if rule == "to_wall":
+        return _to_wall(g, figures, labels)
+    flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
+    if rule == "to_clean":  # the training thread's nodes to its clean time; another thread's by proportional
+        main = training_thread(g)
+        on_main = [c and g.resource[i] == main for i, c in enumerate(flags)]
+        new = correct_durations(g.duration_us, on_main, labels, figures, rule)
+        new = correct_durations(new, [c and not m for c, m in zip(flags, on_main, strict=True)], labels, figures,
+                                "proportional")
+    else:
+        new = correct_durations(g.duration_us, flags, labels, figures, rule)
+    before = sum(d for d, c in zip(g.duration_us, flags, strict=True) if c)
+    after = sum(d for d, c in zip(new, flags, strict=True) if c)
+    return dataclasses.replace(g, duration_us=new), (after / before if before > 0 else 1.0)
+
+
+def _to_wall(g: RankGraph, figures: RankFigures, labels: Sequence[int]) -> tuple[RankGraph, float]:
+    """:func:`correct_graph` under ``to_wall`` (module docstring): the host's recorded work in captured iteration j
+    (every compute node on a host thread, lean-timed or not, its gap, and what issuing a collective or send/recv
+    cost the thread that issued it, also where the walk charges the issue to the GPU stream its kernel ran on)
+    times ``min(1, clean_wall / host_j)``, host_j its recorded sum."""
+    wall = figures.clean_wall_us
+    if wall is None:
+        raise UsageError("the to_wall rule needs the clean iterations' wall time (observed.per_rank_us), which "
+                         f"the bundle does not carry for rank {g.rank}")
+    on_host = [name.startswith("thread:") for name in g.resources]
+    comm = [COLLECTIVE <= k <= RECV for k in g.kind]
+    host = [on_host[res] or c for res, c in zip(g.resource, comm, strict=True)]
+    compute = _host_compute(g)
+    gaps = g.gaps_us()
+    issue = g.issue_us if len(g.issue_us) == len(g.ids) else [0.0] * len(g.ids)
+    totals: dict[int, float] = {}
+    for i, h in enumerate(host):
+        if h:
+            own = (g.duration_us[i] if compute[i] else 0.0) + gaps[i] + (issue[i] if comm[i] else 0.0)
+            totals[labels[i]] = totals.get(labels[i], 0.0) + own
+    scale = [min(1.0, wall / totals[labels[i]]) if host[i] and totals.get(labels[i], 0.0) > 0 else 1.0
+             for i in range(len(g))]
+    dur = [d * f if c else d for d, f, c in zip(g.duration_us, scale, compute, strict=True)]
+    new_gaps = [x * f for x, f in zip(gaps, scale, strict=True)]
+    new_issue = [x * f if c else x for x, f, c in zip(issue, scale, comm, strict=True)]
+    before = sum(totals.values())
+    after = sum((d if c else 0.0) + x + (u if m else 0.0)
+                for d, x, u, c, m, h in zip(dur, new_gaps, new_issue, compute, comm, host, strict=True) if h)
+    new = dataclasses.replace(g, duration_us=dur,
+                              gap_us=new_gaps if len(g.gap_us) == len(g.ids) else g.gap_us,
+                              issue_us=new_issue if len(g.issue_us) == len(g.ids) else g.issue_us)
+    return new, (after / before if before > 0 else 1.0)
+
+
+def training_thread(g: RankGraph) -> int | None:
+    """The resource index of the host thread with the most recorded compute (None: no host compute)."""
+    totals: dict[int, float] = {}
+    for k, res, d in zip(g.kind, g.resource, g.duration_us, strict=True):
+        if k == COMPUTE and g.resources[res].startswith("thread:"):
+            totals[res] = totals.get(res, 0.0) + d
+    return max(totals, key=lambda r: (totals[r], -r)) if totals else None
+
+
+def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str] | None:
+    """The rule for ``rank`` (its graph ``g``) when it is not ``correction.rule``, and why (``on`` only: a named
+    rule applies to every rank): :data:`DEVICE_RULE` for a rank with device compute whose clean wall time the
+    bundle carries and whose captured iterations are marked, else :data:`FALLBACK_RULE` for it; FALLBACK_RULE for a
+    rank with lean-timed host operators or unmarked captured iterations (module docstring); None when the
+    correction's rule applies."""
+    if correction.rule != DEFAULT_RULE or not correction.use_lean:
+        return None
+    device = [not name.startswith("thread:") for name in g.resources]
+    if any(k == COMPUTE and device[res] for k, res in zip(g.kind, g.resource, strict=True)):
+        figures = correction.figures.get(rank)
+        if figures is None or figures.clean_wall_us is None:
+            return FALLBACK_RULE, "device compute, no clean wall time"
+        if not captured_iterations(g)[2]:  # one span of k iterations would be scaled to one clean iteration
+            return FALLBACK_RULE, "device compute, captured iterations not marked"
+        return DEVICE_RULE, "device compute"
+    if correction.lean.get(rank, (0, 0))[0]:
+        return FALLBACK_RULE, "lean-timed operators"
+    if not captured_iterations(g)[2]:
+        return FALLBACK_RULE, "captured iterations not marked"
+    return None
+
+
+def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> dict[int, RankGraph]:
+    """``graphs`` with each rank that has figures corrected (:func:`correct_graph`); fills ``correction.factors``.
+    A rank without figures is kept as recorded (and named in the correction's line)."""
+    for rank, g in graphs.items():
+        host = _host_compute(g)
+        n_lean = sum(1 for h, lean in zip(host, g.lean_flags(), strict=True) if h and lean)
+        if n_lean:
+            correction.lean[rank] = (n_lean, sum(host))
+    if correction.rule is not None and not correction.use_lean:
+        graphs = {rank: g.profiled() for rank, g in graphs.items()}
+    out = dict(graphs)
+    if correction.rule is None:
+        return out
+    for rank, g in graphs.items():
+        figures = correction.figures.get(rank)
+        if figures is not None:
+            other = rank_rule(rank, g, correction)
+            if other is not None:
+                correction.rank_rules[rank] = other
+            out[rank], correction.factors[rank] = correct_graph(g, figures, other[0] if other else correction.rule)
+        else:
+            correction.uncorrected.append(rank)
+    if not correction.factors:
+        correction.why_not = (f"the bundle's CPU times are for ranks {sorted(correction.figures)}, none of them "
+                              f"replayed")
+        correction.rule = None
+        correction.uncorrected = []
+    return out

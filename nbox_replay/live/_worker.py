@@ -1,0 +1,527 @@
+"""One replayed rank of a live replay (``--clock real``), launched by :mod:`nbox_trace.launch`.
+
+Started by :func:`nbox_replay.live.run.replay_live` as ``python -m nbox_replay.live._worker CONFIG.json`` in
+each of N processes; process ``RANK`` replays global rank ``config["ranks"][RANK]``. The parent sets the
+``nbox`` backend's environment (``NBOX_WORLD_SIZE`` = the what-if world size W, ``NBOX_REAL_RANKS`` = the
+replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_DATA=0``), so collectives are
+answered with the emulator core's modeled delays; the replayed ranks exchange only their arrival times (the
+buffers carry no information, and a real transfer slower than the model would set the answer).
+
+The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that
+depends on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's
+collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.live.ops`) or, with
+``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
+gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
+own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
+``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
+(the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
+``config["host_cpu_us"]`` (``host_work=pad``, :mod:`nbox_replay.live.hostwork`) every repetition measures the thread's
+own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
+the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
+repetition's); with ``config["host_credit"]`` (``host_work=match``) a factor below 1 credits the rank instead: each
+live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
+:class:`emulator_core.backend.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's
+wall time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
+rank's timeline is credited the overshoot too: the answer needs every real peer's arrival time, which comes in host
+time, so a peer whose own credit put its host clock behind (or the exchange's round trip) would make the rank late on
+its timeline for a delay that is the emulator's, not the cluster's; credited, each wait ends on the rank's timeline
+where the model put it, as on the virtual clock (``caught_up_us`` per timed repetition in the result). The worker
+holds its heap first (:mod:`nbox_replay.live.allocator`; ``heap_not_held`` says why not where it could not). With
+``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
+the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
+``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.engine.retarget`), and a blocking one is
+waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
+(not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
+removes the compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
+
+Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
+time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
+iterations, :func:`nbox_replay.inputs.graph.captured_iterations`: iteration j when the walk reaches the first node of
+iteration j + 1, the last at the repetition's end; microseconds from the repetition's start), ``compute_us``
+and ``wait_us`` per repetition (``caught_up_us``: what ``host_credit``'s waits ran past their answered ends and were
+credited), and what was measured per timed
+repetition in ``spans``: ``compute`` (``[start, end]`` of every compute node) and ``comms`` (``[issue, start,
+end]`` of every collective and send/recv: issue as the worker saw it, start and end as the backend answered
+them, the end moved later when the arrival times came in later than it, unless that overshoot was credited),
+microseconds from the repetition's
+start on the rank's clock (:mod:`nbox_replay.virtual.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks``
+(nodes per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
+rank, the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before
+a collective is issued and at the end of a repetition (the communication stream is not modeled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from emulator_core._autoload import register as register_nbox_backend
+from emulator_core.backend import Clock, process_clock, sleep_until
+from nbox_replay.inputs import (
+    COLLECTIVE,
+    COMPUTE,
+    RECV,
+    SEND,
+    CommInfo,
+    RankGraph,
+    captured_iterations,
+    correct_graphs,
+    from_worker_doc,
+    load_rank,
+)
+from nbox_replay.live.allocator import hold_heap
+from nbox_replay.live.hostwork import plan_pad
+from nbox_replay.live.ops import LiveOps, prepare
+from nbox_replay.virtual import retarget
+from nbox_trace.chakra import attr_map
+from nbox_trace.share import share_results
+from nbox_trace.threadtime import thread_times_ns
+
+Issue = Callable[[], Any]
+
+
+class NodeError(RuntimeError):
+    """A node could not be replayed (carries its id and name for the error file)."""
+
+    def __init__(self, node_id: int, name: str, message: str) -> None:
+        super().__init__(message)
+        self.node_id, self.name = node_id, name
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # the ranks of a node all write every rank's result
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+
+
+def _dtype(name: str | None) -> torch.dtype:
+    found = getattr(torch, name, None) if name else None
+    return found if isinstance(found, torch.dtype) else torch.float32
+
+
+class Groups:
+    """Process groups at the what-if world size: the recorded world grows to W, others keep their members."""
+
+    def __init__(self, groups: dict[str, list[int]], recorded_world: int, world: int) -> None:
+        self.world = world
+        self.recorded_world = recorded_world
+        self.by_name: dict[str, tuple[Any, list[int], bool]] = {}
+        everyone = list(range(recorded_world))
+        for name in sorted(groups):  # every process creates the same groups in the same order (torch's rule)
+            members = sorted(int(r) for r in groups[name])
+            grows = members == everyone and world != recorded_world
+            if grows or members == list(range(world)):
+                self.by_name[name] = (None, list(range(world)), grows)
+                continue
+            bad = [r for r in members if not 0 <= r < world]
+            if bad:
+                raise ValueError(f"process group {name!r} has member(s) {bad} outside the what-if world of {world}")
+            self.by_name[name] = (dist.new_group(members), members, False)
+
+    def get(self, name: str) -> tuple[Any, list[int], bool]:
+        """(group object or None for the world, members' global ranks, grown)."""
+        found = self.by_name.get(name)
+        if found is None:  # undeclared: the world, like torch's default group
+            found = self.by_name[name] = (None, list(range(self.world)), self.world != self.recorded_world)
+        return found
+
+
+def _root(comm: CommInfo, members: list[int]) -> int:
+    r = comm.root
+    if r is not None and r in members:
+        return r
+    if r is not None and 0 <= r < len(members):
+        return members[r]
+    return members[0]
+
+
+def make_issue(g: RankGraph, i: int, groups: Groups, device: str) -> Issue | None:
+    """A function issuing comm node ``i`` (returns its work), or None for an unpriced one (recorded duration)."""
+    comm = g.comm[i]
+    node_id, name = g.ids[i], g.names[i]
+    if comm.collective == "unpriced":
+        return None
+    me = g.rank
+    node = g.nodes[i] if g.nodes is not None else None
+    attrs = attr_map(node.attr) if node is not None else {}
+    dt_attr = attrs.get("nbox_dtype")
+    dtype = _dtype(str(dt_attr.value) if dt_attr is not None and dt_attr.value is not None else None)
+    item = torch.empty(0, dtype=dtype).element_size()
+
+    def buf(n: int) -> torch.Tensor:
+        return torch.zeros(max(n, 0), dtype=dtype, device=device)
+
+    if comm.collective == "send_recv":
+        peer, world = comm.peer, groups.world
+        if peer is None or not 0 <= peer < world or peer == me:
+            raise NodeError(node_id, name, f"send/recv peer {peer} is not another rank of the what-if world of "
+                                           f"{world} (rank {me})")
+        t = buf(max(1, round(comm.nbytes / item)))
+        if g.kind[i] == SEND:
+            return lambda: dist.isend(t, dst=peer, tag=comm.tag)
+        return lambda: dist.irecv(t, src=peer, tag=comm.tag)
+    pg, members, grows = groups.get(comm.pg)
+    if me not in members:
+        raise NodeError(node_id, name, f"rank {me} is not a member of process group {comm.pg!r} ({members[:8]})")
+    nbytes, _ = retarget(comm, groups.recorded_world, groups.world, grows)
+    n = max(1, round(nbytes / item))
+    gs = len(members)
+    c = comm.collective
+    if c == "all_reduce":
+        t = buf(n)
+        return lambda: dist.all_reduce(t, group=pg, async_op=True)
+    if c == "all_gather":
+        inp, out = buf(n), buf(n * gs)
+        return lambda: dist.all_gather_into_tensor(out, inp, group=pg, async_op=True)
+    if c == "reduce_scatter":
+        per = max(1, -(-n // gs))
+        inp, out = buf(per * gs), buf(per)
+        return lambda: dist.reduce_scatter_tensor(out, inp, group=pg, async_op=True)
+    if c in ("all_to_all", "all_to_all_v"):
+        ins, outs = comm.in_splits, comm.out_splits
+        if c == "all_to_all_v" and ins and outs and len(ins) == gs and len(outs) == gs and sum(ins) > 0:
+            row = max(1, n // sum(ins))
+            a, b = torch.zeros(sum(ins), row, dtype=dtype, device=device), \
+                torch.zeros(sum(outs), row, dtype=dtype, device=device)
+            in_s, out_s = list(ins), list(outs)
+            return lambda: dist.all_to_all_single(b, a, out_s, in_s, group=pg, async_op=True)
+        per = max(1, -(-n // gs))
+        inp, out = buf(per * gs), buf(per * gs)
+        return lambda: dist.all_to_all_single(out, inp, group=pg, async_op=True)
+    if c == "broadcast":
+        t, src = buf(n), _root(comm, members)
+        return lambda: dist.broadcast(t, src=src, group=pg, async_op=True)
+    if c == "reduce":
+        t, dst = buf(n), _root(comm, members)
+        return lambda: dist.reduce(t, dst=dst, group=pg, async_op=True)
+    if c == "gather":
+        t, dst = buf(n), _root(comm, members)
+        gl = [buf(n) for _ in range(gs)] if dst == me else None
+        return lambda: dist.gather(t, gl, dst=dst, group=pg, async_op=True)
+    if c == "scatter":
+        t, src = buf(n), _root(comm, members)
+        sl = [buf(n) for _ in range(gs)] if src == me else None
+        return lambda: dist.scatter(t, sl, src=src, group=pg, async_op=True)
+    if c == "barrier":
+        return lambda: dist.barrier(group=pg, async_op=True)
+    raise NodeError(node_id, name, f"collective {c!r} cannot be issued live")
+
+
+def _records_of(pg: Any) -> Any:
+    """The backend's answered-call records of a process group (None for a group that is not ``nbox``'s)."""
+    records = getattr(pg, "records", None)
+    if records is None:
+        try:
+            records = getattr(pg._get_backend(torch.device("cpu")), "records", None)
+        except Exception:  # not an nbox group: nothing recorded
+            records = None
+    return records
+
+
+class Replayer:
+    """One rank's walk through its graph on the real clock (module docstring)."""
+
+    def __init__(self, g: RankGraph, cfg: dict[str, Any], groups: Groups, factor: float,
+                 clock: Clock | None = None) -> None:
+        self.g = g
+        # the rank's clock, shared with the backend: a factor below 1 credits its lag (module docstring)
+        self.clock = clock if clock is not None else Clock()
+        self.device = str(cfg["device"])
+        self.live = cfg["compute"] == "live"
+        self.serialize = bool(cfg.get("serialize", False))
+        # a wait gives up before the parent's deadline, so the error file can name the node it was stuck on
+        self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
+        self.factor = factor
+        self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.live.hostwork), set after the warm-up
+        # replay.host_work=match in a timed repetition: a wait past the answered end is credited (module docstring)
+        self.catch_up = False
+        self.caught_up_ns = 0  # credited so (since the last reset)
+        # live operators' own time, fallbacks' waits, the CPU time of the walk's waits (since the last reset)
+        self.live_ns = self.fallback_ns = self.wait_cpu_ns = 0
+        self.wait_host_ns = 0  # host time in waits: collectives, pads, recorded durations (since the last reset)
+        self.gaps = g.gaps_us()
+        self.iteration_of, self.captured, _ = captured_iterations(g)
+        self.ops: LiveOps | None = prepare(g, self.device) if self.live else None
+        self.issues: dict[int, Issue | None] = {}
+        for i in range(len(g)):
+            if COLLECTIVE <= g.kind[i] <= RECV:
+                self.issues[i] = make_issue(g, i, groups, self.device)
+        self.comm_deps = [[j for j in deps if COLLECTIVE <= g.kind[j] <= RECV] for deps in g.deps]
+        self.node = -1  # the position being replayed (for errors)
+        self.cuda = self.device.startswith("cuda")
+        pgs = [dist.group.WORLD] + [pg for pg, _, _ in groups.by_name.values() if pg is not None]
+        self.records: list[Any] = []
+        for pg in pgs:
+            rec = _records_of(pg)
+            if rec is not None and all(rec is not r for r in self.records):
+                self.records.append(rec)
+        # the spans of the last repetition, microseconds from its start (module docstring)
+        self.compute_spans: list[list[float]] = []
+        self.comm_spans: list[list[float]] = []
+        self.iteration_ends: list[float] = []  # when the last repetition ended each captured iteration
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def _wait(self, work: Any, i: int) -> None:
+        if work is None:
+            return
+        try:
+            work.wait(self.timeout)
+        except Exception as err:
+            raise NodeError(self.g.ids[i], self.g.names[i], f"waiting for comm node {self.g.ids[i]} "
+                                                           f"({self.g.comm[i].collective}): {err}") from err
+
+    def _wait_for(self, works: dict[int, Any], which: list[int]) -> int:
+        """Wait for the works of comm nodes ``which`` (those still outstanding); the time it took on the rank's
+        timeline, ns. The thread's CPU time meanwhile (the backend's wait spins its last microseconds, where the
+        real thread blocks) is added to :attr:`wait_cpu_ns`. With :attr:`catch_up` a wait that ends past the
+        answered end on the rank's timeline is credited the overshoot (module docstring)."""
+        t0, c0, lag0 = self._now(), time.thread_time_ns(), self.clock.lag_ns
+        for j in which:
+            w = works.pop(j, None)
+            if w is not None:
+                self.node = j
+                began = self.clock.to_reference_ns(time.perf_counter_ns())
+                self._wait(w, j)
+                if self.catch_up:
+                    self._catch_up(w, began)
+        self.wait_cpu_ns += time.thread_time_ns() - c0
+        took = self._now() - t0
+        self.wait_host_ns += took + self.clock.lag_ns - lag0
+        return took
+
+    def _catch_up(self, work: Any, began_ns: int) -> None:
+        """Credit the rank the time its wait for ``work`` (begun at ``began_ns`` on the reference timeline) ran past
+        the answered end, or past its own start for a call that had ended before it, on its timeline: the answer
+        (a peer's arrival time, the exchange's round trip, a peer whose own host clock runs behind by its credit)
+        came late in host time, which is the emulator's own delay, not the modeled cluster's. The rank's timeline
+        never runs backward: it ends the wait at the answered end or where the wait began, the later."""
+        deadline = getattr(work, "deadline_ns", None)  # the nbox backend's works: the reference timeline
+        if deadline is None:
+            return
+        late = self.clock.to_reference_ns(time.perf_counter_ns()) - max(int(deadline), began_ns)
+        if late > 0:
+            self.clock.credit(late)
+            self.caught_up_ns += late
+
+    def _idle_until(self, deadline_ns: int) -> None:
+        """Wait until ``deadline_ns`` (``perf_counter_ns``); the CPU time its last spin takes goes to
+        :attr:`wait_cpu_ns` (a padding or a recorded duration is time the rank's thread is not computing)."""
+        c0, h0 = time.thread_time_ns(), time.perf_counter_ns()
+        sleep_until(deadline_ns)
+        self.wait_cpu_ns += time.thread_time_ns() - c0
+        self.wait_host_ns += time.perf_counter_ns() - h0
+
+    def _now(self) -> int:
+        """The rank's own timeline, ns: ``perf_counter_ns`` less the lag credited so far (module docstring)."""
+        return time.perf_counter_ns() - self.clock.lag_ns
+
+    def _compute(self, i: int) -> None:
+        """Run compute node ``i`` live, or wait its recorded duration (module docstring)."""
+        clock = time.perf_counter_ns
+        t0 = clock()
+        ran = self.ops is not None and self.ops.run(i)
+        if ran:
+            stretch = self.factor * self.pad
+            if stretch != 1.0:
+                self._sync()
+            t1 = clock()
+            self.live_ns += t1 - t0
+            if stretch > 1.0:
+                self._idle_until(t0 + int((t1 - t0) * stretch))
+            elif stretch < 1.0:  # replay.host_work=match: the replay's own excess, credited on the rank's clock
+                self.clock.credit(int((t1 - t0) * (1.0 - stretch)))
+        else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
+            gap = 0.0 if self.live else self.gaps[i]
+            self._idle_until(t0 + int((gap + self.g.duration_us[i]) * self.factor * 1000))
+            self.fallback_ns += clock() - t0
+
+    def repetition(self) -> tuple[float, float, float]:
+        """Run the graph once; (wall time, time in compute nodes, time waiting for comm) in microseconds.
+
+        Also keeps the repetition's compute intervals and comm spans (:attr:`compute_spans`, :attr:`comm_spans`)
+        and when it ended each captured iteration (:attr:`iteration_ends`): captured iteration j ends when the
+        walk reaches the first node of iteration j + 1, the last one when the repetition ends.
+        """
+        g = self.g
+        clock = self._now  # the rank's timeline: credited time (replay.host_work=match) is not the rank's
+        works: dict[int, Any] = {}
+        compute_ns = wait_ns = 0
+        marks = [len(r) for r in self.records]
+        compute: list[list[float]] = []
+        unpriced: list[list[float]] = []
+        ends: list[float] = []
+        start = clock()
+        for i in range(len(g)):
+            self.node = i
+            while len(ends) < self.iteration_of[i]:
+                ends.append((clock() - start) / 1000.0)
+            k = g.kind[i]
+            is_comm = COLLECTIVE <= k <= RECV
+            if not is_comm:
+                deps = list(works) if self.serialize and k == COMPUTE else self.comm_deps[i]
+                if deps:  # most nodes wait for nothing: no call, no clock read
+                    wait_ns += self._wait_for(works, deps)
+                    self.node = i
+            if k == COMPUTE:
+                t0 = clock()
+                self._compute(i)
+                t1 = clock()
+                compute_ns += t1 - t0
+                compute.append([(t0 - start) / 1000.0, (t1 - start) / 1000.0])
+            elif is_comm:
+                issue = self.issues[i]
+                if issue is None:  # unpriced: its recorded duration on this rank alone
+                    t0 = clock()
+                    self._idle_until(time.perf_counter_ns() + int(g.duration_us[i] * 1000))  # host time
+                    at = (t0 - start) / 1000.0
+                    unpriced.append([at, at, (clock() - start) / 1000.0])
+                    continue
+                self._sync()
+                try:
+                    work = issue()
+                except Exception as err:
+                    raise NodeError(g.ids[i], g.names[i], f"issuing {g.comm[i].collective}: {err}") from err
+                if g.comm[i].blocking:
+                    wait_ns += self._wait_for({i: work}, [i])
+                else:
+                    works[i] = work
+        wait_ns += self._wait_for(works, list(works))
+        t0 = clock()
+        self._sync()
+        end = clock()
+        wait_ns += end - t0
+        self.node = -1
+        base_us = start / 1000.0
+        comms = [[r.issue_us - base_us, r.start_us - base_us,  # caught up: the wait ended at the answered end
+                  (r.end_us if self.catch_up else max(r.end_us, r.real_done_us)) - base_us]
+                 for rec, m in zip(self.records, marks, strict=True) for r in list(rec)[m:]]
+        self.compute_spans, self.comm_spans = compute, comms + unpriced
+        wall = (end - start) / 1000.0
+        self.iteration_ends = ends + [wall] * (self.captured - len(ends))
+        return wall, compute_ns / 1000.0, wait_ns / 1000.0
+
+
+def _busy_ns() -> int:
+    """The thread's time on a CPU and waiting for one (:mod:`nbox_trace.threadtime`; where the kernel does not say,
+    its CPU time alone), nanoseconds: what :mod:`nbox_replay.live.hostwork` compares with the real thread's."""
+    tt = thread_times_ns()
+    return time.thread_time_ns() if tt is None else tt.on_cpu_ns + tt.run_queue_ns
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(Path(argv[1]).read_text())
+    local = int(os.environ["RANK"])
+    rank = int(cfg["ranks"][local])
+    out = Path(cfg["result_dir"])
+    where: dict[str, Any] = {"phase": "start", "node": None}
+    replayer: Replayer | None = None
+    heap = hold_heap()  # before any tensor: operators re-run without page faults the real run did not take
+    try:
+        if os.environ.get("OMP_NUM_THREADS") == "1":
+            torch.set_num_threads(1)
+        torch.set_grad_enabled(False)  # replayed operators build no autograd graph (LiveOps.run then needs no context)
+        where["phase"] = "loading the trace"
+        g = load_rank(cfg["traces"][str(rank)], rank, keep_nodes=True)
+        g = correct_graphs({rank: g}, from_worker_doc(cfg.get("profiler")))[rank]  # the parent's rule and figures
+        factor = float(cfg["factors"][str(rank)])
+        where["phase"] = "init_process_group"
+        # `import torch` registers the backend through nbox's entry point, which exists only where nbox is
+        # installed; from a checkout on PYTHONPATH (bench/gpu_check.py on a lent GPU machine) it does not.
+        register_nbox_backend()
+        dist.init_process_group("nbox", timeout=timedelta(seconds=float(cfg["timeout_s"])))
+        if dist.get_rank() != rank or dist.get_world_size() != int(cfg["world"]):
+            raise RuntimeError(f"the nbox backend gave rank {dist.get_rank()} of {dist.get_world_size()}, "
+                               f"expected rank {rank} of {cfg['world']}")
+        where["phase"] = "creating process groups"
+        groups = Groups({k: list(v) for k, v in cfg["groups"].items()}, int(cfg["recorded_world"]), int(cfg["world"]))
+        where["phase"] = "preparing the nodes"
+        replayer = Replayer(g, cfg, groups, factor, process_clock())
+        iteration_us: list[float] = []
+        ends_us: list[list[float]] = []
+        compute_us: list[float] = []
+        wait_us: list[float] = []
+        caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (replay.host_work=match)
+        spans: list[dict[str, Any]] = []
+        host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.live.hostwork)
+        history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
+        busy_history: list[float] = []  # and its thread's busy time (the replay figure without match)
+        credit = bool(cfg.get("host_credit"))  # replay.host_work=match
+        pad = None
+        for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
+            where["phase"] = f"repetition {rep}"
+            if rep >= int(cfg["warmup"]) and host_clean is not None:
+                pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured, both_ways=credit,
+                               busy_history=busy_history)
+                replayer.pad = pad.factor
+                replayer.catch_up = credit
+            replayer.live_ns = replayer.fallback_ns = replayer.wait_cpu_ns = replayer.caught_up_ns = 0
+            replayer.wait_host_ns = 0
+            cpu0, host0 = _busy_ns(), time.perf_counter_ns()
+            wall, comp, waited = replayer.repetition()
+            busy = (_busy_ns() - cpu0 + replayer.fallback_ns - replayer.wait_cpu_ns) / 1000.0
+            # outside its waits: the host time the rank spent on anything but a wait (a fallback's recorded
+            # duration counts as spent), what replay.host_work=match holds to the real thread's
+            # (nbox_replay.live.hostwork)
+            outside = (time.perf_counter_ns() - host0 - replayer.wait_host_ns + replayer.fallback_ns) / 1000.0
+            history.append((outside if credit else busy, replayer.live_ns / 1000.0))
+            busy_history.append(busy)
+            if rep >= int(cfg["warmup"]):
+                iteration_us.append(wall)
+                ends_us.append(replayer.iteration_ends)
+                compute_us.append(comp)
+                wait_us.append(waited)
+                caught_up_us.append(replayer.caught_up_ns / 1000.0)
+                spans.append({"compute": replayer.compute_spans, "comms": replayer.comm_spans})
+        ops = replayer.ops
+        if pad is not None and caught_up_us:  # the last timed repetition's, per captured iteration, like its pad
+            pad = replace(pad, caught_up_us=caught_up_us[-1] / max(1, replayer.captured))
+        mine = {
+            "rank": rank, "iteration_us": iteration_us, "iteration_ends_us": ends_us, "compute_us": compute_us,
+            "wait_us": wait_us, "caught_up_us": caught_up_us,
+            "spans": spans, "recorded_compute_us": g.compute_us(),
+            "live_compute_us": ops.live_us() if ops is not None else 0.0,
+            "coverage": ops.coverage() if ops is not None else 0.0,
+            "fallbacks": dict(ops.fallbacks) if ops is not None else {},
+            "fallback_reasons": ops.reasons_by_op() if ops is not None else {},
+            "host_pad": pad.to_dict() if pad is not None else None,
+            "heap_not_held": heap or None,  # why not held (nbox_replay.replay.host_work_doc reports it)
+            "nodes": len(g)}
+        where["phase"] = "sharing the results"  # every node's launcher reports the whole job (nbox_trace.share)
+        every = share_results(dist.distributed_c10d._get_default_store(), "nbox_live/result", local,
+                              len(cfg["ranks"]), mine, min(120.0, float(cfg["timeout_s"])))
+        for real, doc in every.items():
+            _write_json(out / f"rank{int(cfg['ranks'][real])}.json", doc)
+    except BaseException as err:  # every failure becomes an error file naming the rank and node
+        node_id, node_name = None, None
+        if isinstance(err, NodeError):
+            node_id, node_name = err.node_id, err.name
+        elif replayer is not None and replayer.node >= 0:
+            node_id, node_name = replayer.g.ids[replayer.node], replayer.g.names[replayer.node]
+        _write_json(out / f"error{rank}.json", {
+            "rank": rank, "phase": where["phase"], "node_id": node_id, "node_name": node_name,
+            "type": type(err).__name__, "message": str(err)[:2000], "time_us": time.time() * 1e6,
+            "traceback": traceback.format_exc()[-4000:]})
+        return 1
+    try:
+        dist.destroy_process_group()
+    except Exception as err:  # the results are written; a teardown hiccup is only reported
+        print(f"nbox live worker rank {rank}: destroy_process_group: {err}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,427 @@
+"""Trace bundles: per-rank Chakra ETs plus ``manifest.json``, written atomically, read as untrusted.
+
+Layout of a bundle directory (schema ``nbox_trace.bundle`` 1.x)::
+
+    manifest.json           the facts below, and a sha256 + size for every other file
+    trace/trace.<rank>.et   one Chakra ET per recorded rank (``prefix`` = ``trace/trace``)
+    comm_group.json         {"<pg_name>": [global ranks]}, ASTRA-sim's process-group file
+
+The manifest records: schema version; producer versions (nbox, torch, backend, CUDA/NCCL if any,
+Python); hardware; the job (world size, ranks recorded, process groups with global ranks,
+parallelism, the command); the observed iteration time from un-instrumented iterations (microseconds:
+median, p10, p90 and every sample per rank); how the capture was made; whether it is complete.
+
+``observed.thread_cpu_us`` (optional, written since the recorder times its captured iterations; no version
+bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the training thread's time on a
+CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
+wall time (``captured_wall``), and (in newer recordings) its time runnable but waiting for a CPU per clean
+iteration (``clean_run_queue``), microseconds. The replay corrects the recorded compute for the profiler's
+overhead with them (``nbox_replay.inputs.profiler``; a bundle without them is replayed uncorrected, and says so), and
+a live replay pads its re-executed operators for the host work it does not re-run (``nbox_replay.live.hostwork``).
+
+Writing goes to a temporary directory beside the target, renamed into place at the end, so an
+interrupted ``nbox record`` never leaves a half-written bundle under the final name. Reading treats
+every byte as untrusted: size caps, no path outside the bundle, versions checked, nothing executed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from nbox_trace import __version__
+from nbox_trace.chakra import TraceSet, resolve_trace_set
+from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
+
+BUNDLE_SCHEMA = "nbox.bundle"
+#: major.minor. A reader refuses a newer major (it may mean anything); a newer minor only adds keys.
+BUNDLE_VERSION = "1.1"
+MANIFEST_NAME = "manifest.json"
+TRACE_PREFIX = "trace/trace"
+COMM_GROUP_NAME = "comm_group.json"
+MAX_MANIFEST_BYTES = 16 << 20
+#: Files a manifest may list.
+MAX_FILES = 4096
+_HASH_CHUNK = 1 << 20
+
+
+class BundleError(InvalidInputError):
+    """A bundle (or its manifest) is malformed, inconsistent, or from an unsupported version."""
+
+
+class BundleWriteError(NboxError):
+    """A bundle could not be written."""
+
+    exit_code = 5
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of the bundle: path relative to the bundle root (POSIX), size and sha256."""
+
+    path: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json``. Times in microseconds; see the module docstring for the meaning of each part."""
+
+    producer: dict[str, Any]
+    hardware: dict[str, Any]
+    job: dict[str, Any]
+    observed: dict[str, Any]
+    capture: dict[str, Any]
+    complete: bool = True
+    files: tuple[FileEntry, ...] = ()
+    schema: str = BUNDLE_SCHEMA
+    version: str = BUNDLE_VERSION
+    #: what made it: "recorded" (nbox record), "imported" (record convert), "emulated" (nbox emulate -o).
+    kind: str = "recorded"
+    #: null, or what ``nbox bundle anonymize`` did: {"level", "key_id", "nbox"}.
+    anonymized: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["files"] = [asdict(f) for f in self.files]
+        extra = dict(out.pop("extra"))
+        extra.pop("migrated_from", None)  # a fact about the file read, not part of the manifest
+        out.update(extra)  # keys from a newer minor version, kept as they came
+        return out
+
+
+def observed_summary(per_rank_us: Mapping[int, list[float]]) -> dict[str, Any]:
+    """The observed iteration time: median, p10, p90 over the slowest rank of each iteration.
+
+    An iteration of a synchronous data-parallel job ends when its slowest rank ends, so the job's
+    iteration time for iteration ``i`` is ``max over ranks of rank_times[i]``. Percentiles use the
+    inclusive method of :func:`statistics.quantiles`.
+    """
+    if not per_rank_us or not all(per_rank_us.values()):
+        raise ValueError("observed_summary needs at least one timed iteration per rank")
+    n = min(len(v) for v in per_rank_us.values())
+    job = [max(times[i] for times in per_rank_us.values()) for i in range(n)]
+    if len(job) >= 2:
+        deciles = statistics.quantiles(job, n=10, method="inclusive")
+        p10, p90 = deciles[0], deciles[-1]
+    else:
+        p10 = p90 = job[0]
+    return {
+        "iteration_time_us": {"median": statistics.median(job), "p10": p10, "p90": p90, "n": len(job),
+                              "min": min(job), "max": max(job)},
+        "rule": "per iteration, the slowest rank; un-instrumented iterations only",
+        "per_rank_us": {str(r): list(v) for r, v in sorted(per_rank_us.items())},
+    }
+
+
+#: ``observed`` key of the per-rank thread CPU figures (module docstring) and the lists each rank may carry.
+THREAD_CPU_KEY = "thread_cpu_us"
+THREAD_CPU_LISTS = ("clean", "captured", "captured_wall", "clean_run_queue")
+
+
+def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """``observed.thread_cpu_us`` from each rank's ``timings.json`` (``iteration_cpu_us``, ``capture_cpu_us``,
+    ``capture_iteration_us``, and ``iteration_run_queue_us`` as ``clean_run_queue``: the training thread's time
+    runnable but waiting for a CPU per clean iteration, nbox_trace/threadtime.py); ranks that lack the clean or
+    the captured CPU times are left out."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for rank, t in sorted(per_rank.items()):
+        clean, captured, wall = t.get("iteration_cpu_us"), t.get("capture_cpu_us"), t.get("capture_iteration_us")
+        queued = t.get("iteration_run_queue_us")
+        if isinstance(clean, list) and clean and isinstance(captured, list) and captured:
+            out[str(rank)] = {"clean": [float(x) for x in clean], "captured": [float(x) for x in captured],
+                              "captured_wall": [float(x) for x in wall] if isinstance(wall, list) else [],
+                              "clean_run_queue": [float(x) for x in queued] if isinstance(queued, list) else []}
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_relpath(rel: str, where: str) -> PurePosixPath:
+    p = PurePosixPath(rel)
+    if not rel or p.is_absolute() or ".." in p.parts or "\\" in rel or rel.startswith("./") or "\0" in rel:
+        raise BundleError(f"{where}: file path {rel!r} is not a plain relative path inside the bundle")
+    return p
+
+
+@contextlib.contextmanager
+def staged_directory(target: Path, *, overwrite: bool = False) -> Iterator[Path]:
+    """A fresh directory beside ``target`` to fill; when the block ends without error it is renamed to
+    ``target`` (replacing what is there: a directory, a file or a link, never followed), otherwise it is
+    removed, so nothing half-written is ever left. Every writer of a bundle directory goes through it.
+
+    Raises:
+        BundleWriteError: ``target`` exists and not ``overwrite``; a directory cannot be created or
+            renamed (an ``OSError`` inside the block becomes one too).
+    """
+    if (target.exists() or target.is_symlink()) and not overwrite:
+        raise BundleWriteError(f"{target}: already exists (use --overwrite to replace it)")
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise BundleWriteError(f"{target}: cannot create a directory in {parent}: {exc.strerror or exc}") from exc
+    try:
+        yield tmp
+        if target.exists() or target.is_symlink():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise BundleWriteError(f"{target}: write failed: {exc.strerror or exc}") from exc
+        raise
+
+
+def write_bundle(out: str | os.PathLike[str], manifest: Manifest, files: Mapping[str, Path | bytes], *,
+                 overwrite: bool = False) -> Path:
+    """Write a bundle directory atomically; return its path.
+
+    Args:
+        out: the bundle directory to create.
+        manifest: everything but ``files``, which is computed here (size + sha256 of each file).
+        files: bundle-relative POSIX path -> source file (copied) or bytes.
+        overwrite: replace an existing ``out`` (only once the new bundle is complete).
+
+    Raises:
+        BundleWriteError: ``out`` exists (without overwrite), or a write failed; nothing is left behind.
+    """
+    target = Path(out)
+    with staged_directory(target, overwrite=overwrite) as tmp:
+        entries = []
+        for rel, src in sorted(files.items()):
+            if rel == MANIFEST_NAME:
+                raise BundleWriteError(f"{target}: {MANIFEST_NAME} is written by write_bundle, not passed in")
+            _check_relpath(rel, str(target))
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(src, bytes):
+                dest.write_bytes(src)
+            else:
+                shutil.copyfile(src, dest)
+            entries.append(FileEntry(rel, dest.stat().st_size, _sha256(dest)))
+        final = Manifest(**{**{k: getattr(manifest, k) for k in manifest.__dataclass_fields__},
+                            "files": tuple(entries)})
+        (tmp / MANIFEST_NAME).write_text(json.dumps(final.to_dict(), indent=1, sort_keys=True) + "\n")
+        for path in [tmp, *tmp.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return target
+
+
+#: Oldest version this nbox still reads, by migrating it (see :data:`MIGRATIONS`).
+OLDEST_READABLE_VERSION = "1.0"
+
+
+def _migrate_1_0(data: dict[str, Any]) -> dict[str, Any]:
+    """1.0 -> 1.1: ``kind`` (what made the bundle) and ``anonymized`` (null: not anonymized) were added."""
+    capture = data.get("capture")
+    capture = capture if isinstance(capture, dict) else {}
+    kind = "imported" if capture.get("source") == "nbox record convert" else "recorded"
+    return {**data, "kind": kind, "anonymized": None, "version": "1.1"}
+
+
+#: version -> function turning a manifest of that version into one of the next version.
+MIGRATIONS = {"1.0": _migrate_1_0}
+BUNDLE_KINDS = ("recorded", "imported", "emulated")
+
+
+def _version_tuple(version: object, where: str) -> tuple[int, int]:
+    parts = version.split(".") if isinstance(version, str) else []
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts):
+        raise BundleError(f"{where}: key 'version' is {version!r}, expected 'MAJOR.MINOR'")
+    return int(parts[0]), int(parts[1])
+
+
+def migrate_manifest(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Bring a decoded manifest of any readable version to :data:`BUNDLE_VERSION`.
+
+    A newer minor version of the current major is read as it is (minors only add keys, kept in
+    ``extra``). A newer major is refused, naming the nbox that wrote it; an older version with no
+    migration is refused, naming the oldest one this nbox reads.
+    """
+    major, minor = _version_tuple(data.get("version"), where)
+    cur_major, cur_minor = _version_tuple(BUNDLE_VERSION, "BUNDLE_VERSION")
+    if major > cur_major:
+        producer = data.get("producer")
+        producer = producer if isinstance(producer, dict) else {}
+        writer = producer.get("nbox") if isinstance(producer.get("nbox"), str) else None
+        by = f"written by nbox {writer[:40]}" if writer else "written by a newer nbox"
+        raise BundleError(f"{where}: bundle version {data['version']} ({by}) is newer than this nbox "
+                          f"({__version__}) reads (up to {cur_major}.x); read it with "
+                          f"{'nbox ' + writer[:40] if writer else 'that nbox'} or later")
+    seen = 0
+    while (major, minor) < (cur_major, cur_minor):
+        step = MIGRATIONS.get(data["version"])
+        if step is None or seen > len(MIGRATIONS):
+            raise BundleError(f"{where}: bundle version {data['version']} is too old; this nbox reads "
+                              f"{OLDEST_READABLE_VERSION} to {BUNDLE_VERSION}")
+        data = step(data)
+        major, minor = _version_tuple(data.get("version"), where)
+        seen += 1
+    return data
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """Decode and validate the bytes of a ``manifest.json`` (from a directory or an archive member).
+
+    Older versions are migrated (:func:`migrate_manifest`); ``Manifest.version`` is then the current one
+    and ``Manifest.extra['migrated_from']`` the version on disk.
+
+    Raises:
+        BundleError: over the size cap, not JSON, a newer major version, or a key missing or mistyped.
+    """
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{where}: {len(raw)} bytes, over the {MAX_MANIFEST_BYTES}-byte cap")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BundleError(f"{where}: not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if data.get("schema") != BUNDLE_SCHEMA:
+        raise BundleError(f"{where}: key 'schema' is {str(data.get('schema'))[:80]!r}, expected {BUNDLE_SCHEMA!r}")
+    on_disk = data.get("version")
+    data = migrate_manifest(data, where)
+    for key in ("producer", "hardware", "job", "observed", "capture"):
+        if not isinstance(data.get(key), dict):
+            raise BundleError(f"{where}: key {key!r} missing or not an object")
+    if not isinstance(data.get("complete"), bool):
+        raise BundleError(f"{where}: key 'complete' missing or not true/false")
+    if data.get("kind") not in BUNDLE_KINDS:
+        raise BundleError(f"{where}: key 'kind' is {str(data.get('kind'))[:80]!r}, expected one of {BUNDLE_KINDS}")
+    if data.get("anonymized") is not None and not isinstance(data.get("anonymized"), dict):
+        raise BundleError(f"{where}: key 'anonymized' must be null or an object")
+    raw_files = data.get("files")
+    if not isinstance(raw_files, list):
+        raise BundleError(f"{where}: key 'files' missing or not a list")
+    if len(raw_files) > MAX_FILES:
+        raise BundleError(f"{where}: lists {len(raw_files)} files, over the cap of {MAX_FILES}")
+    entries = []
+    seen = set()
+    for i, f in enumerate(raw_files):
+        if not (isinstance(f, dict) and isinstance(f.get("path"), str) and type(f.get("bytes")) is int
+                and f["bytes"] >= 0 and isinstance(f.get("sha256"), str) and len(f["sha256"]) == 64
+                and all(c in "0123456789abcdef" for c in f["sha256"])):
+            raise BundleError(f"{where}: files[{i}] is not {{path, bytes >= 0, sha256 (64 hex digits)}}")
+        _check_relpath(f["path"], f"{where}: files[{i}]")
+        if f["path"] == MANIFEST_NAME or f["path"] in seen:
+            raise BundleError(f"{where}: files[{i}] lists {f['path']!r} twice")
+        seen.add(f["path"])
+        entries.append(FileEntry(f["path"], f["bytes"], f["sha256"]))
+    extra = {k: v for k, v in data.items() if k not in Manifest.__dataclass_fields__}
+    if on_disk != data["version"]:
+        extra["migrated_from"] = on_disk
+    return Manifest(producer=data["producer"], hardware=data["hardware"], job=data["job"],
+                    observed=data["observed"], capture=data["capture"], complete=data["complete"],
+                    files=tuple(entries), schema=data["schema"], version=data["version"], kind=data["kind"],
+                    anonymized=data.get("anonymized"), extra=extra)
+
+
+def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
+    """Read and validate ``manifest.json`` of a bundle directory (files are not hashed here).
+
+    Raises:
+        InputNotFoundError: no bundle or no manifest there.
+        BundleError: see :func:`parse_manifest`.
+    """
+    root = Path(bundle)
+    path = root / MANIFEST_NAME
+    if path.is_symlink() or not path.is_file():
+        raise InputNotFoundError(f"{root}: not a bundle (no {MANIFEST_NAME} as a regular file)")
+    size = path.stat().st_size
+    if size > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{path}: {size} bytes, over the {MAX_MANIFEST_BYTES}-byte cap")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_MANIFEST_BYTES + 1)
+    return parse_manifest(raw, str(path))
+
+
+def _entry_problem(root: Path, entry: FileEntry) -> str | None:
+    """What is wrong with one listed file, or None. Never follows a link, at any depth of the path."""
+    p = root
+    try:
+        for part in PurePosixPath(entry.path).parts:
+            p = p / part
+            if p.is_symlink():
+                return f"{entry.path}: the path goes through a symbolic link ({p.relative_to(root).as_posix()})"
+        if not p.is_file():
+            return f"{entry.path}: missing or not a regular file"
+        size = p.stat().st_size
+        if size != entry.bytes:
+            return f"{entry.path}: {size} bytes, manifest says {entry.bytes}"
+        if _sha256(p) != entry.sha256:
+            return f"{entry.path}: sha256 differs from the manifest"
+    except OSError as exc:
+        return f"{entry.path}: cannot be checked: {exc.strerror or exc}"
+    return None
+
+
+def verify_files(bundle: str | os.PathLike[str], manifest: Manifest) -> list[str]:
+    """Check every listed file: present, a regular file reached without any link, size first, then
+    streamed sha256.
+
+    Returns the list of problems (empty when all hold); files not listed are reported too.
+    """
+    root = Path(bundle)
+    problems = [problem for entry in manifest.files if (problem := _entry_problem(root, entry)) is not None]
+    listed = {e.path for e in manifest.files} | {MANIFEST_NAME}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if (p.is_file() or p.is_symlink()) and rel not in listed:
+            problems.append(f"{rel}: present but not listed in the manifest")
+    return problems
+
+
+def trace_prefix(bundle: str | os.PathLike[str]) -> Path:
+    """The ``<prefix>`` of the bundle's per-rank traces, for nbox_trace.check.inspect_trace."""
+    return Path(bundle) / TRACE_PREFIX
+
+
+def locate_traces(path: str | os.PathLike[str]) -> tuple[TraceSet, Manifest | None]:
+    """The per-rank traces of what a user named, and the bundle's manifest (None for a bare trace).
+
+    The one rule every command that reads traces follows (``nbox trace inspect``, replay, sweep): a directory with
+    a ``manifest.json`` is a bundle, whose traces are ``trace/trace.<rank>.et`` and must include every rank the
+    manifest records; anything else is a bare Chakra ET (one file, a directory, or a ``<prefix>``).
+
+    Raises:
+        InputNotFoundError: nothing there, or a rank the manifest records has no trace file (named).
+        BundleError: a malformed manifest.
+        InvalidInputError: see :func:`~nbox_trace.chakra.tracefiles.resolve_trace_set`.
+    """
+    root = Path(path)
+    if not (root / MANIFEST_NAME).is_file():
+        return resolve_trace_set(root), None
+    manifest = read_manifest(root)
+    prefix = trace_prefix(root)
+    recorded = manifest.job.get("ranks_recorded") or []
+    missing = [r for r in recorded if not Path(f"{prefix}.{r}.et").is_file()]
+    if missing:
+        raise InputNotFoundError(f"{root}: the manifest records rank(s) {missing} but "
+                                 f"{prefix}.{missing[0]}.et is missing")
+    return resolve_trace_set(prefix), manifest
