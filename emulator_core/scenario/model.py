@@ -219,8 +219,8 @@ class Calibration:
             a matmul thread (CPU ranks only).
         busy_nbytes: the size ``busy_slowdown`` was measured at (bytes, costmodels' convention; None, the default:
             not recorded). The factor is one call's loss there, a delay per call rather than a rate: a longer call
-            beside compute loses about as much, not ``busy_slowdown`` times its length (``emulator_core.pricing.answer``,
-            "beside compute").
+            beside compute loses about as much, not ``busy_slowdown`` times its length
+            (``emulator_core.pricing.answer``, "beside compute").
     """
 
     collective: str
