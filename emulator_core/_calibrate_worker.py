@@ -22,12 +22,7 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
    pairs of a call right after a call on an idle core and one right after that while a thread of the rank computes
    a matmul loop on it (``idle_us``, ``busy_us``, max over ranks: gloo's threads sharing the core with compute);
    reported as ``beside_compute``, one entry per collective with the size it was measured at (the ratio changes
-   with the size). ``emulator_core.calibrate`` turns each ratio into the collective's ``busy_slowdown``;
-5. two calls in flight (with ``--busy``, gloo ranks): for each of :data:`BUSY_COLLECTIVES` measured, at its largest
-   size, at least :data:`STREAM_MIN_REPS` times a call right after a call (``one_us``) and right after it two async
-   calls issued together and both waited for (``pair_us``), max over ranks; reported as ``in_flight``.
-   ``emulator_core.calibrate`` turns each into the collective's ``stream_factor`` (gloo runs a group's queued calls
-   two at a time: what the second adds is a stream's price per call).
+   with the size). ``emulator_core.calibrate`` turns each ratio into the collective's ``busy_slowdown``.
 
 The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
 ``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
@@ -64,8 +59,6 @@ BUSY_CALL_MAX_US = 20_000.0
 BUSY_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 #: Fewest (idle, busy) pairs timed per collective: the slowdown is a ratio of medians of noisy calls.
 BUSY_MIN_PAIRS = 40
-#: Fewest (one call, two in flight) repetitions timed per collective (step 5).
-STREAM_MIN_REPS = 8
 #: Collectives the worker can time.
 SUPPORTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "send_recv")
 
@@ -110,24 +103,11 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def _make_op(collective: str, elems: int, rank: int, world: int, device: Any,
-             async_op: bool = False) -> Callable[[], Any]:
-    """A call of ``collective`` on fresh tensors; ``async_op``: it returns the work to wait for (all_reduce,
-    all_gather, reduce_scatter only)."""
+def _make_op(collective: str, elems: int, rank: int, world: int, device: Any) -> Callable[[], object]:
     import torch
     import torch.distributed as dist
 
     x = torch.ones(max(elems, 1), dtype=torch.float32, device=device)
-    if async_op:
-        if collective == "all_reduce":
-            return lambda: dist.all_reduce(x, async_op=True)
-        if collective == "all_gather":
-            gathered = torch.empty(elems * world, dtype=torch.float32, device=device)
-            return lambda: dist.all_gather_into_tensor(gathered, x, async_op=True)
-        if collective == "reduce_scatter":
-            part = torch.empty(elems // world, dtype=torch.float32, device=device)
-            return lambda: dist.reduce_scatter_tensor(part, x, async_op=True)
-        raise ValueError(f"no async call of {collective!r} to time in flight")
     if collective == "all_reduce":
         return lambda: dist.all_reduce(x)
     if collective == "broadcast":
@@ -235,23 +215,6 @@ def _beside_compute(op: Callable[[], object], pairs: int, device: Any) -> tuple[
     return times[:pairs], times[pairs:]
 
 
-def _in_flight(one: Callable[[], object], first: Callable[[], Any], second: Callable[[], Any], reps: int,
-               device: Any) -> tuple[list[float], list[float]]:
-    """``reps`` x (a call right after a call, then right after it two async calls issued together and both waited
-    for): per repetition the max over ranks of each time, microseconds (module docstring, step 5)."""
-    ones, pairs = [], []
-    for _ in range(reps):
-        one()  # drains the link: both timed calls follow a call, as the back-to-back curve's do
-        ones += _timed_calls(one, 1, device)
-        t0 = time.perf_counter()
-        works = [first(), second()]
-        for w in works:
-            w.wait()
-        pairs.append((time.perf_counter() - t0) * 1e6)
-    times = _max_over_ranks(ones + pairs, device)
-    return times[:reps], times[reps:]
-
-
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="emulator_core._calibrate_worker")
     ap.add_argument("--out", type=Path, required=True, help="Folder for result.json / error-rank<R>.json.")
@@ -333,25 +296,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 idle, loaded = _beside_compute(op, pairs, device)
                 del op
                 beside.append({"collective": coll, "nbytes": elems * 4, "idle_us": idle, "busy_us": loaded})
-        flight: list[dict[str, Any]] = []
-        if args.busy and args.backend == "gloo":
-            for coll in BUSY_COLLECTIVES:
-                coll_sizes = [n for c, n in points if c == coll]
-                if not coll_sizes:
-                    continue
-                nbytes = max(coll_sizes)  # a DDP bucket's scale: where a stream's calls are long
-                where = {"collective": coll, "nbytes": nbytes, "phase": "two in flight"}
-                if writer:
-                    _write_json(args.out / PROGRESS, {**where, "rank": rank, "time": time.time()})
-                rep_s = 4 * warm_us[(coll, nbytes)] * 1e-6
-                reps = int(min(args.max_iters, max(STREAM_MIN_REPS, args.budget_s // rep_s)))
-                elems = element_count(coll, nbytes, world)
-                alone = _make_op(coll, elems, dist.get_rank(), world, device)
-                first, second = (_make_op(coll, elems, dist.get_rank(), world, device, async_op=True)
-                                 for _ in range(2))
-                singles, together = _in_flight(alone, first, second, reps, device)
-                del alone, first, second
-                flight.append({"collective": coll, "nbytes": elems * 4, "one_us": singles, "pair_us": together})
         where = {"collective": None, "nbytes": None, "phase": "destroy_process_group"}
         dist.barrier()
         if writer:
@@ -361,8 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "hostname": socket.gethostname(), "machine": platform.machine(), "processor": platform.processor(),
                 "cpu_count": os.cpu_count(), "python": platform.python_version(),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                "results": results, **({"beside_compute": beside} if beside else {}),
-                **({"in_flight": flight} if flight else {})})
+                "results": results, **({"beside_compute": beside} if beside else {})})
         dist.destroy_process_group()
         return 0
     except BaseException as exc:  # report, then exit non-zero: the launcher stops the other ranks

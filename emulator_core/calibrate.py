@@ -6,8 +6,7 @@ module for the timing method); :func:`emulator_core.calibration_fit.fit` turns t
 :class:`~emulator_core.calibration_fit.Fit` per collective; :func:`scenario_fragment` and :func:`profile_toml` turn
 the fits into a scenario ("the fabric this was recorded on") whose single dimension carries the all_reduce figures
 and whose ``[[calibration]]`` entries carry every collective's factors and efficiency curve
-(``scenario.Calibration``), each with its ``busy_slowdown`` where its calls beside compute were timed and its
-``stream_factor`` where two calls in flight were (gloo).
+(``scenario.Calibration``), each with its ``busy_slowdown`` where its calls beside compute were timed.
 
 Units: sizes are bytes in costmodels' convention (``nbytes`` = the per-rank input; all_gather: the per-rank
 shard; all_to_all: the whole per-rank send buffer; barrier: 0); times are microseconds; cost-model bandwidth
@@ -30,10 +29,8 @@ from emulator_core.calibration_fit import (
     ALPHA_FLOOR_US,
     BusyFit,
     Fit,
-    StreamFit,
     fit,
     fit_beside,
-    fit_in_flight,
     significant,
 )
 from emulator_core.calibration_run import measure_run
@@ -46,8 +43,7 @@ from nbox_trace.progress import Report
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
                       world_size: int | None = None, library: str = "",
                       slowdowns: Mapping[str, float] | None = None,
-                      busy_sizes: Mapping[str, int] | None = None,
-                      stream_factors: Mapping[str, float | None] | None = None) -> Scenario:
+                      busy_sizes: Mapping[str, int] | None = None) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
@@ -56,8 +52,7 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
 
     ``slowdowns``: per collective, its ``busy_slowdown`` (:func:`emulator_core.calibration_fit.fit_busy`; 1 where
     not in it). ``busy_sizes``: per collective, the size its ``busy_slowdown`` was measured at (``busy_nbytes``;
-    written only beside a slowdown above 1). ``stream_factors``: per collective, its ``stream_factor``
-    (:func:`emulator_core.calibration_fit.fit_in_flight`; None or absent: not written).
+    written only beside a slowdown above 1).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -78,9 +73,6 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
     busy = busy_sizes or {}
     cals = [replace(c, busy_nbytes=busy[c.collective]) if c.busy_slowdown > 1 and busy.get(c.collective, 0) > 0
             else c for c in cals]
-    flight = stream_factors or {}
-    cals = [replace(c, stream_factor=flight[c.collective]) if flight.get(c.collective) is not None else c
-            for c in cals]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -113,8 +105,7 @@ def format_fits(fits: Sequence[Fit]) -> str:
 
 
 def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfig, info: Mapping[str, Any],
-                 *, command: str | None = None, busy: Sequence[BusyFit] = (),
-                 stream: Sequence[StreamFit] = ()) -> str:
+                 *, command: str | None = None, busy: Sequence[BusyFit] = ()) -> str:
     """The fragment as TOML with a header comment: command, machine, date, torch, backend, sizes, fit table."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cmd = command or (f"nbox calibrate -n {config.nproc} --backend {config.backend} "
@@ -133,8 +124,6 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
     head += [f"#   {line}" for line in format_fits(fits).splitlines()]
     if busy:
         head += ["#", *(f"# {b.describe()}" for b in busy)]
-    if stream:
-        head += ["#", *(f"# {m.describe()}" for m in stream)]
     body = dump_toml(scenario)
     dims = scenario.topology.dims
     if len(dims) == 1:  # the stored scenario holds the resolved size; the fragment says "fill to world_size"
@@ -153,7 +142,6 @@ class CalibrateResult:
     info: dict[str, Any]
     wall_s: float
     busy: tuple[BusyFit, ...] = ()
-    stream: tuple[StreamFit, ...] = ()
 
 
 def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
@@ -170,11 +158,9 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
     ranks = world if type(world) is int and world >= 2 else config.nproc  # across nodes: every node's ranks
     fits = fit(run.measurements, ranks, config.backend)
     busy = tuple(fit_beside(b) for b in run.beside)
-    stream = tuple(fit_in_flight(m) for m in run.in_flight)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
                                  slowdowns={b.collective: b.busy_slowdown for b in busy},
-                                 busy_sizes={b.collective: b.nbytes for b in busy},
-                                 stream_factors={m.collective: m.stream_factor for m in stream})
-    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, busy=busy, stream=stream),
+                                 busy_sizes={b.collective: b.nbytes for b in busy})
+    write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, busy=busy),
                  error=CalibrationWriteError)
-    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, busy, stream)
+    return CalibrateResult(out, scenario, fits, run.info, run.wall_s, busy)

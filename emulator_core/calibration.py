@@ -231,27 +231,6 @@ class Beside:
             raise CalibrateInputError(f"beside-compute measurement: nbytes must be >= 0, got {self.nbytes}")
 
 
-@dataclass(frozen=True)
-class InFlight:
-    """Two calls in flight (``_calibrate_worker`` step 5): per repetition, a ``collective`` of ``nbytes`` right after
-    another (``one_us``) and two issued together right after it, both waited for (``pair_us``); microseconds, max
-    over ranks."""
-
-    collective: str
-    nbytes: int
-    one_us: tuple[float, ...]
-    pair_us: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.one_us) != len(self.pair_us) or not self.one_us:
-            raise CalibrateInputError(f"in-flight measurement: {len(self.one_us)} single calls and "
-                                      f"{len(self.pair_us)} pairs (needs as many of each, at least one)")
-        if not all(math.isfinite(t) and t >= 0 for t in (*self.one_us, *self.pair_us)):
-            raise CalibrateInputError("in-flight measurement: times must be finite and >= 0")
-        if self.nbytes < 0:
-            raise CalibrateInputError(f"in-flight measurement: nbytes must be >= 0, got {self.nbytes}")
-
-
 def summarize(collective: str, nbytes: int, requested_bytes: int, ranks: int,
               rounds_us: Sequence[Sequence[float]]) -> Measurement:
     """A :class:`Measurement` from per-round samples (microseconds): median, p10, p90, min, max over all of them.

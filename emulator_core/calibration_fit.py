@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from emulator_core import _calibrate_worker as worker
 from emulator_core import costmodels as cm
-from emulator_core.calibration import ALGORITHMS, SUPPORTED, Beside, CalibrateInputError, InFlight, Measurement
+from emulator_core.calibration import ALGORITHMS, SUPPORTED, Beside, CalibrateInputError, Measurement
 
 #: The smallest latency a fit gives, microseconds.
 ALPHA_FLOOR_US = 1e-3
@@ -334,44 +334,3 @@ def fit_busy(idle_us: Sequence[float], busy_us: Sequence[float]) -> float:
     slower = sum(1 for i, b in zip(idle_us, busy_us, strict=True) if b > i)
     ok = idle > 0 and slower >= math.ceil(BUSY_MIN_SLOWER * len(idle_us)) and busy > idle * (1 + BUSY_MIN_EXCESS)
     return min(100.0, significant(busy / idle, 3)) if ok else 1.0
-
-
-#: Two calls in flight are significantly faster than two calls alone when the pair took under two single calls in
-#: at least this share of the repetitions ...
-STREAM_MIN_FASTER = 0.75
-
-
-@dataclass(frozen=True)
-class StreamFit:
-    """What a second call in flight added (``_calibrate_worker`` step 5): medians of a call alone and of two issued
-    together (microseconds), ``faster`` of ``reps`` pairs under two single calls, and the ``stream_factor`` it sets
-    (``(pair - one) / one``; None: not significant, today's burst price)."""
-
-    collective: str
-    nbytes: int
-    reps: int
-    faster: int
-    one_us: float
-    pair_us: float
-    stream_factor: float | None
-
-    def describe(self) -> str:
-        """One line for the fit table and the TOML header."""
-        seen = (f"stream_factor = {self.stream_factor:g}" if self.stream_factor is not None
-                else "not significant: no stream_factor")
-        return (f"two in flight: {self.collective} of {self.nbytes} bytes, {self.one_us:.0f} us alone, "
-                f"{self.pair_us:.0f} us for two issued together (medians; {self.faster} of {self.reps} under two "
-                f"calls): {seen}")
-
-
-def fit_in_flight(m: InFlight) -> StreamFit:
-    """The :class:`StreamFit` of one collective's calls in flight: ``stream_factor`` is what the second call added
-    as a fraction of the call alone, when the pair took under two calls in at least :data:`STREAM_MIN_FASTER` of
-    the repetitions and by at least :data:`BUSY_MIN_EXCESS` (else None: the link was already busy throughout a
-    single call). At least 0.001."""
-    one, pair = worker.percentile(list(m.one_us), 0.5), worker.percentile(list(m.pair_us), 0.5)
-    faster = sum(1 for o, p in zip(m.one_us, m.pair_us, strict=True) if p < 2 * o)
-    factor = (pair - one) / one if one > 0 else 1.0
-    ok = one > 0 and faster >= math.ceil(STREAM_MIN_FASTER * len(m.one_us)) and factor < 1 - BUSY_MIN_EXCESS
-    return StreamFit(m.collective, m.nbytes, len(m.one_us), faster, one, pair,
-                     significant(max(factor, 0.001), 3) if ok else None)

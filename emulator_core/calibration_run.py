@@ -19,7 +19,6 @@ from emulator_core.calibration import (
     CalibrateConfig,
     CalibrateInputError,
     CalibrationError,
-    InFlight,
     Measurement,
     summarize,
 )
@@ -31,13 +30,12 @@ from nbox_trace.units import format_bytes
 @dataclass(frozen=True)
 class MeasureRun:
     """:func:`measure_run`'s result: the measurements, the worker's facts (torch, host, device), the calls beside
-    compute per collective and its calls two in flight (empty: not taken)."""
+    compute per collective (empty: not taken)."""
 
     measurements: list[Measurement]
     info: dict[str, Any]
     wall_s: float
     beside: tuple[Beside, ...] = ()
-    in_flight: tuple[InFlight, ...] = ()
 
 
 def launch_spec(config: CalibrateConfig, work: Path) -> Launch:
@@ -105,17 +103,6 @@ def _beside(doc: dict[str, Any]) -> tuple[Beside, ...]:
         raise CalibrationError(f"the worker's result has a malformed beside-compute measurement: {exc!r}") from None
 
 
-def _in_flight(doc: dict[str, Any]) -> tuple[InFlight, ...]:
-    entries = doc.get("in_flight", [])
-    try:
-        if not isinstance(entries, list):
-            raise TypeError(f"a list of in-flight measurements, got {type(entries).__name__}")
-        return tuple(InFlight(str(r["collective"]), int(r["nbytes"]), tuple(float(t) for t in r["one_us"]),
-                              tuple(float(t) for t in r["pair_us"])) for r in entries)
-    except (KeyError, TypeError, ValueError, CalibrateInputError) as exc:
-        raise CalibrationError(f"the worker's result has a malformed in-flight measurement: {exc!r}") from None
-
-
 def measure_step(work: Path, config: CalibrateConfig) -> Step | None:
     """How far the measuring ranks are, from the ``progress.json`` rank 0 writes before each point: a warm-up pass
     over every (collective, size), then ``config.rounds`` timed passes (emulator_core._calibrate_worker); None
@@ -153,8 +140,8 @@ def measure_run(config: CalibrateConfig, progress: Report | None = None) -> Meas
             raise _failure(config, work, result)
         doc = _read_json(work / worker.RESULT)
         measurements = _measurements(doc)
-        info = {k: v for k, v in doc.items() if k not in ("results", "beside_compute", "in_flight")}
-        return MeasureRun(measurements, info, time.monotonic() - started, _beside(doc), _in_flight(doc))
+        info = {k: v for k, v in doc.items() if k not in ("results", "beside_compute")}
+        return MeasureRun(measurements, info, time.monotonic() - started, _beside(doc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -235,9 +235,8 @@ def calibrate_cmd(
                                            rich_help_panel=ADVANCED)] = 600.0,
     busy: Annotated[Optional[bool], typer.Option(  # noqa: UP045
         "--busy/--no-busy",
-        help="Also time each collective beside a computing thread, for its busy_slowdown, and two calls in "
-             "flight, for its stream_factor (gloo ranks; default: yes across nodes, no on one).",
-        show_default=False, rich_help_panel=ADVANCED)] = None,
+        help="Also time each collective beside a computing thread, for its busy_slowdown (CPU ranks; default: "
+             "yes across nodes, no on one).", show_default=False, rich_help_panel=ADVANCED)] = None,
     dimension: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Name of the topology dimension written (default: loopback on one node, network across nodes).",
         rich_help_panel=ADVANCED)] = None,
@@ -334,15 +333,13 @@ def calibrate_cmd(
                          "latency_us": f.latency_us, "bandwidth_gbps": f.bandwidth_gbps,
                          "median_abs_error_pct": f.median_abs_error_pct(),
                          "points": [vars(p) for p in f.points]} for f in result.fits],
-               "beside_compute": [vars(b) for b in result.busy],
-               "in_flight": [vars(m) for m in result.stream]}
+               "beside_compute": [vars(b) for b in result.busy]}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return
     from emulator_core.calibrate import format_fits
 
     sys.stdout.write(format_fits(result.fits) + "\n")
     sys.stdout.write("".join(b.describe() + "\n" for b in result.busy))
-    sys.stdout.write("".join(m.describe() + "\n" for m in result.stream))
     sys.stderr.write(f"nbox calibrate: wrote {result.path} ({result.wall_s:.1f} s)\n")
 
 
