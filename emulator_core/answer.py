@@ -32,12 +32,6 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   so it keeps ``price(bytes)``. With ``jitter = "calibrated"`` a call that joins a burst draws too, but the
   burst's calls run at once, so their delays overlap: it adds only what its draw exceeds the largest drawn in
   the burst so far (the burst ends the largest of its calls' delays later, not their sum).
-  **Two calls in flight** (the calibration's ``stream_factor`` f, :func:`stream_cost`): the efficiency curve is
-  measured on calls timed one after another, each of which leaves the link idle while it does its host-side
-  steps (the reduction, the copies). gloo runs a group's queued calls on two worker threads, so in a stream one
-  call's bytes fill the other's steps and the link runs near its payload rate. ``nbox calibrate`` times two calls
-  issued together against one alone: the second adds ``f`` of a call's price, and a queued call costs
-  ``f x (price(burst + bytes) - price(burst))``. A file without the key keeps the burst's price.
 * **beside compute (a shared core).** A call issued while the group's previous collective still runs says that
   its members computed meanwhile: from that collective's start (or the previous such call's arrival, whichever
   is later) to this call's arrival, ``overlap``. Where the running collective's calibration has
@@ -79,7 +73,7 @@ from typing import NamedTuple
 from emulator_core.pricing import GroupShape, Pricer, calibration_for, group_shape, make_pricer
 from emulator_core.scenario import Calibration, Scenario
 
-__all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights", "stream_cost"]
+__all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -98,13 +92,6 @@ def busy_rate(slowdown: float, delay_us: float, calls: int, stream_us: float) ->
     if stream_us <= 0:
         return slowdown
     return min(slowdown, 1.0 + delay_us * max(calls, 1) / stream_us)
-
-
-def stream_cost(added_us: float, stream_factor: float | None) -> float:
-    """The cost of a queued call that adds ``added_us`` to its burst's single-call price, when the calibration
-    measured two calls in flight at ``stream_factor`` (module docstring, "queued behind the previous (gloo)";
-    ``None``: not measured, the burst's price)."""
-    return added_us if stream_factor is None else added_us * stream_factor
 
 
 def _mix64(x: int) -> int:
@@ -341,8 +328,7 @@ class Fabric:
             if last < free and run_kind == collective and self._bursts_of(group, collective):
                 _, before = self.price(group, collective, run_bytes)
                 _, after = self.price(group, collective, run_bytes + nbytes)
-                cal = self._calibration(group, collective)
-                cost = max(0.0, stream_cost(after - before, cal.stream_factor if cal is not None else None))
+                cost = max(0.0, after - before)
                 group._burst = (collective, run_bytes + nbytes, run_jitter)
             else:
                 group._burst = (collective, nbytes, 0.0)

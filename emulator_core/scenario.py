@@ -129,8 +129,7 @@ TOP_KEYS = ("name", "description", "world_size", "topology", "algorithms", "comp
             "calibration", "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes",
-                    "stream_factor")
+                    "efficiency", "jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -221,11 +220,6 @@ class Calibration:
             not recorded). The factor is one call's loss there, a delay per call rather than a rate: a longer call
             beside compute loses about as much, not ``busy_slowdown`` times its length (``emulator_core.answer``,
             "beside compute").
-        stream_factor: what the second of two calls issued together adds to the first, as a fraction of one
-            call alone (``(T2 - T1) / T1`` at the calibration's size; None, the default: not measured). gloo runs a
-            group's queued calls two at a time, so one call's bytes keep the link busy while the other does its
-            host-side steps: a queued call of a stream costs this fraction of what a call alone adds
-            (``emulator_core.answer``, "queued behind the previous (gloo)"). In (0, 2].
     """
 
     collective: str
@@ -240,7 +234,6 @@ class Calibration:
     sizes_bytes: tuple[int, ...] = ()
     busy_slowdown: float = 1.0
     busy_nbytes: int | None = None
-    stream_factor: float | None = None
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -281,11 +274,6 @@ class Calibration:
         object.__setattr__(self, "busy_slowdown", busy)
         if self.busy_nbytes is not None:
             check_int("busy_nbytes", self.busy_nbytes, 1, 1 << 50)
-        if self.stream_factor is not None:
-            factor = check_float("stream_factor", self.stream_factor, gt=0)
-            if factor > 2:
-                raise bad("stream_factor", self.stream_factor, "must be <= 2 (a pair of calls costs at most two calls)")
-            object.__setattr__(self, "stream_factor", factor)
 
     def jitter_at(self, u: float) -> float:
         """The extra time (us) at quantile ``u`` in [0, 1] of ``jitter_us``, interpolated linearly; 0 if empty."""
@@ -301,8 +289,7 @@ class Calibration:
         """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes``, ``busy_slowdown`` and
         ``busy_nbytes`` only when recorded (files without them stay the same)."""
         d = {k: getattr(self, k) for k in CALIBRATION_KEYS
-             if k not in ("jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes",
-                          "stream_factor")}
+             if k not in ("jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
@@ -314,8 +301,6 @@ class Calibration:
             out["busy_slowdown"] = self.busy_slowdown
         if self.busy_nbytes is not None:
             out["busy_nbytes"] = self.busy_nbytes
-        if self.stream_factor is not None:
-            out["stream_factor"] = self.stream_factor
         return out
 
     @classmethod

@@ -102,39 +102,6 @@ def test_a_gloo_collective_queued_behind_the_previous_costs_what_its_bytes_add_t
     assert queued.cost_us == nccl.price(h, "all_reduce", b2)[1]
 
 
-def test_a_measured_stream_factor_prices_a_queued_gloo_call_at_that_fraction_of_what_it_adds() -> None:
-    """stream_factor f (two calls in flight, gloo's two worker threads): a queued call costs f x what its bytes add
-    to the burst; the burst's first call, a call after the group is free and NCCL keep their price; a file without
-    the key keeps the burst rule, and f = 1 is that rule."""
-    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
-
-    def with_factor(f: float | None) -> Scenario:
-        return replace(base, calibration=tuple(replace(c, stream_factor=f) if c.collective == "all_reduce" else c
-                                               for c in base.calibration))
-
-    def stream(s: Scenario) -> list[Answer]:
-        fabric = Fabric(s)
-        g = fabric.group([0, 1], [0, 1])
-        out = [fabric.answer(g, "all_reduce", 1 << 24, [0.0, 0.0])]
-        out += [fabric.answer(g, "all_reduce", 1 << 24, [10.0 * k, 10.0 * k]) for k in (1, 2, 3)]  # queued
-        out.append(fabric.answer(g, "all_reduce", 1 << 24, [out[-1].end_us + 1, out[-1].end_us + 1]))  # alone
-        return out
-
-    plain, one, paired = stream(base), stream(with_factor(1.0)), stream(with_factor(0.9))
-    assert [a.cost_us for a in one] == pytest.approx([a.cost_us for a in plain])
-    assert paired[0].cost_us == plain[0].cost_us and paired[-1].cost_us == plain[-1].cost_us
-    for k in (1, 2, 3):
-        assert paired[k].cost_us == pytest.approx(0.9 * plain[k].cost_us) and paired[k].cost_us < plain[k].cost_us
-    assert paired[3].end_us < plain[3].end_us  # the stream ends earlier: the link stays busy between calls
-    assert answer_mod.stream_cost(100.0, None) == 100.0 and answer_mod.stream_cost(100.0, 0.5) == 50.0
-
-    nccl = dgx64(calibration=())  # NCCL runs a communicator's calls one after another: no burst, no factor
-    fabric = Fabric(nccl)
-    h = fabric.group(range(8), [0, 1])
-    fabric.answer(h, "all_reduce", 1 << 24, [0.0, 0.0])
-    assert fabric.answer(h, "all_reduce", 1 << 24, [1.0, 1.0]).cost_us == fabric.price(h, "all_reduce", 1 << 24)[1]
-
-
 def test_an_emulated_straggler_stretches_its_mirrors_arrival_since_the_previous_completion() -> None:
     s = dgx64(stragglers=(Straggler(3, 2.0),))  # rank 3 is emulated, mirrors real member 3 % 2 = 1
     fabric = Fabric(s)

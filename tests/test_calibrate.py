@@ -234,18 +234,6 @@ def test_busy_slowdown_is_the_ratio_of_busy_to_idle_calls_when_significant() -> 
             Calibration.from_dict({**base, "busy_slowdown": bad})
 
 
-def test_stream_factor_round_trips_and_is_refused_outside_zero_to_two() -> None:
-    """stream_factor (two calls in flight): written only when measured, read back equal, a bad value refused by
-    name."""
-    base = {"collective": "all_reduce", "dimension": "network", "algorithm": "ring", "ranks": 2}
-    cal = Calibration.from_dict({**base, "stream_factor": 0.85})
-    assert cal.stream_factor == 0.85 and cal.to_dict()["stream_factor"] == 0.85
-    assert "stream_factor" not in Calibration.from_dict(base).to_dict()
-    for bad in (0, -0.5, 2.5, "x", True, float("nan")):
-        with pytest.raises(ScenarioError, match="stream_factor"):
-            Calibration.from_dict({**base, "stream_factor": bad})
-
-
 def test_the_size_busy_slowdown_was_measured_at_is_written_beside_it_and_round_trips() -> None:
     """busy_nbytes: written from the busy measurement's call size where the slowdown is above 1 (not for a
     collective without one), read back the same; an empty, zero, negative or non-integer size is refused."""
