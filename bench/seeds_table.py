@@ -126,7 +126,13 @@ def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
 
     def real(model: str, rnd: int) -> list[float]:
         with ranks_lock():
-            return list(ft.plain_run(tb, tmp, model, args.steps, args.warmup, rnd)[0])
+            job, splits = ft.plain_run(tb, tmp, model, args.steps, args.warmup, rnd)
+        waits_ms = [s[1] / 1e3 for rank in splits for s in rank]  # examples that write the (on-CPU, run-queue) split
+        if waits_ms:  # a launch slowed by another process on its cores, not by the model, shows here
+            print(f"seeds_table: real {model} round {rnd}: {statistics.median(job) / 1e3:.0f} ms/iteration, the "
+                  f"training threads waited {statistics.median(waits_ms):.1f} ms/iteration for a CPU (median)",
+                  file=sys.stderr)
+        return list(job)
 
     def record(model: str, rnd: int) -> Path:
         where = tmp / f"r{rnd}"
