@@ -107,6 +107,16 @@ class Runner:
     where: str
 
 
+def recorded_wait_ms(bundle: Path) -> float:
+    """The median over a recording's ranks and clean iterations of the training thread's run-queue wait (ms): a
+    recording made while another process shared its cores waited here; nan where the bundle lacks the figure."""
+    from nbox_trace import bundle as B
+
+    per_rank = (B.read_manifest(bundle).observed or {}).get(B.THREAD_CPU_KEY, {})
+    waits = [x / 1e3 for lists in per_rank.values() for x in lists.get("clean_run_queue", [])]
+    return statistics.median(waits) if waits else float("nan")
+
+
 def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
     """The launches on the namespace testbed (bench/fidelity_testbed.py's and bench/emulate_fidelity_testbed.py's)."""
     import emulate_fidelity_testbed as eft
@@ -126,13 +136,22 @@ def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
 
     def real(model: str, rnd: int) -> list[float]:
         with ranks_lock():
-            return list(ft.plain_run(tb, tmp, model, args.steps, args.warmup, rnd)[0])
+            job, splits = ft.plain_run(tb, tmp, model, args.steps, args.warmup, rnd)
+        waits_ms = [s[1] / 1e3 for rank in splits for s in rank]  # examples that write the (on-CPU, run-queue) split
+        if waits_ms:  # a launch slowed by another process on its cores, not by the model, shows here
+            print(f"seeds_table: real {model} round {rnd}: {statistics.median(job) / 1e3:.0f} ms/iteration, the "
+                  f"training threads waited {statistics.median(waits_ms):.1f} ms/iteration for a CPU (median)",
+                  file=sys.stderr)
+        return list(job)
 
     def record(model: str, rnd: int) -> Path:
         where = tmp / f"r{rnd}"
         where.mkdir(exist_ok=True)
         with ranks_lock():
-            return Path(ft.record(tb, where, model, args.warmup, iterations, args.capture)[0])
+            bundle, observed_us = ft.record(tb, where, model, args.warmup, iterations, args.capture)
+        print(f"seeds_table: record {model} round {rnd}: {observed_us / 1e3:.0f} ms/iteration observed, the training "
+              f"threads waited {recorded_wait_ms(Path(bundle)):.1f} ms/iteration for a CPU (median)", file=sys.stderr)
+        return Path(bundle)
 
     def live(bundle: Path, rnd: int) -> list[float]:
         with ranks_lock():

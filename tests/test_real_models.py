@@ -266,3 +266,18 @@ def test_fsdp2_gathers_and_reduce_scatters_the_whole_model(name: str, tmp_path: 
     done = nbox("replay", bundle, "--clock", "virtual", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["unpriced_collectives"] == 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_a_model_reports_each_iterations_cpu_and_run_queue_time(name: str, tmp_path: Path) -> None:
+    """The real launch writes, beside its iteration times, the training thread's on-CPU and run-queue time per
+    iteration: the run-queue share is what tells a launch slowed by another process on its core from the model."""
+    times = tmp_path / "times.json"
+    done = _one_rank(name, (*TINY[name].args, "--steps", "4", "--report-times", str(times)), None, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    iterations = json.loads((tmp_path / "times.json.rank0").read_text())
+    split = json.loads((tmp_path / "times.json.rank0.split").read_text())
+    assert len(iterations) == 3 and len(split) == len(iterations)
+    for (on_cpu_us, waiting_us), wall_us in zip(split, iterations, strict=True):
+        assert 0 < on_cpu_us <= wall_us * 1.05 and waiting_us >= 0

@@ -64,3 +64,17 @@ def test_the_bench_refuses_what_it_cannot_run() -> None:
         with pytest.raises(SystemExit) as e:
             st.main(argv)
         assert e.value.code == 2
+
+
+def test_a_recordings_run_queue_wait_is_read_from_its_manifest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recording's training-thread wait for a CPU (what marks a recording made beside another busy process)
+    is the median over its ranks' clean iterations, in ms; a bundle without the figure gives nan."""
+    from types import SimpleNamespace
+
+    from nbox_trace import bundle as B
+
+    lists = {"0": {"clean_run_queue": [1000.0, 3000.0, 240000.0]}, "1": {"clean_run_queue": [2000.0]}}
+    monkeypatch.setattr(B, "read_manifest", lambda _p: SimpleNamespace(observed={B.THREAD_CPU_KEY: lists}))
+    assert st.recorded_wait_ms(Path("x.bundle")) == 2.5
+    monkeypatch.setattr(B, "read_manifest", lambda _p: SimpleNamespace(observed={}))
+    assert st.recorded_wait_ms(Path("x.bundle")) != st.recorded_wait_ms(Path("x.bundle"))  # nan

@@ -226,6 +226,19 @@ def make_batch(batch: int, seq: int, generator: torch.Generator) -> dict[str, to
             "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
+def thread_times_ns() -> tuple[int, int] | None:
+    """This thread's (time on a CPU, time runnable waiting for one) in ns, read as nbox_trace/threadtime.py reads
+    them (copied: the examples import torch only). A rank that waits for a CPU runs a slower iteration with the
+    same work; on a shared machine that wait, not the model, is what makes one launch slower than another, and
+    --report-times writes it beside the iteration times so a reader can tell the two apart."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            run_queue = f.read(256).split()[1]
+        return time.thread_time_ns(), int(run_queue)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def default_backend() -> str:
     """``NBOX_BACKEND`` (``auto``, as ``nbox record --backend auto`` sets it: nccl where CUDA is available, else
     gloo), or without it gloo, ``cpu:gloo,cuda:nccl`` where CUDA is available."""
@@ -248,7 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plain", action="store_true", help="use the plain-torch BERT even if transformers imports")
     parser.add_argument("--report-times", default=None, metavar="PATH",
                         help="write this rank's iteration times (us, optimizer step end to step end) to "
-                             "PATH.rank<R> as JSON")
+                             "PATH.rank<R> as JSON, and each iteration's (on-CPU us, run-queue us) of the training "
+                             "thread to PATH.rank<R>.split")
     args = parser.parse_args(argv)
     if args.hidden % args.heads or not 1 <= args.seq_len <= MAX_POSITIONS or min(args.batch, args.layers) < 1:
         parser.error("need --hidden divisible by --heads, 1 <= --seq-len <= 512, --batch >= 1, --layers >= 1")
@@ -286,22 +300,29 @@ def main(argv: list[str] | None = None) -> None:
     batches = [{k: v.to(device) for k, v in make_batch(args.batch, args.seq_len, generator).items()}
                for _ in range(4)]
     times_us: list[float] = []
+    split_us: list[tuple[float, float]] = []  # per iteration: the thread's time on a CPU, and waiting for one
     t_prev = None
+    tt_prev = None
     for step in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
         loss = loss_of(wrapped, batches[step % len(batches)])
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         now = time.perf_counter()
+        tt = thread_times_ns() if args.report_times else None
         if t_prev is not None:
             times_us.append((now - t_prev) * 1e6)
-        t_prev = now
+            if tt is not None and tt_prev is not None:
+                split_us.append(((tt[0] - tt_prev[0]) / 1e3, (tt[1] - tt_prev[1]) / 1e3))
+        t_prev, tt_prev = now, tt
     if args.steps and not math.isfinite(float(loss.detach())):
         raise FloatingPointError(f"bert: the loss is {float(loss.detach())}")
 
     if args.report_times:
         with open(f"{args.report_times}.rank{rank}", "w") as f:
             json.dump(times_us, f)
+        with open(f"{args.report_times}.rank{rank}.split", "w") as f:
+            json.dump(split_us, f)
     dist.destroy_process_group()
 
 

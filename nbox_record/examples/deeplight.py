@@ -90,6 +90,19 @@ def make_batch(batch: int, vocab: int, generator: torch.Generator) -> tuple[torc
     return dense, sparse, clicks
 
 
+def thread_times_ns() -> tuple[int, int] | None:
+    """This thread's (time on a CPU, time runnable waiting for one) in ns, read as nbox_trace/threadtime.py reads
+    them (copied: the examples import torch only). A rank that waits for a CPU runs a slower iteration with the
+    same work; on a shared machine that wait, not the model, is what makes one launch slower than another, and
+    --report-times writes it beside the iteration times so a reader can tell the two apart."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            run_queue = f.read(256).split()[1]
+        return time.thread_time_ns(), int(run_queue)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def default_backend() -> str:
     """``NBOX_BACKEND`` (``auto``, as ``nbox record --backend auto`` sets it: nccl where CUDA is available, else
     gloo), or without it gloo, ``cpu:gloo,cuda:nccl`` where CUDA is available."""
@@ -109,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=400, help="DNN hidden width (default 400)")
     parser.add_argument("--report-times", default=None, metavar="PATH",
                         help="write this rank's iteration times (us, optimizer step end to step end) to "
-                             "PATH.rank<R> as JSON")
+                             "PATH.rank<R> as JSON, and each iteration's (on-CPU us, run-queue us) of the training "
+                             "thread to PATH.rank<R>.split")
     args = parser.parse_args(argv)
     if min(args.batch, args.vocab, args.dim, args.layers, args.hidden) < 1:
         parser.error("every size must be >= 1")
@@ -133,7 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     generator = torch.Generator().manual_seed(DATA_SEED + rank)
     batches = [tuple(t.to(device) for t in make_batch(args.batch, args.vocab, generator)) for _ in range(4)]
     times_us: list[float] = []
+    split_us: list[tuple[float, float]] = []  # per iteration: the thread's time on a CPU, and waiting for one
     t_prev = None
+    tt_prev = None
     for step in range(args.steps):
         dense, sparse, clicks = batches[step % len(batches)]
         optimizer.zero_grad(set_to_none=True)
@@ -141,15 +157,20 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         now = time.perf_counter()
+        tt = thread_times_ns() if args.report_times else None
         if t_prev is not None:
             times_us.append((now - t_prev) * 1e6)
-        t_prev = now
+            if tt is not None and tt_prev is not None:
+                split_us.append(((tt[0] - tt_prev[0]) / 1e3, (tt[1] - tt_prev[1]) / 1e3))
+        t_prev, tt_prev = now, tt
     if args.steps and not math.isfinite(float(loss.detach())):
         raise FloatingPointError(f"deeplight: the loss is {float(loss.detach())}")
 
     if args.report_times:
         with open(f"{args.report_times}.rank{rank}", "w") as f:
             json.dump(times_us, f)
+        with open(f"{args.report_times}.rank{rank}.split", "w") as f:
+            json.dump(split_us, f)
     dist.destroy_process_group()
 
 
