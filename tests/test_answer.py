@@ -417,3 +417,57 @@ def test_a_collective_beside_its_members_compute_is_stretched_by_its_busy_slowdo
     assert b2.cost_us - p2.cost_us == pytest.approx(400.0 * 0.5)
     assert b3.cost_us - p3.cost_us == pytest.approx(300.0 * 0.5)
     assert b3.end_us - p3.end_us == pytest.approx(350.0)  # the stream ends the stretch later
+
+
+def test_busy_rate_is_a_delay_per_call_capped_at_the_measured_factor() -> None:
+    """busy_rate: 1 without a slowdown; the measured factor for calls as short as the measured one (and for a
+    stream of zero cost); 1 + delay x calls / cost for longer calls, so their stretch is the delay per call."""
+    from emulator_core.pricing.answer import busy_rate
+
+    assert busy_rate(1.0, 5000.0, 3, 100.0) == 1.0
+    assert busy_rate(1.6, 6000.0, 1, 10_000.0) == pytest.approx(1.6)  # the measured call: (s - 1) x its price
+    assert busy_rate(1.6, 6000.0, 1, 5_000.0) == pytest.approx(1.6)  # shorter: never more than measured
+    assert busy_rate(1.6, 6000.0, 1, 0.0) == pytest.approx(1.6)
+    assert busy_rate(1.6, 6000.0, 4, 1_000_000.0) == pytest.approx(1.024)  # four calls lose 24 ms over 1 s
+    # a stream that lasts k x (cost + delay) of overlap is stretched by k delays, not by (1 - 1/s) of it
+    rate = busy_rate(1.6, 6000.0, 1, 240_000.0)
+    assert 10 * (240_000.0 + 6000.0) * (1 - 1 / rate) == pytest.approx(10 * 6000.0)
+
+
+def test_a_long_stream_beside_compute_loses_the_measured_delay_per_call_not_the_factor() -> None:
+    """busy_nbytes: the slowdown's size. A stream of calls much longer than the measured one is stretched by
+    about (s - 1) x the measured call's price per call; calls of the measured size keep the whole factor; without
+    busy_nbytes the delay is taken at BUSY_CALL_MAX_US; the key moves the answer."""
+    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    small, big = 1 << 16, 1 << 27
+
+    def with_busy(nbytes: int | None) -> Scenario:
+        return replace(base, calibration=tuple(replace(c, busy_slowdown=2.0, busy_nbytes=nbytes)
+                                               if c.collective == "all_reduce" else c for c in base.calibration))
+
+    def stream(s: Scenario, nbytes: int) -> tuple[float, float, float]:
+        fabric = Fabric(s)
+        g = fabric.group(None, [0, 1])
+        first = fabric.answer(g, "all_reduce", nbytes, [0.0, 0.0])
+        at = first.start_us + first.cost_us / 2  # computed beside the first call for half of it
+        second = fabric.answer(g, "all_reduce", nbytes, [at, at])
+        return first.cost_us, second.cost_us, fabric.price(g, "all_reduce", small)[1]
+
+    c1, plain2, measured_us = stream(base, big)
+    assert c1 > 40 * measured_us  # the premise: the stream's calls are far longer than the measured one
+    _, busy2, _ = stream(with_busy(small), big)
+    rate = 1 + measured_us / c1  # s - 1 = 1: the measured call's price per call
+    assert busy2 - plain2 == pytest.approx(c1 / 2 * (1 - 1 / rate))
+    assert busy2 - plain2 < 0.05 * (c1 / 2 * 0.5)  # the old rule's stretch (1 - 1/s of the overlap) is 20x more
+    _, unknown2, _ = stream(with_busy(None), big)
+    assert unknown2 - plain2 == pytest.approx(c1 / 2 * (1 - 1 / (1 + answer_mod.BUSY_CALL_MAX_US / c1)))
+    assert unknown2 > busy2
+    s1, p2, _ = stream(base, small)
+    _, b2, _ = stream(with_busy(small), small)
+    assert b2 - p2 == pytest.approx(s1 / 2 * 0.5)  # calls of the measured size: the whole factor
+
+
+def test_busy_call_max_is_the_calibration_workers_longest_busy_call() -> None:
+    from emulator_core.calibration import _worker as _calibrate_worker
+
+    assert answer_mod.BUSY_CALL_MAX_US == _calibrate_worker.BUSY_CALL_MAX_US

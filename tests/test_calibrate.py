@@ -234,6 +234,23 @@ def test_busy_slowdown_is_the_ratio_of_busy_to_idle_calls_when_significant() -> 
             Calibration.from_dict({**base, "busy_slowdown": bad})
 
 
+def test_the_size_busy_slowdown_was_measured_at_is_written_beside_it_and_round_trips() -> None:
+    """busy_nbytes: written from the busy measurement's call size where the slowdown is above 1 (not for a
+    collective without one), read back the same; an empty, zero, negative or non-integer size is refused."""
+    link = cm.Link(70.0, 150.0)
+    fits = cf.fit(synthetic("all_reduce", "ring", 2, link, SIZES[2:7]), 2)
+    frag = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", slowdowns={"all_reduce": 2.0},
+                                 busy_sizes={"all_reduce": 1 << 20})
+    assert frag.calibration[0].busy_nbytes == 1 << 20 and loads_scenario(dump_toml(frag)) == frag
+    assert "busy_nbytes = 1048576" in dump_toml(frag)
+    idle = cal.scenario_fragment(fits, nproc=2, dimension="network", library="gloo", busy_sizes={"all_reduce": 1})
+    assert idle.calibration[0].busy_nbytes is None and "busy_nbytes" not in dump_toml(idle)
+    base = {"collective": "all_reduce", "dimension": "network", "algorithm": "ring", "ranks": 2, "busy_slowdown": 2}
+    for bad in (0, -4, 1.5, True, "1MiB"):
+        with pytest.raises(ScenarioError, match="busy_nbytes"):
+            Calibration.from_dict({**base, "busy_nbytes": bad})
+
+
 def test_worker_times_idle_and_busy_calls_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 4 on CPU: per pair a draining call, a timed call on an idle core, a timed call while a thread computes;
     one max over ranks; the thread is stopped after."""
@@ -273,7 +290,9 @@ def test_the_workers_beside_compute_measurements_are_read_per_collective(tmp_pat
     res = cal.calibrate(CalibrateConfig(backend="gloo", collectives=("all_reduce",), sizes=tuple(SIZES[2:7]),
                                         dimension="network"), tmp_path / "c.toml")
     assert res.scenario.calibration[0].busy_slowdown == 2.0 and res.busy[0].busy_slowdown == 2.0
+    assert res.scenario.calibration[0].busy_nbytes == 1 << 20  # the size the slowdown was measured at
     assert "# beside compute: all_reduce of 1048576 bytes" in (tmp_path / "c.toml").read_text()
+    assert "busy_nbytes = 1048576" in (tmp_path / "c.toml").read_text()
 
 
 def test_failure_names_the_rank_collective_and_size(tmp_path: Path) -> None:

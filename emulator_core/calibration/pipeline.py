@@ -41,7 +41,8 @@ from nbox_trace.progress import Report
 
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
                       world_size: int | None = None, library: str = "",
-                      slowdowns: Mapping[str, float] | None = None) -> Scenario:
+                      slowdowns: Mapping[str, float] | None = None,
+                      busy_sizes: Mapping[str, int] | None = None) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
@@ -49,7 +50,8 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
     what it measured: ranks, ``library`` and the smallest and largest size.
 
     ``slowdowns``: per collective, its ``busy_slowdown`` (:func:`emulator_core.calibration.fit.fit_busy`; 1 where
-    not in it).
+    not in it). ``busy_sizes``: per collective, the size its ``busy_slowdown`` was measured at (``busy_nbytes``;
+    written only beside a slowdown above 1).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -67,6 +69,9 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
                              library, (sizes[0], sizes[-1]) if sizes else (),
                              (slowdowns or {}).get(f.collective, 1.0)) for n in names]
+    busy = busy_sizes or {}
+    cals = [replace(c, busy_nbytes=busy[c.collective]) if c.busy_slowdown > 1 and busy.get(c.collective, 0) > 0
+            else c for c in cals]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -153,7 +158,8 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
     fits = fit(run.measurements, ranks, config.backend)
     busy = tuple(fit_beside(b) for b in run.beside)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
-                                 slowdowns={b.collective: b.busy_slowdown for b in busy})
+                                 slowdowns={b.collective: b.busy_slowdown for b in busy},
+                                 busy_sizes={b.collective: b.nbytes for b in busy})
     write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, busy=busy),
                  error=CalibrationWriteError)
     return CalibrateResult(out, scenario, fits, run.info, run.wall_s, busy)

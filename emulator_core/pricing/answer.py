@@ -35,13 +35,25 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
 * **beside compute (a shared core).** A call issued while the group's previous collective still runs says that
   its members computed meanwhile: from that collective's start (or the previous such call's arrival, whichever
   is later) to this call's arrival, ``overlap``. Where the running collective's calibration has
-  ``busy_slowdown`` s > 1 (gloo's threads share the node's core with that compute), it progressed at 1 / s of
-  its rate for that long, so the stream ends ``overlap * (1 - 1 / s)`` later: this call's cost carries it. Only
+  ``busy_slowdown`` s > 1 (gloo's threads share the node's core with that compute), the stream progressed at
+  1 / r of its rate for that long, so it ends ``overlap * (1 - 1 / r)`` later: this call's cost carries it. Only
   what an arrival shows is counted; compute after a member's last call before it waits is not (the replay and
   the live backend answer at the call, not at the wait). On the namespace testbed ``nbox calibrate --busy`` and
   ``bench/testbed_causes.py`` find every gloo collective slower beside compute, and ddp_mlp's first bucket runs
   beside the end of the backward pass (the figures: docs/results.md, "A collective beside its members'
   compute").
+  **A delay per call, not a rate** (:func:`busy_rate`): s is measured on one call of ``busy_nbytes`` (a call of
+  at most :data:`BUSY_CALL_MAX_US`), so beside compute that call lost ``delay = (s - 1) x`` its price. What it
+  loses is the comm threads' waits for the core at the call's steps (each step's thread wakes behind the computing
+  thread's time slice), not bandwidth: between the steps the kernel moves the bytes from the sockets' buffers
+  whether or not the thread runs, and gloo runs a group's calls two at a time, so one call's transfer fills the
+  other's waits. A longer call has the same steps and so loses about the same delay, not s times its length: a
+  DDP stream of 25 MiB buckets beside compute lost far less than ``(1 - 1 / s)`` of the overlap on the testbed
+  (docs/results.md, "busy_slowdown: a delay per call"). So the stream's rate is
+  ``r = min(s, 1 + delay x calls / cost)``, ``calls`` and ``cost`` the stream's calls and their summed price so
+  far: s for calls as short as the measured one, near 1 for long ones. A calibration that does not record
+  ``busy_nbytes`` is taken at :data:`BUSY_CALL_MAX_US` (the longest call it can have been measured on: an upper
+  bound on the delay).
 
 Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
 1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the
@@ -64,6 +76,23 @@ from emulator_core.scenario import Calibration, Scenario
 __all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
 
 _MASK64 = (1 << 64) - 1
+
+#: The longest call ``nbox calibrate --busy`` measures ``busy_slowdown`` on (us; ``_calibrate_worker``'s
+#: ``BUSY_CALL_MAX_US``: it times the largest size whose call took at most this long): the call whose loss sets the
+#: delay per call where the calibration does not record its size.
+BUSY_CALL_MAX_US = 20_000.0
+
+
+def busy_rate(slowdown: float, delay_us: float, calls: int, stream_us: float) -> float:
+    """How many times slower a stream of ``calls`` collectives that cost ``stream_us`` together progresses beside
+    compute, when each call loses ``delay_us`` there and none more than ``slowdown`` times its cost (module
+    docstring, "beside compute"): ``min(slowdown, 1 + delay_us * calls / stream_us)``."""
+    if slowdown <= 1:
+        return 1.0
+    if stream_us <= 0:
+        return slowdown
+    return min(slowdown, 1.0 + delay_us * max(calls, 1) / stream_us)
+
 
 def _mix64(x: int) -> int:
     """splitmix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014)."""
@@ -147,8 +176,9 @@ class FabricGroup:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
         self._pricers: dict[str, Pricer] = {}
         self._cal: dict[str, Calibration | None] = {}  # collective -> its calibration on this group's shape
-        # the running collective beside compute: its start, the latest arrival counted, its busy_slowdown
-        self._busy: tuple[float, float, float] = (-math.inf, -math.inf, 1.0)
+        # the running stream beside compute: its start, the latest arrival counted, its busy_slowdown, the delay
+        # one of its calls gets beside compute (us), and its calls' count and summed cost so far (us)
+        self._busy: tuple[float, float, float, float, int, float] = (-math.inf, -math.inf, 1.0, 0.0, 0, 0.0)
         # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
         self._burst: tuple[str, float, float] = ("", 0.0, 0.0)
 
@@ -234,10 +264,15 @@ class Fabric:
         cal = self._calibration(group, collective)
         return cal is not None and cal.library == "gloo" and cal.ranks == group.shape.size
 
-    def _slowdown_of(self, group: FabricGroup, collective: str) -> float:
-        """``busy_slowdown`` of ``collective``'s calibration on ``group`` (1 without one; module docstring)."""
+    def _slowdown_of(self, group: FabricGroup, collective: str) -> tuple[float, float]:
+        """``(busy_slowdown, delay_us)`` of ``collective``'s calibration on ``group``: the factor (1 without one) and
+        the time one call loses beside compute, ``(s - 1)`` times the calibration's call at the size the factor was
+        measured at (:data:`BUSY_CALL_MAX_US` where the file does not say; module docstring)."""
         cal = self._calibration(group, collective)
-        return cal.busy_slowdown if cal is not None else 1.0
+        if cal is None or cal.busy_slowdown <= 1:
+            return 1.0, 0.0
+        measured_us = self.price(group, collective, cal.busy_nbytes)[1] if cal.busy_nbytes else BUSY_CALL_MAX_US
+        return cal.busy_slowdown, (cal.busy_slowdown - 1.0) * measured_us
 
     def _pricer(self, group: FabricGroup, collective: str) -> Pricer:
         pricer = group._pricers.get(collective)
@@ -297,12 +332,13 @@ class Fabric:
                 group._burst = (collective, run_bytes + nbytes, run_jitter)
             else:
                 group._burst = (collective, nbytes, 0.0)
-        run_start, counted, slowdown = group._busy
+        run_start, counted, slowdown, delay, calls, stream_us = group._busy
         if last >= free:  # this call starts the stream anew: the collective its successors may find running
-            group._busy = (start, last, self._slowdown_of(group, collective))
-        elif slowdown > 1:  # queued: the running collective was slowed by its members' compute until now
-            cost += max(0.0, last - max(run_start, counted)) * (1.0 - 1.0 / slowdown)
-            group._busy = (run_start, last, slowdown)
+            group._busy = (start, last, *self._slowdown_of(group, collective), 1, cost)
+        elif slowdown > 1:  # queued: the running stream was slowed by its members' compute until now
+            rate = busy_rate(slowdown, delay, calls, stream_us)
+            group._busy = (run_start, last, slowdown, delay, calls + 1, stream_us + cost)
+            cost += max(0.0, last - max(run_start, counted)) * (1.0 - 1.0 / rate)
         if self.scenario.jitter == "calibrated":
             extra = self._jitter_us(group, collective)
             kind, run_bytes, played = group._burst

@@ -129,7 +129,7 @@ TOP_KEYS = ("name", "description", "world_size", "topology", "algorithms", "comp
             "calibration", "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us", "library", "sizes_bytes", "busy_slowdown")
+                    "efficiency", "jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -217,6 +217,10 @@ class Calibration:
             default: not slowed; at most 100): gloo's threads share a node's core with the training step
             (``emulator_core.pricing.answer``, "beside compute"); ``nbox calibrate --busy`` measures it beside
             a matmul thread (CPU ranks only).
+        busy_nbytes: the size ``busy_slowdown`` was measured at (bytes, costmodels' convention; None, the default:
+            not recorded). The factor is one call's loss there, a delay per call rather than a rate: a longer call
+            beside compute loses about as much, not ``busy_slowdown`` times its length
+            (``emulator_core.pricing.answer``, "beside compute").
     """
 
     collective: str
@@ -230,6 +234,7 @@ class Calibration:
     library: str = ""
     sizes_bytes: tuple[int, ...] = ()
     busy_slowdown: float = 1.0
+    busy_nbytes: int | None = None
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -268,6 +273,8 @@ class Calibration:
         if busy > 100:
             raise bad("busy_slowdown", self.busy_slowdown, "must be <= 100 (times longer beside a computing thread)")
         object.__setattr__(self, "busy_slowdown", busy)
+        if self.busy_nbytes is not None:
+            check_int("busy_nbytes", self.busy_nbytes, 1, 1 << 50)
 
     def jitter_at(self, u: float) -> float:
         """The extra time (us) at quantile ``u`` in [0, 1] of ``jitter_us``, interpolated linearly; 0 if empty."""
@@ -280,10 +287,10 @@ class Calibration:
         return table[-1][1]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes`` and
-        ``busy_slowdown`` only when recorded (files without them stay the same)."""
+        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes``, ``busy_slowdown`` and
+        ``busy_nbytes`` only when recorded (files without them stay the same)."""
         d = {k: getattr(self, k) for k in CALIBRATION_KEYS
-             if k not in ("jitter_us", "library", "sizes_bytes", "busy_slowdown")}
+             if k not in ("jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.jitter_us:
             out["jitter_us"] = [list(p) for p in self.jitter_us]
@@ -293,6 +300,8 @@ class Calibration:
             out["sizes_bytes"] = list(self.sizes_bytes)
         if self.busy_slowdown != 1.0:
             out["busy_slowdown"] = self.busy_slowdown
+        if self.busy_nbytes is not None:
+            out["busy_nbytes"] = self.busy_nbytes
         return out
 
     @classmethod
