@@ -6,15 +6,20 @@ capture from W+K+L to W+K+L+C (:func:`step_at`; L = 0: the capture starts at W+K
 
 The captured iterations are timed the same way (wall, and the training thread's time on a CPU and in a run
 queue, :mod:`nbox_trace.threadtime`), so that the replay can tell how much the profiler inflated the
-recorded compute (``nbox_replay.inputs.profiler``). The first captured iteration is timed from the end of the
-profiler's start (:meth:`IterationClock.capture_started`), not from boundary W+K: starting Kineto and the ET
-observer is a one-off cost that no recorded operator carries.
+recorded compute (``nbox_replay.inputs.profiler``). In the clean iterations the thread's times are also sampled at
+each collective the training thread issues (:mod:`nbox_record.capture.segments`), which cuts each iteration into
+segments (start to first collective, between consecutive ones, last to end), each with its time on a CPU and in a
+run queue, so that the replay can scale each segment of a captured iteration separately. The first captured
+iteration is timed from the end of the profiler's start (:meth:`IterationClock.capture_started`), not from
+boundary W+K: starting Kineto and the ET observer is a one-off cost that no recorded operator carries.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 from nbox_record.handoff import Config
@@ -63,6 +68,8 @@ class IterationClock:
         self.count = 0
         self.iteration_us: list[float] = []
         self.split_us: list[tuple[float, float]] = []  # per timed iteration: (on CPU, run queue)
+        #: per timed iteration whose collectives were all sampled: each segment's (on CPU, run queue)
+        self.segments_us: list[list[tuple[float, float]]] = []
         self.window: list[float] = []  # perf_counter seconds: start and end of the timed iterations
         self._t_prev: float | None = None
         self._tt_prev: ThreadTimes | None = None  # the training thread's CPU accounting at the last boundary
@@ -74,12 +81,14 @@ class IterationClock:
         """Count again from zero with boundaries of ``kind`` (the first marker call)."""
         self.kind = kind
         self.count = 0
-        self.iteration_us, self.split_us = [], []
+        self.iteration_us, self.split_us, self.segments_us = [], [], []
         self.capture_us, self.capture_split_us = [], []
         self._t_prev, self._tt_prev, self._cap_prev = None, None, None
 
-    def take(self, n: int, now: float, tt: ThreadTimes | None) -> None:
-        """Boundary ``n`` happened at ``now`` (:func:`now_s`) with the thread's times ``tt``."""
+    def take(self, n: int, now: float, tt: ThreadTimes | None,
+             marks: Sequence[ThreadTimes | None] | None = None) -> None:
+        """Boundary ``n`` happened at ``now`` (:func:`now_s`) with the thread's times ``tt``; ``marks``: the thread's
+        times at each collective it issued since the previous boundary (None: not sampled)."""
         warmup, timed = self.warmup, self.timed
         if n == warmup:
             self._t_prev, self._tt_prev = now, tt
@@ -89,6 +98,11 @@ class IterationClock:
             if tt is not None and self._tt_prev is not None:
                 self.split_us.append(((tt.on_cpu_ns - self._tt_prev.on_cpu_ns) / 1e3,
                                       (tt.run_queue_ns - self._tt_prev.run_queue_ns) / 1e3))
+                if marks is not None and all(m is not None for m in marks):
+                    points = [self._tt_prev, *(m for m in marks if m is not None), tt]
+                    self.segments_us.append([((b.on_cpu_ns - a.on_cpu_ns) / 1e3,
+                                              (b.run_queue_ns - a.run_queue_ns) / 1e3)
+                                             for a, b in itertools.pairwise(points)])
             self._t_prev, self._tt_prev = now, tt
             if n == warmup + timed:
                 self.window.append(now)

@@ -94,6 +94,7 @@ def rank_timings(clock: IterationClock, config: Config, rank: int, local_rank: i
         "iteration_us": list(clock.iteration_us),
         "iteration_cpu_us": [c for c, _ in clock.split_us],
         "iteration_run_queue_us": [q for _, q in clock.split_us],
+        "iteration_segments_us": [[[c, q] for c, q in segs] for segs in clock.segments_us],
         "captured_iterations": config.capture,
         "capture_iteration_us": list(clock.capture_us),
         "capture_cpu_us": [c for c, _ in clock.capture_split_us],

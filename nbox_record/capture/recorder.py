@@ -73,6 +73,7 @@ class Recorder:
         self._peers_known = False
         self._prev_excepthook: Callable[..., Any] = sys.excepthook
         self._main_frame: FrameType | None = None  # the script's module frame: how it ended (scriptexit)
+        self._sampler: Any = None  # the timed iterations' CollectiveSampler (nbox_record.capture.segments)
 
     # -- setup --------------------------------------------------------------------------------------
 
@@ -141,6 +142,7 @@ class Recorder:
         if self.phase in ("done", "failed") or os.getpid() != self.pid:
             return
         if self.clock.kind != "marker":
+            self._stop_sampler()
             self.lean.abort()
             self.session.abort()
             self.clock.restart("marker")
@@ -156,7 +158,14 @@ class Recorder:
         its ``Optimizer.step#...`` record function is either wholly inside the capture or wholly outside:
         a record function still open when the profiler stops leaves children whose parent id is no node of
         the ET (dangling ``ctrl_deps``).
+
+        The timed iterations' collective sampler (:mod:`nbox_record.capture.segments`) starts before the start
+        boundary takes its time (its set-up is no timed iteration's work) and stops at the last timed boundary,
+        before the lean pass or the capture registers its own kernels.
         """
+        if self.clock.count + 1 == self.config.effective_warmup and self.phase != "failed":
+            self._start_sampler()
+        marks = self._sampler.take() if self._sampler is not None else None
         now = now_s()
         tt = thread_times_ns()
         with self._lock:
@@ -165,7 +174,9 @@ class Recorder:
             self.clock.count += 1
             self._first_boundary.set()
             n = self.clock.count
-        self.clock.take(n, now, tt)
+        self.clock.take(n, now, tt, marks)
+        if n >= self.config.effective_warmup + self.config.iterations:
+            self._stop_sampler()
         if self.config.emulate:  # the nbox backend numbers the calls of each iteration (compute_noise)
             from emulator_core.backend import mark_iteration
 
@@ -193,6 +204,26 @@ class Recorder:
                           traceback.format_exc())
 
         return action
+
+    def _start_sampler(self) -> None:
+        """Sample the training thread (this one) at each collective it issues (a failure only costs the figures)."""
+        self._stop_sampler()
+        try:
+            from nbox_record.capture.segments import CollectiveSampler
+
+            sampler = CollectiveSampler()
+            sampler.start()
+        except Exception as exc:
+            print(f"nbox: rank {self.rank}: the clean iterations' collectives cannot be sampled "
+                  f"({type(exc).__name__}: {exc}); the replay scales each captured iteration by one factor",
+                  file=sys.stderr)
+            return
+        self._sampler = sampler
+
+    def _stop_sampler(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
 
     # -- capture steps ---------------------------------------------------------------------------------
 
@@ -246,6 +277,7 @@ class Recorder:
             write_emulate_report(self.out_dir, self.clock.window_s())
 
     def _done(self) -> None:
+        self._stop_sampler()
         timings = rank_timings(self.clock, self.config, self.rank, self.local_rank, self.world_size, self._device)
         write_json_atomic(self.out_dir / rawformat.TIMINGS, timings, durable=True)
         if self.config.emulate:

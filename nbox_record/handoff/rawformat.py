@@ -111,6 +111,10 @@ class RankTimings(_RankTimingsRequired, total=False):
     # per clean iteration, the training thread's time on a CPU and runnable waiting for one (nbox_trace/threadtime.py)
     iteration_cpu_us: list[float]
     iteration_run_queue_us: list[float]
+    # per clean iteration whose collectives were all sampled: [on CPU, run queue] of each segment between the
+    # collectives the training thread issued (start -> first, between consecutive ones, last -> end;
+    # nbox_record/capture/segments.py)
+    iteration_segments_us: list[list[list[float]]]
     # per captured iteration (profiler on): wall, and the same thread times; the first one is timed from the end
     # of the profiler's start (recordclock.py). The replay compares them with the clean ones
     # (nbox_replay.inputs.profiler)

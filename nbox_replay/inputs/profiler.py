@@ -11,7 +11,7 @@ its captured ones (``nbox_record/capture/clock.py``); the bundle carries them pe
 (``observed.thread_cpu_us``, :mod:`nbox_trace.bundle`). With ``clean`` = the median clean CPU time per
 iteration and ``captured`` = the median captured one, the profiler cost the thread ``captured - clean`` per
 iteration, and the rank's host compute nodes (those on a ``thread:`` resource; GPU stream nodes are not
-touched) are corrected by one of three rules:
+touched) are corrected by one of these rules:
 
 * ``proportional``: every duration times ``clean / captured``;
 * ``per_op``: every compute node of captured iteration j loses ``(captured - clean) / n_j``, n_j its number
@@ -23,6 +23,13 @@ touched) are corrected by one of three rules:
   thread). The training thread is the host thread with the most recorded compute (the recorder's figures are
   its); compute on another host thread (FSDP2 has a few nodes on one, a small share of its compute) is corrected
   by ``proportional``.
+* ``segments``: ``to_clean`` segment by segment. The recorder also samples the training thread's CPU time at each
+  collective it issues in the clean iterations (``observed.thread_cpu_us.<rank>.clean_segments``,
+  nbox_record/capture/segments.py). Each captured iteration's training-thread compute nodes are cut at the comm
+  nodes on that thread, in node order, and each segment's nodes are scaled so that they add up to the median clean
+  time of the same segment (:mod:`nbox_replay.inputs.segments`). A captured iteration whose segment count differs
+  from the clean iterations', or with a segment without recorded compute, is corrected by ``to_clean`` instead,
+  and the report names it.
 
 Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
 observer's and Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never
@@ -32,7 +39,8 @@ which neither rule sees. ``proportional`` assumes the overhead is spread like th
 
 The rule chosen (:data:`DEFAULT_RULE`)
 --------------------------------------
-``to_clean`` for a rank whose work is its host thread's: a rank with lean-timed operators
+``segments`` for a rank whose work is its host thread's and whose bundle carries the clean segments, ``to_clean``
+for such a rank without them (a bundle recorded before the recorder sampled them): a rank with lean-timed operators
 (their figures and gaps already hold part of the thread's time) gets :data:`FALLBACK_RULE`, ``proportional``,
 and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either.
 
@@ -41,10 +49,15 @@ time, but once communication waits are taken out of the operators' durations (nb
 :func:`~nbox_replay.inputs.graph.waits_inside`) much of ``captured - clean`` is outside every operator (between them),
 so it shortens the operators by more than the profiler lengthened them and leaves out the framework's work between
 operators, which the virtual replay has nowhere else to play; ``to_clean`` charges the whole clean thread time to
-the operators. Against the recording's own un-instrumented iterations (the same launch, so the same memory layout
-and moment of the machine) ``proportional`` comes out low on nearly every example-run and ``to_clean`` does not;
-against fresh real runs the two are close, as a launch's own luck is larger than their difference
-(bench/fidelity.py --testbed; docs/results.md, "The model's own error, with the launch-to-launch drift taken
+the operators. Why ``segments`` where it can: the profiler's overhead is not proportional to an operator's time. It
+grows with the number of operators and hooks the profiler records, so a backward pass of many small autograd
+operators is inflated far more than a forward pass of a few large ones; with one factor per iteration the forward
+comes out too short, the first gradient bucket's collective is issued too early, and a link-bound stream of
+buckets that follows it ends the iteration early by as much. The clean segments put each collective's issue where
+the un-instrumented thread reached it. Against the recording's own un-instrumented iterations (the same launch,
+so the same memory layout and moment of the machine) ``proportional`` comes out low on nearly every example-run
+and ``to_clean`` does not; against fresh real runs the two are close, as a launch's own luck is larger than their
+difference (bench/fidelity.py --testbed; docs/results.md, "The model's own error, with the launch-to-launch drift taken
 out"). ``per_op`` removes far less than the gap it is given: most top-level operators are shorter than their share
 of it and stop at the floor, and the profiler's cost follows the operator's own time (its children, recorded too),
 not a fixed amount per operator.
@@ -121,17 +134,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, RECV, RankGraph, captured_iterations
+from nbox_replay.inputs.segments import scale_segments, segment_medians
 from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import UsageError
 
 __all__ = ["DEFAULT_RULE", "DEVICE_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES",
+           "SEGMENT_RULE",
            "Correction", "RankFigures", "correct_durations", "correct_graph", "correct_graphs", "from_worker_doc",
            "plan_correction", "rank_rule", "read_figures", "training_thread"]
 
-RULES = ("proportional", "per_op", "to_clean", "to_wall")
+RULES = ("proportional", "per_op", "to_clean", "to_wall", "segments")
 MODES = ("on", "off", *RULES)
 #: ``on``: the rule of a rank whose work is its host thread's (module docstring) ...
 DEFAULT_RULE = "to_clean"
+#: ... which a rank whose bundle carries the clean segments between collectives gets as this rule ...
+SEGMENT_RULE = "segments"
 #: ... and of a rank with lean-timed operators (or device compute but no clean wall time) ...
 FALLBACK_RULE = "proportional"
 #: ... and of a rank with device compute (GPU stream nodes) whose clean wall time the bundle carries.
@@ -149,13 +166,16 @@ _MAX_SAMPLES = 100_000
 @dataclass(frozen=True)
 class RankFigures:
     """One rank's training-thread CPU time per iteration (medians, microseconds): clean and captured; its time
-    runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.live.hostwork); and its
-    clean iterations' wall time (None: the bundle has none; ``observed.per_rank_us``)."""
+    runnable but waiting for a CPU per clean iteration (None: the bundle has none; nbox_replay.live.hostwork); its
+    clean iterations' wall time (None: the bundle has none; ``observed.per_rank_us``); and the median CPU time of
+    each segment between the collectives the thread issued in a clean iteration (None: the bundle has none;
+    :mod:`nbox_replay.inputs.segments`)."""
 
     clean_cpu_us: float
     captured_cpu_us: float
     clean_run_queue_us: float | None = None
     clean_wall_us: float | None = None
+    clean_segments_us: tuple[float, ...] | None = None
 
     @property
     def overhead_us(self) -> float:
@@ -177,6 +197,8 @@ class Correction:
     lean: dict[int, tuple[int, int]] = field(default_factory=dict)  # per rank: (lean-timed, all) host operators
     #: per rank corrected by another rule than :attr:`rule` (``on``: :func:`rank_rule`): (rule, why)
     rank_rules: dict[int, tuple[str, str]] = field(default_factory=dict)
+    #: per rank corrected by ``segments``: its captured iterations corrected by ``to_clean`` instead, and why
+    segment_fallbacks: dict[int, dict[int, str]] = field(default_factory=dict)
 
     def _lean_counts(self) -> str:
         """"N of M (rank R), ...": each rank's lean-timed host operators; empty when there are none."""
@@ -216,12 +238,22 @@ class Correction:
         text = (f"recorded compute corrected for the profiler ({headline} rule): {factors}, {source} "
                 "(median; --set replay.profiler_correction=off: as recorded)"
                 + (f"; rank(s) {self.uncorrected} carry no CPU times: as recorded" if self.uncorrected else "")
-                + self._oversubscribed(ranks))
+                + self._oversubscribed(ranks) + self._fallbacks())
         if not self.use_lean:
             return text + (f"; the lean pass's figures set aside (a named rule): {counts}" if counts else "")
         if lean and headline == DEVICE_RULE:
             return f"{lean}; {text}"
         return f"{lean}; the rest {text}" if lean else text
+
+    def _fallbacks(self) -> str:
+        """"; rank R: captured iteration(s) [j] by to_clean (why)" for the ranks whose ``segments`` rule fell back."""
+        parts = []
+        for r, why in sorted(self.segment_fallbacks.items()):
+            if why:
+                reasons = "; ".join(sorted(set(why.values())))
+                parts.append(f"; rank {r}: captured iteration(s) {[j + 1 for j in sorted(why)]} corrected by "
+                             f"{DEFAULT_RULE} instead of {SEGMENT_RULE} ({reasons})")
+        return "".join(parts)
 
     def rule_of(self, rank: int) -> str | None:
         """The rule rank ``rank`` was corrected by (None: no correction)."""
@@ -231,7 +263,7 @@ class Correction:
     def _shares(self, ranks: list[int]) -> dict[int, float]:
         """Per rank corrected to its CPU time (``to_clean``): its clean run-queue time over its clean CPU time."""
         return {r: (f.clean_run_queue_us or 0.0) / f.clean_cpu_us for r in ranks
-                if (f := self.figures[r]).clean_cpu_us > 0 and self.rule_of(r) == "to_clean"}
+                if (f := self.figures[r]).clean_cpu_us > 0 and self.rule_of(r) in (DEFAULT_RULE, SEGMENT_RULE)}
 
     def oversubscribed(self) -> list[int]:
         """The corrected ranks whose recording machine was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`)."""
@@ -254,7 +286,8 @@ class Correction:
         if self.rule is None:
             return None
         return {"rule": self.rule, "use_lean": self.use_lean,
-                "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us, f.clean_wall_us]
+                "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us, f.clean_wall_us,
+                                     list(f.clean_segments_us) if f.clean_segments_us is not None else None]
                             for r, f in sorted(self.figures.items())}}
 
     def to_dict(self) -> dict[str, Any]:
@@ -268,7 +301,11 @@ class Correction:
                 "oversubscribed": self.oversubscribed(),
                 "clean_cpu_us": {str(r): f.clean_cpu_us for r, f in sorted(self.figures.items())},
                 "clean_wall_us": {str(r): f.clean_wall_us for r, f in sorted(self.figures.items())},
-                "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())}}
+                "captured_cpu_us": {str(r): f.captured_cpu_us for r, f in sorted(self.figures.items())},
+                "clean_segments": {str(r): len(f.clean_segments_us) if f.clean_segments_us else None
+                                   for r, f in sorted(self.figures.items())},
+                "segment_fallbacks": {str(r): {str(j + 1): why for j, why in sorted(w.items())}
+                                      for r, w in sorted(self.segment_fallbacks.items())}}
 
 
 def _median(values: object) -> float | None:
@@ -297,7 +334,8 @@ def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
         if clean is not None and captured is not None and clean > 0 and captured > 0:
             wall = _median(walls.get(rank))
             out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")),
-                                         wall if wall is not None and wall > 0 else None)
+                                         wall if wall is not None and wall > 0 else None,
+                                         segment_medians(entry.get("clean_segments")))
     return out
 
 
@@ -320,7 +358,8 @@ def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
     if not doc:
         return Correction(None, why_not="none asked")
     return Correction(str(doc["rule"]), {int(r): RankFigures(float(v[0]), float(v[1]), None,
-                                                             float(v[2]) if len(v) > 2 and v[2] else None)
+                                                             float(v[2]) if len(v) > 2 and v[2] else None,
+                                                             tuple(map(float, v[3])) if len(v) > 3 and v[3] else None)
                                          for r, v in doc["figures"].items()}, use_lean=bool(doc.get("use_lean", True)))
 
 
@@ -334,9 +373,9 @@ def correct_durations(durations: Sequence[float], corrected: Sequence[bool], ite
                       figures: RankFigures, rule: str) -> list[float]:
     """``durations`` with those flagged in ``corrected`` corrected by ``rule`` (module docstring); ``iteration``:
     each node's captured iteration (0-based), for ``per_op``'s count of nodes per iteration."""
-    if rule not in RULES or rule == "to_wall":
-        raise UsageError(f"profiler correction rule {rule!r}: must be one of {', '.join(RULES[:-1])} (to_wall "
-                         "scales gaps too: correct_graph)")
+    if rule not in RULES or rule in (DEVICE_RULE, SEGMENT_RULE):
+        raise UsageError(f"profiler correction rule {rule!r}: must be one of proportional, per_op, to_clean "
+                         "(to_wall scales gaps too, segments cuts at the comm nodes: correct_graph)")
     out = list(durations)
     if rule == "to_clean":
         totals: dict[int, float] = {}
@@ -360,18 +399,25 @@ def correct_durations(durations: Sequence[float], corrected: Sequence[bool], ite
     return out
 
 
-def correct_graph(g: RankGraph, figures: RankFigures, rule: str) -> tuple[RankGraph, float]:
+def correct_graph(g: RankGraph, figures: RankFigures, rule: str,
+                  fallbacks: dict[int, str] | None = None) -> tuple[RankGraph, float]:
     """A copy of ``g`` with its host compute corrected by ``rule``, and the effective factor (corrected / recorded
     host compute; 1.0 when it has none). A lean-timed node (nbox_record/sources/leantiming.py, measured without the
-    observer) is left as it is."""
+    observer) is left as it is. ``fallbacks`` (``segments``): filled with the captured iterations corrected by
+    ``to_clean`` instead, and why."""
     labels, _, _ = captured_iterations(g)
     if rule == "to_wall":
         return _to_wall(g, figures, labels)
     flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
-    if rule == "to_clean":  # the training thread's nodes to its clean time; another thread's by proportional
+    if rule in (DEFAULT_RULE, SEGMENT_RULE):  # the training thread's to its clean time; another's by proportional
         main = training_thread(g)
         on_main = [c and g.resource[i] == main for i, c in enumerate(flags)]
-        new = correct_durations(g.duration_us, on_main, labels, figures, rule)
+        new = correct_durations(g.duration_us, on_main, labels, figures, DEFAULT_RULE)
+        if rule == SEGMENT_RULE:
+            cuts = [COLLECTIVE <= k <= RECV and res == main for k, res in zip(g.kind, g.resource, strict=True)]
+            new, why = scale_segments(g.duration_us, on_main, cuts, labels, figures.clean_segments_us, new)
+            if fallbacks is not None:
+                fallbacks.update(why)
         new = correct_durations(new, [c and not m for c, m in zip(flags, on_main, strict=True)], labels, figures,
                                 "proportional")
     else:
@@ -444,6 +490,9 @@ def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str
         return FALLBACK_RULE, "lean-timed operators"
     if not captured_iterations(g)[2]:
         return FALLBACK_RULE, "captured iterations not marked"
+    figures = correction.figures.get(rank)
+    if figures is not None and figures.clean_segments_us:
+        return SEGMENT_RULE, "clean time per segment between collectives"
     return None
 
 
@@ -466,7 +515,11 @@ def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> d
             other = rank_rule(rank, g, correction)
             if other is not None:
                 correction.rank_rules[rank] = other
-            out[rank], correction.factors[rank] = correct_graph(g, figures, other[0] if other else correction.rule)
+            rule = other[0] if other else correction.rule
+            fallbacks: dict[int, str] = {}
+            out[rank], correction.factors[rank] = correct_graph(g, figures, rule, fallbacks)
+            if rule == SEGMENT_RULE:
+                correction.segment_fallbacks[rank] = fallbacks
         else:
             correction.uncorrected.append(rank)
     if not correction.factors:

@@ -15,9 +15,14 @@ median, p10, p90 and every sample per rank); how the capture was made; whether i
 bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the training thread's time on a
 CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
 wall time (``captured_wall``), and (in newer recordings) its time runnable but waiting for a CPU per clean
-iteration (``clean_run_queue``), microseconds. The replay corrects the recorded compute for the profiler's
-overhead with them (``nbox_replay.inputs.profiler``; a bundle without them is replayed uncorrected, and says so), and
-a live replay pads its re-executed operators for the host work it does not re-run (``nbox_replay.live.hostwork``).
+iteration (``clean_run_queue``), microseconds; and (newer still) ``clean_segments``: per clean iteration, the
+list of ``[on CPU, run queue]`` of each segment of the training thread's time between the collectives it issued
+(iteration start -> first collective, between consecutive ones, last -> iteration end;
+nbox_record/capture/segments.py). ``clean_segments`` is checked on read (:data:`MAX_SEGMENT_ITERATIONS`,
+:data:`MAX_SEGMENTS`, finite non-negative numbers): a malformed one refuses the bundle, naming the key. The
+replay corrects the recorded compute for the profiler's overhead with them (``nbox_replay.inputs.profiler``; a
+bundle without them is replayed uncorrected, and says so), and a live replay pads its re-executed operators for
+the host work it does not re-run (``nbox_replay.live.hostwork``).
 
 Writing goes to a temporary directory beside the target, renamed into place at the end, so an
 interrupted ``nbox record`` never leaves a half-written bundle under the final name. Reading treats
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -128,14 +134,19 @@ def observed_summary(per_rank_us: Mapping[int, list[float]]) -> dict[str, Any]:
 #: ``observed`` key of the per-rank thread CPU figures (module docstring) and the lists each rank may carry.
 THREAD_CPU_KEY = "thread_cpu_us"
 THREAD_CPU_LISTS = ("clean", "captured", "captured_wall", "clean_run_queue")
+#: Per rank, the clean iterations' segments between collectives (module docstring), and its caps (untrusted).
+SEGMENTS_KEY = "clean_segments"
+MAX_SEGMENT_ITERATIONS = 10_000
+MAX_SEGMENTS = 100_000
 
 
-def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[str, list[Any]]]:
     """``observed.thread_cpu_us`` from each rank's ``timings.json`` (``iteration_cpu_us``, ``capture_cpu_us``,
     ``capture_iteration_us``, and ``iteration_run_queue_us`` as ``clean_run_queue``: the training thread's time
-    runnable but waiting for a CPU per clean iteration, nbox_trace/threadtime.py); ranks that lack the clean or
-    the captured CPU times are left out."""
-    out: dict[str, dict[str, list[float]]] = {}
+    runnable but waiting for a CPU per clean iteration, nbox_trace/threadtime.py), and ``iteration_segments_us``
+    as :data:`SEGMENTS_KEY` where every clean iteration has its segments; ranks that lack the clean or the captured
+    CPU times are left out."""
+    out: dict[str, dict[str, list[Any]]] = {}
     for rank, t in sorted(per_rank.items()):
         clean, captured, wall = t.get("iteration_cpu_us"), t.get("capture_cpu_us"), t.get("capture_iteration_us")
         queued = t.get("iteration_run_queue_us")
@@ -143,7 +154,39 @@ def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, d
             out[str(rank)] = {"clean": [float(x) for x in clean], "captured": [float(x) for x in captured],
                               "captured_wall": [float(x) for x in wall] if isinstance(wall, list) else [],
                               "clean_run_queue": [float(x) for x in queued] if isinstance(queued, list) else []}
+            segments = t.get("iteration_segments_us")
+            if isinstance(segments, list) and len(segments) == len(clean):
+                out[str(rank)][SEGMENTS_KEY] = [[[float(c), float(q)] for c, q in segs] for segs in segments]
     return out
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def check_segments(observed: Mapping[str, Any], where: str) -> None:
+    """Refuse a malformed ``observed.thread_cpu_us.<rank>.clean_segments`` (module docstring); absent is fine.
+
+    Raises:
+        BundleError: one line naming the key and what is wrong.
+    """
+    per_rank = observed.get(THREAD_CPU_KEY)
+    if not isinstance(per_rank, Mapping):
+        return
+    for rank, entry in per_rank.items():
+        if not isinstance(entry, Mapping) or SEGMENTS_KEY not in entry:
+            continue
+        key = f"observed.{THREAD_CPU_KEY}[{str(rank)[:20]!r}].{SEGMENTS_KEY}"
+        iterations = entry[SEGMENTS_KEY]
+        if not isinstance(iterations, list) or len(iterations) > MAX_SEGMENT_ITERATIONS:
+            raise BundleError(f"{where}: {key} must be a list of at most {MAX_SEGMENT_ITERATIONS} iterations")
+        for i, segs in enumerate(iterations):
+            if not isinstance(segs, list) or not segs or len(segs) > MAX_SEGMENTS:
+                raise BundleError(f"{where}: {key}[{i}] must be a list of 1 to {MAX_SEGMENTS} segments")
+            for k, seg in enumerate(segs):
+                if not (isinstance(seg, list) and len(seg) == 2 and all(_number(x) for x in seg)):
+                    raise BundleError(f"{where}: {key}[{i}][{k}] must be [cpu_us, run_queue_us], two finite "
+                                      f"non-negative numbers, got {str(seg)[:60]}")
 
 
 def _sha256(path: Path) -> str:
@@ -310,6 +353,7 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
     for key in ("producer", "hardware", "job", "observed", "capture"):
         if not isinstance(data.get(key), dict):
             raise BundleError(f"{where}: key {key!r} missing or not an object")
+    check_segments(data["observed"], where)
     if not isinstance(data.get("complete"), bool):
         raise BundleError(f"{where}: key 'complete' missing or not true/false")
     if data.get("kind") not in BUNDLE_KINDS:

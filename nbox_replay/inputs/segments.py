@@ -1,0 +1,86 @@
+"""The profiler correction's ``segments`` rule: each stretch of a captured iteration between two collectives scaled
+to the same stretch of the clean iterations (the rule, and why: :mod:`nbox_replay.inputs.profiler`).
+
+The recorder samples the training thread's CPU time at each collective that thread issues in its clean timed
+iterations (nbox_record/capture/segments.py): segment 0 runs from the iteration's start to the first collective,
+segment k from collective k to collective k + 1, the last from the last collective to the iteration's end. Here the
+captured iteration's training-thread compute nodes are cut the same way, in node order, at the comm nodes on that
+thread (the converter puts a collective after the operator it was issued in, on the issuing thread's resource,
+nbox_replay/inputs/graph.py), and segment k's nodes are scaled so that their sum is the median of clean segment k.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+__all__ = ["scale_segments", "segment_medians"]
+
+#: Caps on what a manifest may carry (untrusted input; the bundle reader checks the same).
+_MAX_ITERATIONS = 10_000
+_MAX_SEGMENTS = 100_000
+
+
+def segment_medians(iterations: object) -> tuple[float, ...] | None:
+    """The median CPU time of each segment over the clean iterations (``clean_segments``: per iteration a list of
+    ``[cpu_us, run_queue_us]``); None when there are none, they are malformed, or the iterations do not all have
+    the same number of segments (no segment can then be matched across them)."""
+    if not isinstance(iterations, list) or not iterations or len(iterations) > _MAX_ITERATIONS:
+        return None
+    cpu: list[list[float]] = []
+    for segs in iterations:
+        if not isinstance(segs, list) or not segs or len(segs) > _MAX_SEGMENTS:
+            return None
+        row = []
+        for seg in segs:
+            if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[0], (int, float))
+                    and not isinstance(seg[0], bool) and seg[0] >= 0 and seg[0] != float("inf")):
+                return None
+            row.append(float(seg[0]))
+        cpu.append(row)
+    if len({len(row) for row in cpu}) != 1:
+        return None
+    return tuple(float(statistics.median(column)) for column in zip(*cpu, strict=True))
+
+
+def scale_segments(durations: Sequence[float], corrected: Sequence[bool], cuts: Sequence[bool],
+                   iteration: Sequence[int], clean_us: Sequence[float] | None,
+                   fallback: Sequence[float]) -> tuple[list[float], dict[int, str]]:
+    """``durations`` with the ``corrected`` nodes of each captured iteration scaled segment by segment to
+    ``clean_us`` (the clean segments' medians), a segment ending at each node flagged in ``cuts`` (the training
+    thread's comm nodes), in node order; ``iteration``: each node's captured iteration.
+
+    A captured iteration whose segment count is not ``len(clean_us)``, or with a segment whose corrected nodes
+    sum to 0, keeps ``fallback``'s durations (the one-factor rule's); returns, per such iteration, why."""
+    n_clean = len(clean_us) if clean_us else 0
+    segment = [0] * len(durations)
+    counts: dict[int, int] = {}
+    for i, (cut, it) in enumerate(zip(cuts, iteration, strict=True)):
+        segment[i] = counts.get(it, 0)
+        if cut:
+            counts[it] = segment[i] + 1
+    totals: dict[tuple[int, int], float] = {}
+    for i, (d, c, it) in enumerate(zip(durations, corrected, iteration, strict=True)):
+        if c:
+            totals[(it, segment[i])] = totals.get((it, segment[i]), 0.0) + d
+            counts.setdefault(it, 0)
+    why: dict[int, str] = {}
+    for it in sorted(counts):
+        found = counts[it] + 1
+        if not n_clean:
+            why[it] = "no clean segments"
+        elif found != n_clean:
+            why[it] = f"{found} segments captured, {n_clean} clean"
+        else:
+            empty = [k for k in range(found) if totals.get((it, k), 0.0) <= 0]
+            if empty:
+                why[it] = f"segment {empty[0]} has no recorded compute"
+    out = list(durations)
+    for i, (d, c, it) in enumerate(zip(durations, corrected, iteration, strict=True)):
+        if not c:
+            continue
+        if it in why or clean_us is None:
+            out[i] = fallback[i]
+        else:
+            out[i] = d * clean_us[segment[i]] / totals[(it, segment[i])]
+    return out, why
