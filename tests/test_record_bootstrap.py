@@ -200,12 +200,28 @@ def test_ddp_example_all_reduces_every_gradient_once(example_runs: dict[str, Run
     module = importlib.import_module(f"nbox_record.examples.{name}")
     grad_bytes = _param_bytes(module.build_model())
     run = example_runs[name]
-    for records in _check_common(run):
+    for rank, records in enumerate(_check_common(run)):
         assert {r["op"] for r in records} == {"allreduce_"}
         assert all(r["comm_type"] == "ALL_REDUCE" and r["in_numel"] == r["out_numel"] for r in records)
         assert sum(r["comm_bytes"] for r in records) == grad_bytes
         assert all(r["async_op"] for r in records)  # DDP's reducer issues them asynchronously
+        # the clean iterations cut at the all-reduces DDP's reducer issued on the training thread (a CPU backward
+        # runs there), as many as the captured iteration holds: for the replay's segments rule
+        # (nbox_record.capture.segments)
+        timings = run.json(rank, rawformat.TIMINGS)
+        segments = timings["iteration_segments_us"]
+        assert len(segments) == ITERATIONS and all(len(segs) == len(records) + 1 for segs in segments)
+        for segs, cpu in zip(segments, timings["iteration_cpu_us"], strict=True):
+            assert all(c >= 0 and q >= 0 for c, q in segs) and sum(c for c, _ in segs) == pytest.approx(cpu)
     _check_bundle(run)
+    assert run.bundle is not None
+    from nbox_replay.replay import ReplayConfig, run_replay
+    from nbox_trace.bundle.manifest import read_manifest
+
+    cpu_figures = read_manifest(run.bundle).observed["thread_cpu_us"]
+    assert all(len(cpu_figures[str(r)]["clean_segments"]) == ITERATIONS for r in (0, 1))
+    doc = run_replay(ReplayConfig(str(run.bundle), clock="virtual", compute="recorded")).to_dict()
+    assert doc["profiler_correction"]["rule_by_rank"] == {"0": "segments", "1": "segments"}
     for rank in (0, 1):  # the bundle's Chakra collectives: every gradient byte all-reduced once per iteration
         colls = comm_nodes(run.bundle, rank)
         assert colls and all(c[0] == pb.ALL_REDUCE for c in colls)
