@@ -30,7 +30,8 @@ def variants(cal: Path) -> dict[str, list[str]]:
     out = {"as calibrated": [],
            "busy_slowdown off": [f"calibration.{i}.busy_slowdown=1" for i in range(n)],
            "queued-burst rule off (library=off)": [f"calibration.{i}.library=off" for i in range(n)],
-           "profiler correction off": ["replay.profiler_correction=off"]}
+           "profiler correction off": ["replay.profiler_correction=off"],
+           "profiler one factor (to_clean)": ["replay.profiler_correction=to_clean"]}
     return out
 
 
