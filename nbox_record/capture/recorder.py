@@ -161,9 +161,11 @@ class Recorder:
 
         The timed iterations' collective sampler (:mod:`nbox_record.capture.segments`) starts before the start
         boundary takes its time (its set-up is no timed iteration's work) and stops at the last timed boundary,
-        before the lean pass or the capture registers its own kernels.
+        before the lean pass or the capture registers its own kernels. Not under ``nbox emulate`` nor without a
+        capture: there the timed iterations are the measurement, and no replay reads the segments.
         """
-        if self.clock.count + 1 == self.config.effective_warmup and self.phase != "failed":
+        if (self.clock.count + 1 == self.config.effective_warmup and self.phase != "failed"
+                and not self.config.emulate and not self.config.no_capture):
             self._start_sampler()
         marks = self._sampler.take() if self._sampler is not None else None
         now = now_s()

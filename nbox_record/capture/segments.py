@@ -22,7 +22,9 @@ runs a CPU backward on the calling thread), so they are seen; collectives issued
 backward runs on the autograd engine's device thread) are not sampled, and the replay then finds fewer clean
 segments than captured ones and keeps its one-factor rule for that iteration.
 
-The kernels are removed when the timed iterations end, before the lean pass or the capture registers its own
+Only in a recording with a capture, and not under ``nbox emulate`` (nbox_record/capture/recorder.py): there the
+timed iterations are the prediction itself, and no replay reads the segments. The kernels are removed when the
+timed iterations end, before the lean pass or the capture registers its own
 (torch refuses a second Python kernel for the same operator and key). Imports torch: only imported once the
 script has.
 """
