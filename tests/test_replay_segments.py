@@ -125,9 +125,10 @@ def test_scale_segments_leaves_uncorrected_nodes_alone() -> None:
     assert why == {} and out == [5.0, 0.0, 40.0, 7.0]
 
 
-def test_segment_medians_are_per_segment_and_refuse_uneven_or_malformed_iterations() -> None:
+def test_segment_medians_are_per_segment_over_the_common_count_and_refuse_malformed_iterations() -> None:
     assert segment_medians([[[10, 1], [20, 0]], [[30, 0], [40, 2]], [[20, 0], [0, 0]]]) == (20.0, 20.0)
-    assert segment_medians([[[10, 1], [20, 0]], [[30, 0]]]) is None
+    assert segment_medians([[[10, 1], [20, 0]], [[30, 0]]]) is None  # no count shared by more than half
+    assert segment_medians([[[10, 1], [20, 0]], [[30, 0]], [[12, 0], [22, 0]]]) == (11.0, 21.0)  # the common count
     assert segment_medians([]) is None and segment_medians(None) is None
     assert segment_medians([[[-1, 0]]]) is None and segment_medians([[[math.inf, 0]]]) is None
     assert segment_medians([[[True, 0]]]) is None and segment_medians([[[1, 0, 2]]]) is None

@@ -28,8 +28,8 @@ touched) are corrected by one of these rules:
   nbox_record/capture/segments.py). Each captured iteration's training-thread compute nodes are cut at the comm
   nodes on that thread, in node order, and each segment's nodes are scaled so that they add up to the median clean
   time of the same segment (:mod:`nbox_replay.inputs.segments`). A captured iteration whose segment count differs
-  from the clean iterations', or with a segment without recorded compute, is corrected by ``to_clean`` instead,
-  and the report names it.
+  from the clean iterations' (their most common one), or with a segment without recorded compute, is corrected by
+  ``to_clean`` instead, and the report names it.
 
 Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
 observer's and Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never

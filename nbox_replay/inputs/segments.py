@@ -11,6 +11,7 @@ nbox_replay/inputs/graph.py), and segment k's nodes are scaled so that their sum
 
 from __future__ import annotations
 
+import collections
 import statistics
 from collections.abc import Sequence
 
@@ -23,8 +24,10 @@ _MAX_SEGMENTS = 100_000
 
 def segment_medians(iterations: object) -> tuple[float, ...] | None:
     """The median CPU time of each segment over the clean iterations (``clean_segments``: per iteration a list of
-    ``[cpu_us, run_queue_us]``); None when there are none, they are malformed, or the iterations do not all have
-    the same number of segments (no segment can then be matched across them)."""
+    ``[cpu_us, run_queue_us]``), over the iterations with the most common number of segments (an iteration that
+    issued another number of collectives, e.g. a metric's all-reduce every few steps, cannot be matched segment by
+    segment); None when there are none, they are malformed, or no number of segments is shared by more than half
+    of the iterations."""
     if not isinstance(iterations, list) or not iterations or len(iterations) > _MAX_ITERATIONS:
         return None
     cpu: list[list[float]] = []
@@ -38,9 +41,12 @@ def segment_medians(iterations: object) -> tuple[float, ...] | None:
                 return None
             row.append(float(seg[0]))
         cpu.append(row)
-    if len({len(row) for row in cpu}) != 1:
+    counts = collections.Counter(len(row) for row in cpu)
+    common, seen = max(counts.items(), key=lambda item: (item[1], -item[0]))
+    if 2 * seen <= len(cpu):
         return None
-    return tuple(float(statistics.median(column)) for column in zip(*cpu, strict=True))
+    rows = [row for row in cpu if len(row) == common]
+    return tuple(float(statistics.median(column)) for column in zip(*rows, strict=True))
 
 
 def scale_segments(durations: Sequence[float], corrected: Sequence[bool], cuts: Sequence[bool],
