@@ -181,7 +181,12 @@ def test_a_blocking_collective_is_waited_at_once_and_a_fallback_owes_no_pad() ->
     assert p.lane == [-1, -1, -1, -1] and p.comm_waits[3] == (2,)
     dev = FakeDevice()
     runner = _Runner(dev, g)
-    runner.launch = lambda i: (runner.log.append(f"fallback {i}"), 0)[1]  # type: ignore[method-assign]
+
+    def fall_back(i: int) -> int:
+        runner.log.append(f"fallback {i}")
+        return 0
+
+    runner.launch = fall_back  # type: ignore[method-assign]
     walk = StreamWalk(g, p, dev)
     walk.pad = 2.0
     walk.repetition(runner)
@@ -194,3 +199,52 @@ def test_a_cpu_trace_has_no_lanes(deps: tuple[int, ...]) -> None:
     p = plan_streams(g)
     assert p.main_stream is None and p.lane_streams == [] and set(p.lane) == {-1}
     assert not any(p.device_node) and not any(p.record) and p.comm_waits[2] == (1,)
+
+
+class _Ops:
+    """LiveOps' part the walk uses: node 7 falls back, the others launch a stand-in kernel on the current stream."""
+
+    def __init__(self, dev: FakeDevice) -> None:
+        self.dev = dev
+        self.release: dict[int, list[int]] = {0: [1]}
+        self.pool = type("Pool", (), {"tensors": {1: object()}})()
+
+    def run(self, i: int) -> bool:
+        if i == 7:
+            return False
+        self.dev.current_stream().launch(f"n{i}")
+        return True
+
+
+def test_the_worker_walks_its_first_repetition_on_one_stream_then_on_the_recorded_ones() -> None:
+    """The worker as the walk's Runner (nbox_replay.live._worker): launches, fallbacks with their GPU ops' recorded
+    time, the collective issued and ordered, spans and captured iterations, the pad as host waits."""
+    from emulator_core.backend.clocksync import Clock
+    from nbox_replay.inputs import captured_iterations
+    from nbox_replay.live._worker import Replayer
+
+    g = _fsdp_like()
+    g.iteration[:] = [1] * 5 + [2] * 4
+    dev = FakeDevice()
+    r = Replayer.__new__(Replayer)  # no process group: the parts the streams' walk uses
+    engine = _Runner(dev, g).engine
+    r.g, r.factor, r.pad, r.cuda, r.catch_up, r.clock = g, 1.0, 1.0, False, False, Clock()
+    r.ops = _Ops(dev)  # type: ignore[assignment]
+    r.issues = {2: lambda: engine.enqueue(True, dev.stream("nccl"))[0]}
+    r.records, r.walked, r.node = [], 0, -1
+    r.live_ns = r.fallback_ns = r.wait_cpu_ns = r.wait_host_ns = r.caught_up_ns = 0
+    r.iteration_of, r.captured, _ = captured_iterations(g)
+    r.timeout = None  # type: ignore[assignment]
+    r.walk = StreamWalk(g, plan_streams(g), dev, clock=r._now)
+    side = r.walk.lanes.streams[0]
+    assert isinstance(side, FakeStream)
+    wall, compute, waited = r.repetition()
+    assert side.ops == [] and [op.label for op in _current(dev).ops if op.kind == "work"] == ["n0", "n3", "n5"]
+    assert r.fallback_ns >= (5 + 100) * 1000  # node 7 and its kernel's recorded time, waited on the host
+    assert len(r.compute_spans) == 4 and len(r.iteration_ends) == 2 == r.captured
+    assert r.iteration_ends[0] <= r.iteration_ends[1] == wall and compute <= wall and waited >= 0
+    r.pad, host0, live0 = 3.0, r.wait_host_ns, r.live_ns
+    r.repetition()
+    assert [op.label for op in side.ops if op.kind == "work"] == ["n0"]  # the copy-in on its own stream now
+    # the pad: host waits of (3 - 1) x each launch's host time, beside the fallback's
+    assert r.walked == 2 and r.wait_host_ns - host0 >= 2 * (r.live_ns - live0) + (5 + 100) * 1000

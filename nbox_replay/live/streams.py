@@ -241,7 +241,7 @@ class Runner(Protocol):
 
 @dataclass
 class WalkResult:
-    """One repetition's host-side figures (nanoseconds) and compute spans (``[start, end]`` ns from its start)."""
+    """One repetition's host-side figures (nanoseconds) and compute spans (``[start, end]`` on the walk's clock)."""
 
     compute_ns: int = 0
     wait_ns: int = 0
@@ -262,28 +262,29 @@ class StreamWalk:
         self.clock = clock
         self.pad = 1.0
 
-    def repetition(self, runner: Runner) -> WalkResult:
-        """Walk the graph once, issuing everything; the caller synchronizes the device after it."""
+    def repetition(self, runner: Runner, one_stream: bool = False) -> WalkResult:
+        """Walk the graph once, issuing everything; the caller synchronizes the device after it. ``one_stream``:
+        every node on the current stream (a worker's first repetition, which makes the tensors its operators keep:
+        made in stream order, none is read on another stream before it is filled)."""
         g, p, lanes, clock = self.g, self.plan, self.lanes, self.clock
         lanes.events.clear()
         works: dict[int, Any] = {}
         waited: set[tuple[int, int]] = set()  # (collective, lane): already ordered
         out = WalkResult()
         owed = 0  # host-work pad owed, paid before the next launch
-        start = clock()
         for i in range(len(g)):
             runner.at(i)
             k = g.kind[i]
             if p.device_node[i] or not (k == COMPUTE or COLLECTIVE <= k <= RECV):
                 continue
-            lane = p.lane[i]
+            lane = -1 if one_stream else p.lane[i]
             comm_waits = list(works) if self.serialize and k == COMPUTE else p.comm_waits[i]
             if owed:
                 t0 = clock()
                 runner.idle(owed)
                 out.pad_ns += clock() - t0
                 owed = 0
-            with lanes.on(lane, p.event_waits[i]):
+            with lanes.on(lane, () if one_stream else p.event_waits[i]):
                 for c in comm_waits:
                     w = works.get(c)
                     if w is not None and (c, lane) not in waited:
@@ -294,8 +295,8 @@ class StreamWalk:
                     took = runner.launch(i)
                     t1 = clock()
                     out.compute_ns += t1 - t0
-                    out.compute.append([t0 - start, t1 - start])
-                    if p.record[i]:
+                    out.compute.append([t0, t1])
+                    if p.record[i] and not one_stream:
                         lanes.events[i] = lanes.stream(lane).record_event()
                     if self.pad > 1.0 and took > 0:
                         owed = int(took * (self.pad - 1.0))
