@@ -71,8 +71,8 @@ a CPU per clean iteration less the replaying thread's, both counting the spins o
 ``live_us`` is then the operators' launch time on the host, and the pad is not a stretch of the operators: the walk
 (:mod:`nbox_replay.live.streams`) waits on the host ``(factor - 1) x`` each live operator's launch time before its
 next launch or collective. A host-bound rank is slowed by it as the real one was; a device-bound one is not, its
-device's queue absorbing the host's waits. ``match`` is refused there (its credit moves the rank's clock, which the
-device's arrival stamps do not follow).
+device's queue absorbing the host's waits. ``match`` is refused there: its credit moves the rank's timeline behind
+the host clock, while the device's kernels and holds keep running on the host's.
 
 Not applied (``pad_us`` 0, the reason kept): without a repetition before to measure on, or without the recorder's
 figure for the rank.
