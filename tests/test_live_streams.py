@@ -230,8 +230,18 @@ def test_the_worker_walks_its_first_repetition_on_one_stream_then_on_the_recorde
     engine = _Runner(dev, g).engine
     r.g, r.factor, r.pad, r.cuda, r.catch_up, r.clock = g, 1.0, 1.0, False, False, Clock()
     r.ops = _Ops(dev)  # type: ignore[assignment]
-    r.issues = {2: lambda: engine.enqueue(True, dev.stream("nccl"))[0]}
-    r.records, r.walked, r.node = [], 0, -1
+
+    class Held:  # the backend's HeldWork as the worker sees it: a wait that orders, the hold it carries
+        def __init__(self) -> None:
+            self.held = engine.enqueue(True, dev.stream("nccl"))[0]
+
+        def wait(self, timeout: object = None) -> bool:
+            return self.held.wait()
+
+    r.issues = {2: Held}
+    syncs: list[int] = []
+    r._sync = lambda: syncs.append(r.node)  # type: ignore[method-assign]
+    r.records, r.walked, r.node, r.host_held = [], 0, -1, None
     r.live_ns = r.fallback_ns = r.wait_cpu_ns = r.wait_host_ns = r.caught_up_ns = 0
     r.iteration_of, r.captured, _ = captured_iterations(g)
     r.timeout = None  # type: ignore[assignment]
@@ -243,8 +253,20 @@ def test_the_worker_walks_its_first_repetition_on_one_stream_then_on_the_recorde
     assert r.fallback_ns >= (5 + 100) * 1000  # node 7 and its kernel's recorded time, waited on the host
     assert len(r.compute_spans) == 4 and len(r.iteration_ends) == 2 == r.captured
     assert r.iteration_ends[0] <= r.iteration_ends[1] == wall and compute <= wall and waited >= 0
+    # no synchronize but the repetition's last, and one before the first collective (is it held on the host?)
+    assert syncs == [2, -1] and r.host_held is False
     r.pad, host0, live0 = 3.0, r.wait_host_ns, r.live_ns
     r.repetition()
     assert [op.label for op in side.ops if op.kind == "work"] == ["n0"]  # the copy-in on its own stream now
     # the pad: host waits of (3 - 1) x each launch's host time, beside the fallback's
     assert r.walked == 2 and r.wait_host_ns - host0 >= 2 * (r.live_ns - live0) + (5 + 100) * 1000
+    assert syncs == [2, -1, -1]  # the device hold is known now: nothing before the collective
+    r.issues = {2: lambda: NotHeld()}
+
+    class NotHeld:  # the host hold: it arrives at its issue, so the device must have reached it first
+        def wait(self, timeout: object = None) -> bool:
+            return True
+
+    r.repetition()
+    r.repetition()
+    assert r.host_held is True and syncs[3:] == [-1, 2, -1]

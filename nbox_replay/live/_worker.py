@@ -52,7 +52,9 @@ On CUDA with live compute the walk is :mod:`nbox_replay.live.streams`'s (:meth:`
 over; this rank is its ``Runner``): each operator on its recorded stream, a dependency across streams an event wait,
 a collective issued asynchronously after its producers (held on the device by the backend where it can be), the
 host-work pad as waits on the host before launches (``host_pad``), and one synchronize, at the end of a
-repetition; the worker's first repetition runs every node on one stream. There the compute spans and the captured
+repetition; the worker's first repetition runs every node on one stream. A call held on the host (a send or a
+receive, or every call where the backend cannot hold on the device: ``NBOX_DEVICE_HOLD=off``, or no hold kernel)
+arrives when the host issues it, so the device is synchronized before it is issued, as before the streams. There the compute spans and the captured
 iterations' ends (but the last) are host times, when the walk launched, not the device's. With recorded compute on
 CUDA nothing runs on the device: the walk above, with a synchronize before each collective and at the end.
 """
@@ -158,6 +160,7 @@ class Replayer:
         self.walk = StreamWalk(g, plan_streams(g), CudaLanes(self.device), self.serialize, self._now) \
             if self.cuda and self.ops is not None else None
         self.walked = 0  # repetitions walked on the streams so far (the first on one stream)
+        self.host_held: bool | None = None  # the collectives are held on the host (None: none issued yet)
         self._start = 0  # the streams' repetition: its start, captured iterations' ends, unpriced comms' spans
         self._ends: list[float] = []
         self._unpriced: list[list[float]] = []
@@ -317,10 +320,10 @@ class Replayer:
         walk.pad = self.pad
         out = walk.repetition(self, one_stream=self.walked == 0)
         self.walked += 1
+        self.node = -1  # the synchronize waits for every node's device work: it names none
         t0 = self._now()
         self._sync()
         end = self._now()
-        self.node = -1
         base_us = start / 1000.0
         comms = [[r.issue_us - base_us, r.start_us - base_us, max(r.end_us, r.real_done_us) - base_us]
                  for rec, m in zip(self.records, marks, strict=True) for r in list(rec)[m:]]
@@ -362,10 +365,16 @@ class Replayer:
             at = (t0 - self._start) / 1000.0
             self._unpriced.append([at, at, (self._now() - self._start) / 1000.0])
             return None
+        collective = self.g.kind[i] == COLLECTIVE
+        if not collective or self.host_held is not False:  # a host-held call arrives at its issue: the device first
+            self._sync()
         try:
-            return issue()
+            work = issue()
         except Exception as err:
             raise NodeError(self.g.ids[i], self.g.names[i], f"issuing {self.g.comm[i].collective}: {err}") from err
+        if collective:  # the backend's device hold (HeldWork) carries its hold; the host hold does not
+            self.host_held = getattr(work, "held", None) is None
+        return work
 
     def wait(self, work: Any, i: int) -> int:
         return self._wait_for({i: work}, [i])
