@@ -48,15 +48,16 @@ start on the rank's clock (:mod:`nbox_replay.virtual.breakdown` cuts them into p
 (nodes per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
 rank, the node and the error, and the process exits with code 1.
 
-On CUDA with live compute the walk is :mod:`nbox_replay.live.streams`'s (:meth:`Replayer.repetition` hands it
-over; this rank is its ``Runner``): each operator on its recorded stream, a dependency across streams an event wait,
-a collective issued asynchronously after its producers (held on the device by the backend where it can be), the
-host-work pad as waits on the host before launches (``host_pad``), and one synchronize, at the end of a
-repetition; the worker's first repetition runs every node on one stream. A call held on the host (a send or a
-receive, or every call where the backend cannot hold on the device: ``NBOX_DEVICE_HOLD=off``, or no hold kernel)
-arrives when the host issues it, so the device is synchronized before it is issued, as before the streams. There the compute spans and the captured
-iterations' ends (but the last) are host times, when the walk launched, not the device's. With recorded compute on
-CUDA nothing runs on the device: the walk above, with a synchronize before each collective and at the end.
+On CUDA with live compute the walk is :mod:`nbox_replay.live.streams`'s (:meth:`Replayer.repetition` hands it over;
+this rank is its ``Runner``): each operator on its recorded stream, a dependency across streams an event wait, a
+collective issued asynchronously after its producers (held on the device by the backend where it can be), the
+host-work pad as waits on the host before launches (``host_pad``), and one synchronize, at the end of a repetition;
+the worker's first repetition runs every node on one stream. A call held on the host (a send or a receive, or every
+call where the backend cannot hold on the device: ``NBOX_DEVICE_HOLD=off``, or no hold kernel) arrives when the host
+issues it, so the device is synchronized before it is issued, as before the streams. There the compute spans and the
+captured iterations' ends (but the last) are host times, when the walk launched, not the device's. With recorded
+compute on CUDA nothing runs on the device: the walk above, with a synchronize before each collective and at the
+end.
 """
 
 from __future__ import annotations
