@@ -31,9 +31,10 @@ depends on the last GPU op of every stream. :class:`StreamPlan` reads that, once
 :class:`StreamWalk` plays one repetition so, against the small :class:`Streams` protocol: the CUDA objects
 (:mod:`nbox_replay.live.cudalanes`) and the pure-Python fake device (:mod:`emulator_core.device.fake`) both satisfy
 it, so the ordering is unit-tested without a GPU. Nothing in a repetition synchronizes the host with the device
-except what an operator does itself (``aten::item``) and, where a straggler's compute factor is above 1, the
-stretched operator (its device time has to be measured to stretch it); the caller synchronizes once at the end,
-to read the repetition's wall time.
+except what an operator does itself (``aten::item``), where a straggler's compute factor is above 1 the stretched
+operator (its device time has to be measured to stretch it), and a call the backend holds on the host (a send or a
+receive, or any call where it has no device hold: its arrival is its issue, so the worker synchronizes before it);
+the caller synchronizes once at the end, to read the repetition's wall time.
 
 **The host work not re-run.** A live replay does not re-run the framework's host work between launches (Python,
 FSDP2's hooks). On CUDA that work is host time, not device time: a host-bound rank is slowed by it, a device-bound
