@@ -10,7 +10,7 @@ import pytest
 from emulator_core.device.fake import FakeDevice, FakeStream
 from emulator_core.device.hold import ClockOffset, DeviceHoldWork, HoldEngine
 from nbox_replay.inputs import COLLECTIVE, COMPUTE, CommInfo, RankGraph
-from nbox_replay.live.streams import StreamWalk, plan_streams
+from nbox_replay.live.streams import StreamWalk, not_fallbacks, plan_streams
 
 H = "thread:1"
 
@@ -60,6 +60,18 @@ def test_the_plan_puts_operators_on_their_recorded_streams_and_only_cross_stream
     assert p.event_waits[7] == () and p.event_waits[3] == ()  # same stream or host order: nothing
     assert p.event_waits[2] == ()  # its producer is on its own lane
     assert p.device_us[0] == 10.0 and p.device_us[3] == 100.0
+
+
+def test_gpu_ops_are_not_counted_as_fallbacks_on_the_streams() -> None:
+    from collections import Counter
+
+    g = _fsdp_like()
+    g.names[4] = g.names[6] = g.names[8] = "gemm_kernel"
+    g.names[7] = "fsdp::copy"
+    reasons = {1: "no op_schema", 4: "no op_schema", 6: "no op_schema", 7: "not an aten operator", 8: "no op_schema"}
+    fallbacks = Counter({"n1": 1, "gemm_kernel": 3, "fsdp::copy": 1})
+    not_fallbacks(plan_streams(g), g.names, reasons, fallbacks)
+    assert reasons == {7: "not an aten operator"} and fallbacks == Counter({"fsdp::copy": 1})
 
 
 class _Runner:

@@ -92,7 +92,7 @@ from nbox_replay.live.cudalanes import CudaLanes
 from nbox_replay.live.hostwork import plan_pad
 from nbox_replay.live.issues import Groups, Issue, NodeError, make_issue
 from nbox_replay.live.ops import LiveOps, prepare
-from nbox_replay.live.streams import StreamWalk, plan_streams
+from nbox_replay.live.streams import StreamWalk, not_fallbacks, plan_streams
 from nbox_trace.share import share_results
 from nbox_trace.threadtime import thread_times_ns
 
@@ -160,6 +160,8 @@ class Replayer:
         # live compute on CUDA: each operator on its recorded stream (nbox_replay.live.streams), no host sync inside
         self.walk = StreamWalk(g, plan_streams(g), CudaLanes(self.device), self.serialize, self._now) \
             if self.cuda and self.ops is not None else None
+        if self.walk is not None and self.ops is not None:  # GPU ops: re-launched by their operators
+            not_fallbacks(self.walk.plan, g.names, self.ops.reasons, self.ops.fallbacks)
         self.walked = 0  # repetitions walked on the streams so far (the first on one stream)
         self.host_held: bool | None = None  # the collectives are held on the host (None: none issued yet)
         self._start = 0  # the streams' repetition: its start, captured iterations' ends, unpriced comms' spans

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
@@ -55,7 +56,8 @@ from typing import Any, Protocol
 
 from nbox_replay.inputs import COLLECTIVE, COMPUTE, RECV, RankGraph
 
-__all__ = ["Event", "Lanes", "Runner", "Stream", "StreamPlan", "StreamWalk", "Streams", "WalkResult", "plan_streams"]
+__all__ = ["Event", "Lanes", "Runner", "Stream", "StreamPlan", "StreamWalk", "Streams", "WalkResult", "not_fallbacks",
+           "plan_streams"]
 
 
 class Event(Protocol):
@@ -187,6 +189,13 @@ def plan_streams(g: RankGraph) -> StreamPlan:
         event_waits[i] = tuple(ev)
         comm_waits[i] = tuple(sorted(set(cw)))
     return StreamPlan(device_node, owner, lane, event_waits, comm_waits, record, device_us, lane_streams, main)
+
+
+def not_fallbacks(plan: StreamPlan, names: Sequence[str], reasons: dict[int, str], fallbacks: Counter[str]) -> None:
+    """Take the plan's device nodes out of a rank's fallbacks (``LiveOps.reasons`` and ``.fallbacks``, in place):
+    their operators re-launch them, so nothing falls back to a recorded duration for them."""
+    gone = [i for i, d in enumerate(plan.device_node) if d and reasons.pop(i, None) is not None]
+    fallbacks -= Counter(names[i] for i in gone)
 
 
 class Lanes:
