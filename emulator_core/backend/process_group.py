@@ -220,8 +220,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         noise = self._noise if g is self._group else None  # point to point (a pair group) carries no noise
         late_ns = (None if noise is None else noise.arrive(_ITERATION, (collective, nbytes), t_issue_ns,
                                                            time.thread_time_ns(), threading.get_ident()))
-        # timing only: a send/recv carries its issue time to the peer (below), so it keeps the host hold
-        hold = self.config.move_data or (self._hold_timing and p2p is None)
+        hold = self.config.move_data or (self._hold_timing and p2p is None)  # timing-only p2p: the host's (below)
         st = devicecall.device_state(result, self.config.device_hold) if hold else None
         if st is not None:
             held, works, finish = devicecall.enqueue(st, g, self.timeout_s, what, result,
