@@ -12,7 +12,8 @@ stream, and, across streams, on a synchronous collective before it; a collective
 stream and depends on the last GPU op launched before it; a host operator that synchronized with the device
 depends on the last GPU op of every stream. :class:`StreamPlan` reads that, once per rank:
 
-* a **device node** (a GPU op) is not run: the host operator that launched it re-launches it when it runs live;
+* a **device node** (a GPU op) is not run, nor counted as a fallback: the host operator that launched it
+  re-launches it when it runs live;
 * a host operator's **lane** is the recorded stream of the first GPU op it launched: the busiest recorded compute
   stream (the one holding the most GPU op time, NCCL's streams left out) is played by the replay's current
   stream, every other one by a stream of its own (:class:`Lanes`); an operator that launched nothing runs on
