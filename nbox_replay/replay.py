@@ -376,13 +376,15 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
               device: str) -> tuple[dict[int, float] | None, str]:
     """Per replayed rank, the real training thread's time on a CPU and waiting for one per clean iteration (the
     CPU time alone for a bundle without the run-queue figure) for the host-work padding
-    (:mod:`nbox_replay.live.hostwork`), or None and why it is not applied."""
+    (:mod:`nbox_replay.live.hostwork`; on CUDA waits on the host before launches, :mod:`nbox_replay.live.streams`),
+    or None and why it is not applied. ``match`` on CUDA is refused (ReplayConfigError)."""
     if compute != "live":
         return None, ""
     if config.host_work == "off":
         return None, f"{HOST_WORK}=off"
-    if device != "cpu":
-        return None, f"compute runs on {device}, where the host thread's CPU time is not the operators' time"
+    if device != "cpu" and config.host_work == "match":  # on CUDA the pad is the host's waits before launches
+        raise ReplayConfigError(f"--set {HOST_WORK}=match: credits a replay on a CPU for its own work beyond the "
+                                f"real thread's; on {device} the pad only lengthens the host's time (use pad or off)")
     if config.warmup < 1:
         return None, "--warmup 0 leaves no repetition to measure the replay's own time on"
     figures = read_figures(source.manifest.observed if source.manifest is not None else None)

@@ -289,6 +289,39 @@ def test_the_setting_picks_the_hold_and_a_barrier_stays_on_the_host(fake: FakeDe
         pg.shutdown()
 
 
+def test_a_timing_only_collective_is_held_on_the_device_and_moves_no_data(fake: FakeDevice) -> None:
+    """A live replay's calls (NBOX_MOVE_DATA=0) on a device with a hold: held like emulate's, no data op."""
+    pg = _group(NBOX_MOVE_DATA="0")
+    try:
+        t = torch.ones(1024)
+        work = pg.allreduce([t], _opts(True))
+        assert isinstance(work, devicecall.HeldWork)
+        work.wait()
+        fake.current_stream().launch("consumer")
+        fake.synchronize(fake.current_stream())
+        group_stream = pg._group.stream
+        assert group_stream is not None
+        assert fake.ran.index(f"{group_stream.name}:hold") < fake.ran.index("default:consumer")
+        assert torch.equal(t, torch.ones(1024))  # no mirror copy: timing only
+        assert fake.slots[-1].status == STATUS_RELEASED and pg.records[-1].end_us >= pg.records[-1].start_us
+    finally:
+        pg.shutdown()
+    pg = _group(NBOX_MOVE_DATA="0", NBOX_DEVICE_HOLD="off")
+    try:
+        assert isinstance(pg.allreduce([torch.ones(4)], _opts(True)), NboxWork)
+    finally:
+        pg.shutdown()
+
+
+def test_a_timing_only_collective_stays_on_the_host_where_no_device_can_hold_it() -> None:
+    pg = _group(NBOX_MOVE_DATA="0")  # no fake device for CPU tensors, and no CUDA here
+    try:
+        assert not pg._hold_timing or torch.cuda.is_available()
+        assert isinstance(pg.allreduce([torch.ones(4)], _opts(True)), NboxWork)
+    finally:
+        pg.shutdown()
+
+
 def test_a_hold_that_cannot_be_built_falls_back_or_is_refused() -> None:
     def unavailable(_: torch.device) -> Any:
         raise HoldError("no NVRTC library")

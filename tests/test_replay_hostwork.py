@@ -245,7 +245,8 @@ def test_match_credits_the_replays_own_excess_on_the_ranks_clocks(tmp_path: Path
 
 def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:
     """The recorder's run-queue figure travels in the manifest (clean_run_queue) and is added to the CPU time;
-    a bundle without it pads to the CPU time alone; off, CUDA and --warmup 0 say why no pad."""
+    a bundle without it pads to the CPU time alone; off and --warmup 0 say why no pad; CUDA pads, match is refused
+    there."""
     from types import SimpleNamespace
 
     from nbox_replay.replay import _host_cpu
@@ -264,7 +265,9 @@ def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:
 
     assert host() == ({0: 23_000.0, 1: 10_000.0}, "")
     assert host(host_work="off") == (None, "replay.host_work=off")
-    assert host("cuda")[0] is None and "compute runs on cuda" in host("cuda")[1]
+    assert host("cuda") == host()  # on CUDA too: waits on the host before launches (nbox_replay.live.streams)
+    with pytest.raises(ReplayConfigError, match=r"replay.host_work=match: .*on cuda the pad only lengthens"):
+        host("cuda", host_work="match")
     assert host(warmup=0)[0] is None and "--warmup 0" in host(warmup=0)[1]
     bare = SimpleNamespace(manifest=None)
     got = _host_cpu(ReplayConfig(str(MLP)), bare, graphs, "live", "cpu")  # type: ignore[arg-type]

@@ -1,9 +1,12 @@
 """The backend's collectives held on the device (:mod:`emulator_core.device.hold` says how a hold works).
 
 Which calls: those whose tensors live on a device with a hold implementation (CUDA:
-:mod:`emulator_core.device._cuda`), when the real members move data (``nbox emulate``; a live replay's timing-only
-calls keep the host hold) and ``NBOX_DEVICE_HOLD`` is not ``off``. A barrier carries no tensor and keeps the
-host hold (``wait()`` blocks the host, as NCCL's barrier does).
+:mod:`emulator_core.device._cuda`) when ``NBOX_DEVICE_HOLD`` is not ``off``: every call where the real members move
+data (``nbox emulate``), and a timing-only collective (``NBOX_MOVE_DATA=0``: a live replay on CUDA, whose real members
+exchange only arrival times: :func:`no_data` between the stamp and the hold, the exchange started by the resolver
+once the device stamped the arrival). A timing-only send or receive keeps the host hold (its issue time travels to
+the peer where its data would). A barrier carries no tensor and keeps the host hold (``wait()`` blocks the host, as
+NCCL's barrier does).
 
 For such a call the backend (:mod:`emulator_core.backend`):
 
@@ -49,7 +52,7 @@ from emulator_core.device import (
 )
 
 __all__ = ["FOLLOW_S", "CoalescedHeld", "DeviceState", "HeldWork", "arrive", "async_op", "coalesced",
-           "completed_future", "device_state", "enqueue", "land", "register_factory"]
+           "completed_future", "device_state", "enqueue", "land", "may_hold", "no_data", "register_factory"]
 
 #: How often the device clock's offset to the host's is re-measured (drift followed).
 FOLLOW_S = 1.0
@@ -77,6 +80,17 @@ def register_factory(device_type: str, factory: Factory | None) -> None:
         st = _STATES.pop(key)
         if st is not None:
             st.clock.stop()
+
+
+def may_hold() -> bool:
+    """Whether a call in this process could be held on a device at all: a factory for a device type other than
+    CUDA (a test's fake), or CUDA where it is available."""
+    return any(t != "cuda" for t in _FACTORIES) or ("cuda" in _FACTORIES and torch.cuda.is_available())
+
+
+def no_data(inner: Any) -> tuple[list[Any], None]:
+    """A timing-only call's data ops: none (no tensor moves, not even the mirror copies)."""
+    return [], None
 
 
 def async_op(opts: Any) -> bool:

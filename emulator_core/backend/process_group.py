@@ -36,8 +36,10 @@ On CUDA (``NBOX_DEVICE_HOLD``, :mod:`emulator_core.backend.devicecall`), a call 
 NCCL runs it: on the stream NCCL would use, a small kernel stamps the device's arrival and spins until the deadline
 the resolver writes into pinned memory once the answer is known; ``wait()`` only orders the current stream after it,
 ``get_future()`` is complete at once with its devices set, and the host blocks only where the script synchronizes.
-Arrivals are the device's, on the host's reference timeline (:mod:`emulator_core.device.hold`). A barrier and a
-timing-only call (``NBOX_MOVE_DATA=0``) keep the host hold: ``wait()`` sleeps and spins to the deadline.
+Arrivals are the device's, on the host's reference timeline (:mod:`emulator_core.device.hold`). A timing-only
+collective (``NBOX_MOVE_DATA=0``, the live replay) is held the same way, with no data op between the stamp and the
+hold. A barrier and a timing-only send or receive (which carries its issue time to the peer) keep the host hold:
+``wait()`` sleeps and spins to the deadline.
 """
 
 from __future__ import annotations
@@ -146,6 +148,9 @@ class NboxProcessGroup(dist.ProcessGroup):
         self._coalescing: list[NboxWork] | None = None
         self._name = ""
         self._desc = ""
+        #: timing only (a live replay): a collective on a device with a hold is held there too; decided once, so a
+        #: process that can hold on no device pays nothing per call for it
+        self._hold_timing = not config.move_data and config.device_hold != "off" and devicecall.may_hold()
 
     # -- identity ---------------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -215,9 +220,11 @@ class NboxProcessGroup(dist.ProcessGroup):
         noise = self._noise if g is self._group else None  # point to point (a pair group) carries no noise
         late_ns = (None if noise is None else noise.arrive(_ITERATION, (collective, nbytes), t_issue_ns,
                                                            time.thread_time_ns(), threading.get_ident()))
-        st = devicecall.device_state(result, self.config.device_hold) if self.config.move_data else None
+        hold = self.config.move_data or (self._hold_timing and p2p is None)  # timing-only p2p: the host's (below)
+        st = devicecall.device_state(result, self.config.device_hold) if hold else None
         if st is not None:
-            held, works, finish = devicecall.enqueue(st, g, self.timeout_s, what, result, real,
+            held, works, finish = devicecall.enqueue(st, g, self.timeout_s, what, result,
+                                                     real if self.config.move_data else devicecall.no_data,
                                                      devicecall.async_op(opts), clock)
             self._start_resolver(g)
             g.pending.put(Pending(call, held, None, None, works, finish, collective, nbytes, issue_us, pricing,

@@ -46,8 +46,18 @@ them, the end moved later when the arrival times came in later than it, unless t
 microseconds from the repetition's
 start on the rank's clock (:mod:`nbox_replay.virtual.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks``
 (nodes per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
-rank, the node and the error, and the process exits with code 1. CUDA note: compute is synchronized before
-a collective is issued and at the end of a repetition (the communication stream is not modeled).
+rank, the node and the error, and the process exits with code 1.
+
+On CUDA with live compute the walk is :mod:`nbox_replay.live.streams`'s (:meth:`Replayer.repetition` hands it over;
+this rank is its ``Runner``): each operator on its recorded stream, a dependency across streams an event wait, a
+collective issued asynchronously after its producers (held on the device by the backend where it can be), the
+host-work pad as waits on the host before launches (``host_pad``), and one synchronize, at the end of a repetition;
+the worker's first repetition runs every node on one stream. A call held on the host (a send or a receive, or every
+call where the backend cannot hold on the device: ``NBOX_DEVICE_HOLD=off``, or no hold kernel) arrives when the host
+issues it, so the device is synchronized before it is issued, as before the streams. There the compute spans and the
+captured iterations' ends (but the last) are host times, when the walk launched, not the device's. With recorded
+compute on CUDA nothing runs on the device: the walk above, with a synchronize before each collective and at the
+end.
 """
 
 from __future__ import annotations
@@ -57,7 +67,6 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -72,8 +81,6 @@ from nbox_replay.inputs import (
     COLLECTIVE,
     COMPUTE,
     RECV,
-    SEND,
-    CommInfo,
     RankGraph,
     captured_iterations,
     correct_graphs,
@@ -81,141 +88,21 @@ from nbox_replay.inputs import (
     load_rank,
 )
 from nbox_replay.live.allocator import hold_heap
+from nbox_replay.live.cudalanes import CudaLanes
 from nbox_replay.live.hostwork import plan_pad
+from nbox_replay.live.issues import Groups, Issue, NodeError, make_issue
 from nbox_replay.live.ops import LiveOps, prepare
-from nbox_replay.virtual import retarget
-from nbox_trace.chakra import attr_map
+from nbox_replay.live.streams import StreamWalk, not_fallbacks, plan_streams
 from nbox_trace.share import share_results
 from nbox_trace.threadtime import thread_times_ns
 
-Issue = Callable[[], Any]
-
-
-class NodeError(RuntimeError):
-    """A node could not be replayed (carries its id and name for the error file)."""
-
-    def __init__(self, node_id: int, name: str, message: str) -> None:
-        super().__init__(message)
-        self.node_id, self.name = node_id, name
+__all__ = ["Groups", "Issue", "NodeError", "Replayer", "make_issue", "main"]
 
 
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")  # the ranks of a node all write every rank's result
     tmp.write_text(json.dumps(doc))
     tmp.replace(path)
-
-
-def _dtype(name: str | None) -> torch.dtype:
-    found = getattr(torch, name, None) if name else None
-    return found if isinstance(found, torch.dtype) else torch.float32
-
-
-class Groups:
-    """Process groups at the what-if world size: the recorded world grows to W, others keep their members."""
-
-    def __init__(self, groups: dict[str, list[int]], recorded_world: int, world: int) -> None:
-        self.world = world
-        self.recorded_world = recorded_world
-        self.by_name: dict[str, tuple[Any, list[int], bool]] = {}
-        everyone = list(range(recorded_world))
-        for name in sorted(groups):  # every process creates the same groups in the same order (torch's rule)
-            members = sorted(int(r) for r in groups[name])
-            grows = members == everyone and world != recorded_world
-            if grows or members == list(range(world)):
-                self.by_name[name] = (None, list(range(world)), grows)
-                continue
-            bad = [r for r in members if not 0 <= r < world]
-            if bad:
-                raise ValueError(f"process group {name!r} has member(s) {bad} outside the what-if world of {world}")
-            self.by_name[name] = (dist.new_group(members), members, False)
-
-    def get(self, name: str) -> tuple[Any, list[int], bool]:
-        """(group object or None for the world, members' global ranks, grown)."""
-        found = self.by_name.get(name)
-        if found is None:  # undeclared: the world, like torch's default group
-            found = self.by_name[name] = (None, list(range(self.world)), self.world != self.recorded_world)
-        return found
-
-
-def _root(comm: CommInfo, members: list[int]) -> int:
-    r = comm.root
-    if r is not None and r in members:
-        return r
-    if r is not None and 0 <= r < len(members):
-        return members[r]
-    return members[0]
-
-
-def make_issue(g: RankGraph, i: int, groups: Groups, device: str) -> Issue | None:
-    """A function issuing comm node ``i`` (returns its work), or None for an unpriced one (recorded duration)."""
-    comm = g.comm[i]
-    node_id, name = g.ids[i], g.names[i]
-    if comm.collective == "unpriced":
-        return None
-    me = g.rank
-    node = g.nodes[i] if g.nodes is not None else None
-    attrs = attr_map(node.attr) if node is not None else {}
-    dt_attr = attrs.get("nbox_dtype")
-    dtype = _dtype(str(dt_attr.value) if dt_attr is not None and dt_attr.value is not None else None)
-    item = torch.empty(0, dtype=dtype).element_size()
-
-    def buf(n: int) -> torch.Tensor:
-        return torch.zeros(max(n, 0), dtype=dtype, device=device)
-
-    if comm.collective == "send_recv":
-        peer, world = comm.peer, groups.world
-        if peer is None or not 0 <= peer < world or peer == me:
-            raise NodeError(node_id, name, f"send/recv peer {peer} is not another rank of the what-if world of "
-                                           f"{world} (rank {me})")
-        t = buf(max(1, round(comm.nbytes / item)))
-        if g.kind[i] == SEND:
-            return lambda: dist.isend(t, dst=peer, tag=comm.tag)
-        return lambda: dist.irecv(t, src=peer, tag=comm.tag)
-    pg, members, grows = groups.get(comm.pg)
-    if me not in members:
-        raise NodeError(node_id, name, f"rank {me} is not a member of process group {comm.pg!r} ({members[:8]})")
-    nbytes, _ = retarget(comm, groups.recorded_world, groups.world, grows)
-    n = max(1, round(nbytes / item))
-    gs = len(members)
-    c = comm.collective
-    if c == "all_reduce":
-        t = buf(n)
-        return lambda: dist.all_reduce(t, group=pg, async_op=True)
-    if c == "all_gather":
-        inp, out = buf(n), buf(n * gs)
-        return lambda: dist.all_gather_into_tensor(out, inp, group=pg, async_op=True)
-    if c == "reduce_scatter":
-        per = max(1, -(-n // gs))
-        inp, out = buf(per * gs), buf(per)
-        return lambda: dist.reduce_scatter_tensor(out, inp, group=pg, async_op=True)
-    if c in ("all_to_all", "all_to_all_v"):
-        ins, outs = comm.in_splits, comm.out_splits
-        if c == "all_to_all_v" and ins and outs and len(ins) == gs and len(outs) == gs and sum(ins) > 0:
-            row = max(1, n // sum(ins))
-            a, b = torch.zeros(sum(ins), row, dtype=dtype, device=device), \
-                torch.zeros(sum(outs), row, dtype=dtype, device=device)
-            in_s, out_s = list(ins), list(outs)
-            return lambda: dist.all_to_all_single(b, a, out_s, in_s, group=pg, async_op=True)
-        per = max(1, -(-n // gs))
-        inp, out = buf(per * gs), buf(per * gs)
-        return lambda: dist.all_to_all_single(out, inp, group=pg, async_op=True)
-    if c == "broadcast":
-        t, src = buf(n), _root(comm, members)
-        return lambda: dist.broadcast(t, src=src, group=pg, async_op=True)
-    if c == "reduce":
-        t, dst = buf(n), _root(comm, members)
-        return lambda: dist.reduce(t, dst=dst, group=pg, async_op=True)
-    if c == "gather":
-        t, dst = buf(n), _root(comm, members)
-        gl = [buf(n) for _ in range(gs)] if dst == me else None
-        return lambda: dist.gather(t, gl, dst=dst, group=pg, async_op=True)
-    if c == "scatter":
-        t, src = buf(n), _root(comm, members)
-        sl = [buf(n) for _ in range(gs)] if src == me else None
-        return lambda: dist.scatter(t, sl, src=src, group=pg, async_op=True)
-    if c == "barrier":
-        return lambda: dist.barrier(group=pg, async_op=True)
-    raise NodeError(node_id, name, f"collective {c!r} cannot be issued live")
 
 
 def _records_of(pg: Any) -> Any:
@@ -270,6 +157,16 @@ class Replayer:
         self.compute_spans: list[list[float]] = []
         self.comm_spans: list[list[float]] = []
         self.iteration_ends: list[float] = []  # when the last repetition ended each captured iteration
+        # live compute on CUDA: each operator on its recorded stream (nbox_replay.live.streams), no host sync inside
+        self.walk = StreamWalk(g, plan_streams(g), CudaLanes(self.device), self.serialize, self._now) \
+            if self.cuda and self.ops is not None else None
+        if self.walk is not None and self.ops is not None:  # GPU ops: re-launched by their operators
+            not_fallbacks(self.walk.plan, g.names, self.ops.reasons, self.ops.fallbacks)
+        self.walked = 0  # repetitions walked on the streams so far (the first on one stream)
+        self.host_held: bool | None = None  # the collectives are held on the host (None: none issued yet)
+        self._start = 0  # the streams' repetition: its start, captured iterations' ends, unpriced comms' spans
+        self._ends: list[float] = []
+        self._unpriced: list[list[float]] = []
 
     def _sync(self) -> None:
         if self.cuda:
@@ -356,6 +253,8 @@ class Replayer:
         and when it ended each captured iteration (:attr:`iteration_ends`): captured iteration j ends when the
         walk reaches the first node of iteration j + 1, the last one when the repetition ends.
         """
+        if self.walk is not None:
+            return self._on_streams(self.walk)
         g = self.g
         clock = self._now  # the rank's timeline: credited time (replay.host_work=match) is not the rank's
         works: dict[int, Any] = {}
@@ -413,6 +312,78 @@ class Replayer:
         wall = (end - start) / 1000.0
         self.iteration_ends = ends + [wall] * (self.captured - len(ends))
         return wall, compute_ns / 1000.0, wait_ns / 1000.0
+
+    # -- live compute on CUDA: the walk of nbox_replay.live.streams, this rank as its Runner -------------------
+    def _on_streams(self, walk: StreamWalk) -> tuple[float, float, float]:
+        """:meth:`repetition` on CUDA: the host pad is :attr:`pad` as waits before launches; one synchronize, at the
+        end (module docstring)."""
+        marks = [len(r) for r in self.records]
+        self._ends, self._unpriced = [], []
+        start = self._start = self._now()
+        walk.pad = self.pad
+        out = walk.repetition(self, one_stream=self.walked == 0)
+        self.walked += 1
+        self.node = -1  # the synchronize waits for every node's device work: it names none
+        t0 = self._now()
+        self._sync()
+        end = self._now()
+        base_us = start / 1000.0
+        comms = [[r.issue_us - base_us, r.start_us - base_us, max(r.end_us, r.real_done_us) - base_us]
+                 for rec, m in zip(self.records, marks, strict=True) for r in list(rec)[m:]]
+        self.compute_spans = [[(a - start) / 1000.0, (b - start) / 1000.0] for a, b in out.compute]
+        self.comm_spans = comms + self._unpriced
+        wall = (end - start) / 1000.0
+        self.iteration_ends = self._ends + [wall] * (self.captured - len(self._ends))
+        return wall, out.compute_ns / 1000.0, (out.wait_ns + end - t0) / 1000.0
+
+    def at(self, i: int) -> None:
+        self.node = i
+        while len(self._ends) < self.iteration_of[i]:
+            self._ends.append((self._now() - self._start) / 1000.0)
+
+    def launch(self, i: int) -> int:
+        """Run compute node ``i`` live (its launches' host time, ns), or wait its recorded time with its GPU ops'
+        (0); a straggler's live operator is stretched to factor x its device time (a synchronize)."""
+        assert self.ops is not None and self.walk is not None
+        t0 = time.perf_counter_ns()
+        if self.walk.lanes.streams:  # freed memory is not reused before every lane's queued work is done
+            CudaLanes.keep_for([self.ops.pool.tensors.get(t) for t in self.ops.release.get(i, ())],
+                               [self.walk.lanes.main, *self.walk.lanes.streams])
+        if self.ops.run(i):
+            took = time.perf_counter_ns() - t0
+            self.live_ns += took
+            if self.factor > 1.0:
+                self._sync()
+                self._idle_until(t0 + int((time.perf_counter_ns() - t0) * self.factor))
+            return took
+        self._idle_until(t0 + int((self.g.duration_us[i] + self.walk.plan.device_us[i]) * self.factor * 1000))
+        self.fallback_ns += time.perf_counter_ns() - t0
+        return 0
+
+    def issue(self, i: int) -> Any:
+        issue = self.issues[i]
+        if issue is None:  # unpriced: its recorded duration on this rank alone (host time)
+            t0 = self._now()
+            self._idle_until(time.perf_counter_ns() + int(self.g.duration_us[i] * 1000))
+            at = (t0 - self._start) / 1000.0
+            self._unpriced.append([at, at, (self._now() - self._start) / 1000.0])
+            return None
+        collective = self.g.kind[i] == COLLECTIVE
+        if not collective or self.host_held is not False:  # a host-held call arrives at its issue: the device first
+            self._sync()
+        try:
+            work = issue()
+        except Exception as err:
+            raise NodeError(self.g.ids[i], self.g.names[i], f"issuing {self.g.comm[i].collective}: {err}") from err
+        if collective:  # the backend's device hold (HeldWork) carries its hold; the host hold does not
+            self.host_held = getattr(work, "held", None) is None
+        return work
+
+    def wait(self, work: Any, i: int) -> int:
+        return self._wait_for({i: work}, [i])
+
+    def idle(self, ns: int) -> None:
+        self._idle_until(time.perf_counter_ns() + ns)
 
 
 def _busy_ns() -> int:

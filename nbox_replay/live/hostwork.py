@@ -65,8 +65,17 @@ The first repetition of a worker is slow (its tensors are made, caches are cold:
 times slower than in the repetitions after it), so a warm figure needs ``--warmup`` 2 or more, and a median a few
 more (``nbox replay`` defaults to 4); with ``--warmup 1`` the first timed repetition is padded too little.
 
-Not applied (``pad_us`` 0, the reason kept): on CUDA (the host thread's CPU time is not the device's
-operator time), without a repetition before to measure on, or without the recorder's figure for the rank.
+**On CUDA** the device runs the recorded kernels themselves (re-launched by the live operators); what the replay
+does not re-run is the host's work between launches. The plan is the same (the real thread's time on or waiting for
+a CPU per clean iteration less the replaying thread's, both counting the spins of their synchronizing calls), but
+``live_us`` is then the operators' launch time on the host, and the pad is not a stretch of the operators: the walk
+(:mod:`nbox_replay.live.streams`) waits on the host ``(factor - 1) x`` each live operator's launch time before its
+next launch or collective. A host-bound rank is slowed by it as the real one was; a device-bound one is not, its
+device's queue absorbing the host's waits. ``match`` is refused there: its credit moves the rank's timeline behind
+the host clock, while the device's kernels and holds keep running on the host's.
+
+Not applied (``pad_us`` 0, the reason kept): without a repetition before to measure on, or without the recorder's
+figure for the rank.
 """
 
 from __future__ import annotations
