@@ -8,8 +8,8 @@ is and once per variant below (a ``--set``, which acts on the what-if: the basel
 what-if row is read); the table gives, per model, the median over its
 bundles of the baseline's iteration time and its error against the real median given with ``--real`` (ms), and per
 variant how many points that error moves. The virtual replay is deterministic with recorded compute, so one replay
-per bundle and variant is enough; the spread is the bundles' (recordings'). Calibrated jitter is off by default, so
-its row turns it on; the profiler rows play one correction rule for every rank in place of the one ``on`` picks.
+per bundle and variant is enough; the spread is the bundles' (recordings'). The profiler rows play one correction
+rule for every rank in place of the one ``on`` picks.
 Live replay and emulate need launches and are not covered here.
 """
 
@@ -32,8 +32,7 @@ def variants(cal: Path) -> dict[str, list[str]]:
     out = {"as calibrated": [],
            "busy_slowdown off": [f"calibration.{i}.busy_slowdown=1" for i in range(n)],
            "queued-burst rule off (library=off)": [f"calibration.{i}.library=off" for i in range(n)],
-           "profiler correction off": ["replay.profiler_correction=off"],
-           "calibrated jitter on (jitter=calibrated)": ["jitter=calibrated"]}
+           "profiler correction off": ["replay.profiler_correction=off"]}
     # each profiler-correction rule alone, in place of the one ``on`` picks per rank
     out.update({f"profiler rule {rule} only": [f"replay.profiler_correction={rule}"] for rule in RULES})
     return out

@@ -5,7 +5,7 @@
 
 Cases: every shipped bundle in traces/ and every Chakra ET sample in tests/data/samples/chakra_et, each
 under several scenarios (the baseline at the recorded world size, dgx_h100_400g at 64 and 1024 ranks,
-ethernet_100g with a straggler and a compute scale, loopback_cpu with calibrated jitter) and
+ethernet_100g with a straggler and a compute scale, loopback_cpu with its calibration) and
 repetitions, all ranks and rank 0 alone. Per case: each rank's iteration times, compute, exposed and
 modeled comm, per-node starts and ends, issue ends and waits; every answered collective in answer order;
 or the error a case raised. Floats are written with ``float.hex`` (exact).
@@ -67,10 +67,10 @@ def _scenarios(source_path: str) -> list[tuple[str, Any]]:
     eth = load_scenario(SCENARIOS_DIR / "ethernet_100g.toml", ["compute_scale=1.7"])
     eth = Scenario.from_dict({**eth.to_dict(), "stragglers": [{"rank": 0, "slowdown": 1.5},
                                                               {"rank": 3, "slowdown": 2.0}]})
-    loop = load_scenario(SCENARIOS_DIR / "loopback_cpu.toml", ["jitter=calibrated", "jitter_seed=7"])
+    loop = load_scenario(SCENARIOS_DIR / "loopback_cpu.toml")
     out: list[tuple[str, Any]] = [("baseline", base)]
     for name, s, w in (("dgx64", dgx, 64), ("dgx1024", dgx, 1024), ("eth-straggler", eth, 64),
-                       ("loop-jitter", loop, max(8, src.recorded_world))):
+                       ("loopback", loop, max(8, src.recorded_world))):
         try:
             out.append((name, resize(s, max(w, src.recorded_world))))
         except NboxError as e:

@@ -272,19 +272,7 @@ def test_all_to_all_v_splits_go_through_the_per_peer_model() -> None:
     assert b.algorithm == "pairwise" and b.cost_us == pytest.approx(by_hand, rel=1e-12)
 
 
-# ------------------------------------------------------------------------------------------------- jitter
-
-JITTER = ((0.0, 0.0), (0.5, 0.0), (0.9, 1000.0), (1.0, 3000.0))
-
-
-def _jittery(jitter: str = "calibrated", seed: int = 7) -> Scenario:
-    from emulator_core.scenario.model import Calibration
-
-    s = load_scenario(SCENARIOS / "loopback_cpu.toml")
-    cals = tuple(replace(c, jitter_us=JITTER) if c.collective == "all_reduce" else c for c in s.calibration)
-    assert any(c.collective == "all_reduce" for c in cals) and all(isinstance(c, Calibration) for c in cals)
-    return replace(s, calibration=cals, jitter=jitter, jitter_seed=seed)
-
+# --------------------------------------------------------------------------------------- draws and group keys
 
 def test_draw_is_uniform_looking_and_depends_only_on_its_arguments() -> None:
     us = [answer_mod.draw(3, 12345, i) for i in range(20000)]
@@ -295,70 +283,14 @@ def test_draw_is_uniform_looking_and_depends_only_on_its_arguments() -> None:
     assert answer_mod.draw(4, 12345, 0) != us[0] and answer_mod.draw(3, 1, 0) != us[0]
 
 
-def test_calibrated_jitter_adds_the_tabled_extra_at_the_drawn_quantile() -> None:
-    s = _jittery()
-    plain = Fabric(replace(s, jitter="off"))
-    fabric = Fabric(s)
-    g, g0 = fabric.group(range(8), [0, 1]), plain.group(range(8), [0, 1])
-    extras = []
-    for i in range(400):
-        a = fabric.answer(g, "all_reduce", 1 << 20, [0.0, 0.0])
-        b = plain.answer(g0, "all_reduce", 1 << 20, [0.0, 0.0])
-        u = answer_mod.draw(7, g.key, i)
-        by_hand = 0.0 if u <= 0.5 else (u - 0.5) / 0.4 * 1000.0 if u <= 0.9 else 1000.0 + (u - 0.9) / 0.1 * 2000.0
-        assert a.cost_us == pytest.approx(b.cost_us + by_hand, rel=1e-12, abs=1e-9)
-        extras.append(a.cost_us - b.cost_us)
-    assert sum(e == 0 for e in extras) == pytest.approx(200, abs=40)  # half the calls at the median
-    assert max(extras) > 1000.0
-    # A collective without a jitter table, and jitter "off", cost exactly the model.
-    assert fabric.answer(g, "broadcast", 4096, [0.0, 0.0]).cost_us == plain.answer(g0, "broadcast", 4096,
-                                                                                   [0.0, 0.0]).cost_us
-
-
-def test_calls_of_a_gloo_burst_overlap_their_jitter_instead_of_adding_it() -> None:
-    """gloo runs a burst's calls at once: a joining call adds only what its draw exceeds the burst's largest so
-    far, so the burst ends max(draws) later than without jitter, not sum(draws)."""
-    s = _jittery()
-    plain = Fabric(replace(s, jitter="off"))
-    fabric = Fabric(s)
-    cal = next(c for c in s.calibration if c.collective == "all_reduce")
-    sizes = [1181952, 526336, 262144, 131072]
-    seen_overlap = False
-    for start in range(0, 120, 4):  # several bursts, so that draws of every order come up
-        g, g0 = fabric.group([0, 1], [0, 1]), plain.group([0, 1], [0, 1])
-        for k in range(start):  # advance both groups' draw index without a burst
-            fabric.answer(g, "all_gather", 4096, [1e6 * (k + 1)] * 2)
-            plain.answer(g0, "all_gather", 4096, [1e6 * (k + 1)] * 2)
-        t0 = 1e6 * (start + 1)
-        draws = [cal.jitter_at(answer_mod.draw(7, g.key, start + i)) for i in range(len(sizes))]
-        ends = [fabric.answer(g, "all_reduce", n, [t0, t0]).end_us for n in sizes]  # all issued at once
-        ends0 = [plain.answer(g0, "all_reduce", n, [t0, t0]).end_us for n in sizes]
-        for i in range(len(sizes)):
-            assert ends[i] - ends0[i] == pytest.approx(max(draws[: i + 1]), abs=1e-6)
-        seen_overlap |= sum(draws) > max(draws) > 0
-    assert seen_overlap  # some burst drew two delays: the sum would have differed
-    # calls that do not join a burst (each after the group is free) keep their whole draw
-    g, g0 = fabric.group([0, 1], [0, 1]), plain.group([0, 1], [0, 1])
-    for i in range(40):
-        t = 1e6 * (i + 1)
-        u = cal.jitter_at(answer_mod.draw(7, g.key, i))
-        a, b = fabric.answer(g, "all_reduce", 526336, [t, t]), plain.answer(g0, "all_reduce", 526336, [t, t])
-        assert a.cost_us - b.cost_us == pytest.approx(u, abs=1e-6)
-
-
-def test_jitter_draws_agree_across_real_ranks_and_differ_between_groups_and_seeds() -> None:
-    s = _jittery()
-    # Two real ranks build the same group (members in any order) and see the same costs.
-    on_rank0, on_rank1 = Fabric(s), Fabric(s)
-    g0, g1 = on_rank0.group([5, 1, 3, 7], [1, 3]), on_rank1.group([1, 3, 5, 7], [1, 3])
-    assert g0.key == g1.key
-    costs0 = [on_rank0.answer(g0, "all_reduce", 4096, [0.0, 0.0]).cost_us for _ in range(50)]
-    costs1 = [on_rank1.answer(g1, "all_reduce", 4096, [0.0, 0.0]).cost_us for _ in range(50)]
-    assert costs0 == costs1 and len(set(costs0)) > 10
+def test_group_keys_agree_across_real_ranks_and_differ_between_groups() -> None:
+    """compute_noise seeds its draws with the group's key: two real ranks that build the same group (members in any
+    order) get the same key, another group another one."""
+    s = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    g0, g1 = Fabric(s).group([5, 1, 3, 7], [1, 3]), Fabric(s).group([1, 3, 5, 7], [1, 3])
+    assert g0.key == g1.key != 0
     assert Fabric(s).group([0, 2, 4, 6], [0, 2]).key != g0.key
-    reseeded = Fabric(replace(s, jitter_seed=8))
-    g2 = reseeded.group([1, 3, 5, 7], [1, 3])
-    assert [reseeded.answer(g2, "all_reduce", 4096, [0.0, 0.0]).cost_us for _ in range(50)] != costs0
+    assert Fabric(s).group(None, [0]).key == 0  # the whole world
 
 
 # ------------------------------------------------------------------------------------------------ compute noise

@@ -502,26 +502,6 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     assert busy[1]["busy_slowdown"] == s.calibrated("all_gather", "loopback").busy_slowdown  # type: ignore[union-attr]
 
 
-def test_jitter_table_pools_each_calls_lateness_over_its_sizes_median() -> None:
-    from emulator_core.calibration.fit import JITTER_QUANTILES, jitter_table
-    from emulator_core.calibration.spec import summarize
-
-    small = summarize("all_reduce", 1024, 1024, 2, [[100.0, 100.0, 100.0, 3100.0], [90.0, 100.0]])  # median 100
-    big = summarize("all_reduce", 1 << 20, 1 << 20, 2, [[1000.0, 1000.0, 4000.0, 800.0]])  # median 1000
-    table = jitter_table([small, big])
-    assert [q for q, _ in table] == list(JITTER_QUANTILES)
-    # lateness: small 0,0,0,3000,0,0 (90 counts as 0); big 0,0,3000,0 -> 8 zeros and two 3000s
-    extras = dict(table)
-    assert extras[0.0] == 0.0 and extras[0.75] == 0.0 and extras[1.0] == 3000.0
-    assert extras[0.9] == 3000.0  # order statistic 8.1 of 0..9: both 3000
-    assert extras[0.85] == pytest.approx(1950.0)  # 7.65: linear between order statistics 7 (0) and 8 (3000)
-    assert jitter_table([]) == ()
-    fit_ = cf.fit([small, big], nproc=2)[0]
-    assert fit_.jitter_us == table
-    entry = cal.scenario_fragment([fit_], nproc=2).calibrated("all_reduce", "loopback")
-    assert entry is not None and entry.jitter_us == table
-
-
 def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``--backend auto`` (the default) is decided in the ranks, so nbox calibrate's process never imports torch;
@@ -546,9 +526,10 @@ def test_auto_takes_the_backend_the_ranks_report_and_refuses_another(tmp_path: P
         assert f"2 ranks, {reported}." in out.read_text() and res.fits[0].collective == "all_reduce"
 
 
-def test_the_removed_rest_shares_are_refused_in_a_calibration_entry() -> None:
-    """rest_factor and apart_rest_factor went with the burst credit: an entry that has one is refused, by name."""
+def test_the_removed_rest_shares_and_jitter_table_are_refused_in_a_calibration_entry() -> None:
+    """rest_factor and apart_rest_factor went with the burst credit, jitter_us with the calibrated jitter: an entry
+    that has one (as an older nbox calibrate wrote it) is refused, by name."""
     base = {"collective": "all_gather", "dimension": "network", "algorithm": "ring", "ranks": 2}
-    for key in ("rest_factor", "apart_rest_factor"):
+    for key, value in (("rest_factor", 0.5), ("apart_rest_factor", 0.5), ("jitter_us", [[0.0, 0.0], [1.0, 9.0]])):
         with pytest.raises(ScenarioError, match=rf"^{key}: removed key: .*; delete this key$"):
-            Calibration.from_dict({**base, key: 0.5})
+            Calibration.from_dict({**base, key: value})

@@ -208,6 +208,11 @@ def test_override_bad_path(tmp_path: Path, override: str, msg: str) -> None:
     ("topology.dims.0.burst_bytes=0", "topology.dims.0.burst_bytes: removed key in --set "
                                       "topology.dims.0.burst_bytes=0: the token-bucket burst credit is no longer "
                                       "modeled; delete this key"),
+    ("jitter=calibrated", "jitter: removed key in --set jitter=calibrated: the calibrated jitter is no longer "
+                          "modeled; delete this key"),
+    ("calibration.0.jitter_us=0", "calibration.0.jitter_us: removed key in --set calibration.0.jitter_us=0: the "
+                                  "calibrated jitter is no longer modeled; delete this key"),
+    ("jitter_seed=7", "jitter_seed: removed key in --set jitter_seed=7: renamed noise_seed"),
     ("topology.dims.0.kind=torus", "topology.dims[0].kind = \"torus\": must be one of"),
     ("topology.dims.0.links_per_rank=0", "topology.dims[0].links_per_rank = 0: must be >= 1"),
     ("topology.dims.0.size=0", "topology.dims[0].size = 0: only the last dimension may have size 0"),
@@ -236,16 +241,32 @@ def test_validation_names_key_and_file(tmp_path: Path, override: str, expected: 
     assert isinstance(e.value, InvalidInputError) and e.value.exit_code == 3
 
 
-@pytest.mark.parametrize(("text", "key"), [
-    (BASE.replace("latency_us = 5.0", "latency_us = 5.0\nburst_bytes = 125000.0"), "topology.dims[1].burst_bytes"),
+_BURST_GONE = "the token-bucket burst credit is no longer modeled; delete this key"
+_JITTER_GONE = "the calibrated jitter is no longer modeled; delete this key"
+#: A [[calibration]] entry as an older ``nbox calibrate`` wrote it, with its measured spread (``jitter_us``).
+_OLD_CAL_ENTRY = ('\n[[calibration]]\ncollective = "all_reduce"\ndimension = "net"\nalgorithm = "ring"\nranks = 2\n'
+                  "latency_factor = 1.0\nbandwidth_factor = 1.0\nefficiency = [[1024, 0.0079], [67108864, 1.0]]\n"
+                  "jitter_us = [[0.0, 0.0], [0.5, 0.0], [0.9, 3145.0], [0.99, 6628.0], [1.0, 16510.0]]\n"
+                  'library = "gloo"\nsizes_bytes = [1024, 67108864]\n')
+
+
+@pytest.mark.parametrize(("text", "key", "reason"), [
+    (BASE.replace("latency_us = 5.0", "latency_us = 5.0\nburst_bytes = 125000.0"), "topology.dims[1].burst_bytes",
+     _BURST_GONE),
     (BASE + '\n[[calibration]]\ncollective = "all_reduce"\ndimension = "net"\nalgorithm = "ring"\nranks = 2\n'
-            "rest_factor = 0.5\n", "calibration[0].rest_factor"),
+            "rest_factor = 0.5\n", "calibration[0].rest_factor", _BURST_GONE),
     (BASE + '\n[[calibration]]\ncollective = "all_gather"\ndimension = "net"\nalgorithm = "ring"\nranks = 2\n'
-            "apart_rest_factor = 0.0\n", "calibration[0].apart_rest_factor"),
+            "apart_rest_factor = 0.0\n", "calibration[0].apart_rest_factor", _BURST_GONE),
+    (BASE + _OLD_CAL_ENTRY, "calibration[0].jitter_us", _JITTER_GONE),
+    ('jitter = "calibrated"\n' + BASE, "jitter", _JITTER_GONE),
+    ('jitter = "off"\njitter_seed = 7\n' + BASE, "jitter", _JITTER_GONE),
+    ("jitter_seed = 7\n" + BASE, "jitter_seed",
+     "renamed noise_seed (it seeds compute_noise; the calibrated jitter is no longer modeled); rename this key"),
 ])
-def test_a_file_with_a_removed_burst_credit_key_is_refused_in_one_line(tmp_path: Path, text: str, key: str) -> None:
-    """The token-bucket burst credit and its rest shares are gone: a scenario or calibration file that still has
-    one of their keys is refused (exit 3, as any bad scenario input), the line naming the file and the key and
+def test_a_file_with_a_removed_key_is_refused_in_one_line(tmp_path: Path, text: str, key: str, reason: str) -> None:
+    """The token-bucket burst credit with its rest shares, and the calibrated jitter, are gone: a scenario or
+    calibration file that still has one of their keys (e.g. a calibration an older ``nbox calibrate`` wrote, with
+    ``jitter_us`` tables) is refused (exit 3, as any bad scenario input), the line naming the file and the key and
     saying what to do, rather than read as if the key still acted."""
     import subprocess
     import sys
@@ -253,8 +274,7 @@ def test_a_file_with_a_removed_burst_credit_key_is_refused_in_one_line(tmp_path:
     p = write(tmp_path, text)
     with pytest.raises(ScenarioError) as e:
         load_scenario(p)
-    assert str(e.value) == f"{p}: {key}: removed key: the token-bucket burst credit is no longer modeled; " \
-                           "delete this key"
+    assert str(e.value) == f"{p}: {key}: removed key: {reason}"
     assert e.value.exit_code == 3
     proc = subprocess.run([sys.executable, "-m", "nbox", "scenario", "validate", str(p)], capture_output=True,
                           text=True, timeout=120)
@@ -340,33 +360,19 @@ def test_property_round_trip(s: Scenario) -> None:
     assert Scenario.from_dict(s.to_dict()) == s
 
 
-def test_jitter_keys_validate_round_trip_and_stay_out_of_files_that_do_not_use_them(tmp_path: Path) -> None:
+def test_noise_seed_validates_round_trips_and_stays_out_of_files_that_do_not_set_it() -> None:
     from dataclasses import replace as _replace
 
-    from emulator_core.scenario.model import Calibration
     from emulator_core.scenario.tomltext import dump_toml, loads_scenario
 
     base = load_scenario(None)
-    text = dump_toml(base)  # the default policy writes no top-level key: older files read back the same
-    assert "jitter =" not in text and "jitter_seed" not in text and "jitter_us" in text  # the loopback's spread
-    assert "jitter" not in dump_toml(load_scenario(Path(__file__).resolve().parents[1] / "emulator_core" /
-                                                   "scenarios" / "dgx_h100_400g.toml"))  # nothing measured
-    cal = Calibration("all_reduce", base.topology.dims[0].name, "ring", 2,
-                      jitter_us=((0, 0), (0.5, 10.0), (1, 2500)))
-    assert cal.jitter_at(0.0) == 0.0 and cal.jitter_at(0.75) == pytest.approx(1255.0) and cal.jitter_at(1.0) == 2500
-    s = _replace(base, calibration=(cal,), jitter="calibrated", jitter_seed=42)
+    assert "noise_seed" not in dump_toml(base)  # the default writes no key: older files read back the same
+    s = _replace(base, noise_seed=42)
     text = dump_toml(s)
-    assert 'jitter = "calibrated"' in text and "jitter_seed = 42" in text and "jitter_us = [[0.0, 0.0]," in text
-    assert loads_scenario(text) == s
-    assert load_scenario(None, ["jitter=calibrated", "jitter_seed=3"]).jitter_seed == 3
-    for bad, match in [({"jitter": "sometimes"}, "jitter"), ({"jitter_seed": -1}, "jitter_seed")]:
-        with pytest.raises(ScenarioError, match=match):
-            _replace(base, **bad)  # type: ignore[arg-type]
-    for table, match in [([[0, 0], [0.9, 5]], "from 0 to 1"), ([[0, 5], [1, 1]], "must not decrease"),
-                         ([[0, 0], [0.5, 1], [0.5, 2], [1, 3]], "increase strictly"), ("x", "pairs"),
-                         ([[0, 0], [1, float("nan")]], "finite")]:
-        with pytest.raises(ScenarioError, match=match):
-            Calibration("all_reduce", "loopback", "ring", 2, jitter_us=table)  # type: ignore[arg-type]
+    assert "noise_seed = 42" in text and loads_scenario(text) == s
+    assert load_scenario(None, ["noise_seed=3"]).noise_seed == 3
+    with pytest.raises(ScenarioError, match="noise_seed = -1: must be >= 0"):
+        _replace(base, noise_seed=-1)
 
 
 def test_live_unsupported_names_what_the_live_backend_cannot_apply() -> None:
@@ -376,7 +382,6 @@ def test_live_unsupported_names_what_the_live_backend_cannot_apply() -> None:
 
     base = load_scenario(None)
     assert live_unsupported(base) is None
-    assert live_unsupported(_replace(base, jitter="calibrated")) is None  # jitter is the fabric's: it applies
     assert live_unsupported(_replace(base, compute_scale=2.0)) == (
         "compute_scale = 2: the live emulation runs the script's real compute, so it cannot apply this "
         "(nbox replay can); remove it from the scenario")

@@ -23,7 +23,7 @@ reduce-scatter in, all-reduce on the last dimension, all-gather out), the LogGP 
 compute keys (roofline, peak-perf, local-mem-bw) have no nbox counterpart. Custom (Chakra ET) collectives are
 refused. Export writes the inverse, and refuses what ASTRA-sim cannot express: in-network reduction,
 ``[[calibration]]`` factors, a per-message overhead, a size-1 dimension, algorithms it does not implement;
-what is not network (compute scale, stragglers, overlap, jitter) is left out and named in the notes.
+what is not network (compute scale, stragglers, overlap, compute noise) is left out and named in the notes.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def astra_configs(scenario: Scenario, *, source: str | None = None) -> AstraConf
     if others:
         notes.append(f"algorithms: not written (ASTRA-sim's system config has no such key): {', '.join(others)}")
     left_out = [k for k, v in (("compute_scale", scenario.compute_scale != 1.0), ("stragglers", scenario.stragglers),
-                               ("overlap", scenario.overlap != "overlap"), ("jitter", scenario.jitter != "off"),
+                               ("overlap", scenario.overlap != "overlap"),
                                ("compute_noise", scenario.compute_noise != "off"),
                                ("network.library", scenario.network.library != "generic"),
                                ("topology.dims.fabric", any(d.fabric for d in dims))) if v]

@@ -15,7 +15,7 @@ The rule, kept by each real rank for the emulated members that mirror it on one 
   :func:`emulator_core.backend.process_group.mark_iteration`) closes segment ``(i, p)``.
 * **a copy's draw.** Each emulated copy replays, for the whole of iteration ``i``, the real rank's compute of one
   earlier iteration ``i - lag``, ``lag`` drawn uniformly (:func:`emulator_core.pricing.answer.draw`, seeded by
-  ``jitter_seed``) among the last :data:`NOISE_HISTORY` iterations on record (at least :data:`NOISE_MIN_HISTORY`,
+  ``noise_seed``) among the last :data:`NOISE_HISTORY` iterations on record (at least :data:`NOISE_MIN_HISTORY`,
   else it has no noise yet); the copies of one real rank draw distinct lags, so at most ``NOISE_HISTORY`` of them
   are tracked. One lag per iteration keeps the noise's structure inside an iteration (a slow phase of a CPU slows
   all of its segments).
@@ -51,7 +51,7 @@ NOISE_HISTORY, NOISE_MIN_HISTORY = 32, 4
 #: Wall time beyond the CPU time of a segment that counts as a block (ns): a thread's own syscalls and page faults
 #: leave a few tens of microseconds; a ``wait()`` sleeps until its last 200 us (``NBOX_SPIN_US``).
 BLOCK_NS = 100_000
-_SALT = 0x6E6F697365  # "noise": these draws apart from the jitter's on the same group
+_SALT = 0x6E6F697365  # "noise": these draws apart from any other draw keyed by the same group
 
 
 class MirrorNoise:
@@ -59,7 +59,7 @@ class MirrorNoise:
 
     Args:
         copies: how many emulated members of the group mirror this real rank (>= 0).
-        seed: the scenario's ``jitter_seed``.
+        seed: the scenario's ``noise_seed``.
         key: the group's draw key (:attr:`emulator_core.pricing.answer.FabricGroup.key`).
     """
 

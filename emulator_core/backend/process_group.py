@@ -140,7 +140,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         #: compute_noise: the lateness of this rank's emulated copies on the group (emulator_core.backend.computenoise);
         #: every real member keeps one where the group has emulated members, so all send the same exchange
         self._noise = (MirrorNoise(fg.emulated_per_real[self.layout.real_positions.index(me)],
-                                   fabric.scenario.jitter_seed, fg.key)
+                                   fabric.scenario.noise_seed, fg.key)
                        if fabric.scenario.compute_noise == "mirror_history" and any(fg.emulated_per_real) else None)
         self._pairs: dict[int, GroupState] = {}
         self.records: list[OpRecord] = []

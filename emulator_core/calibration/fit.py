@@ -66,7 +66,6 @@ class Fit:
         bandwidth_bytes_per_us: peak bandwidth (efficiency 1.0), bytes per microsecond; ``None`` for barrier.
         efficiency: ``(size_bytes, fraction)`` points at the collective's nccl-tests size (``costmodels.Efficiency``).
         points: every measured size, measured vs model.
-        jitter_us: the spread, for a scenario's ``jitter_us`` (see :func:`jitter_table`).
     """
 
     collective: str
@@ -76,7 +75,6 @@ class Fit:
     bandwidth_bytes_per_us: float | None
     efficiency: tuple[tuple[int, float], ...]
     points: tuple[FitPoint, ...] = field(default=())
-    jitter_us: tuple[tuple[float, float], ...] = field(default=())
 
     @property
     def bandwidth_gbps(self) -> float | None:
@@ -213,25 +211,6 @@ def power_law_points(points: Sequence[tuple[int, float]], between: int = _BETWEE
     return tuple(out + list(points[-1:]))
 
 
-#: Quantiles of a jitter table: every 5%, plus the 99th.
-JITTER_QUANTILES = (*(i / 20 for i in range(20)), 0.99, 1.0)
-
-
-def jitter_table(ms: Sequence[Measurement]) -> tuple[tuple[float, float], ...]:
-    """How much later than the median of its size each timed call ended, pooled over the sizes, as
-    ``(quantile, extra_us)`` at :data:`JITTER_QUANTILES` (empty when there are no samples).
-
-    Additive, not relative: on a shared host the slow calls of every size are late by about the same
-    few milliseconds (a descheduled thread, a wake-up), e.g. the loopback p90 - median was +3.4 ms at 1 KiB,
-    1 MiB and 16 MiB alike. A call faster than its median counts as 0 (played at the median): the model
-    fits medians, and a negative delta pooled from large sizes would exceed small calls' whole cost.
-    """
-    extra = sorted(max(0.0, t - m.median_us) for m in ms for rnd in m.rounds_us for t in rnd)
-    if not extra:
-        return ()
-    return tuple((q, significant(worker.percentile(extra, q), 4)) for q in JITTER_QUANTILES)
-
-
 def _fit_one(coll: str, algo: str, p: int, ms: Sequence[Measurement]) -> Fit:
     ms = sorted(ms, key=lambda m: m.nbytes)
     a = cm.cost(coll, algo, 0, p, cm.Link(1.0, 1.0))
@@ -255,8 +234,7 @@ def _with_points(f: Fit, ms: Sequence[Measurement]) -> Fit:
         model = f.model_us(m.nbytes)
         pts.append(FitPoint(m.nbytes, m.median_us, m.p10_us, m.p90_us, model,
                             100.0 * (model - m.median_us) / m.median_us if m.median_us > 0 else 0.0))
-    return Fit(f.collective, f.algorithm, f.ranks, f.latency_us, f.bandwidth_bytes_per_us, f.efficiency, tuple(pts),
-               jitter_table(ms))
+    return Fit(f.collective, f.algorithm, f.ranks, f.latency_us, f.bandwidth_bytes_per_us, f.efficiency, tuple(pts))
 
 
 def fit(measurements: Sequence[Measurement], nproc: int, backend: str = "gloo") -> list[Fit]:

@@ -66,9 +66,9 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
         lat_factor = significant(max(f.latency_us, ALPHA_FLOOR_US) / max(latency, ALPHA_FLOOR_US))
         names = [f.collective] + (["all_to_all_v"] if f.collective == "all_to_all" else [])
         sizes = sorted(p.nbytes for p in f.points)
-        cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, f.jitter_us,
-                             library, (sizes[0], sizes[-1]) if sizes else (),
-                             (slowdowns or {}).get(f.collective, 1.0)) for n in names]
+        cals += [Calibration(n, dimension, f.algorithm, f.ranks, lat_factor, bw_factor, f.efficiency, library,
+                             (sizes[0], sizes[-1]) if sizes else (), (slowdowns or {}).get(f.collective, 1.0))
+                 for n in names]
     busy = busy_sizes or {}
     cals = [replace(c, busy_nbytes=busy[c.collective]) if c.busy_slowdown > 1 and busy.get(c.collective, 0) > 0
             else c for c in cals]
@@ -96,10 +96,6 @@ def format_fits(fits: Sequence[Fit]) -> str:
         for p in f.points:
             lines.append(f"  {format_bytes(p.nbytes):>12} {t(p.measured_us):>13} {t(p.p10_us) + '-' + t(p.p90_us):>21} "
                          f"{t(p.model_us):>12} {p.error_pct:>7.1f}%")
-        if f.jitter_us:
-            at = dict(f.jitter_us)
-            lines.append(f"  jitter (a call's time over its size's median, all sizes): p50 +{at[0.5]:.0f} us, "
-                         f"p75 +{at[0.75]:.0f} us, p90 +{at[0.9]:.0f} us, p99 +{at[0.99]:.0f} us")
     return "\n".join(lines)
 
 

@@ -17,11 +17,6 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   communication stream per communicator, as NCCL and gloo do).
 * **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.pricer.price_group` for the
   group's shape on the scenario's topology (microseconds).
-* With the scenario's ``jitter = "calibrated"``,
-  ``cost`` also gets the calibration's measured spread at a quantile ``u`` drawn by :func:`draw` from the
-  seed, the group's members and the collective's index on the group: a fabric whose calls vary (a shared
-  host's loopback, a congested network) is played with its spread, not only its median, and the draw is
-  reproducible.
 * **queued behind the previous (gloo).** A collective issued while the group's previous one still runs, of
   the same kind, calibrated with gloo at the group's size, costs what its bytes add to the burst it joins:
   ``price(burst + bytes) - price(burst)``, not ``price(bytes)``. gloo runs a group's async collectives on its
@@ -29,9 +24,7 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   efficiency at small sizes) once per burst. On the namespace testbed ddp_mlp's two buckets issued together
   are priced closer as a burst than one after the other (docs/results.md). NCCL runs a communicator's kernels one
   after another, each paying its own cost,
-  so it keeps ``price(bytes)``. With ``jitter = "calibrated"`` a call that joins a burst draws too, but the
-  burst's calls run at once, so their delays overlap: it adds only what its draw exceeds the largest drawn in
-  the burst so far (the burst ends the largest of its calls' delays later, not their sum).
+  so it keeps ``price(bytes)``.
 * **beside compute (a shared core).** A call issued while the group's previous collective still runs says that
   its members computed meanwhile: from that collective's start (or the previous such call's arrival, whichever
   is later) to this call's arrival, ``overlap``. Where the running collective's calibration has
@@ -167,7 +160,8 @@ class FabricGroup:
     stragglers: tuple[tuple[float, int], ...]
     free_us: float = -math.inf
     answered: int = 0
-    #: Identifies the group's members for :func:`draw` (crc32 of the sorted global ranks; 0: the whole world).
+    #: Identifies the group's members for :func:`draw` (crc32 of the sorted global ranks; 0: the whole world);
+    #: ``compute_noise`` seeds its per-group draws with it (:mod:`emulator_core.backend.computenoise`).
     key: int = 0
     #: Per real member (``real_positions`` order), how many emulated members mirror it.
     emulated_per_real: tuple[int, ...] = ()
@@ -179,8 +173,8 @@ class FabricGroup:
         # the running stream beside compute: its start, the latest arrival counted, its busy_slowdown, the delay
         # one of its calls gets beside compute (us), and its calls' count and summed cost so far (us)
         self._busy: tuple[float, float, float, float, int, float] = (-math.inf, -math.inf, 1.0, 0.0, 0, 0.0)
-        # the running burst: its collective, bytes so far and the largest jitter drawn in it (us)
-        self._burst: tuple[str, float, float] = ("", 0.0, 0.0)
+        # the running burst: its collective and bytes so far
+        self._burst: tuple[str, float] = ("", 0.0)
 
 
 class Fabric:
@@ -251,13 +245,6 @@ class Fabric:
             group._cal[collective] = found[1] if found is not None else None
         return group._cal[collective]
 
-    def _jitter_us(self, group: FabricGroup, collective: str) -> float:
-        """This call's draw from the calibration's spread, microseconds (0 without one)."""
-        cal = self._calibration(group, collective)
-        if cal is None or not cal.jitter_us:
-            return 0.0
-        return cal.jitter_at(draw(self.scenario.jitter_seed, group.key, group.answered))
-
     def _bursts_of(self, group: FabricGroup, collective: str) -> bool:
         """Whether queued calls of ``collective`` on ``group`` join a burst (module docstring): its calibration
         was measured with gloo, on as many ranks as the group has (not extrapolated: unmeasured there)."""
@@ -321,17 +308,17 @@ class Fabric:
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
             algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)
-            group._burst = ("", 0.0, 0.0)
+            group._burst = ("", 0.0)
         else:
             algorithm, cost = self.price(group, collective, nbytes)
-            run_kind, run_bytes, run_jitter = group._burst
+            run_kind, run_bytes = group._burst
             if last < free and run_kind == collective and self._bursts_of(group, collective):
                 _, before = self.price(group, collective, run_bytes)
                 _, after = self.price(group, collective, run_bytes + nbytes)
                 cost = max(0.0, after - before)
-                group._burst = (collective, run_bytes + nbytes, run_jitter)
+                group._burst = (collective, run_bytes + nbytes)
             else:
-                group._burst = (collective, nbytes, 0.0)
+                group._burst = (collective, nbytes)
         run_start, counted, slowdown, delay, calls, stream_us = group._busy
         if last >= free:  # this call starts the stream anew: the collective its successors may find running
             group._busy = (start, last, *self._slowdown_of(group, collective), 1, cost)
@@ -339,13 +326,6 @@ class Fabric:
             rate = busy_rate(slowdown, delay, calls, stream_us)
             group._busy = (run_start, last, slowdown, delay, calls + 1, stream_us + cost)
             cost += max(0.0, last - max(run_start, counted)) * (1.0 - 1.0 / rate)
-        if self.scenario.jitter == "calibrated":
-            extra = self._jitter_us(group, collective)
-            kind, run_bytes, played = group._burst
-            if kind:  # in a burst (its first call included): only the excess over the delay already played
-                group._burst = (kind, run_bytes, max(played, extra))
-                extra = max(0.0, extra - played)
-            cost = max(0.0, cost + extra)
         end = start + cost
         group.free_us = end
         group.answered += 1

@@ -65,7 +65,6 @@ meaning "whatever makes the product equal world_size"; it is resolved when the :
 """
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Mapping
@@ -98,22 +97,18 @@ from emulator_core.scenario.values import (
     check_table,
     choice,
     parse_tables,
-    quantile_table,
     quote_toml_string,
 )
 
 __all__ = ["AUTO", "CALIBRATION_KEYS", "COLLECTIVES", "CONGESTION", "DIMENSION_KINDS", "DIM_KEYS", "FORWARDING",
            "COMPUTE_NOISE_POLICIES",
-           "JITTER_POLICIES", "LIBRARIES", "MAX_WORLD_SIZE", "NETWORK_KEYS", "OVERLAP_POLICIES", "STRAGGLER_KEYS",
+           "LIBRARIES", "MAX_WORLD_SIZE", "NETWORK_KEYS", "OVERLAP_POLICIES", "STRAGGLER_KEYS",
            "TOPOLOGY_KEYS", "TOP_KEYS", "Calibration", "Dimension", "Network", "Scenario", "ScenarioError",
            "Straggler", "Topology", "check_mesh", "quote_toml_string"]
 
 #: Overlap policies: "overlap" lets communication run concurrently with compute (as recorded);
 #: "serialize" makes every collective wait for compute and compute wait for every collective.
 OVERLAP_POLICIES = ("overlap", "serialize")
-#: Jitter policies: "off" prices every collective at its model cost; "calibrated" adds to each one a delay
-#: drawn from the measured spread of its ``[[calibration]]`` (``jitter_us``), deterministically.
-JITTER_POLICIES = ("off", "calibrated")
 #: Compute-noise policies: "off" (an emulated member arrives with the real member it mirrors) or "mirror_history"
 #: (for each iteration it replays that member's CPU time between calls of a randomly drawn recent iteration,
 #: emulator_core/backend/computenoise.py; ``nbox emulate`` only).
@@ -126,10 +121,10 @@ AUTO = "auto"
 #: The keys of each table (the top level, ``[[stragglers]]``, ``[[calibration]]``), in the order the TOML
 #: writer puts them.
 TOP_KEYS = ("name", "description", "world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap",
-            "calibration", "jitter", "jitter_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
+            "calibration", "noise_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")
+                    "efficiency", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -207,10 +202,6 @@ class Calibration:
         latency_factor, bandwidth_factor: > 0, multiply the dimension's ``latency_us`` / ``bandwidth_gbps``.
         efficiency: ``(size_bytes, fraction)`` pairs as ``costmodels.Efficiency`` (sizes in bytes, the
             collective's nccl-tests "size"; strictly increasing; fractions in (0, 1]); empty = 1.0 everywhere.
-        jitter_us: the measured spread, as the quantile function of the extra time of one call over the
-            median of its size, pooled over the sizes: ``(quantile, extra_us)`` pairs, quantiles strictly
-            increasing from 0 to 1, extras non-decreasing (may be negative: a call faster than the median).
-            Empty = no spread. Used when the scenario's ``jitter = "calibrated"`` (see :meth:`jitter_at`).
         library: the communication library measured (``"gloo"``, ``"nccl"``; ``""`` = not recorded).
         sizes_bytes: the smallest and largest size measured (bytes, ``[min, max]``; empty = not recorded).
         busy_slowdown: how many times longer a call ran while a thread computed on its ranks' cores (>= 1; 1, the
@@ -230,7 +221,6 @@ class Calibration:
     latency_factor: float = 1.0
     bandwidth_factor: float = 1.0
     efficiency: tuple[tuple[int, float], ...] = ()
-    jitter_us: tuple[tuple[float, float], ...] = ()
     library: str = ""
     sizes_bytes: tuple[int, ...] = ()
     busy_slowdown: float = 1.0
@@ -259,7 +249,6 @@ class Calibration:
         except ValueError as e:
             raise bad("efficiency", [list(pt) for pt in points], str(e)) from None
         object.__setattr__(self, "efficiency", points)
-        object.__setattr__(self, "jitter_us", quantile_table("jitter_us", self.jitter_us))
         if not isinstance(self.library, str) or len(self.library) > 64 or not (
                 self.library == "" or NAME_RE.match(self.library)):
             raise bad("library", self.library, "must be a library name such as \"gloo\" or \"nccl\"")
@@ -276,24 +265,12 @@ class Calibration:
         if self.busy_nbytes is not None:
             check_int("busy_nbytes", self.busy_nbytes, 1, 1 << 50)
 
-    def jitter_at(self, u: float) -> float:
-        """The extra time (us) at quantile ``u`` in [0, 1] of ``jitter_us``, interpolated linearly; 0 if empty."""
-        table = self.jitter_us
-        if not table:
-            return 0.0
-        for (q0, x0), (q1, x1) in itertools.pairwise(table):
-            if u <= q1:
-                return x0 + (x1 - x0) * (u - q0) / (q1 - q0)
-        return table[-1][1]
-
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``jitter_us``, ``library``, ``sizes_bytes``, ``busy_slowdown`` and
-        ``busy_nbytes`` only when recorded (files without them stay the same)."""
+        """Plain form, as in the TOML file; ``library``, ``sizes_bytes``, ``busy_slowdown`` and ``busy_nbytes`` only
+        when recorded (files without them stay the same)."""
         d = {k: getattr(self, k) for k in CALIBRATION_KEYS
-             if k not in ("jitter_us", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")}
+             if k not in ("library", "sizes_bytes", "busy_slowdown", "busy_nbytes")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
-        if self.jitter_us:
-            out["jitter_us"] = [list(p) for p in self.jitter_us]
         if self.library:
             out["library"] = self.library
         if self.sizes_bytes:
@@ -327,11 +304,8 @@ class Scenario:
             (compute durations are divided by it).
         stragglers: ranks whose compute is slowed down (unique ranks, each < ``world_size``).
         overlap: ``"overlap"`` or ``"serialize"`` (see :data:`OVERLAP_POLICIES`).
-        jitter: ``"off"`` or ``"calibrated"`` (see :data:`JITTER_POLICIES`). ``calibrated``: a collective whose
-            ``[[calibration]]`` has a ``jitter_us`` table costs its model time plus that table at a quantile
-            drawn from ``jitter_seed``, the group's members and the collective's position on the group (the
-            same draw on every real rank, and in every run with the same seed).
-        jitter_seed: any integer >= 0; also seeds ``compute_noise``'s draws.
+        noise_seed: any integer >= 0: seeds ``compute_noise``'s draws (the same draws on every real rank, and in
+            every run with the same seed).
         compute_noise: ``"off"`` or ``"mirror_history"`` (see :data:`COMPUTE_NOISE_POLICIES`): whether an emulated
             member's compute carries noise of its own, that of an earlier iteration of the real member it mirrors
             (:mod:`emulator_core.backend.computenoise`). Acts in ``nbox emulate`` where a group has emulated members;
@@ -358,8 +332,7 @@ class Scenario:
     stragglers: tuple[Straggler, ...] = ()
     overlap: str = "overlap"
     calibration: tuple[Calibration, ...] = ()
-    jitter: str = "off"
-    jitter_seed: int = 0
+    noise_seed: int = 0
     compute_noise: str = "off"
     network: Network = field(default_factory=Network)
     mesh: tuple[tuple[str, int], ...] = ()
@@ -411,8 +384,7 @@ class Scenario:
         object.__setattr__(self, "algorithms", tuple(sorted(seen.items())))
         object.__setattr__(self, "compute_scale", check_float("compute_scale", self.compute_scale, gt=0))
         choice("overlap", self.overlap, OVERLAP_POLICIES)
-        choice("jitter", self.jitter, JITTER_POLICIES)
-        check_int("jitter_seed", self.jitter_seed, 0, 2**63 - 1)
+        check_int("noise_seed", self.noise_seed, 0, 2**63 - 1)
         choice("compute_noise", self.compute_noise, COMPUTE_NOISE_POLICIES)
         stragglers = tuple(self.stragglers)
         slow: dict[int, float] = {}
@@ -486,15 +458,15 @@ class Scenario:
         return self._slowdowns.get(rank, 1.0)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self). ``jitter``,
-        ``jitter_seed``, ``network``, ``mesh`` and ``mesh_placement`` only when not the defaults, so scenarios
-        written before they existed stay the same."""
+        """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self). ``noise_seed``,
+        ``network``, ``mesh`` and ``mesh_placement`` only when not the defaults, so scenarios written before they
+        existed stay the same."""
         out: dict[str, Any] = {**({"name": self.name} if self.name else {}),
                                **({"description": self.description} if self.description else {}),
                                "world_size": self.world_size, "compute_scale": self.compute_scale,
                                "overlap": self.overlap}
-        if self.jitter != "off" or self.jitter_seed != 0:
-            out.update(jitter=self.jitter, jitter_seed=self.jitter_seed)
+        if self.noise_seed != 0:
+            out["noise_seed"] = self.noise_seed
         if self.compute_noise != "off":
             out["compute_noise"] = self.compute_noise
         if not self.network.is_default():
@@ -529,7 +501,7 @@ class Scenario:
         stragglers = parse_tables("stragglers", raw_strag, Straggler.from_dict)
         if not isinstance(raw_cal := d.get("calibration", []), list):
             raise bad("calibration", raw_cal, "must be an array of tables [[calibration]]")
-        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "jitter", "jitter_seed",
+        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "noise_seed",
                                                     "compute_noise", "mesh", "mesh_placement", "name",
                                                     "description") if k in d}
         if "network" in d:

@@ -1,10 +1,9 @@
 """Scenario validation: the one error type (:class:`ScenarioError`, naming the key path and the bad value) and
-the small checkers every scenario table uses (integers, finite floats, choices, quantile tables, unknown keys).
+the small checkers every scenario table uses (integers, finite floats, choices, unknown keys, removed keys).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -97,24 +96,6 @@ def check_float(key: str, value: Any, *, gt: float | None = None, ge: float | No
     return v
 
 
-def quantile_table(key: str, raw: Any) -> tuple[tuple[float, float], ...]:
-    """Validate ``[[quantile, value], ...]``: quantiles strictly increasing from 0 to 1, values finite and
-    non-decreasing; empty is allowed."""
-    if not isinstance(raw, (list, tuple)) or not all(isinstance(pt, (list, tuple)) and len(pt) == 2 for pt in raw):
-        raise bad(key, raw, "must be an array of [quantile, extra_us] pairs")
-    if not raw:
-        return ()
-    if len(raw) > 1024:
-        raise bad(key, f"{len(raw)} pairs", "must have at most 1024 pairs")
-    pts = tuple((check_float(key, q, ge=0), check_float(key, x)) for q, x in raw)
-    qs = [q for q, _ in pts]
-    if len(pts) < 2 or qs[0] != 0 or qs[-1] != 1 or any(b <= a for a, b in itertools.pairwise(qs)):
-        raise bad(key, [list(p) for p in pts][:8], "quantiles must increase strictly from 0 to 1")
-    if any(b[1] < a[1] for a, b in itertools.pairwise(pts)):
-        raise bad(key, [list(p) for p in pts][:8], "extra_us must not decrease as the quantile grows")
-    return pts
-
-
 def choice(key: str, value: Any, allowed: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise bad(key, value, f"must be one of {', '.join(repr(a) for a in allowed)}")
@@ -123,9 +104,14 @@ def choice(key: str, value: Any, allowed: Sequence[str]) -> str:
 
 #: Keys nbox once read and no longer models, with why: a file that still has one is refused with that reason
 #: rather than read as if the key acted. The token-bucket burst credit (a ``tc tbf`` shaper's refilled bucket,
-#: with its per-collective rest shares) moved no real model's predicted iteration enough to keep.
-REMOVED_KEYS = {k: "the token-bucket burst credit is no longer modeled; delete this key"
-                for k in ("burst_bytes", "rest_factor", "apart_rest_factor")}
+#: with its per-collective rest shares) and the calibrated jitter (a collective's measured spread, ``jitter_us``,
+#: played at a drawn quantile when ``jitter = "calibrated"``) moved no real model's predicted iteration enough to
+#: keep. ``jitter_seed`` also seeded ``compute_noise``, which reads ``noise_seed`` now.
+REMOVED_KEYS = {**{k: "the token-bucket burst credit is no longer modeled; delete this key"
+                   for k in ("burst_bytes", "rest_factor", "apart_rest_factor")},
+                **{k: "the calibrated jitter is no longer modeled; delete this key" for k in ("jitter", "jitter_us")},
+                "jitter_seed": "renamed noise_seed (it seeds compute_noise; the calibrated jitter is no longer "
+                               "modeled); rename this key"}
 
 
 def check_table(key: str, d: Any, allowed: Sequence[str], required: Sequence[str] = ()) -> None:
