@@ -25,7 +25,9 @@ published figures (NeuronaBox: observed and emulated iteration ms, two nodes) st
 |error| <= 2% and inside the real launches' p10-p90 ("met"). Nothing is asserted.
 
 Every launch holds ``/tmp/nbox_ranks.lock`` (``fcntl.flock``) while it runs, so that on a shared machine only one
-rank-launching job runs at a time. ``--out DIR`` writes ``seeds_table.csv`` and ``seeds_table.png`` (the errors
+rank-launching job runs at a time. ``--workdir DIR`` keeps every launch's files and, after each model, its rows
+(``rows.json``); ``--rebuild`` makes the table again from a stopped ``--testbed`` run's workdir (its complete rounds
+per model; the virtual replay re-run on its bundles), launching nothing. ``--out DIR`` writes ``seeds_table.csv`` and ``seeds_table.png`` (the errors
 with their intervals, beside the seeds' own; matplotlib). ``--json``: one document on stdout.
 """
 
@@ -162,6 +164,49 @@ def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
             return list(eft.emulate_on(tb, tmp, f"emu-{model}-{rnd}", model, 2, 1, scenario, args.warmup, iterations))
 
     return Runner(real, record, live, emulate, scenario, f"testbed: 2 nodes x 1 rank, {args.rate}, scenario {scenario}")
+
+
+def workdir_runner(tmp: Path, args: argparse.Namespace) -> Runner:
+    """``--rebuild``: the launches of a stopped ``--testbed`` run, read back from its ``--workdir`` (the files the
+    launches above leave there); nothing is launched. The virtual replay is re-run on the round's bundle (it is
+    deterministic), under ``--calibration``."""
+
+    def read(path: Path) -> Any:
+        if not path.exists():
+            raise FileNotFoundError(path)
+        return json.loads(path.read_text())
+
+    def real(model: str, rnd: int) -> list[float]:
+        per_rank = [read(tmp / f"plain-{model}-{rnd}.json.rank{r}") for r in range(2)]
+        n = min(len(p) for p in per_rank)
+        return [max(p[i] for p in per_rank) for i in range(args.warmup, n)]
+
+    def record(model: str, rnd: int) -> Path:
+        bundle = tmp / f"r{rnd}" / f"{model}.bundle"
+        if not (bundle / "manifest.json").exists():
+            raise FileNotFoundError(bundle)
+        return bundle
+
+    def live(bundle: Path, rnd: int) -> list[float]:
+        doc = read(tmp / f"live-pad-{bundle.stem}-{rnd}.n0.out")
+        return [float(x) for part in ("baseline", "what_if") for x in doc[part]["iteration_us"]["values"]]
+
+    def emulate(model: str, rnd: int) -> list[float]:
+        return [float(x) for x in read(tmp / f"emu-{model}-{rnd}.n0.out")["iteration_time_us"]["values"]]
+
+    return Runner(real, record, live, emulate, args.calibration,
+                  f"testbed: 2 nodes x 1 rank, {args.rate}, scenario {args.calibration} (rebuilt from {tmp})")
+
+
+def rounds_in(runner: Runner, model: str, rounds: int) -> int:
+    """``--rebuild``: how many of the first ``rounds`` rounds of ``model`` left every file (a stopped run's last
+    round may be partial)."""
+    for rnd in range(rounds):
+        try:
+            runner.real(model, rnd), runner.emulate(model, rnd), runner.live(runner.record(model, rnd), rnd)
+        except (FileNotFoundError, KeyError, ValueError):
+            return rnd
+    return rounds
 
 
 def _local(cmd: list[str], tag: str, tmp: Path, timeout_s: float = 900) -> str:
@@ -350,7 +395,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="--testbed: nbox calibrate --collectives")
     ap.add_argument("--budget", type=float, default=0.3, help="--testbed: nbox calibrate --budget")
     ap.add_argument("--out", type=Path, default=None, help="write seeds_table.csv and seeds_table.png here")
-    ap.add_argument("--workdir", type=Path, default=None, help="keep the bundles and logs here")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="keep the bundles, logs and rows.json (the rows so far, after each model) here")
+    ap.add_argument("--rebuild", action="store_true",
+                    help="--testbed: the table from a stopped run's --workdir files, launching nothing")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -360,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--models {args.models!r}: choose from {', '.join(MODELS)}")
     if args.rounds < 2 or not 0 <= args.warmup < args.steps - 1 or args.capture < 1:
         ap.error("need --rounds >= 2 (a paired interval), 0 <= --warmup < --steps - 1, --capture >= 1")
+    if args.rebuild and not (args.testbed and args.workdir is not None and args.calibration is not None):
+        ap.error("--rebuild reads a --testbed run's --workdir and needs its --calibration")
     if args.out is not None:
         import matplotlib  # noqa: F401  (fail before hours of launches, not after)
 
@@ -368,7 +418,17 @@ def main(argv: list[str] | None = None) -> int:
         tmp.mkdir(parents=True, exist_ok=True)
         rows: list[dict[str, Any]] = []
         with contextlib.ExitStack() as stack:
-            if args.testbed:
+            if args.rebuild:
+                runner = workdir_runner(tmp, args)
+                for model in models:
+                    n = rounds_in(runner, model, args.rounds)
+                    if n < 2:
+                        print(f"seeds_table: {model}: {n} complete round(s) in {tmp}, left out", file=sys.stderr)
+                        continue
+                    rows.append(run_model(runner, model, n))
+                    print(format_table(rows[-1:]), file=sys.stderr)
+                models = []
+            elif args.testbed:
                 from nbox_trace.testbed.namespaces import Testbed
 
                 tb = stack.enter_context(Testbed(2, rate=args.rate))
@@ -378,7 +438,12 @@ def main(argv: list[str] | None = None) -> int:
             for model in models:
                 rows.append(run_model(runner, model, args.rounds))
                 print(format_table(rows[-1:]), file=sys.stderr)
-    text = f"{runner.where}; {args.rounds} rounds, {args.steps - args.warmup} timed iterations per launch\n" \
+                if args.workdir is not None:  # each model's rows as soon as they exist: a stopped run keeps them
+                    part = tmp / "rows.json.tmp"
+                    part.write_text(json.dumps({"where": runner.where, "rounds": args.rounds, "rows": rows}))
+                    part.replace(tmp / "rows.json")
+    rounds = "each model's complete rounds" if args.rebuild else f"{args.rounds} rounds"
+    text = f"{runner.where}; {rounds}, {args.steps - args.warmup} timed iterations per launch\n" \
            + format_table(rows)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
