@@ -31,7 +31,6 @@ def variants(cal: Path) -> dict[str, list[str]]:
     n = len(load_scenario(cal, ()).calibration)
     out = {"as calibrated": [],
            "busy_slowdown off": [f"calibration.{i}.busy_slowdown=1" for i in range(n)],
-           "queued-burst rule off (library=off)": [f"calibration.{i}.library=off" for i in range(n)],
            "profiler correction off": ["replay.profiler_correction=off"]}
     # each profiler-correction rule alone, in place of the one ``on`` picks per rank
     out.update({f"profiler rule {rule} only": [f"replay.profiler_correction={rule}"] for rule in RULES})

@@ -8,12 +8,12 @@ repetition, each after a small draining call: one call alone (``T1``); two calls
 four issued together (``T4``; gloo still runs two at a time). Medians of the slower rank's times. ``--load``: a thread
 of each rank computes a matmul loop throughout, sharing the rank's core.
 
-What it tells (``emulator_core.pricing.answer``, "queued behind the previous (gloo)"): the queued-burst rule prices
-a stream of buckets from calls timed alone. gloo runs a group's async calls on two worker threads, so while one call
-does its host-side steps the other's bytes could keep the link busy. ``factor = (T2 - T1) / T1`` is what a second
-call in flight adds; ``steady = (T4 - T2) / (2 T1)`` what each further call adds once the stream runs (past the
-start, where a token-bucket link still holds the credit the first call's host-side steps left unused). Results are
-read on stdout; nothing is written elsewhere. """
+What it tells (``emulator_core.pricing.answer``, "queued behind the previous"): the model prices a stream of
+buckets as calls timed alone, one after another. gloo runs a group's async calls on two worker threads, so while
+one call does its host-side steps the other's bytes could keep the link busy. ``factor = (T2 - T1) / T1`` is what
+a second call in flight adds; ``steady = (T4 - T2) / (2 T1)`` what each further call adds once the stream runs
+(past the start, where a token-bucket link still holds the credit the first call's host-side steps left unused).
+Results are read on stdout; nothing is written elsewhere. """
 
 from __future__ import annotations
 

@@ -17,14 +17,12 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   communication stream per communicator, as NCCL and gloo do).
 * **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.pricer.price_group` for the
   group's shape on the scenario's topology (microseconds).
-* **queued behind the previous (gloo).** A collective issued while the group's previous one still runs, of
-  the same kind, calibrated with gloo at the group's size, costs what its bytes add to the burst it joins:
-  ``price(burst + bytes) - price(burst)``, not ``price(bytes)``. gloo runs a group's async collectives on its
-  worker threads at once, so DDP's buckets keep the link busy and pay a call's fixed losses (the calibrated
-  efficiency at small sizes) once per burst. On the namespace testbed ddp_mlp's two buckets issued together
-  are priced closer as a burst than one after the other (docs/results.md). NCCL runs a communicator's kernels one
-  after another, each paying its own cost,
-  so it keeps ``price(bytes)``.
+* **queued behind the previous.** A collective issued while the group's previous one still runs costs its own
+  ``price(bytes)`` and starts when that one ends, under gloo as under NCCL: each call pays its own fixed losses
+  (the calibrated efficiency at small sizes). gloo's worker threads may run two of a group's async calls at once,
+  but DDP's buckets on real models are tens of MB, where a call's fixed losses are a small share of its price:
+  pricing a stream of queued gloo calls as one transfer did not move a real model's answer, so the model keeps
+  one rule for every library.
 * **beside compute (a shared core).** A call issued while the group's previous collective still runs says that
   its members computed meanwhile: from that collective's start (or the previous such call's arrival, whichever
   is later) to this call's arrival, ``overlap``. Where the running collective's calibration has
@@ -173,8 +171,6 @@ class FabricGroup:
         # the running stream beside compute: its start, the latest arrival counted, its busy_slowdown, the delay
         # one of its calls gets beside compute (us), and its calls' count and summed cost so far (us)
         self._busy: tuple[float, float, float, float, int, float] = (-math.inf, -math.inf, 1.0, 0.0, 0, 0.0)
-        # the running burst: its collective and bytes so far
-        self._burst: tuple[str, float] = ("", 0.0)
 
 
 class Fabric:
@@ -245,12 +241,6 @@ class Fabric:
             group._cal[collective] = found[1] if found is not None else None
         return group._cal[collective]
 
-    def _bursts_of(self, group: FabricGroup, collective: str) -> bool:
-        """Whether queued calls of ``collective`` on ``group`` join a burst (module docstring): its calibration
-        was measured with gloo, on as many ranks as the group has (not extrapolated: unmeasured there)."""
-        cal = self._calibration(group, collective)
-        return cal is not None and cal.library == "gloo" and cal.ranks == group.shape.size
-
     def _slowdown_of(self, group: FabricGroup, collective: str) -> tuple[float, float]:
         """``(busy_slowdown, delay_us)`` of ``collective``'s calibration on ``group``: the factor (1 without one) and
         the time one call loses beside compute, ``(s - 1)`` times the calibration's call at the size the factor was
@@ -308,17 +298,8 @@ class Fabric:
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
             algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)
-            group._burst = ("", 0.0)
         else:
             algorithm, cost = self.price(group, collective, nbytes)
-            run_kind, run_bytes = group._burst
-            if last < free and run_kind == collective and self._bursts_of(group, collective):
-                _, before = self.price(group, collective, run_bytes)
-                _, after = self.price(group, collective, run_bytes + nbytes)
-                cost = max(0.0, after - before)
-                group._burst = (collective, run_bytes + nbytes)
-            else:
-                group._burst = (collective, nbytes)
         run_start, counted, slowdown, delay, calls, stream_us = group._busy
         if last >= free:  # this call starts the stream anew: the collective its successors may find running
             group._busy = (start, last, *self._slowdown_of(group, collective), 1, cost)
