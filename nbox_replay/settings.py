@@ -6,7 +6,7 @@ overhead, whether a live replay pads for host work it does not re-run). They hav
 their own; a user who must change one says so with ``--set``, like any other setting of the question:
 
 * ``replay.profiler_correction``: ``on`` (default), ``off``, ``proportional``, ``per_op``, ``to_clean``, ``to_wall``,
-  ``segments`` (:mod:`nbox_replay.inputs.profiler`);
+  ``segments``, ``segments_runnable`` (:mod:`nbox_replay.inputs.profiler`);
 * ``replay.host_work``: ``pad`` (default with live compute), ``match``, ``off`` (:mod:`nbox_replay.live.hostwork`).
 
 :func:`split_settings` takes them out of the overrides; the rest go to the scenario as before.
@@ -106,10 +106,10 @@ class ReplayConfig:
         nodes: ``--clock real`` across several nodes (:class:`nbox_trace.launch.Nodes`): run the same command on
             each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
             rendezvouses at the endpoint's port + k; every node reports the whole job.
-        profiler_correction: ``on`` (``segments`` where the bundle carries the clean segments between collectives,
-            else ``to_clean``; ``to_wall`` for a rank with GPU work, ``proportional`` for lean-timed operators or
+        profiler_correction: ``on`` (``segments_runnable`` where the bundle carries the clean segments between
+            collectives, ``segments`` for a rank recorded on an oversubscribed machine, else ``to_clean``; ``to_wall`` for a rank with GPU work, ``proportional`` for lean-timed operators or
             unmarked iterations), ``off``, or a rule by name (``proportional``, ``per_op``, ``to_clean``, ``to_wall``,
-            ``segments``) for every rank: how recorded compute is
+            ``segments``, ``segments_runnable``) for every rank: how recorded compute is
             corrected for the profiler's overhead (:mod:`nbox_replay.inputs.profiler`; recorded compute only, bundles
             that carry the figures only).
         host_work: ``pad``, ``match`` or ``off``: whether a live replay with live compute pads its operators for

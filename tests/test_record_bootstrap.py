@@ -221,7 +221,7 @@ def test_ddp_example_all_reduces_every_gradient_once(example_runs: dict[str, Run
     cpu_figures = read_manifest(run.bundle).observed["thread_cpu_us"]
     assert all(len(cpu_figures[str(r)]["clean_segments"]) == ITERATIONS for r in (0, 1))
     doc = run_replay(ReplayConfig(str(run.bundle), clock="virtual", compute="recorded")).to_dict()
-    assert doc["profiler_correction"]["rule_by_rank"] == {"0": "segments", "1": "segments"}
+    assert doc["profiler_correction"]["rule_by_rank"] == {"0": "segments_runnable", "1": "segments_runnable"}
     for rank in (0, 1):  # the bundle's Chakra collectives: every gradient byte all-reduced once per iteration
         colls = comm_nodes(run.bundle, rank)
         assert colls and all(c[0] == pb.ALL_REDUCE for c in colls)

@@ -141,7 +141,7 @@ def test_on_picks_segments_where_the_figures_carry_them_and_the_worker_doc_keeps
     assert c.figures[0].clean_segments_us == (300.0, 200.0) and c.figures[1].clean_segments_us is None
     g = synthetic([100.0, "C", 100.0])
     out = correct_graphs({0: g, 1: g}, c)
-    assert c.rule_of(0) == "segments" and c.rule_of(1) == "to_clean"
+    assert c.rule_of(0) == "segments_runnable" and c.rule_of(1) == "to_clean"
     assert out[0].duration_us == [pytest.approx(300.0), 0.0, pytest.approx(200.0)]
     assert out[1].duration_us == [pytest.approx(250.0), 0.0, pytest.approx(250.0)]
     back = from_worker_doc(json.loads(json.dumps(c.worker_doc())))
@@ -227,3 +227,35 @@ def test_a_correction_with_fallbacks_serializes() -> None:
     assert json.loads(json.dumps(c.to_dict()))["segment_fallbacks"] == {"0": {"1": "3 segments captured, 2 clean"}}
     assert "captured iteration(s) [1] corrected by to_clean instead of segments (3 segments captured, 2 clean)" \
         in c.describe()
+
+
+def test_segments_runnable_scales_each_segment_to_its_cpu_plus_run_queue_time() -> None:
+    """``segments_runnable``: the clean segments' medians of CPU + run-queue time, not CPU alone, and the rule
+    scales each captured segment to them (the run queue moves the answer)."""
+    clean = [[[10, 1], [20, 4]], [[30, 3], [40, 0]], [[20, 2], [0, 6]]]
+    assert segment_medians(clean) == (20.0, 20.0)
+    assert segment_medians(clean, runnable=True) == (22.0, 24.0)
+    assert segment_medians([[[1, -1]]], runnable=True) is None and segment_medians([[[1, math.inf]]]) is None
+    g = synthetic([100.0, 300.0, "C", 50.0, 50.0, "C", 200.0])
+    fig = RankFigures(500.0, 900.0, clean_segments_us=(300.0, 20.0, 180.0),
+                      clean_segments_runnable_us=(330.0, 20.0, 250.0))
+    cpu, _ = correct_graph(g, fig, "segments")
+    runnable, _ = correct_graph(g, fig, "segments_runnable")
+    assert main_sums(g, cpu) == [[pytest.approx(300.0), pytest.approx(20.0), pytest.approx(180.0)]]
+    assert main_sums(g, runnable) == [[pytest.approx(330.0), pytest.approx(20.0), pytest.approx(250.0)]]
+
+
+def test_on_plays_the_run_queue_unless_the_recording_machine_was_oversubscribed() -> None:
+    """``on``: ``segments_runnable`` (each segment's CPU + run-queue time); a rank that waited a quarter of its CPU
+    time or more for a CPU (other ranks' compute on too few CPUs) keeps ``segments`` (CPU only)."""
+    segs = [[[300.0, 30.0], [200.0, 20.0]]]
+    figures = {"0": {"clean": [500.0], "clean_run_queue": [50.0], "captured": [900.0], "clean_segments": segs},
+               "1": {"clean": [500.0], "clean_run_queue": [200.0], "captured": [900.0], "clean_segments": segs}}
+    c = plan_correction("on", {"thread_cpu_us": figures})
+    g = synthetic([100.0, "C", 100.0])
+    out = correct_graphs({0: g, 1: g}, c)
+    assert c.rule_of(0) == "segments_runnable" and c.rule_of(1) == "segments"
+    assert out[0].duration_us == [pytest.approx(330.0), 0.0, pytest.approx(220.0)]
+    assert out[1].duration_us == [pytest.approx(300.0), 0.0, pytest.approx(200.0)]
+    back = from_worker_doc(json.loads(json.dumps(c.worker_doc())))
+    assert back.figures[0].clean_segments_runnable_us == (330.0, 220.0)

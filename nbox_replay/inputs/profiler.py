@@ -30,6 +30,11 @@ touched) are corrected by one of these rules:
   time of the same segment (:mod:`nbox_replay.inputs.segments`). A captured iteration whose segment count differs
   from the clean iterations' (their most common one), or with a segment without recorded compute, is corrected by
   ``to_clean`` instead, and the report names it.
+* ``segments_runnable``: ``segments`` with each segment scaled to the clean thread's time on a CPU *or waiting for
+  one* (the segment's CPU time plus its run-queue time). Where the training thread shares its cores with the
+  communication library's threads (gloo on a CPU node: they reduce and copy the gradients beside the backward
+  pass), its compute took that wait too in the real run, and the replay, which prices the collectives apart, has
+  nowhere else to play it; the live replay's host-work pad targets the same sum (nbox_replay/live/hostwork.py).
 
 Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
 observer's and Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never
@@ -39,9 +44,10 @@ which neither rule sees. ``proportional`` assumes the overhead is spread like th
 
 The rule chosen (:data:`DEFAULT_RULE`)
 --------------------------------------
-``segments`` for a rank whose work is its host thread's and whose bundle carries the clean segments, ``to_clean``
-for such a rank without them (a bundle recorded before the recorder sampled them): a rank with lean-timed operators
-(their figures and gaps already hold part of the thread's time) gets :data:`FALLBACK_RULE`, ``proportional``,
+``segments_runnable`` for a rank whose work is its host thread's and whose bundle carries the clean segments
+(``segments`` where its machine was oversubscribed, below), ``to_clean`` for such a rank without them (a bundle
+recorded before the recorder sampled them): a rank with lean-timed operators (their figures and gaps already hold
+part of the thread's time) gets :data:`FALLBACK_RULE`, ``proportional``,
 and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either.
 
 Why ``to_clean``: ``proportional`` assumes the profiler's cost sits inside the operators in proportion to their
@@ -65,11 +71,13 @@ not a fixed amount per operator.
 Two limits. On a GPU the host thread's CPU time holds its spins in synchronizing calls, which ``to_clean`` would
 play as operator time, and CUDA activity tracing blocks the thread inside operators, time that neither CPU-time
 rule sees: such ranks get ``to_wall`` (below). And where the recording machine was oversubscribed (more ranks than
-CPUs), ``to_clean`` comes out low, because the thread's CPU time leaves out its turns waiting for the CPU, which a
-node with a CPU of its own does not take; adding the run-queue time back (as the live pad does,
-nbox_replay/live/hostwork.py) helps there but overshoots where the wait is mostly gloo's own threads, whose work the
-calibrated collectives already hold. The report names such ranks (a wait of :data:`OVERSUBSCRIBED_SHARE` or more
-of the CPU time) instead of guessing which machine the user meant.
+CPUs), the thread's run-queue time is mostly its turns behind other ranks' compute, which a node with a CPU of its
+own does not take: such a rank (a wait of :data:`OVERSUBSCRIBED_SHARE` or more of its CPU time) gets ``segments``
+(CPU time only) instead of ``segments_runnable``, and the report names it. Below that share the wait is the
+communication library's threads sharing the training thread's core (gloo reducing and copying the gradients beside
+the backward pass), which the real job's compute took too and the replay, pricing the collectives apart, has
+nowhere else to play; on the namespace testbed ``segments_runnable`` came closer to the real launches than
+``segments`` on each of the four real models (docs/results.md).
 
 A rank with device compute: ``to_wall``
 ---------------------------------------
@@ -139,16 +147,19 @@ from nbox_trace.bundle import THREAD_CPU_KEY
 from nbox_trace.errors import UsageError
 
 __all__ = ["DEFAULT_RULE", "DEVICE_RULE", "FALLBACK_RULE", "MODES", "OVERSUBSCRIBED_SHARE", "PER_OP_FLOOR", "RULES",
-           "SEGMENT_RULE",
+           "RUNNABLE_RULE", "SEGMENT_RULE", "SEGMENT_RULES",
            "Correction", "RankFigures", "correct_durations", "correct_graph", "correct_graphs", "from_worker_doc",
            "plan_correction", "rank_rule", "read_figures", "training_thread"]
 
-RULES = ("proportional", "per_op", "to_clean", "to_wall", "segments")
+RULES = ("proportional", "per_op", "to_clean", "to_wall", "segments", "segments_runnable")
 MODES = ("on", "off", *RULES)
 #: ``on``: the rule of a rank whose work is its host thread's (module docstring) ...
 DEFAULT_RULE = "to_clean"
 #: ... which a rank whose bundle carries the clean segments between collectives gets as this rule ...
 SEGMENT_RULE = "segments"
+#: ``segments`` with each segment scaled to the clean thread's time on a CPU or waiting for one (module docstring).
+RUNNABLE_RULE = "segments_runnable"
+SEGMENT_RULES = (SEGMENT_RULE, RUNNABLE_RULE)
 #: ... and of a rank with lean-timed operators (or device compute but no clean wall time) ...
 FALLBACK_RULE = "proportional"
 #: ... and of a rank with device compute (GPU stream nodes) whose clean wall time the bundle carries.
@@ -176,6 +187,7 @@ class RankFigures:
     clean_run_queue_us: float | None = None
     clean_wall_us: float | None = None
     clean_segments_us: tuple[float, ...] | None = None
+    clean_segments_runnable_us: tuple[float, ...] | None = None
 
     @property
     def overhead_us(self) -> float:
@@ -252,7 +264,7 @@ class Correction:
             if why:
                 reasons = "; ".join(sorted(set(why.values())))
                 parts.append(f"; rank {r}: captured iteration(s) {[j + 1 for j in sorted(why)]} corrected by "
-                             f"{DEFAULT_RULE} instead of {SEGMENT_RULE} ({reasons})")
+                             f"{DEFAULT_RULE} instead of {self.rule_of(r)} ({reasons})")
         return "".join(parts)
 
     def rule_of(self, rank: int) -> str | None:
@@ -263,7 +275,7 @@ class Correction:
     def _shares(self, ranks: list[int]) -> dict[int, float]:
         """Per rank corrected to its CPU time (``to_clean``): its clean run-queue time over its clean CPU time."""
         return {r: (f.clean_run_queue_us or 0.0) / f.clean_cpu_us for r in ranks
-                if (f := self.figures[r]).clean_cpu_us > 0 and self.rule_of(r) in (DEFAULT_RULE, SEGMENT_RULE)}
+                if (f := self.figures[r]).clean_cpu_us > 0 and self.rule_of(r) in (DEFAULT_RULE, *SEGMENT_RULES)}
 
     def oversubscribed(self) -> list[int]:
         """The corrected ranks whose recording machine was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`)."""
@@ -287,7 +299,9 @@ class Correction:
             return None
         return {"rule": self.rule, "use_lean": self.use_lean,
                 "figures": {str(r): [f.clean_cpu_us, f.captured_cpu_us, f.clean_wall_us,
-                                     list(f.clean_segments_us) if f.clean_segments_us is not None else None]
+                                     list(f.clean_segments_us) if f.clean_segments_us is not None else None,
+                                     list(f.clean_segments_runnable_us)
+                                     if f.clean_segments_runnable_us is not None else None]
                             for r, f in sorted(self.figures.items())}}
 
     def to_dict(self) -> dict[str, Any]:
@@ -335,7 +349,8 @@ def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
             wall = _median(walls.get(rank))
             out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")),
                                          wall if wall is not None and wall > 0 else None,
-                                         segment_medians(entry.get("clean_segments")))
+                                         segment_medians(entry.get("clean_segments")),
+                                         segment_medians(entry.get("clean_segments"), runnable=True))
     return out
 
 
@@ -357,9 +372,12 @@ def from_worker_doc(doc: Mapping[str, Any] | None) -> Correction:
     """The :class:`Correction` of :meth:`Correction.worker_doc` (written by the parent: trusted)."""
     if not doc:
         return Correction(None, why_not="none asked")
+    def floats(v: list[Any], k: int) -> tuple[float, ...] | None:
+        return tuple(map(float, v[k])) if len(v) > k and v[k] else None
+
     return Correction(str(doc["rule"]), {int(r): RankFigures(float(v[0]), float(v[1]), None,
                                                              float(v[2]) if len(v) > 2 and v[2] else None,
-                                                             tuple(map(float, v[3])) if len(v) > 3 and v[3] else None)
+                                                             floats(v, 3), floats(v, 4))
                                          for r, v in doc["figures"].items()}, use_lean=bool(doc.get("use_lean", True)))
 
 
@@ -373,7 +391,7 @@ def correct_durations(durations: Sequence[float], corrected: Sequence[bool], ite
                       figures: RankFigures, rule: str) -> list[float]:
     """``durations`` with those flagged in ``corrected`` corrected by ``rule`` (module docstring); ``iteration``:
     each node's captured iteration (0-based), for ``per_op``'s count of nodes per iteration."""
-    if rule not in RULES or rule in (DEVICE_RULE, SEGMENT_RULE):
+    if rule not in RULES or rule == DEVICE_RULE or rule in SEGMENT_RULES:
         raise UsageError(f"profiler correction rule {rule!r}: must be one of proportional, per_op, to_clean "
                          "(to_wall scales gaps too, segments cuts at the comm nodes: correct_graph)")
     out = list(durations)
@@ -409,13 +427,14 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str,
     if rule == "to_wall":
         return _to_wall(g, figures, labels)
     flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
-    if rule in (DEFAULT_RULE, SEGMENT_RULE):  # the training thread's to its clean time; another's by proportional
+    if rule == DEFAULT_RULE or rule in SEGMENT_RULES:  # the training thread's to its clean time; another's by proportional
         main = training_thread(g)
         on_main = [c and g.resource[i] == main for i, c in enumerate(flags)]
         new = correct_durations(g.duration_us, on_main, labels, figures, DEFAULT_RULE)
-        if rule == SEGMENT_RULE:
+        if rule in SEGMENT_RULES:
             cuts = [COLLECTIVE <= k <= RECV and res == main for k, res in zip(g.kind, g.resource, strict=True)]
-            new, why = scale_segments(g.duration_us, on_main, cuts, labels, figures.clean_segments_us, new)
+            clean = figures.clean_segments_runnable_us if rule == RUNNABLE_RULE else figures.clean_segments_us
+            new, why = scale_segments(g.duration_us, on_main, cuts, labels, clean, new)
             if fallbacks is not None:
                 fallbacks.update(why)
         new = correct_durations(new, [c and not m for c, m in zip(flags, on_main, strict=True)], labels, figures,
@@ -491,9 +510,18 @@ def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str
     if not captured_iterations(g)[2]:
         return FALLBACK_RULE, "captured iterations not marked"
     figures = correction.figures.get(rank)
+    if figures is not None and figures.clean_segments_runnable_us and not _oversubscribed(figures):
+        return RUNNABLE_RULE, "clean time on or waiting for a CPU per segment between collectives"
     if figures is not None and figures.clean_segments_us:
-        return SEGMENT_RULE, "clean time per segment between collectives"
+        why = "; the machine oversubscribed: CPU time only" if _oversubscribed(figures) else ""
+        return SEGMENT_RULE, f"clean time per segment between collectives{why}"
     return None
+
+
+def _oversubscribed(figures: RankFigures) -> bool:
+    """Whether the recording thread waited for a CPU :data:`OVERSUBSCRIBED_SHARE` of its CPU time or more: a wait
+    for other ranks' compute on a machine with fewer CPUs than ranks, which a node of the cluster does not take."""
+    return figures.clean_cpu_us > 0 and (figures.clean_run_queue_us or 0.0) / figures.clean_cpu_us >= OVERSUBSCRIBED_SHARE
 
 
 def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> dict[int, RankGraph]:
@@ -518,7 +546,7 @@ def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> d
             rule = other[0] if other else correction.rule
             fallbacks: dict[int, str] = {}
             out[rank], correction.factors[rank] = correct_graph(g, figures, rule, fallbacks)
-            if rule == SEGMENT_RULE:
+            if rule in SEGMENT_RULES:
                 correction.segment_fallbacks[rank] = fallbacks
         else:
             correction.uncorrected.append(rank)

@@ -22,9 +22,15 @@ _MAX_ITERATIONS = 10_000
 _MAX_SEGMENTS = 100_000
 
 
-def segment_medians(iterations: object) -> tuple[float, ...] | None:
+def _time(x: object) -> bool:
+    """A finite, non-negative number of microseconds (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < float("inf")
+
+
+def segment_medians(iterations: object, *, runnable: bool = False) -> tuple[float, ...] | None:
     """The median CPU time of each segment over the clean iterations (``clean_segments``: per iteration a list of
-    ``[cpu_us, run_queue_us]``), over the iterations with the most common number of segments (an iteration that
+    ``[cpu_us, run_queue_us]``; with ``runnable``, the CPU time plus the run-queue time: the thread's time on a CPU
+    or waiting for one), over the iterations with the most common number of segments (an iteration that
     issued another number of collectives, e.g. a metric's all-reduce every few steps, cannot be matched segment by
     segment); None when there are none, they are malformed, or no number of segments is shared by more than half
     of the iterations."""
@@ -36,10 +42,9 @@ def segment_medians(iterations: object) -> tuple[float, ...] | None:
             return None
         row = []
         for seg in segs:
-            if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[0], (int, float))
-                    and not isinstance(seg[0], bool) and seg[0] >= 0 and seg[0] != float("inf")):
+            if not (isinstance(seg, list) and len(seg) == 2 and all(_time(x) for x in seg)):
                 return None
-            row.append(float(seg[0]))
+            row.append(float(seg[0]) + (float(seg[1]) if runnable else 0.0))
         cpu.append(row)
     counts = collections.Counter(len(row) for row in cpu)
     common, seen = max(counts.items(), key=lambda item: (item[1], -item[0]))
