@@ -27,8 +27,9 @@ published figures (NeuronaBox: observed and emulated iteration ms, two nodes) st
 Every launch holds ``/tmp/nbox_ranks.lock`` (``fcntl.flock``) while it runs, so that on a shared machine only one
 rank-launching job runs at a time. ``--workdir DIR`` keeps every launch's files and, after each model, its rows
 (``rows.json``); ``--rebuild`` makes the table again from a stopped ``--testbed`` run's workdir (its complete rounds
-per model; the virtual replay re-run on its bundles), launching nothing. ``--out DIR`` writes ``seeds_table.csv`` and ``seeds_table.png`` (the errors
-with their intervals, beside the seeds' own; matplotlib). ``--json``: one document on stdout.
+per model; the virtual replay re-run on its bundles), launching nothing. ``--out DIR`` writes ``seeds_table.csv``
+and ``seeds_table.png`` (the errors with their intervals, beside the seeds' own; matplotlib). ``--json``: one
+document on stdout.
 """
 
 from __future__ import annotations

@@ -107,11 +107,12 @@ class ReplayConfig:
             each node; each starts its share of the replayed ranks; launch k of the interleaved pairs
             rendezvouses at the endpoint's port + k; every node reports the whole job.
         profiler_correction: ``on`` (``segments_runnable`` where the bundle carries the clean segments between
-            collectives, ``segments`` for a rank recorded on an oversubscribed machine, else ``to_clean``; ``to_wall`` for a rank with GPU work, ``proportional`` for lean-timed operators or
-            unmarked iterations), ``off``, or a rule by name (``proportional``, ``per_op``, ``to_clean``, ``to_wall``,
-            ``segments``, ``segments_runnable``) for every rank: how recorded compute is
-            corrected for the profiler's overhead (:mod:`nbox_replay.inputs.profiler`; recorded compute only, bundles
-            that carry the figures only).
+            collectives, ``segments`` for a rank recorded on an oversubscribed machine, else ``to_clean``;
+            ``to_wall`` for a rank with GPU work, ``proportional`` for lean-timed operators or unmarked
+            iterations), ``off``, or a rule by name (``proportional``, ``per_op``, ``to_clean``, ``to_wall``,
+            ``segments``, ``segments_runnable``) for every rank: how recorded compute is corrected for the
+            profiler's overhead (:mod:`nbox_replay.inputs.profiler`; recorded compute only, bundles that carry the
+            figures only).
         host_work: ``pad``, ``match`` or ``off``: whether a live replay with live compute pads its operators for
             the host work it does not re-run, and (``match``) credits a rank whose replay is busier than the real
             thread (:mod:`nbox_replay.live.hostwork`). None: ``pad`` where it applies; named, it is refused where it

@@ -171,7 +171,7 @@ def virtual(bundle: Path, **kw: Any) -> dict[str, Any]:
     return run_replay(ReplayConfig(str(bundle), clock="virtual", compute="recorded", **kw)).to_dict()
 
 
-def test_the_virtual_replay_plays_segments_by_default_and_to_clean_when_named(tmp_path: Path) -> None:
+def test_the_virtual_replay_plays_the_segments_by_default_and_to_clean_when_named(tmp_path: Path) -> None:
     # ddp_mlp's captured iteration: rank 0 has compute in all three segments, rank 1 none between its two
     # all-reduces (so rank 1 falls back to to_clean, and the report says so)
     # rank 0 issues its first all-reduce far later than to_clean would, rank 1 (the quicker) waits for it
@@ -180,12 +180,12 @@ def test_the_virtual_replay_plays_segments_by_default_and_to_clean_when_named(tm
     bundle = segment_bundle(tmp_path, {"0": long_forward, "1": quick})
     on = virtual(bundle)
     pc = on["profiler_correction"]
-    assert pc["rule_by_rank"] == {"0": "segments", "1": "segments"}
+    assert pc["rule_by_rank"] == {"0": "segments_runnable", "1": "segments_runnable"}  # no run-queue time here
     assert pc["clean_segments"] == {"0": 3, "1": 3}
     assert pc["segment_fallbacks"] == {"0": {}, "1": {"1": "segment 1 has no recorded compute"}}
     text = run_replay(ReplayConfig(str(bundle), clock="virtual")).format_text()
-    assert "(segments rule)" in text
-    assert "rank 1: captured iteration(s) [1] corrected by to_clean instead of segments" in text
+    assert "(segments_runnable rule)" in text
+    assert "rank 1: captured iteration(s) [1] corrected by to_clean instead of segments_runnable" in text
     named = virtual(bundle, profiler_correction="to_clean")
     assert named["profiler_correction"]["rule_by_rank"] == {"0": "to_clean", "1": "to_clean"}
     # the same clean CPU time in all: to_clean's compute is the same, where the collectives are issued is not

@@ -427,7 +427,7 @@ def correct_graph(g: RankGraph, figures: RankFigures, rule: str,
     if rule == "to_wall":
         return _to_wall(g, figures, labels)
     flags = [h and not lean for h, lean in zip(_host_compute(g), g.lean_flags(), strict=True)]
-    if rule == DEFAULT_RULE or rule in SEGMENT_RULES:  # the training thread's to its clean time; another's by proportional
+    if rule == DEFAULT_RULE or rule in SEGMENT_RULES:  # the training thread's to its clean time; others: proportional
         main = training_thread(g)
         on_main = [c and g.resource[i] == main for i, c in enumerate(flags)]
         new = correct_durations(g.duration_us, on_main, labels, figures, DEFAULT_RULE)
@@ -521,7 +521,8 @@ def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str
 def _oversubscribed(figures: RankFigures) -> bool:
     """Whether the recording thread waited for a CPU :data:`OVERSUBSCRIBED_SHARE` of its CPU time or more: a wait
     for other ranks' compute on a machine with fewer CPUs than ranks, which a node of the cluster does not take."""
-    return figures.clean_cpu_us > 0 and (figures.clean_run_queue_us or 0.0) / figures.clean_cpu_us >= OVERSUBSCRIBED_SHARE
+    wait_us = figures.clean_run_queue_us or 0.0
+    return figures.clean_cpu_us > 0 and wait_us / figures.clean_cpu_us >= OVERSUBSCRIBED_SHARE
 
 
 def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> dict[int, RankGraph]:
