@@ -212,6 +212,10 @@ def _threads_that_rename(rename: threading.Event, done: threading.Event,
         threading.Thread(target=run, args=(key,), daemon=True).start()
     while len(tids) < len(names):
         time.sleep(0.01)
+    deadline = time.monotonic() + 10  # with ``rename`` already set, return once the renames are visible (a loaded
+    while rename.is_set() and time.monotonic() < deadline and any(  # machine may not have run them yet)
+            Path(f"/proc/self/task/{tids[k]}/comm").read_text().strip() != v for k, v in names.items() if v):
+        time.sleep(0.01)
     return tids
 
 
