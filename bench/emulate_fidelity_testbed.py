@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from fidelity_testbed import PORT, calibrate, on_nodes, pct, plain_run  # noqa: E402
+from fidelity_testbed import PORT, calibrate, on_nodes, pct, plain_run, workload  # noqa: E402
 from roundstats import Paired, paired  # noqa: E402
 
 
@@ -50,17 +50,20 @@ MAX_OF_NODES = "slowest of W x emulate -n 1 (diagnostic)"
 
 
 def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: int, scenario: Path, warmup: int,
-               iterations: int, sets: tuple[str, ...] = ()) -> list[float]:
-    """``nbox emulate`` of ``example`` as a world of ``world``, one real rank on each of the first ``nodes`` nodes,
+               iterations: int, sets: tuple[str, ...] = (), extra: tuple[str, ...] = (),
+               env: dict[str, str] | None = None) -> list[float]:
+    """``nbox emulate`` of ``example`` (a built-in example or a script's path with its arguments ``extra``:
+    :func:`fidelity_testbed.workload`) as a world of ``world``, one real rank on each of the first ``nodes`` nodes,
     with ``--set`` overrides ``sets``; the job's per-iteration times (us) as node 0 reports them (every node
-    reports the whole job)."""
+    reports the whole job); ``env``: more environment for the launches."""
     ep = f"{tb.node(0).addr}:{PORT + 7}"
+    _, tail, _ = workload(example, extra)
 
     def cmd(k: int) -> list[str]:
         multi = ["--nnodes", nodes, "--node-rank", k, "--rdzv-endpoint", ep] if nodes > 1 else []
-        return _nbox("emulate", "--example", example, "--world-size", world, "-n", 1, *multi, "--what-if", scenario,
+        return _nbox("emulate", "--world-size", world, "-n", 1, *multi, "--what-if", scenario,
                      *[a for kv in sets for a in ("--set", kv)], "--warmup", warmup, "--iterations", iterations,
-                     "--timeout", 400, "--json")
+                     "--timeout", 400, "--json", *tail)
 
     class Some:  # on_nodes runs on every node of the testbed; emulate runs on the first `nodes` only
         def __init__(self) -> None:
@@ -69,7 +72,7 @@ def emulate_on(tb: Any, tmp: Path, tag: str, example: str, world: int, nodes: in
         def __getattr__(self, name: str) -> Callable[..., Any]:
             return getattr(tb, name)  # type: ignore[no-any-return]
 
-    outs = on_nodes(Some(), tmp, tag, cmd, timeout_s=500)
+    outs = on_nodes(Some(), tmp, tag, cmd, timeout_s=500, env=env)
     docs = [json.loads(o) for o in outs]
     if any(d["iteration_time_us"]["values"] != docs[0]["iteration_time_us"]["values"] for d in docs):
         raise RuntimeError(f"{tag}: the nodes report different iteration times")

@@ -66,6 +66,17 @@ def _nbox(*args: object) -> list[str]:
     return [sys.executable, "-m", "nbox", *map(str, args)]
 
 
+def workload(example: str, extra: tuple[str, ...] = ()) -> tuple[str, list[str], list[str]]:
+    """What a launch of ``example`` runs: a built-in example's name, or the path of a user's script (``*.py``),
+    with ``extra`` as its own arguments. Returns its name in file tags, the tail of an ``nbox record`` or ``nbox
+    emulate`` command line (after the options), and the plain launch's script and arguments."""
+    if example.endswith(".py"):
+        script = Path(example).resolve()
+        return script.stem, ["--", str(script), *extra], [str(script), *extra]
+    tail = ["--example", example, *(["--", *extra] if extra else [])]
+    return example, tail, [str(ROOT / "nbox_record" / "examples" / f"{example}.py"), *extra]
+
+
 def on_nodes(tb: Any, tmp: Path, tag: str, make: Callable[[int], list[str]], timeout_s: float = 600,
              env: dict[str, str] | None = None) -> list[str]:
     """Run ``make(k)`` on every node at once; their stdouts. A failure raises with the node's stderr tail."""
@@ -96,17 +107,18 @@ def calibrate(tb: Any, tmp: Path, sizes: str, collectives: str, budget: float) -
 
 
 def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, capture: int,
-           lean: int = 0) -> tuple[Path, float]:
+           lean: int = 0, extra: tuple[str, ...] = ()) -> tuple[Path, float]:
     """The merged bundle of a recording across the nodes (``capture`` iterations captured: the replay's median over them
-    keeps one slow captured operator from setting the prediction), and its observed median (us)."""
+    keeps one slow captured operator from setting the prediction), and its observed median (us). ``example``
+    and ``extra`` as in :func:`workload`."""
     ep = f"{tb.node(0).addr}:{PORT}"
-    parts = [tmp / f"{example}.n{k}.bundle" for k in range(len(tb.nodes))]
-    on_nodes(tb, tmp, f"record-{example}", lambda k: _nbox(
-        "record", "--example", example, "-n", 1, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep,
+    name, tail, _ = workload(example, extra)
+    parts = [tmp / f"{name}.n{k}.bundle" for k in range(len(tb.nodes))]
+    on_nodes(tb, tmp, f"record-{name}", lambda k: _nbox(
+        "record", "-n", 1, "--nnodes", len(tb.nodes), "--node-rank", k, "--rdzv-endpoint", ep,
         "--warmup", warmup, "--iterations", iterations, "--capture", capture, "--lean-iterations", lean,
-        "--timeout", 500, "-o", parts[k],
-        "--overwrite"))
-    merged = tmp / f"{example}.bundle"
+        "--timeout", 500, "-o", parts[k], "--overwrite", *tail))
+    merged = tmp / f"{name}.bundle"
     subprocess.run(_nbox("bundle", "merge", *parts, "-o", merged, "--overwrite"), check=True, cwd=ROOT,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=300)
     from nbox_trace.bundle import manifest as B
@@ -115,17 +127,19 @@ def record(tb: Any, tmp: Path, example: str, warmup: int, iterations: int, captu
     return merged, float(observed.get("iteration_time_us", {}).get("median", float("nan")))
 
 
-def plain_run(tb: Any, tmp: Path, example: str, steps: int, warmup: int, rnd: int) -> tuple[list[float], list[Any]]:
-    """A plain torchrun of the example across the nodes: the job's iteration times (us) after warm-up, and each
-    rank's (on-CPU, run-queue) split per iteration."""
-    script = ROOT / "nbox_record" / "examples" / f"{example}.py"
+def plain_run(tb: Any, tmp: Path, example: str, steps: int, warmup: int, rnd: int,
+              extra: tuple[str, ...] = ()) -> tuple[list[float], list[Any]]:
+    """A plain torchrun of the example (or script, :func:`workload`) across the nodes: the job's iteration times
+    (us) after warm-up, and each rank's (on-CPU, run-queue) split per iteration. The script must take ``--steps``
+    and ``--report-times`` as the built-in examples do."""
+    example, _, script_argv = workload(example, extra)
     times = tmp / f"plain-{example}-{rnd}.json"
     ep = f"{tb.node(0).addr}:{PORT}"
 
     def cmd(k: int) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(tb.nodes)), "--nproc-per-node",
                 "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep, "--rdzv-conf",
-                f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr, str(script), "--steps", str(steps),
+                f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr, *script_argv, "--steps", str(steps),
                 "--report-times", str(times)]
 
     procs, logs = [], []

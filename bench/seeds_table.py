@@ -17,6 +17,11 @@ Where it runs:
 * ``--device cuda``: two ranks on this machine's first two GPUs (nccl), every prediction under the default
   scenario of the device (no calibration). Needs two GPUs.
 
+``--script PATH`` adds a row for a user's script, an architecture nbox was not built around, run through the same
+commands (``nbox record -- PATH``, ``nbox emulate -- PATH``; ``--script-args``, its own arguments, one shell-quoted
+string). It must take ``--steps`` and ``--report-times PATH`` as the examples do (``bench/workloads/hf_decoder.py``:
+GPT-2 or Llama from transformers); its row has no seeds' figures.
+
 R rounds (``--rounds``), interleaved per model: the real launch first in even rounds and last in odd ones, each
 round with its own fresh recording. Per side: the median of the pooled iterations, their standard deviation and
 p10-p90, the error of the median against the real median, and the paired figure (:mod:`roundstats`): each
@@ -41,6 +46,7 @@ import fcntl
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -120,6 +126,11 @@ def recorded_wait_ms(bundle: Path) -> float:
     return statistics.median(waits) if waits else float("nan")
 
 
+def name_of(model: str) -> str:
+    """A row's name: the built-in example's, or a script's stem."""
+    return Path(model).stem if model.endswith(".py") else model
+
+
 def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
     """The launches on the namespace testbed (bench/fidelity_testbed.py's and bench/emulate_fidelity_testbed.py's)."""
     import emulate_fidelity_testbed as eft
@@ -136,14 +147,15 @@ def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
             scenario = args.calibration
         print(f"seeds_table: calibration measured: {scenario}", file=sys.stderr)
     iterations = args.steps - args.warmup
+    extra = tuple(shlex.split(args.script_args))
 
     def real(model: str, rnd: int) -> list[float]:
         with ranks_lock():
-            job, splits = ft.plain_run(tb, tmp, model, args.steps, args.warmup, rnd)
+            job, splits = ft.plain_run(tb, tmp, model, args.steps, args.warmup, rnd, extra)
         waits_ms = [s[1] / 1e3 for rank in splits for s in rank]  # examples that write the (on-CPU, run-queue) split
         if waits_ms:  # a launch slowed by another process on its cores, not by the model, shows here
-            print(f"seeds_table: real {model} round {rnd}: {statistics.median(job) / 1e3:.0f} ms/iteration, the "
-                  f"training threads waited {statistics.median(waits_ms):.1f} ms/iteration for a CPU (median)",
+            print(f"seeds_table: real {name_of(model)} round {rnd}: {statistics.median(job) / 1e3:.0f} ms/iteration, "
+                  f"the training threads waited {statistics.median(waits_ms):.1f} ms/iteration for a CPU (median)",
                   file=sys.stderr)
         return list(job)
 
@@ -151,9 +163,10 @@ def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
         where = tmp / f"r{rnd}"
         where.mkdir(exist_ok=True)
         with ranks_lock():
-            bundle, observed_us = ft.record(tb, where, model, args.warmup, iterations, args.capture)
-        print(f"seeds_table: record {model} round {rnd}: {observed_us / 1e3:.0f} ms/iteration observed, the training "
-              f"threads waited {recorded_wait_ms(Path(bundle)):.1f} ms/iteration for a CPU (median)", file=sys.stderr)
+            bundle, observed_us = ft.record(tb, where, model, args.warmup, iterations, args.capture, extra=extra)
+        print(f"seeds_table: record {name_of(model)} round {rnd}: {observed_us / 1e3:.0f} ms/iteration observed, the "
+              f"training threads waited {recorded_wait_ms(Path(bundle)):.1f} ms/iteration for a CPU (median)",
+              file=sys.stderr)
         return Path(bundle)
 
     def live(bundle: Path, rnd: int) -> list[float]:
@@ -162,7 +175,8 @@ def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
 
     def emulate(model: str, rnd: int) -> list[float]:
         with ranks_lock():
-            return list(eft.emulate_on(tb, tmp, f"emu-{model}-{rnd}", model, 2, 1, scenario, args.warmup, iterations))
+            return list(eft.emulate_on(tb, tmp, f"emu-{name_of(model)}-{rnd}", model, 2, 1, scenario, args.warmup,
+                                       iterations, extra=extra))
 
     return Runner(real, record, live, emulate, scenario, f"testbed: 2 nodes x 1 rank, {args.rate}, scenario {scenario}")
 
@@ -178,12 +192,12 @@ def workdir_runner(tmp: Path, args: argparse.Namespace) -> Runner:
         return json.loads(path.read_text())
 
     def real(model: str, rnd: int) -> list[float]:
-        per_rank = [read(tmp / f"plain-{model}-{rnd}.json.rank{r}") for r in range(2)]
+        per_rank = [read(tmp / f"plain-{name_of(model)}-{rnd}.json.rank{r}") for r in range(2)]
         n = min(len(p) for p in per_rank)
         return [max(p[i] for p in per_rank) for i in range(args.warmup, n)]
 
     def record(model: str, rnd: int) -> Path:
-        bundle = tmp / f"r{rnd}" / f"{model}.bundle"
+        bundle = tmp / f"r{rnd}" / f"{name_of(model)}.bundle"
         if not (bundle / "manifest.json").exists():
             raise FileNotFoundError(bundle)
         return bundle
@@ -193,7 +207,7 @@ def workdir_runner(tmp: Path, args: argparse.Namespace) -> Runner:
         return [float(x) for part in ("baseline", "what_if") for x in doc[part]["iteration_us"]["values"]]
 
     def emulate(model: str, rnd: int) -> list[float]:
-        return [float(x) for x in read(tmp / f"emu-{model}-{rnd}.n0.out")["iteration_time_us"]["values"]]
+        return [float(x) for x in read(tmp / f"emu-{name_of(model)}-{rnd}.n0.out")["iteration_time_us"]["values"]]
 
     return Runner(real, record, live, emulate, args.calibration,
                   f"testbed: 2 nodes x 1 rank, {args.rate}, scenario {args.calibration} (rebuilt from {tmp})")
@@ -228,22 +242,25 @@ def cuda_runner(tmp: Path, args: argparse.Namespace) -> Runner:
 
     if torch.cuda.device_count() < 2:
         raise SystemExit(f"seeds_table: --device cuda needs two GPUs here, found {torch.cuda.device_count()}")
+    from fidelity_testbed import workload
+
     iterations = args.steps - args.warmup
+    extra = tuple(shlex.split(args.script_args))
 
     def real(model: str, rnd: int) -> list[float]:
-        times = tmp / f"plain-{model}-{rnd}.json"
-        _local([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                str(ROOT / "nbox_record" / "examples" / f"{model}.py"), "--steps", str(args.steps),
-                "--report-times", str(times)], f"real-{model}-{rnd}", tmp)
+        name, _, argv = workload(model, extra)
+        times = tmp / f"plain-{name}-{rnd}.json"
+        _local([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *argv,
+                "--steps", str(args.steps), "--report-times", str(times)], f"real-{name}-{rnd}", tmp)
         per_rank = [json.loads((tmp / f"{times.name}.rank{r}").read_text()) for r in (0, 1)]
         n = min(len(p) for p in per_rank)
         return [max(p[i] for p in per_rank) for i in range(args.warmup, n)]
 
     def record(model: str, rnd: int) -> Path:
-        bundle = tmp / f"r{rnd}" / f"{model}.bundle"
-        _local(_nbox("record", "--example", model, "-n", 2, "--backend", "nccl", "--warmup", args.warmup,
-                     "--iterations", iterations, "--capture", args.capture, "-o", bundle, "--overwrite"),
-               f"record-{model}-{rnd}", tmp)
+        name, tail, _ = workload(model, extra)
+        bundle = tmp / f"r{rnd}" / f"{name}.bundle"
+        _local(_nbox("record", "-n", 2, "--backend", "nccl", "--warmup", args.warmup, "--iterations", iterations,
+                     "--capture", args.capture, "-o", bundle, "--overwrite", *tail), f"record-{name}-{rnd}", tmp)
         return bundle
 
     def live(bundle: Path, rnd: int) -> list[float]:
@@ -252,8 +269,9 @@ def cuda_runner(tmp: Path, args: argparse.Namespace) -> Runner:
         return [float(x) for part in ("baseline", "what_if") for x in doc[part]["iteration_us"]["values"]]
 
     def emulate(model: str, rnd: int) -> list[float]:
-        doc = json.loads(_local(_nbox("emulate", "--example", model, "--world-size", 2, "-n", 1, "--warmup",
-                                      args.warmup, "--iterations", iterations, "--json"), f"emu-{model}-{rnd}", tmp))
+        name, tail, _ = workload(model, extra)
+        doc = json.loads(_local(_nbox("emulate", "--world-size", 2, "-n", 1, "--warmup", args.warmup,
+                                      "--iterations", iterations, "--json", *tail), f"emu-{name}-{rnd}", tmp))
         return [float(x) for x in doc["iteration_time_us"]["values"]]
 
     return Runner(real, record, live, emulate, None, "cuda: 2 ranks on this machine's GPUs, nccl, default scenario")
@@ -274,9 +292,9 @@ def run_model(runner: Runner, model: str, rounds: int) -> dict[str, Any]:
                 bundle = runner.record(model, rnd)
                 got["virtual"].append(virtual(bundle, runner.scenario))
                 got["live"].append(runner.live(bundle, rnd))
-            print(f"seeds_table: {model} round {rnd + 1}/{rounds} {step}: {time.monotonic() - t0:.0f} s",
+            print(f"seeds_table: {name_of(model)} round {rnd + 1}/{rounds} {step}: {time.monotonic() - t0:.0f} s",
                   file=sys.stderr)
-    return summarize(model, got)
+    return summarize(name_of(model), got)
 
 
 def summarize(model: str, got: dict[str, list[list[float]]]) -> dict[str, Any]:
@@ -288,8 +306,9 @@ def summarize(model: str, got: dict[str, list[list[float]]]) -> dict[str, Any]:
                 "round_medians_us": [statistics.median(r) for r in rounds]}
 
     real = stats(got["real"])
-    row: dict[str, Any] = {"model": model, "real": real, "seeds": dict(zip(
-        ("observed_ms", "observed_sd_ms", "emulated_ms", "emulated_sd_ms"), SEEDS[model], strict=True))}
+    seeds = SEEDS.get(model)
+    row: dict[str, Any] = {"model": model, "real": real, "seeds": None if seeds is None else dict(zip(
+        ("observed_ms", "observed_sd_ms", "emulated_ms", "emulated_sd_ms"), seeds, strict=True))}
     for side in SIDES:
         s = stats(got[side])
         s["error_pct"] = (s["median_us"] / real["median_us"] - 1) * 100
@@ -310,8 +329,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         real, sd = r["real"], r["seeds"]
         lines.append(f"{r['model']:<10} {ms(real):>11} {real['p10_us'] / 1e3:>5.0f}-{real['p90_us'] / 1e3:<5.0f} "
                      + " ".join(f"{ms(r[side]):>11} {r[side]['error_pct']:+5.1f}%" for side in SIDES)
-                     + f"  {sd['observed_ms']:.0f}±{sd['observed_sd_ms']:.1f} vs "
-                       f"{sd['emulated_ms']:.0f}±{sd['emulated_sd_ms']:.1f}")
+                     + (f"  {sd['observed_ms']:.0f}±{sd['observed_sd_ms']:.1f} vs "
+                        f"{sd['emulated_ms']:.0f}±{sd['emulated_sd_ms']:.1f}" if sd else f"  {'-':>24}"))
     lines.append(f"paired rounds (each round's median against that round's real launch): geometric mean error, "
                  f"90% CI; met: |err| <= {TARGET_PCT:g}% and inside the real p10-p90")
     for r in rows:
@@ -339,7 +358,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
                 s, ci = r[side], r[side]["paired"]["ci90_pct"] or (math.nan, math.nan)
                 line += [round(s["median_us"] / 1e3, 2), round(s["sd_us"] / 1e3, 2), round(s["error_pct"], 2),
                          round(ci[0], 2), round(ci[1], 2), s["met"]]
-            line += list(SEEDS[r["model"]])
+            line += list(SEEDS.get(r["model"], ("",) * 4))
             w.writerow(line)
     tmp.replace(path)
 
@@ -364,8 +383,8 @@ def write_png(rows: list[dict[str, Any]], path: Path, where: str) -> None:
                     [max(0.0, hi - e) for e, (_, hi) in zip(errs, cis, strict=True)]]
             ax.bar(xs, errs, width, yerr=yerr, capsize=3, label=label)
         else:
-            ax.bar(xs, [(SEEDS[r["model"]][2] / SEEDS[r["model"]][0] - 1) * 100 for r in rows], width, label=label,
-                   color="0.6")
+            seeds = [SEEDS.get(r["model"]) for r in rows]
+            ax.bar(xs, [(s[2] / s[0] - 1) * 100 if s else math.nan for s in seeds], width, label=label, color="0.6")
     ax.axhspan(-TARGET_PCT, TARGET_PCT, color="green", alpha=0.08)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
@@ -384,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--testbed", action="store_true", help="two-node namespace testbed, one rank per node (root)")
     ap.add_argument("--device", choices=("cuda",), default=None, help="cuda: two ranks on this machine's GPUs")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
+    ap.add_argument("--script", action="append", default=[], metavar="PATH",
+                    help="also a user's training script (a row named by its stem; repeatable)")
+    ap.add_argument("--script-args", default="", help="--script's own arguments, one shell-quoted string")
     ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds per model (default 4)")
     ap.add_argument("--steps", type=int, default=8, help="iterations per launch, warm-up included (default 8)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations per launch (default 2)")
@@ -403,10 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
+    for script in args.script:
+        if not script.endswith(".py") or not Path(script).is_file():
+            ap.error(f"--script {script!r}: not a Python file")
+    if args.script_args and not args.script:
+        ap.error("--script-args needs --script")
     if args.testbed == (args.device == "cuda"):
         ap.error("choose where: --testbed or --device cuda")
-    if not models or any(m not in MODELS for m in models):
+    if any(m not in MODELS for m in models) or not models + args.script:
         ap.error(f"--models {args.models!r}: choose from {', '.join(MODELS)}")
+    models += args.script
     if args.rounds < 2 or not 0 <= args.warmup < args.steps - 1 or args.capture < 1:
         ap.error("need --rounds >= 2 (a paired interval), 0 <= --warmup < --steps - 1, --capture >= 1")
     if args.rebuild and not (args.testbed and args.workdir is not None and args.calibration is not None):

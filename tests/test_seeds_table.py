@@ -78,3 +78,34 @@ def test_a_recordings_run_queue_wait_is_read_from_its_manifest(monkeypatch: pyte
     assert st.recorded_wait_ms(Path("x.bundle")) == 2.5
     monkeypatch.setattr(B, "read_manifest", lambda _p: SimpleNamespace(observed={}))
     assert st.recorded_wait_ms(Path("x.bundle")) != st.recorded_wait_ms(Path("x.bundle"))  # nan
+
+
+def test_a_users_script_runs_through_the_same_commands_and_its_row_has_no_seeds(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    """``--script PATH``: the launches name the script after ``--`` (nbox record / emulate) or run it (the plain
+    launch) with ``--script-args``; its row, named by the script's stem, has no seeds' figures, and the table, CSV
+    and PNG still come out."""
+    import fidelity_testbed as ft
+
+    script = tmp_path / "my_model.py"
+    script.write_text("")
+    name, tail, argv = ft.workload(str(script), ("--layers", "2"))
+    assert (name, tail, argv) == ("my_model", ["--", str(script), "--layers", "2"], [str(script), "--layers", "2"])
+    name, tail, argv = ft.workload("bert", ("--layers", "2"))
+    assert name == "bert" and tail == ["--example", "bert", "--", "--layers", "2"]
+    assert argv == [str(ROOT / "nbox_record" / "examples" / "bert.py"), "--layers", "2"]
+    assert ft.workload("bert")[1] == ["--example", "bert"]
+
+    monkeypatch.setattr(st, "virtual", lambda bundle, scenario: [980.0])
+    row = st.run_model(fake_runner([], 1000.0), str(script), 2)
+    assert row["model"] == "my_model" and row["seeds"] is None
+    assert "my_model" in st.format_table([row])
+    st.write_csv([row], tmp_path / "t.csv")
+    with open(tmp_path / "t.csv", newline="") as f:
+        (line,) = list(csv.DictReader(f))
+    assert line["model"] == "my_model" and line["seeds_observed_ms"] == ""
+    st.write_png([row], tmp_path / "t.png", "fake")
+    for argv in (["--testbed", "--script", str(tmp_path / "none.py")], ["--testbed", "--script-args", "--x 1"]):
+        with pytest.raises(SystemExit) as e:
+            st.main(argv)
+        assert e.value.code == 2
