@@ -194,6 +194,18 @@ class RankFigures:
         """What the profiler cost the thread per iteration (0 when the captured time is not above the clean)."""
         return max(0.0, self.captured_cpu_us - self.clean_cpu_us)
 
+    @property
+    def wait_share(self) -> float | None:
+        """The clean thread's time waiting for a CPU over its time on one (None without CPU time)."""
+        return (self.clean_run_queue_us or 0.0) / self.clean_cpu_us if self.clean_cpu_us > 0 else None
+
+    @property
+    def oversubscribed(self) -> bool:
+        """Whether the thread waited for a CPU :data:`OVERSUBSCRIBED_SHARE` of its CPU time or more: a wait for
+        other ranks' compute on a machine with fewer CPUs than ranks, which a node of the cluster does not take."""
+        share = self.wait_share
+        return share is not None and share >= OVERSUBSCRIBED_SHARE
+
 
 @dataclass
 class Correction:
@@ -274,12 +286,12 @@ class Correction:
 
     def _shares(self, ranks: list[int]) -> dict[int, float]:
         """Per rank corrected to its CPU time (``to_clean``): its clean run-queue time over its clean CPU time."""
-        return {r: (f.clean_run_queue_us or 0.0) / f.clean_cpu_us for r in ranks
-                if (f := self.figures[r]).clean_cpu_us > 0 and self.rule_of(r) in (DEFAULT_RULE, *SEGMENT_RULES)}
+        return {r: share for r in ranks if (share := self.figures[r].wait_share) is not None
+                and self.rule_of(r) in (DEFAULT_RULE, *SEGMENT_RULES)}
 
     def oversubscribed(self) -> list[int]:
         """The corrected ranks whose recording machine was oversubscribed (:data:`OVERSUBSCRIBED_SHARE`)."""
-        return sorted(r for r, x in self._shares(sorted(self.factors)).items() if x >= OVERSUBSCRIBED_SHARE)
+        return sorted(r for r in self._shares(sorted(self.factors)) if self.figures[r].oversubscribed)
 
     def _oversubscribed(self, ranks: list[int]) -> str:
         """"; rank(s) ... waited for a CPU ..." for the ranks corrected to their CPU time whose recording machine
@@ -510,19 +522,12 @@ def rank_rule(rank: int, g: RankGraph, correction: Correction) -> tuple[str, str
     if not captured_iterations(g)[2]:
         return FALLBACK_RULE, "captured iterations not marked"
     figures = correction.figures.get(rank)
-    if figures is not None and figures.clean_segments_runnable_us and not _oversubscribed(figures):
+    if figures is not None and figures.clean_segments_runnable_us and not figures.oversubscribed:
         return RUNNABLE_RULE, "clean time on or waiting for a CPU per segment between collectives"
     if figures is not None and figures.clean_segments_us:
-        why = "; the machine oversubscribed: CPU time only" if _oversubscribed(figures) else ""
+        why = "; the machine oversubscribed: CPU time only" if figures.oversubscribed else ""
         return SEGMENT_RULE, f"clean time per segment between collectives{why}"
     return None
-
-
-def _oversubscribed(figures: RankFigures) -> bool:
-    """Whether the recording thread waited for a CPU :data:`OVERSUBSCRIBED_SHARE` of its CPU time or more: a wait
-    for other ranks' compute on a machine with fewer CPUs than ranks, which a node of the cluster does not take."""
-    wait_us = figures.clean_run_queue_us or 0.0
-    return figures.clean_cpu_us > 0 and wait_us / figures.clean_cpu_us >= OVERSUBSCRIBED_SHARE
 
 
 def correct_graphs(graphs: Mapping[int, RankGraph], correction: Correction) -> dict[int, RankGraph]:
