@@ -206,6 +206,58 @@ def test_worker_times_its_calls_back_to_back_after_one_barrier(monkeypatch: pyte
     assert len(times) == 5 and all(t >= 0 for t in times)
 
 
+def test_the_all_gather_is_timed_into_a_fresh_output_prepared_outside_the_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # FSDP2 gathers into a newly allocated output whose own shard (the input) its copy-in filled: the worker times
+    # the call the same way, the allocation and the fill before t0.
+    import torch
+    import torch.distributed as dist
+
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    monkeypatch.setattr(dist, "all_gather_into_tensor", lambda out, inp, *a, **k: seen.append((out, inp)))
+    op = worker._make_op("all_gather", 6, 1, 2, torch.device("cpu"))
+    prepared: list[str] = []
+    real_prepare = op.prepare  # type: ignore[attr-defined]
+    monkeypatch.setattr(op, "prepare", lambda: (prepared.append("prepare"), real_prepare()))
+    worker._timed_calls(op, 3, torch.device("cpu"))
+    assert len(seen) == 3 and prepared == ["prepare"] * 3
+    assert len({out.data_ptr() for out, _ in seen}) == 3  # a fresh output every call
+    for out, inp in seen:
+        assert out.numel() == 12 and inp.numel() == 6
+        assert inp.data_ptr() == out.data_ptr() + 6 * out.element_size()  # rank 1's shard, a view
+        assert bool((inp == 1).all())
+
+
+def test_job_sizes_are_the_distinct_sizes_of_the_bundles_collectives_of_the_types_measured() -> None:
+    from emulator_core.calibration import job_sizes
+    from emulator_core.calibration.from_bundle import MAX_JOB_SIZES
+
+    fsdp = ROOT / "traces" / "fsdp2_transformer"
+    both = job_sizes(fsdp, ("all_gather", "reduce_scatter"))
+    gathers, scatters = job_sizes(fsdp, ("all_gather",)), job_sizes(fsdp, ("reduce_scatter",))
+    assert both.sizes == (33536, 67072, 396544, 793088) and both.notes == ()
+    assert set(gathers.sizes) | set(scatters.sizes) == set(both.sizes)
+    assert gathers.sizes and scatters.sizes and not set(gathers.sizes) & set(scatters.sizes)
+    # the sizes moving the most bytes are kept, the rest said
+    one = job_sizes(fsdp, ("all_gather", "reduce_scatter"), limit=1)
+    assert len(one.sizes) == 1 and one.sizes[0] in both.sizes
+    assert one.notes == ("3 smaller-volume size(s) of 4 left out (at most 1)",)
+    assert MAX_JOB_SIZES >= 4
+    with pytest.raises(cc.CalibrateUsageError, match=r"--sizes-from .*ddp_mlp: no all_to_all collective .*"
+                                                     r"\(its collectives: all_reduce"):
+        job_sizes(ROOT / "traces" / "ddp_mlp", ("all_to_all",))
+
+
+def test_calibrate_sizes_from_refuses_a_missing_bundle_and_nccl_tests(tmp_path: Path) -> None:
+    out = tmp_path / "p.toml"
+    proc = _nbox("calibrate", "--backend", "gloo", "--sizes-from", str(tmp_path / "nope"), "-o", str(out))
+    assert proc.returncode == 4 and "nope" in proc.stderr and "not a bundle" in proc.stderr, proc.stderr
+    proc = _nbox("calibrate", "--nccl-tests", "x.txt", "--sizes-from", str(ROOT / "traces" / "ddp_mlp"),
+                 "-o", str(out))
+    assert proc.returncode == 2 and "--sizes-from: measures on launched ranks" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_busy_slowdown_is_the_ratio_of_busy_to_idle_calls_when_significant() -> None:
     idle = [6500.0 + 10 * (i % 3) for i in range(15)]
     assert cf.fit_busy(idle, [2.23 * t for t in idle]) == pytest.approx(2.23)
@@ -484,11 +536,14 @@ def test_calibrate_command_refuses_bad_input_and_writes_nothing(tmp_path: Path, 
 def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "tmp" / "profile.toml"
     proc = _nbox("calibrate", "-n", "2", "--sizes", "1KiB,64KiB", "--collectives", "all_reduce,all_gather",
-                 "--budget", "0.05", "--busy", "-o", str(out), "--json", timeout=120)
+                 "--budget", "0.05", "--busy", "-o", str(out), "--json",
+                 "--sizes-from", str(ROOT / "traces" / "ddp_mlp"), timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [f["collective"] for f in doc["fits"]] == ["all_reduce", "all_gather"]
-    assert all(len(f["points"]) == 2 and f["latency_us"] > 0 for f in doc["fits"])
+    # --sizes-from: the grid and the sizes the recorded DDP job's all-reduces moved, for every collective measured
+    assert all([p["nbytes"] for p in f["points"]] == [1024, 65536, 526336, 1181952] and f["latency_us"] > 0
+               for f in doc["fits"])
     s = load_scenario(out)
     assert s.world_size == 2 and s.calibrated("all_gather", "loopback") is not None
     assert doc["scenario"] == s.to_dict()
@@ -498,7 +553,7 @@ def test_calibrate_command_end_to_end(tmp_path: Path) -> None:
     # and the busy_slowdown written for it is the one reported
     busy = doc["beside_compute"]
     assert [b["collective"] for b in busy] == ["all_reduce", "all_gather"]
-    assert all(b["nbytes"] == 65536 and b["pairs"] >= worker.BUSY_MIN_PAIRS for b in busy)
+    assert all(b["nbytes"] in (1024, 65536, 526336, 1181952) and b["pairs"] >= worker.BUSY_MIN_PAIRS for b in busy)
     assert busy[1]["busy_slowdown"] == s.calibrated("all_gather", "loopback").busy_slowdown  # type: ignore[union-attr]
 
 

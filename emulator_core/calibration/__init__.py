@@ -1,8 +1,9 @@
 """``nbox calibrate``: measure the real collectives on N local ranks and fit the cost model.
 
-The command's library (``pipeline``: :func:`calibrate`), its settings and measured points (``spec``), the
-measuring run that launches ``python -m emulator_core.calibration._worker`` on N ranks (``run``), the fit (``fit``)
-and the fit of nccl-tests output (``nccl_calibrate``).
+The command's library (``pipeline``: :func:`calibrate`), its settings and measured points (``spec``), the sizes a
+recorded job moves (``from_bundle``, for ``--sizes-from``), the measuring run that launches
+``python -m emulator_core.calibration._worker`` on N ranks (``run``), the fit (``fit``) and the fit of nccl-tests
+output (``nccl_calibrate``).
 
 May import: ``emulator_core.pricing``, ``emulator_core.scenario``, ``emulator_core.network`` and ``nbox_trace``.
 """
@@ -19,12 +20,14 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "nccl_calibrate": ("NcclTestsConfig", "base_scenario", "calibrate_nccl_tests", "compare", "format_rows",
         "row_dict", "summary"),
     "spec": ("CalibrateConfig", "parse_size", "parse_sizes"),
+    "from_bundle": ("job_sizes",),
 }
 
 __all__ = ["CalibrateConfig", "NcclTestsConfig", "base_scenario", "calibrate", "calibrate_nccl_tests", "compare",
-    "format_fits", "format_rows", "parse_size", "parse_sizes", "row_dict", "summary"]
+    "format_fits", "format_rows", "job_sizes", "parse_size", "parse_sizes", "row_dict", "summary"]
 
 if TYPE_CHECKING:
+    from emulator_core.calibration.from_bundle import job_sizes
     from emulator_core.calibration.nccl_calibrate import (
         NcclTestsConfig,
         base_scenario,

@@ -10,7 +10,8 @@ For each collective x size (a "point"; bytes, costmodels' convention: the per-ra
 1. ``--warmup`` untimed iterations; their slowest time (max over ranks) sets the iteration count
    ``clamp(budget_s / warm-up time, --min-iters, --max-iters)``, the same on every rank;
 2. ``--rounds`` rounds, each visiting every point in turn (so a burst of load on a shared machine spreads over
-   all points instead of spoiling one): fresh tensors, one untimed iteration, then ``ceil(count / rounds)``
+   all points instead of spoiling one): fresh tensors (all_gather: a fresh output for every call, untimed,
+   as FSDP2 issues it: :class:`_FreshAllGather`), one untimed iteration, then ``ceil(count / rounds)``
    timed iterations after one barrier, back to back, each ``t0; op; t1`` (CUDA: synchronize before t0 and
    before t1), as nccl-tests times its iterations: a barrier before every call made large calls late far more
    often on the two-node testbed (docs/results.md, "Calibration timed back to back"), and a training step does
@@ -115,8 +116,7 @@ def _make_op(collective: str, elems: int, rank: int, world: int, device: Any) ->
     if collective == "barrier":
         return lambda: dist.barrier()
     if collective == "all_gather":
-        out = torch.empty(elems * world, dtype=torch.float32, device=device)
-        return lambda: dist.all_gather_into_tensor(out, x)
+        return _FreshAllGather(elems, rank, world, device)
     if collective == "reduce_scatter":
         shard = torch.empty(elems // world, dtype=torch.float32, device=device)
         rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -133,8 +133,45 @@ def _make_op(collective: str, elems: int, rank: int, world: int, device: Any) ->
     raise ValueError(f"unsupported collective {collective!r} (supported: {', '.join(SUPPORTED)})")
 
 
+class _FreshAllGather:
+    """all_gather_into_tensor as FSDP2 (and ZeRO-3) issue it: each call gathers into a newly allocated output whose
+    own shard, the input, is a view filled before the call (FSDP2's copy-in). :meth:`prepare` makes them, outside
+    the timed window. On CPU gloo the fresh output changes the price: on the two-node testbed a 14 MB or 98 MB
+    all-gather into a reused output ran in one of two modes about 40% apart, into a fresh one always in the slower,
+    the one FSDP2's training steps ran in (docs/results.md, "FSDP2's all-gather into a fresh output")."""
+
+    def __init__(self, elems: int, rank: int, world: int, device: Any) -> None:
+        self.elems, self.rank, self.world, self.device = elems, rank, world, device
+        self.prepare()
+
+    def prepare(self) -> None:
+        import torch
+
+        self.out = torch.empty(self.elems * self.world, dtype=torch.float32, device=self.device)
+        self.inp = self.out.narrow(0, self.elems * self.rank, self.elems)
+        self.inp.fill_(1.0)
+
+    def __call__(self) -> object:
+        import torch.distributed as dist
+
+        return dist.all_gather_into_tensor(self.out, self.inp)
+
+
+def _prepare(op: Callable[[], object], device: Any) -> None:
+    """Run the op's untimed preparation, if it has one (CUDA: and wait for it)."""
+    prepare = getattr(op, "prepare", None)
+    if prepare is None:
+        return
+    prepare()
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
 def _timed_calls(op: Callable[[], object], iters: int, device: Any) -> list[float]:
-    """``iters`` calls back to back, each ``t0; op; t1`` (CUDA: synchronized); this rank's times, microseconds."""
+    """``iters`` calls back to back, each ``prepare; t0; op; t1`` (CUDA: synchronized; ``prepare`` only for an op
+    that has one, untimed); this rank's times, microseconds."""
     import torch
 
     cuda = device.type == "cuda"
@@ -142,6 +179,7 @@ def _timed_calls(op: Callable[[], object], iters: int, device: Any) -> list[floa
         torch.cuda.synchronize(device)
     local = []
     for _ in range(iters):
+        _prepare(op, device)
         t0 = time.perf_counter()
         op()
         if cuda:
@@ -202,6 +240,7 @@ def _beside_compute(op: Callable[[], object], pairs: int, device: Any) -> tuple[
     idle, loaded = [], []
     try:
         for _ in range(pairs):
+            _prepare(op, device)
             op()  # drains the link
             idle += _timed_calls(op, 1, device)
             busy.set()

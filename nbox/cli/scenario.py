@@ -225,6 +225,10 @@ def calibrate_cmd(
     = "auto",
     sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
     = "1KiB..64MiB",
+    sizes_from: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--sizes-from", help="Also measure the sizes this bundle's collectives move (at most 12, those moving the "
+                             "most bytes): its calls are then priced from their own points, not interpolated.",
+        show_default=False)] = None,
     collectives: Annotated[str, typer.Option(help="Comma list (default: every collective nbox measures).",
                                              show_default=False)]
     = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier,send_recv",
@@ -276,6 +280,8 @@ def calibrate_cmd(
 
       nbox calibrate --sizes 1KiB,64KiB --collectives all_reduce,all_gather -o small.toml --json
 
+      nbox calibrate --sizes-from job.bundle -o job_sizes.toml  (the grid and the job's own sizes)
+
       nbox calibrate -n 1 --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400 -o net.toml  (and rank 1)
 
       nbox calibrate --nccl-tests all_reduce_4x8.txt all_gather_4x8.txt -o fabric.toml
@@ -287,6 +293,7 @@ def calibrate_cmd(
     nccl_only = {"FILES": files, "--collective": collective, "--shape": shape, "--what-if": what_if, "--set": set_}
     if nccl_tests:
         launch = {"-n/--nproc": nproc != 2, "--backend": backend != "auto", "--sizes": sizes != "1KiB..64MiB",
+                  "--sizes-from": sizes_from is not None,
                   "--collectives": collectives != "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,"
                                                  "barrier,send_recv",
                   "--budget": budget != 0.3, "--timeout": timeout != 600.0, "--busy": busy is not None,
@@ -310,6 +317,15 @@ def calibrate_cmd(
                           dimension=dimension or ("loopback" if nnodes == "1" else "network"),
                           nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, local_addr=local_addr,
                           rdzv_host=rdzv_host)  # bad input is refused before torch loads
+    if sizes_from is not None:
+        import dataclasses
+
+        from emulator_core.calibration import job_sizes
+
+        found = job_sizes(sizes_from, cfg.collectives)
+        cfg = dataclasses.replace(cfg, sizes=tuple(sorted(set(cfg.sizes) | set(found.sizes))))
+        for note in found.notes:
+            sys.stderr.write(f"nbox calibrate: --sizes-from {sizes_from}: {note}\n")
     check_outputs([Output("-o/--out", out, "file")])  # and a bad output before any rank starts
     if not json_out:
         sys.stderr.write(f"nbox calibrate: measuring {len(cfg.collectives)} collective(s) x {len(cfg.sizes)} "
