@@ -1,9 +1,9 @@
 """The message sizes a recorded job's collectives move, for ``nbox calibrate --sizes-from BUNDLE``.
 
 A calibration measures each collective at a grid of sizes and the fit interpolates between them. Where the
-fabric's time is not smooth in the size, the grid misses what the job pays: on the two-node testbed gloo's
-all-gather runs in one of two modes about 40% apart, and which one a size's median lands on is drawn per point
-(docs/results.md, "FSDP2's all-gathers: calibrating the job's own sizes"). Measuring the sizes the job itself
+fabric's time is not smooth in the size, the grid misses what the job pays: over a shaped link gloo's
+all-gather runs in one of two modes, and which one a grid point's median lands on varies from point to point
+(docs/results.md, "FSDP2's all-gathers and the job's own sizes"). Measuring the sizes the job itself
 issues prices its calls from their own points. Sizes are ``comm_size`` as recorded, the convention ``--sizes``
 uses (the per-rank input; all_gather: the shard).
 """
@@ -21,6 +21,10 @@ from nbox_trace.contract import comm_type_name
 #: At most this many sizes come from one bundle, those moving the most bytes in all: each size adds a point per
 #: collective measured, and a large point takes seconds.
 MAX_JOB_SIZES = 12
+#: A size within this share of one already taken (which moves more bytes) is left to it: the fit interpolates the
+#: few percent between them, and near-equal points only give one noisy median more say in the curve (the fit makes
+#: the medians non-decreasing in size by pooling neighbours).
+NEAR_SHARE = 0.10
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,8 @@ class JobSizes:
 def job_sizes(bundle: str | os.PathLike[str], collectives: tuple[str, ...],
               limit: int = MAX_JOB_SIZES) -> JobSizes:
     """The distinct per-rank sizes of the bundle's collectives whose type is in ``collectives`` (calibrate's
-    names: ``all_reduce``, ``all_gather``, ...), over every rank it holds: the ``limit`` moving the most bytes.
+    names: ``all_reduce``, ``all_gather``, ...), over every rank it holds: the ``limit`` moving the most bytes, each
+    more than :data:`NEAR_SHARE` away from those moving more.
 
     Raises:
         InputNotFoundError / InvalidInputError: not a readable bundle (the message names it).
@@ -59,10 +64,18 @@ def job_sizes(bundle: str | os.PathLike[str], collectives: tuple[str, ...],
     if not moved:
         raise CalibrateUsageError(f"--sizes-from {os.fspath(bundle)}: no {'/'.join(collectives)} collective of a "
                                   f"size to measure in it (its collectives: {', '.join(sorted(found)) or 'none'})")
-    kept = sorted(s for s, _ in moved.most_common(limit))
-    if len(moved) > limit:
-        notes.append(f"{len(moved) - limit} smaller-volume size(s) of {len(moved)} left out (at most {limit})")
-    return JobSizes(tuple(kept), tuple(notes))
+    kept: list[int] = []
+    near = 0
+    for size, _ in moved.most_common():
+        if any(abs(size - k) <= NEAR_SHARE * k for k in kept):
+            near += 1
+        elif len(kept) < limit:
+            kept.append(size)
+    if near:
+        notes.append(f"{near} size(s) within {NEAR_SHARE:.0%} of a size taken left to it")
+    if len(moved) - near > limit:
+        notes.append(f"{len(moved) - near - limit} smaller-volume size(s) left out (at most {limit})")
+    return JobSizes(tuple(sorted(kept)), tuple(notes))
 
 
-__all__ = ["MAX_JOB_SIZES", "JobSizes", "job_sizes"]
+__all__ = ["MAX_JOB_SIZES", "NEAR_SHARE", "JobSizes", "job_sizes"]
