@@ -226,9 +226,9 @@ def calibrate_cmd(
     sizes: Annotated[str, typer.Option(help="Bytes per rank: a comma list (1KiB,64MiB) or ranges A..B (x4 steps).")]
     = "1KiB..64MiB",
     sizes_from: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        "--sizes-from", help="Also measure the sizes this bundle's collectives move (at most 12, those moving the "
-                             "most bytes): its calls are then priced from their own points, not interpolated.",
-        show_default=False)] = None,
+        "--sizes-from", help="Also measure the sizes this bundle's collectives move (at most 12): its calls are "
+                             "then priced from their own points.", show_default=False, rich_help_panel=ADVANCED)]
+    = None,
     collectives: Annotated[str, typer.Option(help="Comma list (default: every collective nbox measures).",
                                              show_default=False)]
     = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier,send_recv",
