@@ -137,8 +137,8 @@ class _FreshAllGather:
     """all_gather_into_tensor as FSDP2 (and ZeRO-3) issue it: each call gathers into a newly allocated output whose
     own shard, the input, is a view filled before the call (FSDP2's copy-in). :meth:`prepare` makes them, outside
     the timed window, so the call is timed as the job makes it: on CPU, gloo's all-gather over a shaped link
-    runs in one of two modes, and a reused output drew the faster one more often at large sizes (docs/results.md,
-    "FSDP2's all-gathers and the job's own sizes")."""
+    runs in one of two modes, and in one of two probes a reused output drew the faster one more often at 128 MiB
+    (docs/results.md, "FSDP2's all-gathers and the job's own sizes")."""
 
     def __init__(self, elems: int, rank: int, world: int, device: Any) -> None:
         self.elems, self.rank, self.world, self.device = elems, rank, world, device
