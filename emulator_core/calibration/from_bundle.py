@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from emulator_core.calibration.spec import MAX_SIZE, CalibrateUsageError
-from nbox_trace.bundle.inspection import load_bundle
+from nbox_trace.bundle import load_bundle
 from nbox_trace.contract import comm_type_name
 
 #: At most this many sizes come from one bundle, those moving the most bytes in all: each size adds a point per

@@ -17,7 +17,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "anonymize": ("AnonymizeConfig", "LEVELS", "anonymize_bundle"),
     "archive": ("bundle_directory", "pack_bundle", "traces_directory", "unpack_bundle"),
     "diff": ("diff_bundles",),
-    "inspection": ("inspect_bundle",),
+    "inspection": ("inspect_bundle", "load_bundle"),
     "manifest": ("COMM_GROUP_NAME", "Manifest", "THREAD_CPU_KEY", "locate_traces", "observed_summary",
         "read_manifest", "thread_cpu_figures", "write_bundle"),
     "merge": ("merge_bundles",),
@@ -25,15 +25,15 @@ _HOMES: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = ["AnonymizeConfig", "COMM_GROUP_NAME", "LEVELS", "Manifest", "THREAD_CPU_KEY", "anonymize_bundle",
-    "bundle_directory", "diff_bundles", "inspect_bundle", "locate_traces", "merge_bundles", "observed_summary",
-    "pack_bundle", "read_manifest", "thread_cpu_figures", "traces_directory", "unpack_bundle", "verify_bundle",
+    "bundle_directory", "diff_bundles", "inspect_bundle", "load_bundle", "locate_traces", "merge_bundles",
+    "observed_summary", "pack_bundle", "read_manifest", "thread_cpu_figures", "traces_directory", "unpack_bundle", "verify_bundle",
     "write_bundle"]
 
 if TYPE_CHECKING:
     from nbox_trace.bundle.anonymize import LEVELS, AnonymizeConfig, anonymize_bundle
     from nbox_trace.bundle.archive import bundle_directory, pack_bundle, traces_directory, unpack_bundle
     from nbox_trace.bundle.diff import diff_bundles
-    from nbox_trace.bundle.inspection import inspect_bundle
+    from nbox_trace.bundle.inspection import inspect_bundle, load_bundle
     from nbox_trace.bundle.manifest import (
         COMM_GROUP_NAME,
         THREAD_CPU_KEY,
