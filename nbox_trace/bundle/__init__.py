@@ -26,8 +26,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
 
 __all__ = ["AnonymizeConfig", "COMM_GROUP_NAME", "LEVELS", "Manifest", "THREAD_CPU_KEY", "anonymize_bundle",
     "bundle_directory", "diff_bundles", "inspect_bundle", "load_bundle", "locate_traces", "merge_bundles",
-    "observed_summary", "pack_bundle", "read_manifest", "thread_cpu_figures", "traces_directory", "unpack_bundle", "verify_bundle",
-    "write_bundle"]
+    "observed_summary", "pack_bundle", "read_manifest", "thread_cpu_figures", "traces_directory", "unpack_bundle",
+    "verify_bundle", "write_bundle"]
 
 if TYPE_CHECKING:
     from nbox_trace.bundle.anonymize import LEVELS, AnonymizeConfig, anonymize_bundle
