@@ -70,22 +70,15 @@ def worker(out: str, rounds: int, sizes: list[int]) -> None:
     dist.destroy_process_group()
 
 
-def quantile(values: list[float], q: float) -> float:
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 def summarize(docs: list[dict[str, list[float]]], sizes: list[int]) -> list[dict[str, Any]]:
     """Per size and condition: the slower rank's calls, their median, p10, p90, min and max."""
     rows = []
     for n in sizes:
         per = {c: [max(v) for v in zip(*(d[f"{c}/{n}"] for d in docs), strict=True)] for c in CONDITIONS}
         for cond, calls in per.items():
+            deciles = statistics.quantiles(calls, n=10, method="inclusive")
             rows.append({"nbytes": n, "output": cond, "calls": len(calls), "median_us": statistics.median(calls),
-                         "p10_us": quantile(calls, 0.1), "p90_us": quantile(calls, 0.9),
+                         "p10_us": deciles[0], "p90_us": deciles[-1],
                          "min_us": min(calls), "max_us": max(calls)})
     return rows
 

@@ -127,8 +127,10 @@ def recorded_wait_ms(bundle: Path) -> float:
 
 
 def name_of(model: str) -> str:
-    """A row's name: the built-in example's, or a script's stem."""
-    return Path(model).stem if model.endswith(".py") else model
+    """A row's name: the built-in example's, or a script's stem (the name its launches' files carry)."""
+    from fidelity_testbed import workload
+
+    return workload(model)[0]
 
 
 def testbed_runner(tb: Any, tmp: Path, args: argparse.Namespace) -> Runner:
