@@ -32,11 +32,9 @@ from emulator_core.scenario import (
     SCENARIOS_DIR,
     MeshPlan,
     Scenario,
-    ScenarioError,
     describe_changes,
     load_what_if,
     parse_placement,
-    refuse_emulate_only,
     scenario_mesh,
 )
 from nbox_replay.inputs import (
@@ -142,11 +140,6 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     what_if, world = load_what_if(config.what_if, config.overrides, recorded_world=source.recorded_world,
                                   requested=plan.world if plan else config.world_size, default=what_if_path,
                                   requested_by=plan.text if plan else "--world-size")
-    for label, scenario in (("baseline", base), ("what-if", what_if)):
-        try:
-            refuse_emulate_only(scenario)
-        except ScenarioError as e:
-            raise ReplayConfigError(f"{label}: {e}") from None
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
     _mesh_notice(recorded_mesh, plan, what_if.world_size, notices)
     if clock == "real":  # before any rank starts

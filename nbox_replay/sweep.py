@@ -55,7 +55,6 @@ from emulator_core.scenario import (
     WhatIfWorld,
     load_what_if,
     parse_override,
-    refuse_emulate_only,
     scenario_mesh,
 )
 from nbox_replay.inputs import (
@@ -315,7 +314,6 @@ class SweepConfig:
             world, by = plan.world, plan.text
         scenario, settled = load_what_if(self.scenario, overrides, recorded_world=self.recorded_world,
                                          requested=world, requested_by=by, default=self.baseline)
-        refuse_emulate_only(scenario)
         bad = [r for r, _ in self.traces if not 0 <= r < scenario.world_size]
         if bad:
             raise ScenarioError(WORLD_SIZE, f"replayed rank {bad[0]} is outside a world of "

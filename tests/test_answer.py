@@ -269,60 +269,6 @@ def test_all_to_all_v_splits_go_through_the_per_peer_model() -> None:
     assert b.algorithm == "pairwise" and b.cost_us == pytest.approx(by_hand, rel=1e-12)
 
 
-# --------------------------------------------------------------------------------------- draws and group keys
-
-def test_draw_is_uniform_looking_and_depends_only_on_its_arguments() -> None:
-    us = [answer_mod.draw(3, 12345, i) for i in range(20000)]
-    assert all(0.0 <= u < 1.0 for u in us)
-    assert us == [answer_mod.draw(3, 12345, i) for i in range(20000)]
-    assert abs(sum(us) / len(us) - 0.5) < 0.01
-    assert sum(u < 0.1 for u in us) == pytest.approx(2000, abs=150)  # each decile holds ~10%
-    assert answer_mod.draw(4, 12345, 0) != us[0] and answer_mod.draw(3, 1, 0) != us[0]
-
-
-def test_group_keys_agree_across_real_ranks_and_differ_between_groups() -> None:
-    """compute_noise seeds its draws with the group's key: two real ranks that build the same group (members in any
-    order) get the same key, another group another one."""
-    s = load_scenario(SCENARIOS / "loopback_cpu.toml")
-    g0, g1 = Fabric(s).group([5, 1, 3, 7], [1, 3]), Fabric(s).group([1, 3, 5, 7], [1, 3])
-    assert g0.key == g1.key != 0
-    assert Fabric(s).group([0, 2, 4, 6], [0, 2]).key != g0.key
-    assert Fabric(s).group(None, [0]).key == 0  # the whole world
-
-
-# ------------------------------------------------------------------------------------------------ compute noise
-def test_the_mirrors_lateness_moves_the_start_only_where_the_member_has_emulated_copies() -> None:
-    """`mirror_late_us[k]`: the emulated members that mirror real member k arrive that much after it
-    (compute_noise, emulator_core/backend/computenoise.py); a real member with no copies, or a lateness of 0, moves
-    nothing; a wrong length is refused."""
-    fabric = Fabric(dgx64())
-    g = fabric.group(range(2), [0])
-    a = fabric.answer(g, "all_reduce", 1 << 20, [100.0], mirror_late_us=[250.0])
-    assert a.start_us == 350.0
-    g2 = fabric.group(range(2), [0])
-    assert fabric.answer(g2, "all_reduce", 1 << 20, [100.0], mirror_late_us=[0.0]).start_us == 100.0
-    g3 = fabric.group(range(3), [0, 2])  # emulated member 1 mirrors real member 1 mod 2 = 1 (position 2)
-    assert g3.emulated_per_real == (0, 1)
-    late = [500.0, 0.0]  # late only where there is no copy: no effect
-    assert fabric.answer(g3, "all_reduce", 1 << 20, [10.0, 20.0], mirror_late_us=late).start_us == 20.0
-    assert fabric.answer(g3, "all_reduce", 1 << 20, [10.0, 20.0], mirror_late_us=[0.0, 500.0]).start_us == 520.0
-    with pytest.raises(ValueError, match="mirror latenesses"):
-        fabric.answer(fabric.group(range(2), [0]), "all_reduce", 1.0, [0.0], mirror_late_us=[1.0, 2.0])
-
-
-def test_compute_noise_is_a_scenario_key_that_round_trips_and_refuses_other_values() -> None:
-    from emulator_core.scenario.model import ScenarioError
-    from emulator_core.scenario.tomltext import dump_toml, loads_scenario
-
-    s = dgx64(compute_noise="mirror_history")
-    assert Scenario.from_dict(s.to_dict()) == s and loads_scenario(dump_toml(s)) == s
-    assert 'compute_noise = "mirror_history"' in dump_toml(s) and "compute_noise" not in dump_toml(dgx64())
-    assert load_scenario(SCENARIOS / "dgx_h100_400g.toml", ["compute_noise=mirror_history"]).compute_noise == \
-        "mirror_history"
-    with pytest.raises(ScenarioError, match="compute_noise"):
-        dgx64(compute_noise="sometimes")
-
-
 def test_a_collective_beside_its_members_compute_is_stretched_by_its_busy_slowdown() -> None:
     """busy_slowdown s: a call issued while the group's previous collective runs shows its members computed
     meanwhile; the stream ends overlap * (1 - 1/s) later, overlap counted from that collective's start (or the

@@ -126,14 +126,6 @@ def test_compute_scale_faster_than_live_is_refused_naming_the_key() -> None:
         run_replay(ReplayConfig(str(MLP), overrides=("compute_scale=2",), clock="real", compute="live"))
 
 
-def test_compute_noise_is_refused_by_replay_on_either_clock() -> None:
-    """`compute_noise` acts in `nbox emulate` only (its emulated ranks replay their mirror's earlier iterations; a
-    replay's compute is the recording's): a replay, virtual or live, refuses it by name before anything runs."""
-    for clock in ("virtual", "real"):
-        with pytest.raises(ReplayConfigError, match=r"what-if: .*compute_noise.*nbox emulate only"):
-            run_replay(ReplayConfig(str(MLP), overrides=("compute_noise=mirror_history",), clock=clock))
-
-
 def test_live_compute_on_the_virtual_clock_is_a_mode() -> None:
     """live operators are only stretched for factors above 1 (issue 13): `--compute live --clock virtual`
     (measure here, then simulate) is accepted, so a factor below 1 has a mode that honours it."""

@@ -212,7 +212,10 @@ def test_override_bad_path(tmp_path: Path, override: str, msg: str) -> None:
                           "modeled; delete this key"),
     ("calibration.0.jitter_us=0", "calibration.0.jitter_us: removed key in --set calibration.0.jitter_us=0: the "
                                   "calibrated jitter is no longer modeled; delete this key"),
-    ("jitter_seed=7", "jitter_seed: removed key in --set jitter_seed=7: renamed noise_seed"),
+    ("jitter_seed=7", "jitter_seed: removed key in --set jitter_seed=7: emulated ranks' compute noise"),
+    ("compute_noise=mirror_history", "compute_noise: removed key in --set compute_noise=mirror_history: emulated "
+                                     "ranks' compute noise is no longer modeled; delete this key"),
+    ("noise_seed=3", "noise_seed: removed key in --set noise_seed=3: emulated ranks' compute noise"),
     ("topology.dims.0.kind=torus", "topology.dims[0].kind = \"torus\": must be one of"),
     ("topology.dims.0.links_per_rank=0", "topology.dims[0].links_per_rank = 0: must be >= 1"),
     ("topology.dims.0.size=0", "topology.dims[0].size = 0: only the last dimension may have size 0"),
@@ -243,6 +246,7 @@ def test_validation_names_key_and_file(tmp_path: Path, override: str, expected: 
 
 _BURST_GONE = "the token-bucket burst credit is no longer modeled; delete this key"
 _JITTER_GONE = "the calibrated jitter is no longer modeled; delete this key"
+_NOISE_GONE = "emulated ranks' compute noise is no longer modeled; delete this key"
 #: A [[calibration]] entry as an older ``nbox calibrate`` wrote it, with its measured spread (``jitter_us``).
 _OLD_CAL_ENTRY = ('\n[[calibration]]\ncollective = "all_reduce"\ndimension = "net"\nalgorithm = "ring"\nranks = 2\n'
                   "latency_factor = 1.0\nbandwidth_factor = 1.0\nefficiency = [[1024, 0.0079], [67108864, 1.0]]\n"
@@ -260,8 +264,9 @@ _OLD_CAL_ENTRY = ('\n[[calibration]]\ncollective = "all_reduce"\ndimension = "ne
     (BASE + _OLD_CAL_ENTRY, "calibration[0].jitter_us", _JITTER_GONE),
     ('jitter = "calibrated"\n' + BASE, "jitter", _JITTER_GONE),
     ('jitter = "off"\njitter_seed = 7\n' + BASE, "jitter", _JITTER_GONE),
-    ("jitter_seed = 7\n" + BASE, "jitter_seed",
-     "renamed noise_seed (it seeds compute_noise; the calibrated jitter is no longer modeled); rename this key"),
+    ("jitter_seed = 7\n" + BASE, "jitter_seed", _NOISE_GONE),
+    ('compute_noise = "mirror_history"\n' + BASE, "compute_noise", _NOISE_GONE),
+    ("noise_seed = 42\n" + BASE, "noise_seed", _NOISE_GONE),
 ])
 def test_a_file_with_a_removed_key_is_refused_in_one_line(tmp_path: Path, text: str, key: str, reason: str) -> None:
     """The token-bucket burst credit with its rest shares, and the calibrated jitter, are gone: a scenario or
@@ -358,21 +363,6 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 def test_property_round_trip(s: Scenario) -> None:
     assert loads_scenario(dump_toml(s)) == s
     assert Scenario.from_dict(s.to_dict()) == s
-
-
-def test_noise_seed_validates_round_trips_and_stays_out_of_files_that_do_not_set_it() -> None:
-    from dataclasses import replace as _replace
-
-    from emulator_core.scenario.tomltext import dump_toml, loads_scenario
-
-    base = load_scenario(None)
-    assert "noise_seed" not in dump_toml(base)  # the default writes no key: older files read back the same
-    s = _replace(base, noise_seed=42)
-    text = dump_toml(s)
-    assert "noise_seed = 42" in text and loads_scenario(text) == s
-    assert load_scenario(None, ["noise_seed=3"]).noise_seed == 3
-    with pytest.raises(ScenarioError, match="noise_seed = -1: must be >= 0"):
-        _replace(base, noise_seed=-1)
 
 
 def test_live_unsupported_names_what_the_live_backend_cannot_apply() -> None:

@@ -294,7 +294,6 @@ def astra_configs(scenario: Scenario, *, source: str | None = None) -> AstraConf
         notes.append(f"algorithms: not written (ASTRA-sim's system config has no such key): {', '.join(others)}")
     left_out = [k for k, v in (("compute_scale", scenario.compute_scale != 1.0), ("stragglers", scenario.stragglers),
                                ("overlap", scenario.overlap != "overlap"),
-                               ("compute_noise", scenario.compute_noise != "off"),
                                ("network.library", scenario.network.library != "generic"),
                                ("topology.dims.fabric", any(d.fabric for d in dims))) if v]
     if left_out:

@@ -2,9 +2,9 @@
 
 The process group and its observer hook (``process_group``), the calls in flight (``calls``), the works and their
 wait (``delay``), the data rule for emulated members (``mirror``), eager and object point-to-point calls
-(``eager``, ``objectp2p``), the clock shared by real ranks (``clocksync``), emulated copies' compute noise
-(``computenoise``), what the live backend can play (``live_policy``, no torch), the world read from the environment
-(``emulation_config``) and calls held on the device (``devicecall``). Registered by ``emulator_core._autoload``.
+(``eager``, ``objectp2p``), the clock shared by real ranks (``clocksync``), what the live backend can play
+(``live_policy``, no torch), the world read from the environment (``emulation_config``) and calls held on the
+device (``devicecall``). Registered by ``emulator_core._autoload``.
 Names load on first use: ``live_policy`` and ``clocksync`` without torch, the process group with it.
 
 May import: ``emulator_core.device``, ``emulator_core.pricing``, ``emulator_core.scenario`` and ``nbox_trace``.
@@ -21,12 +21,12 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "clocksync": ("Clock",),
     "delay": ("sleep_until",),
     "live_policy": ("live_unsupported",),
-    "process_group": ("Observer", "add_observer", "clock_report", "create_process_group", "mark_iteration",
-        "process_clock", "remove_observer"),
+    "process_group": ("Observer", "add_observer", "clock_report", "create_process_group", "process_clock",
+        "remove_observer"),
 }
 
 __all__ = ["Clock", "Observer", "add_observer", "clock_report", "create_process_group", "live_unsupported",
-    "mark_iteration", "process_clock", "remove_observer", "sleep_until"]
+    "process_clock", "remove_observer", "sleep_until"]
 
 if TYPE_CHECKING:
     from emulator_core.backend.clocksync import Clock
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
         add_observer,
         clock_report,
         create_process_group,
-        mark_iteration,
         process_clock,
         remove_observer,
     )

@@ -29,7 +29,7 @@ from emulator_core.backend.delay import NboxWork
 from emulator_core.pricing import FabricGroup
 
 __all__ = ["MAX_RECORDS", "Answerable", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange",
-           "split_exchange", "start_exchange"]
+           "start_exchange"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
@@ -78,7 +78,6 @@ class Pending:
     issue_us: float
     pricing: Mapping[str, Any] | None = None
     ref_issue_ns: int = 0  # the issue time on the reference timeline (what a deferred exchange sends)
-    late_ns: int | None = None  # compute_noise: how late this rank's emulated copies arrive (sent beside the time)
     held: bool = False  # held on the device: its arrival (so its exchange) waits for the device's stamp
 
 
@@ -96,20 +95,11 @@ class GroupState:
     stream: Any = None  # the group's own device stream, as NCCL's per group (emulator_core.backend.devicecall)
 
 
-def post_exchange(g: GroupState, ref_issue_ns: int, late_ns: int | None = None) -> tuple[torch.Tensor, Any]:
+def post_exchange(g: GroupState, ref_issue_ns: int) -> tuple[torch.Tensor, Any]:
     """Start the real members' arrival-time exchange of one call on the group's inner gloo group: (the tensor the
-    arrivals land in, reference-timeline nanoseconds by inner position; the work to wait on). With ``late_ns``
-    (``compute_noise``: every real member of the group sends one) each member sends ``(arrival, late_ns)`` and the
-    tensor holds the pairs in turn (:func:`split_exchange`)."""
-    sent = [ref_issue_ns] if late_ns is None else [ref_issue_ns, late_ns]
-    arrivals = torch.empty(g.layout.n * len(sent), dtype=torch.int64)
-    return arrivals, g.inner._allgather_base(arrivals, torch.tensor(sent, dtype=torch.int64))
-
-
-def split_exchange(ts: torch.Tensor, paired: bool) -> tuple[list[float], list[float] | None]:
-    """An exchange's tensor as (arrivals, the copies' latenesses or None), microseconds by inner position."""
-    values = [v / 1000.0 for v in ts.tolist()]
-    return (values[0::2], values[1::2]) if paired else (values, None)
+    arrivals land in, reference-timeline nanoseconds by inner position; the work to wait on)."""
+    arrivals = torch.empty(g.layout.n, dtype=torch.int64)
+    return arrivals, g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
 
 
 def start_exchange(g: GroupState, item: Pending) -> None:
@@ -118,7 +108,7 @@ def start_exchange(g: GroupState, item: Pending) -> None:
     if item.ts is not None or item.ts_work is not None:
         return
     try:
-        item.ts, item.ts_work = post_exchange(g, item.ref_issue_ns, item.late_ns)
+        item.ts, item.ts_work = post_exchange(g, item.ref_issue_ns)
     except BaseException as err:  # handed to the script's wait(), never swallowed
         item.work.fail(err)
 

@@ -318,8 +318,7 @@ def arrive(g: GroupState, item: Pending, clock: Clock, timeout_s: float) -> None
     if g.exchange and g.inner is not None:
         start_exchange(g, item)
         return
-    sent = [ref] if item.late_ns is None else [ref, item.late_ns]
-    item.ts = torch.tensor(sent * len(g.fabric_group.real_positions), dtype=torch.int64)
+    item.ts = torch.tensor([ref] * len(g.fabric_group.real_positions), dtype=torch.int64)
 
 
 def land(item: Pending, limit: timedelta) -> None:

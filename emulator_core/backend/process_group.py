@@ -63,10 +63,8 @@ from emulator_core.backend.calls import (
     Pending,
     in_issue_order,
     post_exchange,
-    split_exchange,
 )
 from emulator_core.backend.clocksync import Clock, deliberate_skew_ns, host_key
-from emulator_core.backend.computenoise import MirrorNoise
 from emulator_core.backend.delay import NboxWork, not_completed, run_finish
 from emulator_core.backend.eager import never_compiled
 from emulator_core.backend.emulation_config import EmulationConfig, EmulationConfigError
@@ -74,7 +72,7 @@ from emulator_core.backend.objectp2p import guard_recv_object_list
 from emulator_core.pricing import Fabric
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
-           "clock_report", "create_process_group", "mark_iteration", "process_clock", "remove_observer"]
+           "clock_report", "create_process_group", "process_clock", "remove_observer"]
 
 def _nbytes(ts: Sequence[torch.Tensor]) -> int:
     return ts[0].nbytes if len(ts) == 1 else sum(t.nbytes for t in ts)
@@ -136,12 +134,6 @@ class NboxProcessGroup(dist.ProcessGroup):
         positions = sorted(real if members is None else [list(members).index(r) for r in real])
         self.layout = mirror.Layout(size, me, tuple(positions))
         self._group = GroupState(self.layout, fabric.group(members, real), self._make_inner(store, "main"))
-        fg = self._group.fabric_group
-        #: compute_noise: the lateness of this rank's emulated copies on the group (emulator_core.backend.computenoise);
-        #: every real member keeps one where the group has emulated members, so all send the same exchange
-        self._noise = (MirrorNoise(fg.emulated_per_real[self.layout.real_positions.index(me)],
-                                   fabric.scenario.noise_seed, fg.key)
-                       if fabric.scenario.compute_noise == "mirror_history" and any(fg.emulated_per_real) else None)
         self._pairs: dict[int, GroupState] = {}
         self.records: list[OpRecord] = []
         self.dropped_records = 0
@@ -217,9 +209,6 @@ class NboxProcessGroup(dist.ProcessGroup):
         def what() -> str:
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
-        noise = self._noise if g is self._group else None  # point to point (a pair group) carries no noise
-        late_ns = (None if noise is None else noise.arrive(_ITERATION, (collective, nbytes), t_issue_ns,
-                                                           time.thread_time_ns(), threading.get_ident()))
         hold = self.config.move_data or (self._hold_timing and p2p is None)  # timing-only p2p: the host's (below)
         st = devicecall.device_state(result, self.config.device_hold) if hold else None
         if st is not None:
@@ -228,7 +217,7 @@ class NboxProcessGroup(dist.ProcessGroup):
                                                      devicecall.async_op(opts), clock)
             self._start_resolver(g)
             g.pending.put(Pending(call, held, None, None, works, finish, collective, nbytes, issue_us, pricing,
-                                  ref_issue_ns, late_ns, held=True))
+                                  ref_issue_ns, held=True))
             if self._coalescing is not None:
                 self._coalescing.append(held)  # type: ignore[arg-type]  # a Work, as NboxWork is
             return held  # type: ignore[return-value]  # a Work, as NboxWork is (C++ sees only Work)
@@ -238,12 +227,8 @@ class NboxProcessGroup(dist.ProcessGroup):
                     works, finish = real(None)
                 run_finish(finish)
             arrivals_us = [ref_issue_ns / 1000.0] * n_real
-            late = None if late_ns is None else [late_ns / 1000.0] * n_real
             with g.lock:
-                ans = self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, mirror_late_us=late,
-                                         **(pricing or {}))
-            if noise is not None:
-                noise.completed(clock.to_perf_ns(int(ans.end_us * 1000.0)))
+                ans = self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, **(pricing or {}))
             done_us = clock.local_ns(time.perf_counter_ns()) / 1000.0
             start_us, end_us = self._local_us(ans.start_us), self._local_us(ans.end_us)
             self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
@@ -254,7 +239,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.exchange and not move:
                 arrivals, ts_work = None, None  # timing only: the resolver starts the exchange (calls.py)
             elif g.exchange:
-                arrivals, ts_work = post_exchange(g, ref_issue_ns, late_ns)
+                arrivals, ts_work = post_exchange(g, ref_issue_ns)
             else:
                 arrivals, ts_work = torch.full((n_real,), ref_issue_ns, dtype=torch.int64), None
                 if not move and p2p is not None:  # timing only: the send's issue time goes where its data would
@@ -271,7 +256,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.resolver is None:
                 self._start_resolver(g)
             g.pending.put(Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
-                                  ref_issue_ns, late_ns))
+                                  ref_issue_ns))
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
@@ -294,11 +279,9 @@ class NboxProcessGroup(dist.ProcessGroup):
                     item.ts_work.wait(limit)
                 if item.ts is None:  # its exchange could not start: calls.start_exchange failed the work
                     continue
-                arrivals, late = split_exchange(item.ts, item.late_ns is not None)
-                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, mirror_late_us=late,
+                arrivals = [v / 1000.0 for v in item.ts.tolist()]
+                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals,
                                          **(item.pricing or {}))
-                if late is not None and self._noise is not None:
-                    self._noise.completed(self.clock.to_perf_ns(int(ans.end_us * 1000.0)))
                 if item.held:
                     devicecall.land(item, limit)
                 else:
@@ -550,16 +533,6 @@ never_compiled(NboxProcessGroup, NboxWork, _CoalescedWork, devicecall.HeldWork, 
 _CONFIG: EmulationConfig | None = None
 _FABRIC: Fabric | None = None
 _CLOCK: Clock | None = None
-_ITERATION = 0  # iteration boundaries this process has seen (mark_iteration)
-
-
-def mark_iteration() -> None:
-    """An iteration of the script ended (``nbox emulate``'s ranks call it at each optimizer step): the calls after
-    it count from 0 again in the next iteration on every group (``compute_noise``,
-    :mod:`emulator_core.backend.computenoise`).
-    """
-    global _ITERATION
-    _ITERATION += 1
 
 
 def process_clock() -> Clock | None:

@@ -8,10 +8,6 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   i.e. on time. A member the scenario lists as a straggler (``[[stragglers]]``, real or emulated) arrives
   late: its compute since the group's previous completion is stretched by its slowdown,
   ``arrival' = free + (arrival - free) * slowdown`` with ``free`` the previous completion on the group.
-* **compute noise of their own** (the scenario's ``compute_noise = "mirror_history"``; off by default; it acts
-  in ``nbox emulate``, and replay refuses it). The emulated members that mirror real member ``k`` then arrive
-  ``mirror_late_us[k]`` after it, a lateness each real rank keeps for its own copies from its thread's CPU time
-  between calls (:mod:`emulator_core.backend.computenoise` states the rule and why).
 * **start.** ``start = max(free, max of the members' arrivals)``: a collective cannot start before its
   last participant arrives, and collectives on one group run one after another, in issue order (one
   communication stream per communicator, as NCCL and gloo do).
@@ -56,7 +52,6 @@ members + stragglers in the group) otherwise, never O(world size).
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -64,9 +59,8 @@ from typing import NamedTuple
 from emulator_core.pricing.pricer import GroupShape, Pricer, calibration_for, group_shape, make_pricer
 from emulator_core.scenario import Calibration, Scenario
 
-__all__ = ["Answer", "Fabric", "FabricGroup", "draw", "mirror_member", "mirror_weights"]
+__all__ = ["Answer", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"]
 
-_MASK64 = (1 << 64) - 1
 
 #: The longest call ``nbox calibrate --busy`` measures ``busy_slowdown`` on (us; ``_calibrate_worker``'s
 #: ``BUSY_CALL_MAX_US``: it times the largest size whose call took at most this long): the call whose loss sets the
@@ -83,19 +77,6 @@ def busy_rate(slowdown: float, delay_us: float, calls: int, stream_us: float) ->
     if stream_us <= 0:
         return slowdown
     return min(slowdown, 1.0 + delay_us * max(calls, 1) / stream_us)
-
-
-def _mix64(x: int) -> int:
-    """splitmix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", 2014)."""
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def draw(seed: int, group_key: int, index: int) -> float:
-    """A uniform number in [0, 1) that depends only on its arguments (the same on every rank and run)."""
-    return (_mix64(_mix64(_mix64(seed & _MASK64) ^ group_key) ^ index) >> 11) / float(1 << 53)
 
 
 class Answer(NamedTuple):
@@ -158,11 +139,6 @@ class FabricGroup:
     stragglers: tuple[tuple[float, int], ...]
     free_us: float = -math.inf
     answered: int = 0
-    #: Identifies the group's members for :func:`draw` (crc32 of the sorted global ranks; 0: the whole world);
-    #: ``compute_noise`` seeds its per-group draws with it (:mod:`emulator_core.backend.computenoise`).
-    key: int = 0
-    #: Per real member (``real_positions`` order), how many emulated members mirror it.
-    emulated_per_real: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
@@ -219,9 +195,7 @@ class Fabric:
                 if j < 0:
                     continue
             stragglers.append((st.slowdown, mirror_member(j, positions)))
-        key = 0 if ranks is None else zlib.crc32(",".join(map(str, sorted(members))).encode())
-        emulated = tuple(w - 1 for w in mirror_weights(shape.size, positions))
-        return FabricGroup(shape, tuple(positions), tuple(stragglers), key=key, emulated_per_real=emulated)
+        return FabricGroup(shape, tuple(positions), tuple(stragglers))
 
     def price(self, group: FabricGroup, collective: str, nbytes: float) -> tuple[str, float]:
         """``(algorithm, cost_us)`` of ``collective`` on ``nbytes`` over ``group``, cached per group."""
@@ -259,8 +233,7 @@ class Fabric:
 
     def answer(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
                *, send_bytes: Sequence[float] | None = None,
-               recv_bytes: Sequence[float] | None = None,
-               mirror_late_us: Sequence[float] | None = None) -> Answer:
+               recv_bytes: Sequence[float] | None = None) -> Answer:
         """Answer one collective and advance the group's stream (see the module docstring).
 
         Args:
@@ -269,8 +242,6 @@ class Fabric:
             nbytes: the size in costmodels' convention (the per-rank input; see costmodels' table).
             arrivals_us: issue time of each real member, in ``group.real_positions`` order.
             send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
-            mirror_late_us: per real member (``real_positions`` order), how late the emulated members that mirror
-                it arrive after it (``compute_noise``, :mod:`emulator_core.backend.computenoise`); ``None``: with it.
 
         Raises:
             ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.
@@ -288,13 +259,6 @@ class Fabric:
                 a = arrivals_us[k]
                 late = base + (a - base) * slowdown if a > base else a
                 last = max(last, late)
-        if mirror_late_us is not None:
-            if len(mirror_late_us) != len(arrivals_us):
-                raise ValueError(f"{collective}: {len(mirror_late_us)} mirror latenesses for {len(arrivals_us)} "
-                                 f"real members")
-            for k, late in enumerate(mirror_late_us):
-                if late > 0 and k < len(group.emulated_per_real) and group.emulated_per_real[k] > 0:
-                    last = max(last, arrivals_us[k] + late)
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
             algorithm, cost = self._pricer(group, collective)(nbytes, send_bytes=send_bytes, recv_bytes=recv_bytes)

@@ -27,14 +27,14 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "tomltext": ("dump_toml", "toml_loads"),
     "topology": ("Dimension", "MAX_CHUNKS", "Network", "Topology"),
     "values": ("MAX_WORLD_SIZE", "ScenarioError", "bad", "check_float", "check_int"),
-    "world": ("AskedMesh", "WhatIfWorld", "load_what_if", "refuse_emulate_only", "resize", "scenario_mesh"),
+    "world": ("AskedMesh", "WhatIfWorld", "load_what_if", "resize", "scenario_mesh"),
 }
 
 __all__ = ["AUTO", "AskedMesh", "Calibration", "Dimension", "FLOOR_MAX_BYTES", "Fabric", "MAX_CHUNKS",
     "MAX_WORLD_SIZE", "MeshError", "MeshPlan", "NcclFit", "Network", "PER_RANK", "SCENARIOS_DIR", "Scenario",
     "ScenarioError", "Topology", "WhatIfWorld", "bad", "bracket", "check_float", "check_int", "choose_fit",
     "compare", "describe_changes", "dump_toml", "load_scenario", "load_what_if", "network_share", "parse_mesh",
-    "parse_override", "parse_placement", "plan_mesh", "refuse_emulate_only", "regime", "resize", "scenario_mesh",
+    "parse_override", "parse_placement", "plan_mesh", "regime", "resize", "scenario_mesh",
     "share_words", "shipped_catalog", "shipped_scenarios", "step_bytes", "toml_loads"]
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
         AskedMesh,
         WhatIfWorld,
         load_what_if,
-        refuse_emulate_only,
         resize,
         scenario_mesh,
     )

@@ -19,7 +19,6 @@ TOML layout (see the shipped examples in ``emulator_core/scenarios/``)::
     world_size = 1024          # ranks the script sees (W)
     compute_scale = 1.0        # 1.0 = recorded speed; 2.0 = compute twice as fast
     overlap = "overlap"        # or "serialize"
-    compute_noise = "off"      # or "mirror_history": emulated ranks replay their mirror's earlier iterations (emulate)
 
     [algorithms]               # collective -> algorithm name, or "auto" (the default for any not listed)
     all_reduce = "ring"
@@ -101,7 +100,6 @@ from emulator_core.scenario.values import (
 )
 
 __all__ = ["AUTO", "CALIBRATION_KEYS", "COLLECTIVES", "CONGESTION", "DIMENSION_KINDS", "DIM_KEYS", "FORWARDING",
-           "COMPUTE_NOISE_POLICIES",
            "LIBRARIES", "MAX_WORLD_SIZE", "NETWORK_KEYS", "OVERLAP_POLICIES", "STRAGGLER_KEYS",
            "TOPOLOGY_KEYS", "TOP_KEYS", "Calibration", "Dimension", "Network", "Scenario", "ScenarioError",
            "Straggler", "Topology", "check_mesh", "quote_toml_string"]
@@ -109,10 +107,6 @@ __all__ = ["AUTO", "CALIBRATION_KEYS", "COLLECTIVES", "CONGESTION", "DIMENSION_K
 #: Overlap policies: "overlap" lets communication run concurrently with compute (as recorded);
 #: "serialize" makes every collective wait for compute and compute wait for every collective.
 OVERLAP_POLICIES = ("overlap", "serialize")
-#: Compute-noise policies: "off" (an emulated member arrives with the real member it mirrors) or "mirror_history"
-#: (for each iteration it replays that member's CPU time between calls of a randomly drawn recent iteration,
-#: emulator_core/backend/computenoise.py; ``nbox emulate`` only).
-COMPUTE_NOISE_POLICIES = ("off", "mirror_history")
 #: Collective names accepted as keys of ``[algorithms]``.
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_v", "broadcast",
                "reduce", "gather", "scatter", "barrier", "send_recv")
@@ -121,7 +115,7 @@ AUTO = "auto"
 #: The keys of each table (the top level, ``[[stragglers]]``, ``[[calibration]]``), in the order the TOML
 #: writer puts them.
 TOP_KEYS = ("name", "description", "world_size", "topology", "algorithms", "compute_scale", "stragglers", "overlap",
-            "calibration", "noise_seed", "compute_noise", "network", "mesh", "mesh_placement", "nccl_fit")
+            "calibration", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
                     "efficiency", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")
@@ -304,12 +298,6 @@ class Scenario:
             (compute durations are divided by it).
         stragglers: ranks whose compute is slowed down (unique ranks, each < ``world_size``).
         overlap: ``"overlap"`` or ``"serialize"`` (see :data:`OVERLAP_POLICIES`).
-        noise_seed: any integer >= 0: seeds ``compute_noise``'s draws (the same draws on every real rank, and in
-            every run with the same seed).
-        compute_noise: ``"off"`` or ``"mirror_history"`` (see :data:`COMPUTE_NOISE_POLICIES`): whether an emulated
-            member's compute carries noise of its own, that of an earlier iteration of the real member it mirrors
-            (:mod:`emulator_core.backend.computenoise`). Acts in ``nbox emulate`` where a group has emulated members;
-            replay refuses it (a replay's compute is the recording's, with no history of its own).
         network: network-wide model settings (``[network]``: congestion, message overhead, chunks, library;
             see ``emulator_core.scenario.topology.Network``).
         calibration: measured departures from the dimensions' nominal figures, per (collective, dimension)
@@ -332,8 +320,6 @@ class Scenario:
     stragglers: tuple[Straggler, ...] = ()
     overlap: str = "overlap"
     calibration: tuple[Calibration, ...] = ()
-    noise_seed: int = 0
-    compute_noise: str = "off"
     network: Network = field(default_factory=Network)
     mesh: tuple[tuple[str, int], ...] = ()
     mesh_placement: tuple[str, ...] = ()
@@ -384,8 +370,6 @@ class Scenario:
         object.__setattr__(self, "algorithms", tuple(sorted(seen.items())))
         object.__setattr__(self, "compute_scale", check_float("compute_scale", self.compute_scale, gt=0))
         choice("overlap", self.overlap, OVERLAP_POLICIES)
-        check_int("noise_seed", self.noise_seed, 0, 2**63 - 1)
-        choice("compute_noise", self.compute_noise, COMPUTE_NOISE_POLICIES)
         stragglers = tuple(self.stragglers)
         slow: dict[int, float] = {}
         for i, s in enumerate(stragglers):
@@ -458,17 +442,13 @@ class Scenario:
         return self._slowdowns.get(rank, 1.0)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self). ``noise_seed``,
+        """Plain dict/list/scalar form, as in the TOML file (``from_dict(to_dict())`` == self).
         ``network``, ``mesh`` and ``mesh_placement`` only when not the defaults, so scenarios written before they
         existed stay the same."""
         out: dict[str, Any] = {**({"name": self.name} if self.name else {}),
                                **({"description": self.description} if self.description else {}),
                                "world_size": self.world_size, "compute_scale": self.compute_scale,
                                "overlap": self.overlap}
-        if self.noise_seed != 0:
-            out["noise_seed"] = self.noise_seed
-        if self.compute_noise != "off":
-            out["compute_noise"] = self.compute_noise
         if not self.network.is_default():
             out["network"] = self.network.to_dict()
         if self.mesh:
@@ -501,8 +481,7 @@ class Scenario:
         stragglers = parse_tables("stragglers", raw_strag, Straggler.from_dict)
         if not isinstance(raw_cal := d.get("calibration", []), list):
             raise bad("calibration", raw_cal, "must be an array of tables [[calibration]]")
-        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "noise_seed",
-                                                    "compute_noise", "mesh", "mesh_placement", "name",
+        kwargs: dict[str, Any] = {k: d[k] for k in ("compute_scale", "overlap", "mesh", "mesh_placement", "name",
                                                     "description") if k in d}
         if "network" in d:
             try:

@@ -56,8 +56,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 _SCHEMA: dict[str, Any] = {
-    "world_size": None, "compute_scale": None, "overlap": None, "noise_seed": None,
-    "compute_noise": None,
+    "world_size": None, "compute_scale": None, "overlap": None,
     "algorithms": {c: None for c in COLLECTIVES},
     "topology": {"dims": [{k: None for k in DIM_KEYS}]},
     "network": {k: None for k in NETWORK_KEYS},

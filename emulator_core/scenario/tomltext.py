@@ -65,7 +65,7 @@ def dump_toml(scenario: Scenario) -> str:
     """The scenario as TOML text, in the layout of the module docstring; ``loads_scenario`` reads it back equal."""
     d = scenario.to_dict()
     lines = [f"{k} = {_toml_value(d[k])}" for k in ("name", "description", "world_size", "compute_scale", "overlap",
-                                                     "noise_seed", "compute_noise", "mesh_placement")
+                                                     "mesh_placement")
              if k in d]
     if d["algorithms"]:
         lines += ["", "[algorithms]"] + [f"{k} = {_toml_value(v)}" for k, v in d["algorithms"].items()]

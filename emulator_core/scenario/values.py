@@ -106,12 +106,13 @@ def choice(key: str, value: Any, allowed: Sequence[str]) -> str:
 #: rather than read as if the key acted. The token-bucket burst credit (a ``tc tbf`` shaper's refilled bucket,
 #: with its per-collective rest shares) and the calibrated jitter (a collective's measured spread, ``jitter_us``,
 #: played at a drawn quantile when ``jitter = "calibrated"``) moved no real model's predicted iteration enough to
-#: keep. ``jitter_seed`` also seeded ``compute_noise``, which reads ``noise_seed`` now.
+#: keep; nor did ``compute_noise`` (emulated ranks replaying their mirror's earlier iterations in ``nbox emulate``)
+#: with its seed, ``noise_seed``, and ``jitter_seed``, its seed before.
 REMOVED_KEYS = {**{k: "the token-bucket burst credit is no longer modeled; delete this key"
                    for k in ("burst_bytes", "rest_factor", "apart_rest_factor")},
                 **{k: "the calibrated jitter is no longer modeled; delete this key" for k in ("jitter", "jitter_us")},
-                "jitter_seed": "renamed noise_seed (it seeds compute_noise; the calibrated jitter is no longer "
-                               "modeled); rename this key"}
+                **{k: "emulated ranks' compute noise is no longer modeled; delete this key"
+                   for k in ("compute_noise", "noise_seed", "jitter_seed")}}
 
 
 def check_table(key: str, d: Any, allowed: Sequence[str], required: Sequence[str] = ()) -> None:

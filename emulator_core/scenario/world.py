@@ -33,7 +33,7 @@ from emulator_core.scenario.model import Scenario, ScenarioError, check_mesh
 from emulator_core.scenario.overrides import apply_overrides, parse_override
 from nbox_trace.mesh import canonical_name
 
-__all__ = ["WORLD_SOURCES", "AskedMesh", "WhatIfWorld", "load_what_if", "refuse_emulate_only", "resize",
+__all__ = ["WORLD_SOURCES", "AskedMesh", "WhatIfWorld", "load_what_if", "resize",
            "scenario_mesh", "sets_world_size", "what_if_world"]
 
 #: Where a world size came from, in the order of precedence (module docstring).
@@ -232,17 +232,3 @@ def load_what_if(path: Path | None, overrides: Sequence[str] = (), *, recorded_w
     except ScenarioError as e:
         raise e.in_file(str(where)) from None
     return scenario, world
-
-
-def refuse_emulate_only(scenario: Scenario) -> None:
-    """Refuse, for a replay or sweep, a scenario key that acts only in ``nbox emulate``: ``compute_noise`` (an
-    emulated member replays its mirror's earlier iterations, which a replay, whose compute is the recording's,
-    does not have).
-
-    Raises:
-        ScenarioError: naming the key and what to do.
-    """
-    if scenario.compute_noise != "off":
-        raise ScenarioError("compute_noise", "acts in nbox emulate only (emulated ranks replay their mirror's "
-                            "earlier iterations; a replay's compute is the recording's): set it to \"off\"",
-                            value=scenario.compute_noise, has_value=True)

@@ -179,10 +179,6 @@ class Recorder:
         self.clock.take(n, now, tt, marks)
         if n >= self.config.effective_warmup + self.config.iterations:
             self._stop_sampler()
-        if self.config.emulate:  # the nbox backend numbers the calls of each iteration (compute_noise)
-            from emulator_core.backend import mark_iteration
-
-            mark_iteration()
         if n == 1:
             announce(self.rank)  # multi-node runs only; in the warm-up, like the read below
         elif n <= self.config.effective_warmup:

@@ -254,9 +254,6 @@ def _scenario_toml(cfg: EmulateConfig, path: Path) -> tuple[str, tuple[str, ...]
     why = live_unsupported(scenario)
     if why:
         raise ScenarioError("", why, file=str(cfg.scenario) if cfg.scenario is not None else None)
-    if scenario.compute_noise != "off" and len(cfg.real_ranks) >= scenario.world_size:
-        raise ScenarioError("compute_noise", f"acts on emulated ranks, and all {scenario.world_size} ranks are real: "
-                            f"remove it or emulate a larger world", value=scenario.compute_noise, has_value=True)
     path.write_text(dump_toml(scenario), encoding="utf-8")
     name = str(cfg.scenario) if cfg.scenario is not None else "default (loopback_cpu)"
     desc = name + (f" with {', '.join(cfg.overrides)}" if cfg.overrides else "") + f"; world size {cfg.world_from}"
