@@ -1,4 +1,4 @@
-"""Ablation rows that need launches: the host-work pad (live replay) and compute_noise (emulate), on and off.
+"""Ablation rows that need launches: the host-work pad (live replay) on and off, and emulate beside the real job.
 
     python bench/ablation_testbed.py --calibration CAL.toml --bundle deeplight=R0/deeplight.bundle \\
         --bundle deeplight=R1/deeplight.bundle --real deeplight=573 [--warmup 2 --iterations 6] [--json]
@@ -8,8 +8,8 @@ On the two-node namespace testbed (:mod:`nbox_trace.testbed.namespaces`, root), 
 
 * the live replay of the bundle (``nbox replay --clock real --compute live`` across the nodes, as
   ``bench/fidelity_testbed.py`` runs it) with ``replay.host_work=pad`` (the default) and with ``off``;
-* ``nbox emulate --world-size 2 -n 1`` of the model with ``compute_noise`` off (the default) and with
-  ``compute_noise = "mirror_history"``;
+* ``nbox emulate --world-size 2 -n 1`` of the model (its ``compute_noise`` rows, before that key was removed, are
+  in docs/results.md);
 * with ``--paths ...,real``, the real job itself (``bench/fidelity_testbed.plain_run``, two nodes x 1 rank) in the
   same rounds, so that the errors are against launches of the same hour. Without the live rows no bundle is
   needed: ``--models M1,M2 --rounds N``.
@@ -40,8 +40,7 @@ from seeds_table import ranks_lock  # noqa: E402
 
 #: (path, variant label, what it runs): the default first in each pair.
 VARIANTS = (("live", "host-work pad (default)", "pad"), ("live", "host-work pad off", "off"),
-            ("emulate", "compute_noise off (default)", ""), ("emulate", "compute_noise mirror_history",
-                                                             "compute_noise=mirror_history"))
+            ("emulate", "emulate (default)", ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,19 +111,24 @@ def main(argv: list[str] | None = None) -> int:
         if launch_real:
             rows.append({"model": model, "path": "real", "variant": "real launches", "median_ms": real[model],
                          "n": len(got[(model, "real")]), "error_pct": 0.0, "real": True})
-        for i, (path, label, _what) in enumerate(variants):
+        for path, label, _what in variants:
             us = got[(model, label)]
             ms = statistics.median(us) / 1e3
             err = (ms / real[model] - 1) * 100
             row = {"model": model, "path": path, "variant": label, "median_ms": ms, "n": len(us),
-                   "error_pct": err, "default": i % 2 == 0}
+                   "error_pct": err, "default": "(default)" in label}
             if launch_real:  # each round's median against that round's real launch, geometric mean
                 pairs = zip(by_round[(model, label)], by_round[(model, "real")], strict=True)
                 row["paired_pct"] = (math.exp(statistics.fmean(math.log(a / b) for a, b in pairs)) - 1) * 100
             rows.append(row)
-    effects = [r for r in rows if "real" not in r]
-    for i in range(1, len(effects), 2):  # each pair's second row: the points the effect moves
-        effects[i]["moved_points"] = effects[i]["error_pct"] - effects[i - 1]["error_pct"]
+    base: dict[tuple[str, str], float] = {}
+    for r in rows:  # a variant's row: the points it moves the error from its path's default
+        if "real" in r:
+            continue
+        if r["default"]:
+            base[(r["model"], r["path"])] = r["error_pct"]
+        else:
+            r["moved_points"] = r["error_pct"] - base[(r["model"], r["path"])]
     if args.json:
         print(json.dumps({"rows": rows}))
         return 0

@@ -8,8 +8,8 @@
 Pairs (the emulate issue): real W = 2 against ``nbox emulate --world-size 2 -n 1``, and real W = 4 against
 ``--world-size 4 -n 2``. The emulated side uses the calibrated scenario of this machine (the shipped
 ``loopback_cpu``), under ``--what-if``/``--set`` when given. Each ``--variant`` is one more emulated side
-(its ``--set`` overrides on top), e.g. ``--variant noise:compute_noise=mirror_history`` compares emulated ranks
-with compute noise of their own against the default in the same run. Rounds are interleaved (real, each
+(its ``--set`` overrides on top), e.g. ``--variant slow:topology.dims.0.bandwidth_gbps=0.5`` compares a slower link's
+answer against the default in the same run. Rounds are interleaved (real, each
 emulated variant, real, ...) so that drifts of the machine hit every side alike; per side it prints the
 median and p10-p90 of the per-iteration time (slowest rank) and the error of the emulated median.
 Target: |error| <= 5%. Nothing is asserted. On this 2-vCPU machine a real

@@ -16,7 +16,7 @@ a CPU of its own, as the real job's ranks do; its distance from ``emulate -n 1``
 emulated member arrives with its mirror) leaves out on this machine.
 
 ``--variant NAME:K=V,...`` (repeatable) makes one emulated side per variant with those scenario overrides,
-e.g. ``--variant noise:compute_noise=mirror_history``. Rounds are interleaved, the real run first in
+e.g. ``--variant slow:topology.dims.0.bandwidth_gbps=0.5``. Rounds are interleaved, the real run first in
 even rounds and last in odd ones. Per side: median and p10-p90 of the job's
 per-iteration time (slowest real rank), the error of the emulated median against the real one, and whether it
 lies inside the real spread. Target: |error| <= 5% and inside the spread. Below, the paired figure
