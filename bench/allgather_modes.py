@@ -20,14 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from testbed_ranks import run_worker_ranks  # noqa: E402
+
 CONDITIONS = ("reused", "fresh")
 
 
@@ -95,22 +96,9 @@ def main() -> int:
         out, rounds, sizes_text = args.worker
         worker(out, int(rounds), [int(s) for s in sizes_text.split(",")])
         return 0
-    from nbox_trace.testbed import Testbed
-
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="nbox-ag-") as tmp, Testbed(2, rate=args.rate) as tb:
-        out = Path(tmp) / "ag.json"
-        ep = f"{tb.node(0).addr}:29495"
-        procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-                               "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
-                               "--rdzv-conf", f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr,
-                               str(Path(__file__).resolve()), "--worker", str(out), str(args.rounds),
-                               ",".join(map(str, sizes))],
-                           {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **tb.node(k).env()},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(2)]
-        if any(tb.wait_all(procs, 900)):
-            raise SystemExit("a rank failed")
-        docs = [json.loads((Path(tmp) / f"ag.json.rank{r}").read_text()) for r in range(2)]
+    docs = run_worker_ranks(Path(__file__), [str(args.rounds), ",".join(map(str, sizes))], rate=args.rate,
+                            port=29495, timeout_s=900)
     rows = summarize(docs, sizes)
     if args.json:
         print(json.dumps(rows))

@@ -19,15 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from testbed_ranks import run_worker_ranks  # noqa: E402
+
 SIZES = (1 << 20, 4 << 20, 16 << 20, 26812416)  # the last: a DDP bucket of 25 MiB, as ResNet-152's recorded
 BUCKET = SIZES[-1]
 
@@ -104,21 +105,8 @@ def main() -> int:
         out, reps, calls, gap = args.worker
         worker(out, int(reps), int(calls), float(gap))
         return 0
-    from nbox_trace.testbed import Testbed
-
-    with tempfile.TemporaryDirectory(prefix="nbox-busy-") as tmp, Testbed(2, rate=args.rate) as tb:
-        out = Path(tmp) / "busy.json"
-        ep = f"{tb.node(0).addr}:29493"
-        procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-                               "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
-                               "--rdzv-conf", f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr,
-                               str(Path(__file__).resolve()), "--worker", str(out), str(args.reps),
-                               str(args.stream_calls), str(args.gap_ms / 1e3)],
-                           {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **tb.node(k).env()},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(2)]
-        if any(tb.wait_all(procs, 550)):
-            raise SystemExit("a rank failed")
-        docs = [json.loads((Path(tmp) / f"busy.json.rank{r}").read_text()) for r in range(2)]
+    docs = run_worker_ranks(Path(__file__), [str(args.reps), str(args.stream_calls), str(args.gap_ms / 1e3)],
+                            rate=args.rate, port=29493, timeout_s=550)
 
     def slower(key: str, i: int | None = None) -> list[float]:  # per sample, the slower rank's time
         pair = [d[key] if i is None else d[key][i] for d in docs]

@@ -17,14 +17,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from testbed_ranks import run_worker_ranks  # noqa: E402
 
 
 def _core_busy_ticks(cpus: set[int]) -> int:
@@ -76,21 +76,8 @@ def main() -> int:
     if args.worker:
         worker(args.worker[0], [int(s) for s in args.worker[1].split(",")])
         return 0
-    from nbox_trace.testbed import Testbed
-
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="nbox-libcpu-") as tmp, Testbed(2, rate=args.rate) as tb:
-        out = Path(tmp) / "cpu.json"
-        ep = f"{tb.node(0).addr}:29497"
-        procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-                               "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
-                               "--rdzv-conf", f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr,
-                               str(Path(__file__).resolve()), "--worker", str(out), ",".join(map(str, sizes))],
-                           {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **tb.node(k).env()},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(2)]
-        if any(tb.wait_all(procs, 900)):
-            raise SystemExit("a rank failed")
-        docs = [json.loads((Path(tmp) / f"cpu.json.rank{r}").read_text()) for r in range(2)]
+    docs = run_worker_ranks(Path(__file__), [",".join(map(str, sizes))], rate=args.rate, port=29497, timeout_s=900)
     rows: list[dict[str, Any]] = []
     for r, doc in enumerate(docs):
         for n in sizes:

@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from testbed_ranks import run_worker_ranks  # noqa: E402
 
 
 def worker(out: str, reps: int, sizes: list[int], load: bool) -> None:
@@ -97,22 +97,9 @@ def main() -> int:
         out, reps, sizes, load = args.worker
         worker(out, int(reps), [int(s) for s in sizes.split(",")], load == "1")
         return 0
-    from nbox_trace.testbed import Testbed
-
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="nbox-pair-") as tmp, Testbed(2, rate=args.rate) as tb:
-        out = Path(tmp) / "pair.json"
-        ep = f"{tb.node(0).addr}:29494"
-        procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-                               "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
-                               "--rdzv-conf", f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr,
-                               str(Path(__file__).resolve()), "--worker", str(out), str(args.reps),
-                               ",".join(map(str, sizes)), str(int(args.load))],
-                           {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **tb.node(k).env()},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(2)]
-        if any(tb.wait_all(procs, 550)):
-            raise SystemExit("a rank failed")
-        docs = [json.loads((Path(tmp) / f"pair.json.rank{r}").read_text()) for r in range(2)]
+    docs = run_worker_ranks(Path(__file__), [str(args.reps), ",".join(map(str, sizes)), str(int(args.load))],
+                            rate=args.rate, port=29494, timeout_s=550)
 
     rows = []
     for size in sizes:
