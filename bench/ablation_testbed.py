@@ -38,7 +38,7 @@ import emulate_fidelity_testbed as eft  # noqa: E402
 import fidelity_testbed as ft  # noqa: E402
 from seeds_table import ranks_lock  # noqa: E402
 
-#: (path, variant label, what it runs): the default first in each pair.
+#: (path, variant label, what it runs): each path's default first, labelled "(default)".
 VARIANTS = (("live", "host-work pad (default)", "pad"), ("live", "host-work pad off", "off"),
             ("emulate", "emulate (default)", ""))
 
