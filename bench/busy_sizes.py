@@ -98,6 +98,7 @@ def main() -> int:
     ap.add_argument("--stream-calls", type=int, default=8)
     ap.add_argument("--gap-ms", type=float, default=100.0, help="between a stream's issues (a backward's buckets)")
     ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--share", type=float, default=None, help="each node's CPU share (a cgroup quota; default none)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worker", nargs=4, metavar=("OUT", "REPS", "CALLS", "GAP_S"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -106,7 +107,7 @@ def main() -> int:
         worker(out, int(reps), int(calls), float(gap))
         return 0
     docs = run_worker_ranks(Path(__file__), [str(args.reps), str(args.stream_calls), str(args.gap_ms / 1e3)],
-                            rate=args.rate, port=29493, timeout_s=550)
+                            rate=args.rate, port=29493, timeout_s=550, cpu_share=args.share)
 
     def slower(key: str, i: int | None = None) -> list[float]:  # per sample, the slower rank's time
         pair = [d[key] if i is None else d[key][i] for d in docs]

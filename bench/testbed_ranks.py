@@ -21,13 +21,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_worker_ranks(script: Path, worker_args: Sequence[str], *, rate: str, port: int, timeout_s: float,
-                     nodes: int = 2) -> list[Any]:
+                     nodes: int = 2, cpu_share: float | None = None) -> list[Any]:
     """``script --worker OUT *worker_args`` as one rank on each of ``nodes`` testbed nodes joined by ``rate`` links
-    (rendezvous on node 0's ``port``); each rank's ``OUT.rank<R>`` document, in rank order. A rank that fails, or
-    a run past ``timeout_s``, ends the bench."""
+    (rendezvous on node 0's ``port``), each node ``cpu_share`` of one CPU by a cgroup quota where given; each rank's
+    ``OUT.rank<R>`` document, in rank order. A rank that fails, or a run past ``timeout_s``, ends the bench."""
     from nbox_trace.testbed import Testbed
 
-    with tempfile.TemporaryDirectory(prefix=f"nbox-{script.stem}-") as tmp, Testbed(nodes, rate=rate) as tb:
+    with tempfile.TemporaryDirectory(prefix=f"nbox-{script.stem}-") as tmp, \
+            Testbed(nodes, rate=rate, cpu_share=cpu_share) as tb:
         out = Path(tmp) / "worker.json"
         ep = f"{tb.node(0).addr}:{port}"
         procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),

@@ -15,12 +15,20 @@ process that made it):
   touched);
 * two nodes: one veth pair between them (point to point); more: a switch namespace ``...-sw`` holding a Linux
   bridge, each node's veth joined to one of its ports;
+* ``racks=2``: two such switches (``...-sw0``, ``...-sw1``), nodes ``0 .. N/2-1`` on the first, the rest on the
+  second, joined by one uplink (a veth pair between the two bridges) shaped at ``uplink_rate``: the oversubscribed
+  hierarchy of two racks behind their top-of-rack switches (a 4:1 uplink for racks of 4 nodes of rate R is R);
 * every link shaped with ``tc qdisc ... tbf rate R burst B latency Q`` on each egress (both ends of a point-to-point
-  link; a node's uplink and its switch port's downlink). ``latency`` is tbf's bound on queueing, not an added
-  delay: netem is not available on every kernel (not on the one this was written on). ``delay_ms`` asks for netem
-  and is refused clearly where it is missing;
+  link; a node's uplink and its switch port's downlink; both ends of the racks' uplink). ``latency`` is tbf's
+  bound on queueing, not an added delay: netem is not available on every kernel (not on the one this was written
+  on). ``delay_ms`` asks for netem and is refused clearly where it is missing. :meth:`Testbed.set_rate` changes
+  the nodes' links (or the uplink) between runs without rebuilding;
 * each node's processes pinned with ``taskset`` to its CPU set (default: node k on CPU k mod the CPUs this process
   may use);
+* ``cpu_share``: each node limited to that fraction of one CPU by a cgroup CPU quota
+  (:mod:`nbox_trace.testbed.cpu`), so that many nodes on few cores compute as separate machines do, each at the
+  same speed whatever the others do; the nodes pinned to one CPU may share at most all of it.
+  :meth:`Testbed.set_share` makes one node slower (a straggler) between runs;
 * gloo's TCP device-loop threads (``gloo_tcp_loop``) of every process in the nodes given ``SCHED_BATCH``
   (``gloo_loop_batch``, default on): on a one-CPU node the loop otherwise preempts the gloo worker that holds
   its lock and spins until the scheduler tick, making many calls milliseconds late, which a real node with a core per
@@ -56,6 +64,7 @@ from typing import Any
 
 from nbox_trace.errors import NboxError, UsageError
 from nbox_trace.launch import stop_group
+from nbox_trace.testbed.cpu import DEFAULT_PERIOD_US, CpuQuota, check_share, cleanup_stale_groups
 from nbox_trace.testbed.threads import ThreadPolicy, netns_inode
 
 __all__ = ["DEFAULT_PREFIX", "Node", "Testbed", "TestbedError", "cleanup_stale", "unavailable"]
@@ -84,6 +93,7 @@ class Node:
     iface: str
     addr: str
     cpus: tuple[int, ...]
+    rack: int = 0
 
     def env(self) -> dict[str, str]:
         """Variables a gloo job on this node needs: the interface gloo binds (``GLOO_SOCKET_IFNAME``)."""
@@ -157,7 +167,7 @@ def cleanup_stale(prefix: str = DEFAULT_PREFIX) -> list[str]:
     maker's pid (in the name) is no longer alive. Processes still inside are killed first. Returns the names
     deleted; namespaces of a live testbed, or of another prefix, are left alone."""
     _check_prefix(prefix)
-    pattern = re.compile(rf"^{re.escape(prefix)}-(\d+)-[0-9a-f]+-(?:n\d+|sw)$")
+    pattern = re.compile(rf"^{re.escape(prefix)}-(\d+)-[0-9a-f]+-(?:n\d+|sw\d?)$")
     gone = []
     for name in _namespaces():
         m = pattern.match(name)
@@ -166,7 +176,7 @@ def cleanup_stale(prefix: str = DEFAULT_PREFIX) -> list[str]:
         _kill_inside(name)
         _ip("ip", "netns", "del", name, check=False)
         gone.append(name)
-    return gone
+    return gone + cleanup_stale_groups(prefix, _alive)
 
 
 def _check_prefix(prefix: str) -> None:
@@ -243,30 +253,58 @@ class Testbed:
         prefix: first part of every namespace name (lowercase, <= 12 characters); :func:`cleanup_stale` uses it.
         gloo_loop_batch: give the nodes' ``gloo_tcp_loop`` threads ``SCHED_BATCH`` while the testbed is up
             (:class:`nbox_trace.testbed.threads.ThreadPolicy`); False keeps the kernel's default policy.
+        cpu_share: each node's fraction of one CPU (one figure, or one per node), enforced by a cgroup quota
+            (:mod:`nbox_trace.testbed.cpu`); None: no quota (the nodes share their CPUs as the scheduler likes).
+        cpu_period_us: the quota's scheduling period (us).
+        racks: 1 (every node behind one switch, or two nodes point to point) or 2 (two switches joined by an
+            uplink; the nodes split in two equal halves).
+        uplink_rate: the racks' uplink's tbf rate, each direction (default: ``rate``); only with ``racks=2``.
     """
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, nodes: int = 2, *, rate: str = "1gbit", burst: str | None = None, queue_ms: float = 50.0,
                  delay_ms: float = 0.0, cpus: Sequence[Sequence[int]] | None = None, subnet: str = "10.77.0",
-                 prefix: str = DEFAULT_PREFIX, gloo_loop_batch: bool = True) -> None:
+                 prefix: str = DEFAULT_PREFIX, gloo_loop_batch: bool = True,
+                 cpu_share: float | Sequence[float] | None = None, cpu_period_us: int = DEFAULT_PERIOD_US,
+                 racks: int = 1, uplink_rate: str | None = None) -> None:
         _check_prefix(prefix)
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2 or nodes > 250:
             raise UsageError(f"testbed nodes: an integer in 2..250, got {nodes!r}")
         bits = _rate_bits(rate)
+        if racks not in (1, 2) or isinstance(racks, bool):
+            raise UsageError(f"testbed racks {racks!r}: 1 (one switch) or 2 (two switches joined by an uplink)")
+        if racks == 2 and nodes % 2:
+            raise UsageError(f"testbed racks=2 with {nodes} nodes: the racks hold equal halves (an even node count)")
+        if uplink_rate is not None and racks == 1:
+            raise UsageError(f"testbed uplink_rate {uplink_rate!r}: an uplink joins two racks (racks=2)")
+        self.racks = racks
+        self.uplink_rate = uplink_rate or rate
+        self.uplink_bits = _rate_bits(self.uplink_rate)
         if not (queue_ms > 0 and delay_ms >= 0):
             raise UsageError(f"testbed queue_ms {queue_ms!r} must be > 0 and delay_ms {delay_ms!r} >= 0")
         m = _SUBNET_RE.match(subnet)
         if m is None or not all(int(g) < 256 for g in m.groups()):
             raise UsageError(f"testbed subnet {subnet!r}: expected 10.A.B (the nodes' /24)")
         self.rate, self.rate_bits = rate, bits
-        self.burst = burst or f"{max(64 * 1024, bits // 8 // 1000)}b"
+        self._burst_given = burst
+        self.burst = burst or _burst(bits)
         self.queue_ms, self.delay_ms = queue_ms, delay_ms
         self.prefix = prefix
         self.tag = f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.nodes = [Node(k, f"{self.tag}-n{k}", f"tb{k}", f"{subnet}.{k + 1}", c)
+        per_rack = nodes // racks
+        self.nodes = [Node(k, f"{self.tag}-n{k}", f"tb{k}", f"{subnet}.{k + 1}", c, k // per_rack)
                       for k, c in enumerate(_parse_cpus(cpus, nodes))]
-        self.switch = f"{self.tag}-sw" if nodes > 2 else None
+        self.switches = [f"{self.tag}-sw{r}" for r in range(racks)] if racks > 1 else (
+            [f"{self.tag}-sw"] if nodes > 2 else [])
+        self.switch = self.switches[0] if self.switches else None
+        self.quota: CpuQuota | None = None
+        if cpu_share is not None:
+            shares = _parse_shares(cpu_share, nodes)
+            _check_cpu_load(self.nodes, shares)
+            self.quota = CpuQuota(self.tag, shares, period_us=cpu_period_us, root=_QUOTA_ROOT_FOR_TESTS or None)
+        #: every shaped egress: (namespace, device, "node" | "port" | "uplink")
+        self._shaped: list[tuple[str, str, str]] = []
         self.gloo_loop_batch = bool(gloo_loop_batch)
         self._policy: ThreadPolicy | None = None
         self._procs: list[subprocess.Popen[Any]] = []
@@ -297,6 +335,8 @@ class Testbed:
         self._built = True
         try:
             self._build()
+            if self.quota is not None:
+                self.quota.build()
             if self.gloo_loop_batch:
                 self._policy = ThreadPolicy(netns_inode(NETNS_DIR / node.netns) for node in self.nodes).start()
         except BaseException:
@@ -309,8 +349,14 @@ class Testbed:
         self._made.append(name)
         _ip("ip", "-n", name, "link", "set", "lo", "up")
 
-    def _shape(self, netns: str, dev: str) -> None:
-        tbf = ["tbf", "rate", self.rate, "burst", self.burst, "latency", f"{self.queue_ms:g}ms"]
+    def _tbf(self, role: str) -> list[str]:
+        rate, burst = (self.uplink_rate, self._burst_given or _burst(self.uplink_bits)) if role == "uplink" else (
+            self.rate, self.burst)
+        return ["tbf", "rate", rate, "burst", burst, "latency", f"{self.queue_ms:g}ms"]
+
+    def _shape(self, netns: str, dev: str, role: str = "node") -> None:
+        self._shaped.append((netns, dev, role))
+        tbf = self._tbf(role)
         if self.delay_ms <= 0:
             _ip("tc", "-n", netns, "qdisc", "add", "dev", dev, "root", "handle", "1:", *tbf)
             return
@@ -329,20 +375,63 @@ class Testbed:
             _ip("ip", "link", "add", a.iface, "netns", a.netns, "type", "veth", "peer", "name", b.iface,
                 "netns", b.netns)
         else:
-            self._add_ns(self.switch)
-            _ip("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
-            _ip("ip", "-n", self.switch, "link", "set", "br0", "up")
+            for sw in self.switches:
+                self._add_ns(sw)
+                _ip("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+                _ip("ip", "-n", sw, "link", "set", "br0", "up")
             for node in self.nodes:
-                port = f"p{node.index}"
+                sw, port = self.switches[node.rack], f"p{node.index}"
                 _ip("ip", "link", "add", node.iface, "netns", node.netns, "type", "veth", "peer", "name", port,
-                    "netns", self.switch)
-                _ip("ip", "-n", self.switch, "link", "set", port, "master", "br0")
-                _ip("ip", "-n", self.switch, "link", "set", port, "up")
-                self._shape(self.switch, port)
+                    "netns", sw)
+                _ip("ip", "-n", sw, "link", "set", port, "master", "br0")
+                _ip("ip", "-n", sw, "link", "set", port, "up")
+                self._shape(sw, port)
+            if self.racks == 2:  # the uplink: a veth pair between the two bridges, shaped both ways
+                left, right = self.switches
+                _ip("ip", "link", "add", "up0", "netns", left, "type", "veth", "peer", "name", "up1", "netns", right)
+                for sw, end in ((left, "up0"), (right, "up1")):
+                    _ip("ip", "-n", sw, "link", "set", end, "master", "br0")
+                    _ip("ip", "-n", sw, "link", "set", end, "up")
+                    self._shape(sw, end, "uplink")
         for node in self.nodes:
             _ip("ip", "-n", node.netns, "addr", "add", f"{node.addr}/24", "dev", node.iface)
             _ip("ip", "-n", node.netns, "link", "set", node.iface, "up")
             self._shape(node.netns, node.iface)
+
+    # ----------------------------------------------------------------------------------- changing between runs
+
+    def set_rate(self, rate: str, *, uplink: bool = False) -> None:
+        """Change every node link's tbf rate (both directions), or with ``uplink`` the racks' uplink's, without
+        rebuilding; the burst follows the rate unless it was given. Runs in progress see the change at once."""
+        bits = _rate_bits(rate)
+        if uplink and self.racks != 2:
+            raise UsageError("testbed set_rate(uplink=True): this testbed has no uplink (racks=1)")
+        if not self._built or self._closed:
+            raise TestbedError("testbed: set_rate needs a built testbed that is not torn down")
+        if uplink:
+            self.uplink_rate, self.uplink_bits = rate, bits
+        else:
+            self.rate, self.rate_bits = rate, bits
+            self.burst = self._burst_given or _burst(bits)
+        parent = ["parent", "1:1", "handle", "10:"] if self.delay_ms > 0 else ["root", "handle", "1:"]
+        for netns, dev, role in self._shaped:
+            if (role == "uplink") == uplink:
+                _ip("tc", "-n", netns, "qdisc", "change", "dev", dev, *parent, *self._tbf(role))
+
+    def set_share(self, k: int, share: float) -> None:
+        """Give node ``k`` the fraction ``share`` of one CPU from now on (a straggler: half its peers' share); needs a
+        testbed built with ``cpu_share``. The nodes pinned to one CPU may still share at most all of it."""
+        if self.quota is None:
+            raise UsageError("testbed set_share: this testbed has no CPU quota (build it with cpu_share)")
+        node = self.node(k)
+        shares = list(self.quota.shares)
+        shares[node.index] = check_share(f"testbed cpu_share of node {k}", share)
+        _check_cpu_load(self.nodes, shares)
+        self.quota.set_share(node.index, share)
+
+    def share(self, k: int) -> float | None:
+        """Node ``k``'s CPU share (None without a quota)."""
+        return None if self.quota is None else self.quota.shares[self.node(k).index]
 
     # ----------------------------------------------------------------------------------- running
 
@@ -354,7 +443,13 @@ class Testbed:
     def wrap(self, k: int, cmd: Sequence[str]) -> list[str]:
         """``cmd`` as it runs on node ``k``: inside its namespace, pinned to its CPUs."""
         node = self.node(k)
-        return ["ip", "netns", "exec", node.netns, "taskset", "-c", ",".join(map(str, node.cpus)), *cmd]
+        pin = ["taskset", "-c", ",".join(map(str, node.cpus))]
+        if self.quota is None:
+            return ["ip", "netns", "exec", node.netns, *pin, *cmd]
+        # in the node's group; the group's controller mounted again inside (ip netns exec remounts /sys)
+        mount = self.quota.mount_script()
+        inner = ["sh", "-c", f'{mount}; exec "$@"', "sh"] if mount else []
+        return [*self.quota.join(k), "ip", "netns", "exec", node.netns, *inner, *pin, *cmd]
 
     def run_on(self, k: int, cmd: Sequence[str], env: Mapping[str, str] | None = None, *,
                cwd: str | os.PathLike[str] | None = None, stdout: Any = None,
@@ -422,6 +517,19 @@ class Testbed:
             _kill_inside(name)
             _ip("ip", "netns", "del", name, check=False)
         self._made.clear()
+        if self.quota is not None:
+            import time
+
+            deadline = time.monotonic() + _GRACE_S
+            while True:  # a process outside the namespaces that joined a node's group; the dying leave it slowly
+                left = [pid for k in range(len(self.nodes)) for pid in self.quota.members(k)]
+                if not left or time.monotonic() > deadline:
+                    break
+                for pid in left:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.05)
+            self.quota.close()
 
     @property
     def namespaces(self) -> list[str]:
@@ -432,6 +540,38 @@ class Testbed:
 def _stop(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM ``proc``'s process group, wait up to a grace period, then SIGKILL it (its children may outlive it)."""
     stop_group([proc], _GRACE_S)
+
+
+#: Tests only: a fake cgroup root (nbox_trace.testbed.cpu.Root) the quota writes to instead of the machine's.
+_QUOTA_ROOT_FOR_TESTS: Any = None
+
+
+def _burst(bits: int) -> str:
+    """The default tbf bucket at ``bits`` per second: 1 ms of it, at least 64 KiB (a GSO segment fits)."""
+    return f"{max(64 * 1024, bits // 8 // 1000)}b"
+
+
+def _parse_shares(share: float | Sequence[float], nodes: int) -> list[float]:
+    if isinstance(share, (list, tuple)):
+        if len(share) != nodes:
+            raise UsageError(f"testbed cpu_share: {len(share)} share(s) for {nodes} node(s)")
+        return [check_share(f"testbed cpu_share[{k}]", s) for k, s in enumerate(share)]
+    return [check_share("testbed cpu_share", share)] * nodes
+
+
+def _check_cpu_load(nodes: Sequence[Node], shares: Sequence[float]) -> None:
+    """The nodes pinned to one CPU may share at most all of it (a node on several CPUs counts on each, split
+    evenly); past that they would wait for each other, which the quota is there to prevent."""
+    load: dict[int, float] = {}
+    for node, s in zip(nodes, shares, strict=True):
+        for c in node.cpus:
+            load[c] = load.get(c, 0.0) + s / len(node.cpus)
+    over = {c: x for c, x in load.items() if x > 1.0 + 1e-9}
+    if over:
+        c, x = min(over.items())
+        on = [n.index for n in nodes if c in n.cpus]
+        raise UsageError(f"testbed cpu_share: nodes {on} on CPU {c} would need {x:.2f} of it; their shares may sum "
+                         f"to at most 1 (give each less, or the nodes more CPUs)")
 
 
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
