@@ -18,6 +18,11 @@ that reads its own while running sees a figure up to one tick old (measured here
 spin read as 3.5 ms, a 1.5 ms one as 0.13 ms, a 20 ms one as 16.3 ms; ``thread_time_ns`` read 0.58 / 1.60 /
 20.17 ms). The run-queue field is exact when read by the thread itself: the kernel adds a wait to it when the
 thread gets its CPU back, and a thread reading it is running.
+
+A process confined by a cgroup CPU quota (a container's CPU limit, a node of the quota testbed) waits in the run
+queue while its group is throttled: there the run-queue time is the node's own speed, not contention.
+:func:`cpu_share` reads the quota (cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, v2 ``cpu.max``, the
+smallest over the process's group and its ancestors) as a fraction of one CPU.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import threading
 import time
 from typing import NamedTuple
 
-__all__ = ["ThreadTimes", "ThreadTimesReader", "thread_times_ns"]
+__all__ = ["ThreadTimes", "ThreadTimesReader", "cpu_share", "thread_times_ns"]
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
+_CGROUP_FS = "/sys/fs/cgroup"
 
 
 class ThreadTimes(NamedTuple):
@@ -76,3 +82,56 @@ class ThreadTimesReader:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def _quota_v1(directory: str) -> float | None:
+    try:
+        with open(os.path.join(directory, "cpu.cfs_quota_us")) as f:
+            quota = int(f.read().strip())
+        with open(os.path.join(directory, "cpu.cfs_period_us")) as f:
+            period = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _quota_v2(directory: str) -> float | None:
+    try:
+        with open(os.path.join(directory, "cpu.max")) as f:
+            quota, _, period = f.read().strip().partition(" ")
+        return int(quota) / int(period) if quota != "max" and int(period) > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_share(cgroup_file: str = "/proc/self/cgroup", root: str = _CGROUP_FS) -> float | None:
+    """The calling process's CPU quota as a fraction of one CPU (0.25: a quarter of a core; 2.0: two cores), the
+    smallest over its cgroup and the cgroup's ancestors; None without a quota (or where it cannot be read)."""
+    try:
+        with open(cgroup_file) as f:
+            lines = f.read(65536).splitlines()
+    except OSError:
+        return None
+    shares: list[float] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # v2 unified hierarchy
+            base, read = root, _quota_v2
+        elif "cpu" in controllers.split(","):
+            base, read = os.path.join(root, controllers), _quota_v1
+            if not os.path.isdir(base):
+                base = os.path.join(root, "cpu")
+        else:
+            continue
+        rel = path.strip("/")
+        while True:
+            share = read(os.path.join(base, rel) if rel else base)
+            if share is not None:
+                shares.append(share)
+            if not rel:
+                break
+            rel = os.path.dirname(rel)
+    return min(shares) if shares else None

@@ -584,3 +584,21 @@ def test_off_plays_the_lean_figures_as_carried_and_a_named_rule_the_profiled_one
     assert on["baseline"]["iteration_us"] == off["baseline"]["iteration_us"]  # all lean: nothing to correct
     profiled = virtual(doubled, profiler_correction="off")["baseline"]["iteration_us"]["median"]
     assert on["baseline"]["iteration_us"]["median"] < profiled
+
+
+def test_a_recording_under_a_cpu_quota_is_not_taken_for_an_oversubscribed_machine() -> None:
+    """Issue 59: a rank whose node has a quarter of a core (``cpu_share`` 0.25) waits about 3 times its CPU time
+    in the run queue by its node's own speed; the rule compares wall over CPU time with 1 / share, so that rank keeps
+    segments_runnable (its compute is its wall time there), and only a wait beyond the quota's names the machine
+    oversubscribed. The share is read from the manifest as untrusted input."""
+    def figures(wait: float, share: object) -> RankFigures:
+        doc = {"0": {"clean": [100.0], "captured": [200.0], "clean_run_queue": [100.0 * wait], "cpu_share": share}}
+        return read_figures({"thread_cpu_us": doc})[0]
+
+    assert figures(3.0, None).oversubscribed  # no quota: a wait 3 times the CPU time is contention
+    assert not figures(3.0, 0.25).oversubscribed and figures(3.0, 0.25).cpu_share == 0.25
+    assert not figures(3.9, 0.25).oversubscribed  # (1 + 3.9) x 0.25 - 1 = 0.225: below the share of 0.25
+    assert figures(4.5, 0.25).oversubscribed  # two ranks sharing the node's quota would wait twice as long
+    assert figures(0.3, 2.0).oversubscribed  # a quota of two cores is no slower than a core of one's own
+    for junk in ("0.25", -1, float("nan"), True, 1e9):
+        assert figures(3.0, junk).cpu_share is None

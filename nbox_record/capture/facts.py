@@ -10,6 +10,7 @@ from typing import Any
 
 from nbox_record.capture.clock import IterationClock
 from nbox_record.handoff import Config, rawformat
+from nbox_trace.threadtime import cpu_share
 
 
 def optimizer_device(optimizer: Any) -> str | None:
@@ -105,4 +106,5 @@ def rank_timings(clock: IterationClock, config: Config, rank: int, local_rank: i
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "job": job_identity(),
+        "cpu_share": cpu_share(),
     }

@@ -123,6 +123,8 @@ class RankTimings(_RankTimingsRequired, total=False):
     capture_run_queue_us: list[float]
     # the job this rank belonged to: the same on every rank of one run, on every node (recordfacts.job_identity)
     job: dict[str, str | int | None]
+    # the rank's CPU quota as a fraction of one CPU (nbox_trace/threadtime.py cpu_share; None: no quota)
+    cpu_share: float | None
 
 
 #: Name prefix of the record function opened around each logged collective's redispatch.

@@ -188,6 +188,7 @@ class RankFigures:
     clean_wall_us: float | None = None
     clean_segments_us: tuple[float, ...] | None = None
     clean_segments_runnable_us: tuple[float, ...] | None = None
+    cpu_share: float | None = None
 
     @property
     def overhead_us(self) -> float:
@@ -201,10 +202,16 @@ class RankFigures:
 
     @property
     def oversubscribed(self) -> bool:
-        """Whether the thread waited for a CPU :data:`OVERSUBSCRIBED_SHARE` of its CPU time or more: a wait for
-        other ranks' compute on a machine with fewer CPUs than ranks, which a node of the cluster does not take."""
+        """Whether the thread waited for a CPU :data:`OVERSUBSCRIBED_SHARE` of its CPU time or more beyond what its
+        node's CPU quota makes it wait: a wait for other ranks' compute on a machine with fewer CPUs than ranks,
+        which a node of the cluster does not take. Under a quota of ``s`` of one CPU (``cpu_share``, below 1) a
+        thread alone on it is on a CPU ``s`` of its wall time, so it waits ``1 / s - 1`` times its CPU time by the
+        node's own speed, not by contention: the wall time over the CPU time is compared with ``1 / s``."""
         share = self.wait_share
-        return share is not None and share >= OVERSUBSCRIBED_SHARE
+        if share is None:
+            return False
+        quota = self.cpu_share if self.cpu_share is not None and 0 < self.cpu_share < 1 else 1.0
+        return (1.0 + share) * quota - 1.0 >= OVERSUBSCRIBED_SHARE
 
 
 @dataclass
@@ -359,10 +366,13 @@ def read_figures(observed: Mapping[str, Any] | None) -> dict[int, RankFigures]:
         clean, captured = _median(entry.get("clean")), _median(entry.get("captured"))
         if clean is not None and captured is not None and clean > 0 and captured > 0:
             wall = _median(walls.get(rank))
+            share = entry.get("cpu_share")
+            quota = float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) and \
+                math.isfinite(share) and 0 < share <= 4096 else None
             out[int(rank)] = RankFigures(clean, captured, _median(entry.get("clean_run_queue")),
                                          wall if wall is not None and wall > 0 else None,
                                          segment_medians(entry.get("clean_segments")),
-                                         segment_medians(entry.get("clean_segments"), runnable=True))
+                                         segment_medians(entry.get("clean_segments"), runnable=True), quota)
     return out
 
 

@@ -15,9 +15,10 @@ median, p10, p90 and every sample per rank); how the capture was made; whether i
 bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the training thread's time on a
 CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
 wall time (``captured_wall``), and (in newer recordings) its time runnable but waiting for a CPU per clean
-iteration (``clean_run_queue``), microseconds; and (newer still) ``clean_segments``: per clean iteration, the
-list of ``[on CPU, run queue]`` of each segment of the training thread's time between the collectives it issued
-(iteration start -> first collective, between consecutive ones, last -> iteration end;
+iteration (``clean_run_queue``), microseconds; ``cpu_share``: the rank's CPU quota as a fraction of one CPU
+(a number; absent without a quota: nbox_trace/threadtime.py); and (newer still) ``clean_segments``: per clean
+iteration, the list of ``[on CPU, run queue]`` of each segment of the training thread's time between the
+collectives it issued (iteration start -> first collective, between consecutive ones, last -> iteration end;
 nbox_record/capture/segments.py). ``clean_segments`` is checked on read (:data:`MAX_SEGMENT_ITERATIONS`,
 :data:`MAX_SEGMENTS`, finite non-negative numbers): a malformed one refuses the bundle, naming the key. The
 replay corrects the recorded compute for the profiler's overhead with them (``nbox_replay.inputs.profiler``; a
@@ -140,13 +141,13 @@ MAX_SEGMENT_ITERATIONS = 10_000
 MAX_SEGMENTS = 100_000
 
 
-def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[str, list[Any]]]:
+def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """``observed.thread_cpu_us`` from each rank's ``timings.json`` (``iteration_cpu_us``, ``capture_cpu_us``,
     ``capture_iteration_us``, and ``iteration_run_queue_us`` as ``clean_run_queue``: the training thread's time
     runnable but waiting for a CPU per clean iteration, nbox_trace/threadtime.py), and ``iteration_segments_us``
-    as :data:`SEGMENTS_KEY` where every clean iteration has its segments; ranks that lack the clean or the captured
-    CPU times are left out."""
-    out: dict[str, dict[str, list[Any]]] = {}
+    as :data:`SEGMENTS_KEY` where every clean iteration has its segments, and ``cpu_share`` where the rank ran under a
+    CPU quota; ranks that lack the clean or the captured CPU times are left out."""
+    out: dict[str, dict[str, Any]] = {}
     for rank, t in sorted(per_rank.items()):
         clean, captured, wall = t.get("iteration_cpu_us"), t.get("capture_cpu_us"), t.get("capture_iteration_us")
         queued = t.get("iteration_run_queue_us")
@@ -154,6 +155,9 @@ def thread_cpu_figures(per_rank: Mapping[int, Mapping[str, Any]]) -> dict[str, d
             out[str(rank)] = {"clean": [float(x) for x in clean], "captured": [float(x) for x in captured],
                               "captured_wall": [float(x) for x in wall] if isinstance(wall, list) else [],
                               "clean_run_queue": [float(x) for x in queued] if isinstance(queued, list) else []}
+            share = t.get("cpu_share")
+            if isinstance(share, (int, float)) and not isinstance(share, bool) and math.isfinite(share) and share > 0:
+                out[str(rank)]["cpu_share"] = float(share)
             segments = t.get("iteration_segments_us")
             if isinstance(segments, list) and len(segments) == len(clean):
                 out[str(rank)][SEGMENTS_KEY] = [[[float(c), float(q)] for c, q in segs] for segs in segments]
