@@ -108,3 +108,51 @@ def test_the_pairwise_sweep_is_the_sum_of_its_steps(kind: str, p: int, aware: bo
     total = sweep_cost(kind, p, **kw)
     assert total.latency_us == pytest.approx(sum(s.latency_us for s in steps))
     assert total.bytes_coefficient == pytest.approx(sum(s.bytes_coefficient for s in steps))
+
+
+def _rack_oracle(p: int, m: int, over: float, pattern: str, d: int = 1, fan: int = 1) -> float:
+    """The busiest link's time per message size over the rank's link bandwidth, routing every message of the step
+    explicitly: a rank's up and down port (1 each), and across racks its rack's uplink out and the other's in, each
+    of ``m / over`` links' bandwidth (so ``over / m`` per message)."""
+    links: Counter[tuple[object, ...]] = Counter()
+    for src, dst in _messages(pattern, p, d, fan):
+        if src == dst:
+            continue
+        links.update([("up", src), ("down", dst)])
+        if src // m != dst // m:
+            links.update([("uplink-out", src // m), ("uplink-in", dst // m)])
+    return max(n * (over / m if key[0].startswith("uplink") else 1.0) for key, n in links.items())
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 2), (8, 4), (8, 2), (16, 4), (12, 4), (12, 6), (6, 3)])
+@pytest.mark.parametrize("over", [1.0, 2.0, 4.0])
+def test_racks_shift_all_and_xor_match_explicit_routes(p: int, m: int, over: float) -> None:
+    from emulator_core.network.wiring import Racks
+
+    racks = Racks(m, over)
+    kw = {"latency_us": 0.0, "aware": True, "store_and_forward": False, "racks": racks}
+    assert step_cost("switch", p, ALL, **kw).bytes_coefficient == pytest.approx(_rack_oracle(p, m, over, ALL))
+    for d in range(1, p):
+        got = step_cost("switch", p, SHIFT, d=d, **kw).bytes_coefficient
+        assert got == pytest.approx(_rack_oracle(p, m, over, SHIFT, d)), d
+    if p & (p - 1) == 0:
+        d = 1
+        while d < p:
+            got = step_cost("switch", p, XOR, d=d, **kw).bytes_coefficient
+            assert got == pytest.approx(_rack_oracle(p, m, over, XOR, d)), d
+            d *= 2
+
+
+def test_racks_cost_a_ring_only_where_the_uplink_is_slower_than_a_link() -> None:
+    from emulator_core.network.wiring import Racks
+
+    kw = {"latency_us": 1.0, "aware": True, "store_and_forward": False}
+    one = step_cost("switch", 8, SHIFT, **kw)
+    # racks of 4 behind a 4:1 uplink: the ring's one message across each way has the uplink (4 links / 4) to itself
+    four = step_cost("switch", 8, SHIFT, racks=Racks(4, 4.0), **kw)
+    assert four.bytes_coefficient == one.bytes_coefficient == 1.0
+    assert four.latency_us == 3.0  # two more traversals across the racks
+    # racks of 2 behind 4:1: the uplink is half a link
+    assert step_cost("switch", 4, SHIFT, racks=Racks(2, 4.0), **kw).bytes_coefficient == 2.0
+    # a group inside one rack never crosses
+    assert step_cost("switch", 4, SHIFT, racks=Racks(4, 4.0), **kw) == step_cost("switch", 4, SHIFT, **kw)

@@ -20,10 +20,10 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "fabric_kinds": ("FABRIC_KINDS", "net_fabric", "role"),
     "nccl_graph": ("Graph", "Graphs", "search_graphs"),
     "nccl_tests": ("BUS_FACTORS", "Curve", "NcclTestsError", "parse_shape", "read_curve"),
-    "wiring": ("ALL", "SHIFT", "XOR", "step_cost", "step_shape"),
+    "wiring": ("ALL", "SHIFT", "XOR", "Racks", "step_cost", "step_shape"),
 }
 
-__all__ = ["ALL", "BUS_FACTORS", "Curve", "FABRIC_KINDS", "Graph", "Graphs", "NcclTestsError", "SHIFT", "XOR",
+__all__ = ["ALL", "BUS_FACTORS", "Curve", "FABRIC_KINDS", "Graph", "Graphs", "NcclTestsError", "Racks", "SHIFT", "XOR",
     "algorithm_bandwidth_gbps", "bus_bandwidth_gbps", "costmodels", "net_fabric", "netmodel", "parse_shape",
     "read_curve", "role", "search_graphs", "step_cost", "step_shape"]
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from emulator_core.network.fabric_kinds import FABRIC_KINDS, net_fabric, role
     from emulator_core.network.nccl_graph import Graph, Graphs, search_graphs
     from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, NcclTestsError, parse_shape, read_curve
-    from emulator_core.network.wiring import ALL, SHIFT, XOR, step_cost, step_shape
+    from emulator_core.network.wiring import ALL, SHIFT, XOR, Racks, step_cost, step_shape
 else:
     def __getattr__(name: str) -> object:
         return load(__name__, _HOMES, name)

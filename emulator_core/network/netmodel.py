@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from emulator_core.network import costmodels as cm
-from emulator_core.network.wiring import ALL, SHIFT, SWEEP, TREE, XOR, ring_distance, step_cost, sweep_cost
+from emulator_core.network.wiring import ALL, SHIFT, SWEEP, TREE, XOR, Racks, ring_distance, step_cost, sweep_cost
 
 __all__ = ["ALGORITHMS", "Linear", "Term", "Wire", "algorithm_terms", "algorithms_for", "linear_cost"]
 
@@ -88,7 +88,7 @@ class Wire:
 
     ``link``: latency per traversal (us), the rank's bandwidth to a neighbour / the switch / a peer (bytes/us,
     per direction) and the efficiency curve; ``kind``, ``store_and_forward`` and ``in_network_reduction`` as in
-    ``scenario_topology.Dimension``.
+    ``scenario_topology.Dimension``; ``racks``: a switch dimension's racks (``wiring.Racks``; None: one switch).
     """
 
     kind: str
@@ -96,6 +96,7 @@ class Wire:
     link: cm.Link
     store_and_forward: bool = False
     in_network_reduction: bool = False
+    racks: Racks | None = None
 
 
 class Linear(NamedTuple):
@@ -210,11 +211,11 @@ def linear_cost(terms: Sequence[Term], wire: Wire, *, aware: bool, overhead_us: 
     for t in terms:
         if t.pattern == SWEEP:
             c = sweep_cost(wire.kind, wire.p, latency_us=wire.link.latency_us, aware=aware,
-                           store_and_forward=wire.store_and_forward, overhead_us=overhead_us)
+                           store_and_forward=wire.store_and_forward, overhead_us=overhead_us, racks=wire.racks)
         else:
             c = step_cost(wire.kind, wire.p, t.pattern, d=t.d, fan=t.fan, latency_us=wire.link.latency_us,
                           aware=aware, store_and_forward=wire.store_and_forward, messages=t.messages,
-                          overhead_us=overhead_us)
+                          overhead_us=overhead_us, racks=wire.racks)
         lat += t.steps * c.latency_us
         coef += t.steps * c.bytes_coefficient * t.fraction
     return Linear(lat, coef)
@@ -224,10 +225,15 @@ def double_binary_tree(wire: Wire, *, aware: bool, overhead_us: float) -> Linear
     """NCCL's double binary tree all-reduce, pipelined: up and down the tree depth's traversals, and ``2 n / b``
     times the wiring's contention factor for the tree's busiest link (1 on a switch or fully connected; on a
     ring every level's edges are in flight at once, ``ceil(depth / 2)`` of them on the busiest link, an
-    estimate). Pipelined in many small chunks, so store-and-forward adds only a chunk per level (neglected).
+    estimate; with racks, the uplink when it is slower). Pipelined in many small chunks, so store-and-forward adds
+    only a chunk per level (neglected).
     Sources: Sanders, Speck & Träff 2009; NCCL's tree all-reduce (reduce and broadcast pipelined in chunks)."""
     depth = _ceil_log2(wire.p)
     hops = sum(ring_distance(1 << j, wire.p) for j in range(depth)) if wire.kind == "ring" else depth
     lat = 2 * (hops * wire.link.latency_us + depth * overhead_us)
     coef = 2.0 * max(1, math.ceil(depth / 2)) if wire.kind == "ring" and aware else 2.0
+    if wire.racks is not None and wire.kind == "switch" and wire.p > wire.racks.size and aware:
+        # each of the two trees crosses a rack's uplink once each way, carrying its half of the buffer up and the
+        # result down: the uplink moves 2 n / 2 per direction at size / oversubscription links' rate (an estimate)
+        coef = max(coef, 2.0 * wire.racks.oversubscription / wire.racks.size)
     return Linear(lat, coef)

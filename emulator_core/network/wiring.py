@@ -29,6 +29,17 @@ shortest-path routing, a message of ring distance exactly ``p/2`` going forward 
   ``hops * L + m / b``.
 
 Every step adds ``messages * message_overhead_us`` (the sender's per-message injection cost, LogP's ``o``).
+
+**Racks** (:class:`Racks`, a ``switch`` dimension only): the dimension's ranks sit in racks of ``size``
+consecutive ranks, each rack behind its own switch, the racks joined by one uplink per rack whose bandwidth is the
+rack's ranks' links' sum over ``oversubscription`` (4: a 4:1 oversubscribed top-of-rack uplink). A step's messages
+that leave a rack share its uplink: :func:`uplink_messages` counts them in closed form per pattern (ranks in racks
+of ``m``, a group of ``p`` of them: SHIFT(d) ``min(d, p - d, m)``; ALL ``m (p - m)``; XOR(d) ``m`` when ``d >= m``
+for racks of a power-of-two size, counted over the first rack otherwise; TREE(d, fan) ``fan x max(1, m / 2d)``
+when ``d >= m``, an estimate for racks aligned to the tree), and such a step's busiest link is the uplink when
+``c x oversubscription / m`` exceeds the ranks' own links' load; a message across racks traverses the two
+switches and the uplink (two more traversals of ``latency_us``). A GPU cluster's counterpart: the leaf-spine
+uplinks of a rail-less Ethernet or InfiniBand fabric (racks of nodes behind top-of-rack switches).
 Sources: the link-load ("congestion") view of collectives of Chan et al., "Collective communication: theory,
 practice, and experience", CCPE 19(13), 2007; ASTRA-sim 2.0's analytical network backends (Won et al., ISPASS
 2023) for the congestion-unaware and store-and-forward semantics.
@@ -38,7 +49,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["ALL", "SHIFT", "SWEEP", "TREE", "XOR", "StepCost", "ring_distance", "step_cost", "step_shape", "sweep_cost"]
+__all__ = ["ALL", "SHIFT", "SWEEP", "TREE", "XOR", "Racks", "StepCost", "ring_distance", "step_cost", "step_shape",
+           "sweep_cost", "uplink_messages"]
 
 SHIFT = "shift"
 XOR = "xor"
@@ -46,6 +58,38 @@ ALL = "all"
 #: SHIFT(k) for every k = 1 .. p-1 in turn (pairwise exchange), priced in closed form by :func:`sweep_cost`.
 SWEEP = "sweep"
 TREE = "tree"
+
+
+class Racks(NamedTuple):
+    """A switch dimension's racks: ``size`` consecutive ranks per rack, an uplink of ``oversubscription``:1
+    (module docstring)."""
+
+    size: int
+    oversubscription: float
+
+
+#: Racks larger than this count their XOR crossings by the power-of-two rule (no enumeration).
+_ENUMERATE_MAX = 4096
+
+
+def uplink_messages(p: int, pattern: str, racks: Racks, d: int = 1, fan: int = 1) -> int:
+    """The messages of one step of ``pattern`` over ``p`` ranks that leave one rack through its uplink, per
+    direction (the busiest rack; module docstring). 0 when the group lies in one rack."""
+    m = racks.size
+    if p <= m:
+        return 0
+    if pattern == ALL:
+        return m * (p - m)
+    if pattern == SHIFT:
+        dd = d % p
+        return min(dd, p - dd, m)
+    if pattern == XOR:
+        if m & (m - 1) == 0 or m > _ENUMERATE_MAX:
+            return m if d >= m else 0
+        return sum(1 for x in range(m) if (x ^ d) >= m)
+    if pattern == TREE:
+        return fan * max(1, m // (2 * d)) if d >= m else 0
+    raise ValueError(f"unknown pattern {pattern!r}")
 
 
 def ring_distance(d: int, p: int) -> int:
@@ -92,12 +136,17 @@ def step_shape(kind: str, p: int, pattern: str, d: int = 1, fan: int = 1) -> tup
 
 
 def sweep_cost(kind: str, p: int, *, latency_us: float, aware: bool, store_and_forward: bool,
-               overhead_us: float = 0.0) -> StepCost:
+               overhead_us: float = 0.0, racks: Racks | None = None) -> StepCost:
     """The sum of :func:`step_cost` of ``SHIFT(k)`` for k = 1 .. p-1 (pairwise exchange), in closed form: on a
     ring the distances sum to ``floor(p^2 / 4)`` (each step's load equals its hops); elsewhere ``p - 1`` times a
-    neighbour step."""
+    neighbour step; with racks, each step summed (O(p))."""
     if p <= 1:
         return StepCost(0.0, 0.0)
+    if racks is not None and kind == "switch" and p > racks.size:
+        steps = [step_cost(kind, p, SHIFT, d=k, latency_us=latency_us, aware=aware,
+                           store_and_forward=store_and_forward, overhead_us=overhead_us, racks=racks)
+                 for k in range(1, p)]
+        return StepCost(sum(c.latency_us for c in steps), sum(c.bytes_coefficient for c in steps))
     if kind != "ring":
         one = step_cost(kind, p, SHIFT, latency_us=latency_us, aware=aware, store_and_forward=store_and_forward,
                         overhead_us=overhead_us)
@@ -114,12 +163,25 @@ class StepCost(NamedTuple):
 
 
 def step_cost(kind: str, p: int, pattern: str, *, d: int = 1, fan: int = 1, latency_us: float,
-              aware: bool, store_and_forward: bool, messages: int = 1, overhead_us: float = 0.0) -> StepCost:
+              aware: bool, store_and_forward: bool, messages: int = 1, overhead_us: float = 0.0,
+              racks: Racks | None = None) -> StepCost:
     """The linear cost of one step of ``pattern`` on a dimension of ``kind`` with ``p`` ranks (module docstring).
 
-    ``latency_us`` is one traversal; ``messages`` the messages each rank injects in the step (for the overhead).
+    ``latency_us`` is one traversal; ``messages`` the messages each rank injects in the step (for the overhead);
+    ``racks`` a switch dimension's racks (None: one switch).
     """
     load, hops = step_shape(kind, p, pattern, d, fan)
+    if racks is not None and kind == "switch":
+        crossing = uplink_messages(p, pattern, racks, d, fan)
+        if crossing:
+            hops += 2
+            per_message = racks.oversubscription / racks.size  # the uplink's time for one message, in link units
+            if not aware:
+                return StepCost(hops * latency_us + messages * overhead_us, max(1.0, per_message))
+            uplink = crossing * per_message
+            if uplink > load:
+                lat = hops * latency_us + messages * overhead_us
+                return StepCost(lat, uplink + (1.0 if store_and_forward else 0.0))
     if not aware:
         return StepCost(hops * latency_us + messages * overhead_us, 1.0)
     # a queue longer than the path hides the path's latency behind it, but for the link at each end

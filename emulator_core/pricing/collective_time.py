@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from emulator_core.network import ALL, SHIFT, XOR, step_cost, step_shape
+from emulator_core.network import ALL, SHIFT, XOR, Racks, step_cost, step_shape
 from emulator_core.network import costmodels as cm
 from emulator_core.network import netmodel as nm
 from emulator_core.scenario import AUTO, Dimension
@@ -50,7 +50,8 @@ class Rules:
 
 
 def wire(p: int, dim: Dimension, link: cm.Link) -> nm.Wire:
-    return nm.Wire(dim.kind, p, link, dim.forwarding == "store_and_forward", dim.in_network_reduction)
+    racks = Racks(dim.size // dim.racks, dim.oversubscription) if dim.racks > 1 else None
+    return nm.Wire(dim.kind, p, link, dim.forwarding == "store_and_forward", dim.in_network_reduction, racks)
 
 
 def _size_for_efficiency(collective: str, n: float, p: int) -> float:
@@ -69,7 +70,7 @@ def one_dim(collective: str, algorithm: str, wire: nm.Wire, rules: Rules) -> Mod
         algorithm = "ring"
     if algorithm == "ring" and collective in ("broadcast", "reduce"):
         c = step_cost(wire.kind, p, SHIFT, latency_us=link.latency_us, aware=rules.aware,
-                      store_and_forward=wire.store_and_forward, overhead_us=rules.overhead_us)
+                      store_and_forward=wire.store_and_forward, overhead_us=rules.overhead_us, racks=wire.racks)
         chain = cm.Link(c.latency_us, link.bandwidth_bytes_per_us / c.bytes_coefficient, link.efficiency)
         return lambda n, **kw: cm.broadcast_ring(n, p, chain)
     if collective == "all_to_all_v" and algorithm in ("pairwise", "direct"):
@@ -103,11 +104,13 @@ def _all_to_all_v(algorithm: str, wire: nm.Wire, rules: Rules) -> Model:
             total = 0.0
             for k, (s, r) in enumerate(zip(send, recv, strict=True), start=1):
                 c = step_cost(wire.kind, p, SHIFT, d=k, latency_us=link.latency_us, aware=rules.aware,
-                              store_and_forward=wire.store_and_forward, overhead_us=rules.overhead_us)
+                              store_and_forward=wire.store_and_forward, overhead_us=rules.overhead_us,
+                              racks=wire.racks)
                 total += c.latency_us + c.bytes_coefficient * max(s, r) * beta
             return total
         c = step_cost(wire.kind, p, ALL, latency_us=link.latency_us, aware=rules.aware,
-                      store_and_forward=wire.store_and_forward, messages=p - 1, overhead_us=rules.overhead_us)
+                      store_and_forward=wire.store_and_forward, messages=p - 1, overhead_us=rules.overhead_us,
+                      racks=wire.racks)
         busiest = max(sum(send), sum(recv))
         return c.latency_us + c.bytes_coefficient * busiest / (p - 1) * beta
     return model

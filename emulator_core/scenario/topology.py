@@ -14,6 +14,11 @@ microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.n
   message is forwarded only once whole: each further link costs its size / bandwidth again).
 * ``in_network_reduction`` (switch only): the switch reduces (NVLink SHARP / InfiniBand SHARP, FRED's in-switch
   collectives), so an all-reduce sends and receives its buffer once.
+* ``racks`` and ``oversubscription`` (switch only): the dimension's ranks in ``racks`` racks of consecutive ranks,
+  each behind its own top-of-rack switch, joined by uplinks of the rack's links' sum over ``oversubscription``
+  (4: a 4:1 uplink); a step's messages that leave a rack share its uplink (``emulator_core.network.wiring``). 1 and
+  1.0: one non-blocking switch. The generic model prices it; NCCL's tuner does not (refused with ``library =
+  "nccl"``).
 * ``fabric``: what the dimension is made of, for NCCL's pricing (``[network] library = "nccl"``): ``nvlink`` (the
   node, innermost dimension only) or a network kind, ``infiniband``, ``roce``, ``efa``, ``tcpx``, ``tcpxo`` (outer
   dimensions, or the only one). A network kind adds its transport's per-message latency, its protocols and the
@@ -58,7 +63,7 @@ CONGESTION = ("aware", "unaware")
 LIBRARIES = ("generic", "nccl")
 TOPOLOGY_KEYS = ("dims",)
 DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank", "forwarding",
-            "in_network_reduction", "fabric")
+            "in_network_reduction", "fabric", "racks", "oversubscription")
 NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library")
 #: Most chunks a collective may be cut into.
 MAX_CHUNKS = 4096
@@ -81,6 +86,9 @@ class Dimension:
         forwarding: ``"cut_through"`` (default) or ``"store_and_forward"``.
         in_network_reduction: the switch reduces (``kind = "switch"`` only).
         fabric: ``""`` (unset) or one of :data:`FABRIC_KINDS` (module docstring).
+        racks: racks of consecutive ranks behind their own switches (``kind = "switch"`` only; 1: one switch); the
+            size must be a multiple of it.
+        oversubscription: a rack's links' bandwidth over its uplink's (>= 1; with ``racks`` > 1).
     """
 
     name: str
@@ -92,6 +100,8 @@ class Dimension:
     forwarding: str = "cut_through"
     in_network_reduction: bool = False
     fabric: str = ""
+    racks: int = 1
+    oversubscription: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -108,6 +118,15 @@ class Dimension:
             raise bad("in_network_reduction", True, f"needs kind = \"switch\" (this dimension is {self.kind!r})")
         if self.fabric != "":
             choice("fabric", self.fabric, FABRIC_KINDS)
+        check_int("racks", self.racks, 1, MAX_WORLD_SIZE)
+        given = self.oversubscription
+        object.__setattr__(self, "oversubscription", check_float("oversubscription", given, ge=1))
+        if self.racks > 1 and self.kind != "switch":
+            raise bad("racks", self.racks, f"needs kind = \"switch\" (this dimension is {self.kind!r})")
+        if self.racks > 1 and self.size and self.size % self.racks:
+            raise bad("racks", self.racks, f"must divide the dimension's size ({self.size}): racks of equal size")
+        if self.oversubscription != 1.0 and self.racks == 1:
+            raise bad("oversubscription", given, "oversubscribes the uplinks between racks: give racks > 1 too")
 
     @property
     def link_bytes_per_us(self) -> float:
@@ -121,7 +140,8 @@ class Dimension:
         return self.link_bytes_per_us * self.links_per_rank
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form; ``forwarding``, ``in_network_reduction`` and ``fabric`` only when not the defaults."""
+        """Plain form; ``forwarding``, ``in_network_reduction``, ``fabric``, ``racks`` and ``oversubscription`` only
+        when not the defaults."""
         out: dict[str, Any] = {"name": self.name, "size": self.size, "kind": self.kind,
                                "bandwidth_gbps": self.bandwidth_gbps, "latency_us": self.latency_us,
                                "links_per_rank": self.links_per_rank}
@@ -131,6 +151,10 @@ class Dimension:
             out["in_network_reduction"] = True
         if self.fabric:
             out["fabric"] = self.fabric
+        if self.racks != 1:
+            out["racks"] = self.racks
+        if self.oversubscription != 1.0:
+            out["oversubscription"] = self.oversubscription
         return out
 
     @classmethod
