@@ -346,3 +346,57 @@ def test_busy_call_max_is_the_calibration_workers_longest_busy_call() -> None:
     from emulator_core.calibration import _worker as _calibrate_worker
 
     assert answer_mod.BUSY_CALL_MAX_US == _calibrate_worker.BUSY_CALL_MAX_US
+
+
+def test_a_recorded_busy_delay_keeps_its_time_under_a_slower_link_and_grows_with_the_steps() -> None:
+    """busy_delay_us (issue 59): the time a call lost beside compute where it was measured. A what-if of a link at a
+    quarter of its rate lengthens every call's transfer but not that delay, which the old rule ((s - 1) x the
+    call's price, a file without the key) did; on 8 ranks a ring all-reduce has 14 steps against 2, and a call
+    loses 7 times the delay."""
+    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    dim = base.topology.dims[0]
+    n = 1 << 26
+
+    def scenario(delay: float | None, world: int = 2, bw_div: float = 1.0) -> Scenario:
+        cals = tuple(replace(c, busy_slowdown=1.5, busy_nbytes=1 << 22, busy_delay_us=delay)
+                     if c.collective == "all_reduce" else c for c in base.calibration)
+        topo = type(base.topology)((replace(dim, size=world, bandwidth_gbps=dim.bandwidth_gbps / bw_div),))
+        return replace(base, world_size=world, topology=topo, calibration=cals)
+
+    def delay_of(s: Scenario) -> float:
+        fabric = Fabric(s)
+        return fabric._slowdown_of(fabric.group(None, [0, 1]), "all_reduce")[1]
+
+    def stretch(s: Scenario) -> float:
+        """How much later the second of two large calls ends for its members' compute beside the first."""
+        ends = []
+        for sc in (replace(s, calibration=base.calibration), s):
+            fabric = Fabric(sc)
+            g = fabric.group(None, [0, 1])
+            first = fabric.answer(g, "all_reduce", n, [0.0, 0.0])
+            at = first.start_us + first.cost_us / 2
+            ends.append(fabric.answer(g, "all_reduce", n, [at, at]).end_us)
+        return ends[1] - ends[0]
+
+    assert delay_of(scenario(800.0)) == delay_of(scenario(800.0, bw_div=4.0)) == 800.0
+    assert stretch(scenario(800.0, bw_div=4.0)) <= stretch(scenario(800.0)) * 1.01  # not lengthened by the link
+    assert delay_of(scenario(None, bw_div=4.0)) > 3 * delay_of(scenario(None))  # the old rule's direction
+    assert stretch(scenario(None, bw_div=4.0)) > 3 * stretch(scenario(None))
+    assert delay_of(scenario(800.0, world=8)) == pytest.approx(800.0 * 14 / 2)
+
+
+def test_a_stragglers_group_loses_its_slowdown_times_the_delay_beside_compute() -> None:
+    """A member whose compute is k times slower runs its library's threads on a CPU k times slower (a CPU node's
+    straggler): its group's delay beside compute is k times the delay, its cap 1 + (s - 1) k; a group without it
+    keeps the calibration's."""
+    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    cals = tuple(replace(c, busy_slowdown=1.5, busy_nbytes=1 << 20, busy_delay_us=400.0)
+                 if c.collective == "all_reduce" else c for c in base.calibration)
+    dim = base.topology.dims[0]
+    four = replace(base, world_size=4, topology=type(base.topology)((replace(dim, size=4),)), calibration=cals)
+    slow = replace(four, stragglers=(Straggler(3, 2.0),))
+    fabric = Fabric(slow)
+    assert fabric._slowdown_of(fabric.group(None, [0, 1]), "all_reduce") == pytest.approx((2.0, 400.0 * 3 / 1 * 2))
+    assert fabric._slowdown_of(fabric.group([0, 1], [0, 1]), "all_reduce") == pytest.approx((1.5, 400.0))
+    plain = Fabric(four)
+    assert plain._slowdown_of(plain.group(None, [0, 1]), "all_reduce") == pytest.approx((1.5, 400.0 * 3))

@@ -233,6 +233,12 @@ def test_override_bad_path(tmp_path: Path, override: str, msg: str) -> None:
     ("compute_scale=0", "compute_scale = 0: must be > 0"),
     ("compute_scale=fast", "compute_scale = \"fast\": must be a number"),
     ("overlap=maybe", "overlap = \"maybe\": must be one of 'overlap', 'serialize'"),
+    # issue 59: racks behind an oversubscribed uplink, on a switch dimension only
+    ("topology.dims.0.racks=3", "topology.dims[0].racks = 3: must divide the dimension's size (8)"),
+    ("topology.dims.0.racks=0", "topology.dims[0].racks = 0: must be >= 1"),
+    ("topology.dims.1.racks=2", "topology.dims[1].racks = 2: needs kind = \"switch\" (this dimension is 'ring')"),
+    ("topology.dims.0.oversubscription=4", "topology.dims[0].oversubscription = 4: oversubscribes the uplinks"),
+    ("topology.dims.0.oversubscription=0.5", "topology.dims[0].oversubscription = 0.5: must be >= 1"),
 ])
 def test_validation_names_key_and_file(tmp_path: Path, override: str, expected: str) -> None:
     p = write(tmp_path, BASE)
@@ -376,3 +382,25 @@ def test_live_unsupported_names_what_the_live_backend_cannot_apply() -> None:
         "compute_scale = 2: the live emulation runs the script's real compute, so it cannot apply this "
         "(nbox replay can); remove it from the scenario")
     assert 'overlap = "serialize"' in str(live_unsupported(_replace(base, overlap="serialize")))
+
+
+def test_racks_need_the_generic_model_and_round_trip(tmp_path: Path) -> None:
+    """racks > 1 with library = "nccl" is refused (NCCL's tuner has no uplink); the keys round-trip, written only
+    when not the defaults."""
+    p = write(tmp_path, BASE)
+    with pytest.raises(ScenarioError, match="NCCL's tuner"):
+        load_scenario(p, ["topology.dims.0.racks=2", "network.library=nccl"])
+    ok = load_scenario(p, ["topology.dims.0.racks=2", "topology.dims.0.oversubscription=4"])
+    assert ok.topology.dims[0].racks == 2 and ok.topology.dims[0].oversubscription == 4.0
+    assert loads_scenario(dump_toml(ok)) == ok
+    assert "racks" not in dump_toml(load_scenario(p))
+
+
+def test_a_busy_delay_is_a_time_of_at_least_zero() -> None:
+    from emulator_core.scenario.model import Calibration
+
+    with pytest.raises(ScenarioError, match="busy_delay_us = -1: must be >= 0"):
+        Calibration("all_reduce", "d", "ring", 2, busy_slowdown=2.0, busy_nbytes=1024, busy_delay_us=-1)
+    c = Calibration("all_reduce", "d", "ring", 2, busy_slowdown=2.0, busy_nbytes=1024, busy_delay_us=5.0)
+    assert c.to_dict()["busy_delay_us"] == 5.0 and Calibration.from_dict(c.to_dict()) == c
+    assert "busy_delay_us" not in Calibration("all_reduce", "d", "ring", 2).to_dict()

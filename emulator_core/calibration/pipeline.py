@@ -42,7 +42,8 @@ from nbox_trace.progress import Report
 def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loopback",
                       world_size: int | None = None, library: str = "",
                       slowdowns: Mapping[str, float] | None = None,
-                      busy_sizes: Mapping[str, int] | None = None) -> Scenario:
+                      busy_sizes: Mapping[str, int] | None = None,
+                      busy_delays: Mapping[str, float] | None = None) -> Scenario:
     """The scenario of the measured fabric: ``world_size`` (default ``nproc``) ranks on one ``switch`` dimension
     of size 0 (= fill) whose ``bandwidth_gbps`` and ``latency_us`` are the all_reduce fit's (else the first fit
     with a bandwidth), plus one ``[[calibration]]`` per fit with factors relative to those figures (barrier:
@@ -51,7 +52,8 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
 
     ``slowdowns``: per collective, its ``busy_slowdown`` (:func:`emulator_core.calibration.fit.fit_busy`; 1 where
     not in it). ``busy_sizes``: per collective, the size its ``busy_slowdown`` was measured at (``busy_nbytes``;
-    written only beside a slowdown above 1).
+    written only beside a slowdown above 1), and ``busy_delays`` what one such call lost (``busy_delay_us``: the busy
+    median less the idle one).
     """
     if not fits:
         raise CalibrateInputError("nothing to write: no fits")
@@ -70,8 +72,9 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
                              (sizes[0], sizes[-1]) if sizes else (), (slowdowns or {}).get(f.collective, 1.0))
                  for n in names]
     busy = busy_sizes or {}
-    cals = [replace(c, busy_nbytes=busy[c.collective]) if c.busy_slowdown > 1 and busy.get(c.collective, 0) > 0
-            else c for c in cals]
+    delays = busy_delays or {}
+    cals = [replace(c, busy_nbytes=busy[c.collective], busy_delay_us=delays.get(c.collective))
+            if c.busy_slowdown > 1 and busy.get(c.collective, 0) > 0 else c for c in cals]
     return Scenario(world_size=world_size or nproc, topology=Topology((dim,)), calibration=tuple(cals))
 
 
@@ -155,7 +158,9 @@ def calibrate(config: CalibrateConfig, out: Path, *, command: str | None = None,
     busy = tuple(fit_beside(b) for b in run.beside)
     scenario = scenario_fragment(fits, nproc=ranks, dimension=config.dimension, library=config.backend,
                                  slowdowns={b.collective: b.busy_slowdown for b in busy},
-                                 busy_sizes={b.collective: b.nbytes for b in busy})
+                                 busy_sizes={b.collective: b.nbytes for b in busy},
+                                 busy_delays={b.collective: significant(max(0.0, b.busy_us - b.idle_us))
+                                              for b in busy})
     write_atomic(out, profile_toml(scenario, fits, config, run.info, command=command, busy=busy),
                  error=CalibrationWriteError)
     return CalibrateResult(out, scenario, fits, run.info, run.wall_s, busy)

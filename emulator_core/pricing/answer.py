@@ -41,6 +41,18 @@ The rule (design.md, "Answering a collective"), for one collective on a process 
   far: s for calls as short as the measured one, near 1 for long ones. A calibration that does not record
   ``busy_nbytes`` is taken at :data:`BUSY_CALL_MAX_US` (the longest call it can have been measured on: an upper
   bound on the delay).
+  **The delay is a time, not a share of the price.** A calibration measured since ``busy_delay_us`` exists
+  records what the call lost (the busy median less the idle one, on its ``ranks``): the comm threads' waits for the
+  core, one per step of the algorithm. A what-if keeps that time per step, so on ``p`` ranks a call loses
+  ``busy_delay_us x steps(p) / steps(ranks)`` (the calibrated algorithm's steps, ``netmodel.algorithm_terms``),
+  and a slower link, which lengthens every call's transfer, does not lengthen its waits for the core. A file
+  without ``busy_delay_us`` (written before it was) prices the delay as ``(s - 1)`` times the call's price on the
+  scenario as given, which a what-if of a slower link inflates: calibrate again.
+  **A straggler's group.** A member whose compute is k times slower (``[[stragglers]]``) runs the library's threads
+  on a CPU k times slower too: its group's cap and delay lose k times as much (``1 + (s - 1) k``, ``k x delay``).
+  This effect belongs to CPU nodes: gloo's threads share a core with the training step. On GPUs NCCL's kernels
+  hold their own SMs through a collective, so it has no counterpart there (``nbox calibrate`` measures it on CPU
+  ranks only).
 
 Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
 1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the
@@ -56,6 +68,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from emulator_core.network import netmodel as nm
 from emulator_core.pricing.pricer import GroupShape, Pricer, calibration_for, group_shape, make_pricer
 from emulator_core.scenario import Calibration, Scenario
 
@@ -66,6 +79,15 @@ __all__ = ["Answer", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"]
 #: ``BUSY_CALL_MAX_US``: it times the largest size whose call took at most this long): the call whose loss sets the
 #: delay per call where the calibration does not record its size.
 BUSY_CALL_MAX_US = 20_000.0
+
+
+def algorithm_steps(collective: str, algorithm: str, p: int) -> float:
+    """The steps of ``algorithm`` for ``collective`` on ``p`` ranks (``netmodel.algorithm_terms``; ``p - 1`` for an
+    algorithm without a step form), at least 1."""
+    try:
+        return max(1.0, float(sum(t.steps for t in nm.algorithm_terms(collective, algorithm, p))))
+    except ValueError:
+        return float(max(1, p - 1))
 
 
 def busy_rate(slowdown: float, delay_us: float, calls: int, stream_us: float) -> float:
@@ -139,6 +161,7 @@ class FabricGroup:
     stragglers: tuple[tuple[float, int], ...]
     free_us: float = -math.inf
     answered: int = 0
+    slowest: float = 1.0  # the largest compute slowdown among the members (real or emulated stragglers)
 
     def __post_init__(self) -> None:
         self._prices: dict[tuple[str, float], tuple[str, float]] = {}
@@ -185,6 +208,9 @@ class Fabric:
             raise ValueError("a group needs at least one real member")
         stragglers: list[tuple[float, int]] = []
         real_set = set(real_ranks)
+        member_set = None if ranks is None else set(members)
+        slowest = max([st.slowdown for st in s.stragglers if member_set is None or st.rank in member_set],
+                      default=1.0)
         for st in s.stragglers:
             if not real_stragglers and st.rank in real_set:
                 continue
@@ -195,7 +221,7 @@ class Fabric:
                 if j < 0:
                     continue
             stragglers.append((st.slowdown, mirror_member(j, positions)))
-        return FabricGroup(shape, tuple(positions), tuple(stragglers))
+        return FabricGroup(shape, tuple(positions), tuple(stragglers), slowest=slowest)
 
     def price(self, group: FabricGroup, collective: str, nbytes: float) -> tuple[str, float]:
         """``(algorithm, cost_us)`` of ``collective`` on ``nbytes`` over ``group``, cached per group."""
@@ -216,14 +242,23 @@ class Fabric:
         return group._cal[collective]
 
     def _slowdown_of(self, group: FabricGroup, collective: str) -> tuple[float, float]:
-        """``(busy_slowdown, delay_us)`` of ``collective``'s calibration on ``group``: the factor (1 without one) and
-        the time one call loses beside compute, ``(s - 1)`` times the calibration's call at the size the factor was
-        measured at (:data:`BUSY_CALL_MAX_US` where the file does not say; module docstring)."""
+        """``(busy_slowdown, delay_us)`` of ``collective``'s calibration on ``group``: the cap (1 without one) and
+        the time one call loses beside compute (module docstring). The delay is the calibration's ``busy_delay_us``
+        times the algorithm's steps on the group over those on the calibrated ranks; in a file without it,
+        ``(s - 1)`` times the calibration's call at the size the factor was measured at (:data:`BUSY_CALL_MAX_US`
+        where the file does not say). A group with a straggler of compute slowdown k (its CPU k times slower: a CPU
+        node's straggler) loses k times as much, cap and delay."""
         cal = self._calibration(group, collective)
         if cal is None or cal.busy_slowdown <= 1:
             return 1.0, 0.0
-        measured_us = self.price(group, collective, cal.busy_nbytes)[1] if cal.busy_nbytes else BUSY_CALL_MAX_US
-        return cal.busy_slowdown, (cal.busy_slowdown - 1.0) * measured_us
+        k = group.slowest
+        if cal.busy_delay_us is not None:
+            delay = cal.busy_delay_us * (algorithm_steps(collective, cal.algorithm, group.shape.size)
+                                         / algorithm_steps(collective, cal.algorithm, cal.ranks))
+        else:
+            measured_us = self.price(group, collective, cal.busy_nbytes)[1] if cal.busy_nbytes else BUSY_CALL_MAX_US
+            delay = (cal.busy_slowdown - 1.0) * measured_us
+        return 1.0 + (cal.busy_slowdown - 1.0) * k, delay * k
 
     def _pricer(self, group: FabricGroup, collective: str) -> Pricer:
         pricer = group._pricers.get(collective)

@@ -118,7 +118,7 @@ TOP_KEYS = ("name", "description", "world_size", "topology", "algorithms", "comp
             "calibration", "network", "mesh", "mesh_placement", "nccl_fit")
 STRAGGLER_KEYS = ("rank", "slowdown")
 CALIBRATION_KEYS = ("collective", "dimension", "algorithm", "ranks", "latency_factor", "bandwidth_factor",
-                    "efficiency", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes")
+                    "efficiency", "library", "sizes_bytes", "busy_slowdown", "busy_nbytes", "busy_delay_us")
 
 
 def check_mesh(mesh: Any, placement: Any) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
@@ -206,6 +206,10 @@ class Calibration:
             not recorded). The factor is one call's loss there, a delay per call rather than a rate: a longer call
             beside compute loses about as much, not ``busy_slowdown`` times its length
             (``emulator_core.pricing.answer``, "beside compute").
+        busy_delay_us: what one call of ``busy_nbytes`` lost beside compute where it was measured (microseconds,
+            the busy median less the idle one, on ``ranks`` ranks; None: not recorded, a file written before it
+            was). A time, not a share of the call's price: a what-if with a slower link does not lengthen it, and
+            on ``p`` ranks it grows with the algorithm's steps (``emulator_core.pricing.answer``).
     """
 
     collective: str
@@ -219,6 +223,7 @@ class Calibration:
     sizes_bytes: tuple[int, ...] = ()
     busy_slowdown: float = 1.0
     busy_nbytes: int | None = None
+    busy_delay_us: float | None = None
     #: ``efficiency`` as a ``costmodels.Efficiency`` (derived, not a TOML key).
     curve: cm.Efficiency = field(default_factory=cm.Efficiency, init=False, repr=False, compare=False, hash=False)
 
@@ -258,12 +263,14 @@ class Calibration:
         object.__setattr__(self, "busy_slowdown", busy)
         if self.busy_nbytes is not None:
             check_int("busy_nbytes", self.busy_nbytes, 1, 1 << 50)
+        if self.busy_delay_us is not None:
+            object.__setattr__(self, "busy_delay_us", check_float("busy_delay_us", self.busy_delay_us, ge=0))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form, as in the TOML file; ``library``, ``sizes_bytes``, ``busy_slowdown`` and ``busy_nbytes`` only
-        when recorded (files without them stay the same)."""
+        """Plain form, as in the TOML file; ``library``, ``sizes_bytes``, ``busy_slowdown``, ``busy_nbytes`` and
+        ``busy_delay_us`` only when recorded (files without them stay the same)."""
         d = {k: getattr(self, k) for k in CALIBRATION_KEYS
-             if k not in ("library", "sizes_bytes", "busy_slowdown", "busy_nbytes")}
+             if k not in ("library", "sizes_bytes", "busy_slowdown", "busy_nbytes", "busy_delay_us")}
         out = {**d, "efficiency": [list(p) for p in self.efficiency]}
         if self.library:
             out["library"] = self.library
@@ -273,6 +280,8 @@ class Calibration:
             out["busy_slowdown"] = self.busy_slowdown
         if self.busy_nbytes is not None:
             out["busy_nbytes"] = self.busy_nbytes
+        if self.busy_delay_us is not None:
+            out["busy_delay_us"] = self.busy_delay_us
         return out
 
     @classmethod
@@ -384,6 +393,11 @@ class Scenario:
         object.__setattr__(self, "_slowdowns", slow)
         if not isinstance(self.network, Network):
             raise bad("network", self.network, "must be a Network")
+        racked = [i for i, d in enumerate(self.topology.dims) if d.racks > 1]
+        if racked and self.network.library == "nccl":
+            raise bad(f"topology.dims[{racked[0]}].racks", self.topology.dims[racked[0]].racks,
+                      "racks behind oversubscribed uplinks are priced by the generic model; NCCL's tuner "
+                      "(network.library = \"nccl\") has none: set network.library = \"generic\"")
         mesh, placement = check_mesh(self.mesh, self.mesh_placement)
         object.__setattr__(self, "mesh", mesh)
         object.__setattr__(self, "mesh_placement", placement)
