@@ -142,6 +142,11 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
                                   requested_by=plan.text if plan else "--world-size")
     what_if_name = what_if_path.stem + "".join(f" {o}" for o in config.overrides)
     _mesh_notice(recorded_mesh, plan, what_if.world_size, notices)
+    truth = None
+    if config.truth is not None:  # checked before any rank starts
+        from nbox_replay.truth import open_truth
+
+        truth = open_truth(config.truth, source, what_if.world_size)
     if clock == "real":  # before any rank starts
         from nbox_replay.live import live_refusal
 
@@ -195,6 +200,14 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
                                                                         config.mesh))
     if clock == "real":
         _run_live(config, source, graphs, base, what_if, device, report, say, correction)
+    if truth is not None and config.truth is not None:
+        from nbox_replay.truth import compare_truth
+
+        say(f"the truth: {config.truth} under the what-if")
+        recorded = source.observed.get("median") if isinstance(source.observed, Mapping) else None
+        report.truth = compare_truth(config.truth, truth[0], truth[1], what_if, report.what_if, report.baseline,
+                                     float(recorded) if isinstance(recorded, (int, float)) else None,
+                                     config.profiler_correction)
     if config.out is not None:
         from nbox_replay.report import write_timelines
 

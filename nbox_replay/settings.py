@@ -113,6 +113,8 @@ class ReplayConfig:
             ``segments``, ``segments_runnable``) for every rank: how recorded compute is corrected for the
             profiler's overhead (:mod:`nbox_replay.inputs.profiler`; recorded compute only, bundles that carry the
             figures only).
+        truth: a bundle recorded at the what-if's world size whose observed iterations the prediction is set
+            against (:mod:`nbox_replay.truth`); None: none.
         host_work: ``pad``, ``match`` or ``off``: whether a live replay with live compute pads its operators for
             the host work it does not re-run, and (``match``) credits a rank whose replay is busier than the real
             thread (:mod:`nbox_replay.live.hostwork`). None: ``pad`` where it applies; named, it is refused where it
@@ -142,9 +144,10 @@ class ReplayConfig:
     nodes: Nodes = field(default_factory=Nodes)
     profiler_correction: str = "on"
     host_work: str | None = None
+    truth: Path | None = None
 
     def __post_init__(self) -> None:
-        as_paths(self, "what_if", "baseline", "out")
+        as_paths(self, "what_if", "baseline", "out", "truth")
         overrides, settings = split_settings(self.overrides)  # --set replay.<key>: nbox_replay.settings
         object.__setattr__(self, "overrides", overrides)
         object.__setattr__(self, "profiler_correction", settings.get(PROFILER_CORRECTION, self.profiler_correction))
@@ -198,6 +201,10 @@ class ReplayConfig:
         if self.nodes.count > 1 and self.clock != "real":
             raise ReplayConfigError(f"--nnodes {self.nodes.nnodes}: a virtual-clock replay runs on one machine; "
                                     f"several nodes apply to --clock real")
+        if self.truth is not None and self.mesh is not None:
+            raise ReplayConfigError(f"--truth {self.truth}: compares a what-if world size with a recording made at "
+                                    f"it; with --mesh the truth would need the same mesh (not checked): use "
+                                    f"--world-size")
         if self.mesh is not None and self.clock != "virtual":
             raise ReplayConfigError(f"--mesh {self.mesh}: a what-if mesh is replayed in virtual time only; add "
                                     f"--clock virtual (a live replay scales the world with --world-size)")

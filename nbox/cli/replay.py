@@ -64,6 +64,9 @@ def replay_cmd(
         rich_help_panel=ADVANCED)] = "weak",
     batch_size: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="The recorded per-rank batch (samples), for --global-batch fixed.", rich_help_panel=ADVANCED)] = None,
+    truth: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Check the prediction against a bundle recorded at the what-if's world size.",
+        rich_help_panel=ADVANCED)] = None,
     nnodes: NnodesOpt = "1",
     node_rank: NodeRankOpt = 0,
     rdzv_endpoint: RdzvEndpointOpt = None,
@@ -82,6 +85,8 @@ def replay_cmd(
       nbox replay traces/ddp_mlp --world-size 64 --set topology.dims.0.bandwidth_gbps=10
 
       nbox replay traces/fsdp2_transformer --clock virtual --mesh dp=512,tp=2 --what-if dgx-h100 --out tl/
+
+      nbox replay small.bundle --world-size 8 --clock virtual --truth big.bundle
     """
     from nbox_replay.replay import ReplayConfig, run_replay
     from nbox_trace.errors import UsageError
@@ -95,7 +100,7 @@ def replay_cmd(
                        baseline=baseline, compute=compute, clock=clock, ranks=chosen, iterations=iterations,
                        warmup=warmup, warmup_s=warmup_s, device=device, out=out, timeout_s=timeout, rank=rank,
                        mesh=mesh, placement=placement, recorded_mesh=recorded_mesh, global_batch=global_batch,
-                       batch_size=batch_size,
+                       batch_size=batch_size, truth=truth,
                        nodes=Nodes(nnodes, node_rank, rdzv_endpoint, local_addr, rdzv_host))
     from nbox.cli.progress import ProgressLines
 

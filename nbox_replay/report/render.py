@@ -31,6 +31,7 @@ from nbox_trace.units import fit_label, format_bytes, format_in, format_us, time
 
 if TYPE_CHECKING:
     from nbox_replay.inputs import Correction
+    from nbox_replay.report.truth import Truth
 
 __all__ = ["REPORT_SCHEMA", "ReplayReport"]
 
@@ -62,6 +63,7 @@ class ReplayReport:
     profiler: Correction | None = None  # how recorded compute was corrected for the profiler (inputs/profiler.py)
     host_work: dict[str, Any] | None = None  # live compute padded for host work (live/hostwork.py): "line", ranks
     changes: list[str] = field(default_factory=list)  # what the what-if changed, in words (scenario.question)
+    truth: Truth | None = None  # --truth: the prediction against a recording at the what-if's scale (truth.py)
 
     def paired_spread(self) -> dict[str, float] | None:
         """The paired live speed-ups' median and p10-p90 (inclusive quantiles), or None (virtual clock)."""
@@ -109,7 +111,7 @@ class ReplayReport:
                 "fallbacks": self.fallbacks, "unpriced_collectives": self.unpriced, "notices": self.notices,
                 "timelines": self.timelines, "what_if_world": self.world.to_dict() if self.world else None,
                 "mesh": self.mesh, "profiler_correction": self.profiler.to_dict() if self.profiler else None,
-                "host_work": self.host_work,
+                "host_work": self.host_work, "truth": self.truth.to_dict() if self.truth is not None else None,
                 "paired_speedup": None if self.paired_speedups is None else
                 {**(self.paired_spread() or {}), "values": self.paired_speedups}}
 
@@ -163,6 +165,8 @@ class ReplayReport:
         if obs is not None and obs["median"]:
             err = (self.baseline.median_us - obs["median"]) / obs["median"] * 100
             lines.append(f"baseline vs recorded: {err:+.1f}%")
+        if self.truth is not None:
+            lines += self.truth.lines(t)
         if (ps := self.paired_spread()) is not None:
             inside = ps["p10"] <= 1.0 <= ps["p90"]
             lines.append(f"paired live repetitions: what-if vs baseline {ps['median']:.2f}x, p10-p90 "
