@@ -4,6 +4,8 @@
 - Times picked by magnitude (us, ms, s) for a single value (``format_us``), or one unit for a whole column so
   values line up and compare at a glance (``time_unit`` + ``format_in``).
 - Labels that do not fit a column end in an ellipsis at a word boundary, never cut mid-word: ``fit_label``.
+- Sizes read back the way they are written (``64MiB``, ``1.5GiB``, ``4096``): ``parse_bytes``, the one reader every
+  option and ``--set`` key that takes a byte count uses.
 
 ``--json`` documents never use these: they carry raw numbers in the unit their key names (``*_us``, ``bytes``).
 """
@@ -11,9 +13,37 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
-__all__ = ["fit_label", "format_bytes", "format_in", "format_us", "time_unit"]
+__all__ = ["fit_label", "format_bytes", "format_in", "format_us", "has_size_unit", "parse_bytes", "time_unit"]
+
+_KIB, _MIB, _GIB, _TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+_SIZE_UNITS = {"": 1, "b": 1, "k": _KIB, "kb": _KIB, "kib": _KIB, "m": _MIB, "mb": _MIB, "mib": _MIB, "g": _GIB,
+               "gb": _GIB, "gib": _GIB, "t": _TIB, "tb": _TIB, "tib": _TIB}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(text: str) -> int:
+    """Bytes from ``1024``, ``1KiB``, ``64MiB``, ``1.5GiB`` (K, KB and KiB are all binary: 1 KiB = 1024 B).
+
+    Raises:
+        ValueError: not a size, or not a whole number of bytes (the message says which).
+    """
+    m = _SIZE_RE.match(text) if isinstance(text, str) else None
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _SIZE_UNITS:
+        raise ValueError("not a size (e.g. 4096, 1KiB, 64MiB, 1GiB)")
+    n = float(m.group(1)) * _SIZE_UNITS[unit]
+    if n != int(n):
+        raise ValueError("not a whole number of bytes")
+    return int(n)
+
+
+def has_size_unit(text: str) -> bool:
+    """Whether ``text`` reads as a size with a unit (``1MiB``; a bare number does not)."""
+    m = _SIZE_RE.match(text) if isinstance(text, str) else None
+    return m is not None and m.group(2).lower() in _SIZE_UNITS and m.group(2) != ""
 
 _IEC = ("B", "KiB", "MiB", "GiB", "TiB")
 _TIME_UNITS = (("us", 1.0), ("ms", 1e3), ("s", 1e6))

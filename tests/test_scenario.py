@@ -404,3 +404,19 @@ def test_a_busy_delay_is_a_time_of_at_least_zero() -> None:
     c = Calibration("all_reduce", "d", "ring", 2, busy_slowdown=2.0, busy_nbytes=1024, busy_delay_us=5.0)
     assert c.to_dict()["busy_delay_us"] == 5.0 and Calibration.from_dict(c.to_dict()) == c
     assert "busy_delay_us" not in Calibration("all_reduce", "d", "ring", 2).to_dict()
+
+
+def test_a_size_key_takes_a_size_with_a_unit_and_any_other_key_refuses_one(tmp_path: Path) -> None:
+    """--set takes sizes as nbox prints them where a key is a byte count (issue 61), and refuses a size with a unit
+    in one line where the key is not one (it would reach the key as a bare string)."""
+    text = BASE + ('\n[[calibration]]\ncollective = "all_reduce"\ndimension = "net"\nalgorithm = "ring"\nranks = 2\n'
+                   'busy_slowdown = 2.0\n')
+    p = write(tmp_path, text)
+    assert load_scenario(p, ["calibration.0.busy_nbytes=1MiB"]).calibration[0].busy_nbytes == 1 << 20
+    assert load_scenario(p, ["calibration.0.busy_nbytes=4096"]).calibration[0].busy_nbytes == 4096
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(p, ["world_size=1MiB"])
+    assert "'1MiB' is a size, and world_size is not a byte count" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ScenarioError, match="not a whole number of bytes"):
+        load_scenario(p, ["calibration.0.busy_nbytes=1.3B"])
+    assert load_scenario(p, ["topology.dims.0.name=m1"]).topology.dims[0].name == "m1"  # a name is no size

@@ -17,6 +17,7 @@ from typing import Any
 from emulator_core.calibration import _worker as worker
 from nbox_trace.errors import InvalidInputError, NboxError, OutputWriteError, UsageError
 from nbox_trace.launch import check_nodes
+from nbox_trace.units import parse_bytes
 
 #: Collectives ``nbox calibrate`` can measure (in this order).
 SUPPORTED = worker.SUPPORTED
@@ -33,9 +34,6 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 #: Default sizes: 1 KiB .. 64 MiB in x4 steps (bytes).
 DEFAULT_SIZES: tuple[int, ...] = tuple(KIB * 4**k for k in range(9))
 MAX_SIZE = 4 * GIB
-_UNITS = {"": 1, "b": 1, "k": KIB, "kb": KIB, "kib": KIB, "m": MIB, "mb": MIB, "mib": MIB, "g": GIB, "gb": GIB,
-          "gib": GIB}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 
@@ -65,14 +63,10 @@ FLAGS = {"nproc": "--nproc", "backend": "--backend", "sizes": "--sizes", "collec
 def parse_size(text: str, flag: str = "--sizes") -> int:
     """Bytes from ``1024``, ``1KiB``, ``64MiB``, ``1.5GiB`` (K/KB/KiB etc. are all binary: 1 KiB = 1024 B), the
     way nbox prints sizes; every option that takes a byte count parses it here (an error names ``flag``)."""
-    m = _SIZE_RE.match(text)
-    unit = m.group(2).lower() if m else ""
-    if m is None or unit not in _UNITS:
-        raise CalibrateUsageError(f"{flag} {text!r}: not a size (e.g. 4096, 1KiB, 64MiB, 1GiB)")
-    n = float(m.group(1)) * _UNITS[unit]
-    if n != int(n):
-        raise CalibrateUsageError(f"{flag} {text!r}: not a whole number of bytes")
-    return int(n)
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise CalibrateUsageError(f"{flag} {text!r}: {e}") from None
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:

@@ -2,6 +2,8 @@
 
 Keys are dotted paths of the TOML layout (:mod:`emulator_core.scenario`), list elements addressed by index
 (``topology.dims.1.size=16``); values are TOML scalars, or bare strings (``algorithms.all_reduce=ring``).
+A key that is a byte count (:data:`SIZE_KEYS`) also takes a size with a unit, as nbox prints them
+(``calibration.0.busy_nbytes=1MiB``); a size with a unit given to any other key is refused in one line.
 Unknown keys are refused, naming the allowed ones; the values are validated when the scenario is built.
 """
 
@@ -23,8 +25,12 @@ from emulator_core.scenario.model import (
 from emulator_core.scenario.tomltext import toml_decode_error, toml_loads
 from emulator_core.scenario.values import REMOVED_KEYS
 from nbox_trace.mesh import ALIASES, DIM_NAMES
+from nbox_trace.units import has_size_unit, parse_bytes
 
-__all__ = ["apply_overrides", "parse_override"]
+__all__ = ["SIZE_KEYS", "apply_overrides", "parse_override"]
+
+#: The keys whose value is a byte count: a size with a unit (``64MiB``) is read as its bytes.
+SIZE_KEYS = frozenset({"busy_nbytes"})
 
 _OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 
@@ -91,7 +97,7 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
                 if last:
                     if sub is not None:
                         raise ScenarioError(so_far, f"{where}: is a table or array; set one of its keys")
-                    node[part] = value
+                    node[part] = _size_or_value(part, value, so_far, where)
                     break
                 if not isinstance(node.get(part), (dict, list)):
                     node[part] = [] if isinstance(sub, list) else {}
@@ -110,3 +116,17 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
                     raise ScenarioError(so_far, f"{where}: not a table")
                 node, schema = node[idx], schema[0]
     return out
+
+
+def _size_or_value(key: str, value: Any, path: str, where: str) -> Any:
+    """``value`` as the key takes it: a size with a unit read as bytes for a size key (:data:`SIZE_KEYS`), refused
+    for any other key (which a bare string would otherwise reach as a puzzling type error)."""
+    if not isinstance(value, str) or not has_size_unit(value):
+        return value
+    if key not in SIZE_KEYS:
+        raise ScenarioError(path, f"{where}: {value!r} is a size, and {path} is not a byte count (sizes with units "
+                            f"are taken by: {', '.join(sorted(SIZE_KEYS))})")
+    try:
+        return parse_bytes(value)
+    except ValueError as e:
+        raise ScenarioError(path, f"{where}: {e}") from None
