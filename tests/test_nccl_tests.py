@@ -19,7 +19,7 @@ from emulator_core.network.nccl_tests import (
     read_curve_text,
 )
 from emulator_core.pricing.nccl_curve import time_us
-from emulator_core.pricing.pricer import fabric_of, group_shape, make_pricer
+from emulator_core.pricing.pricer import datasheet_of, group_shape, make_pricer
 from emulator_core.scenario.files import load_scenario, shipped_scenarios
 from emulator_core.scenario.model import ScenarioError
 from emulator_core.scenario.nccl_fit import NcclFit
@@ -217,7 +217,7 @@ def test_fitted_scenario_prices_other_world_sizes() -> None:
 def test_regime_factor_moves_with_the_datasheet() -> None:
     """Across regimes (here 4 nodes -> 1 node) the datasheet's NVLink figure scales the measured curve."""
     fit = fit_curve(read_curve(AR4))
-    fast = fabric_of(DGX)
+    fast = datasheet_of(DGX)
     slow = type(fast)(fast.intra_bw_gbps / 4, fast.inter_bw_gbps, fast.nvls, fast.collnet)
     assert time_us(fit, 1 << 30, 1, slow) > time_us(fit, 1 << 30, 1, fast)
     assert time_us(fit, 1 << 30, 4, slow) == time_us(fit, 1 << 30, 4, fast)  # same regime: the measurement
@@ -229,7 +229,7 @@ def test_two_node_curve_above_line_rate_is_scaled_down_beyond_two_nodes() -> Non
     rows = "".join(f"{1 << k} {(1 << k) // 4} float sum -1 {(1 << k) / 254.0e3:.2f} 254.00 476.25 0\n"
                    for k in range(26, 34))
     fit = fit_curve(read_curve_text(rows, "two.txt", collective="all_reduce", shape=(2, 8)))
-    fabric = fabric_of(DGX)
+    fabric = datasheet_of(DGX)
     t4 = time_us(fit, 8 << 30, 4, fabric)
     busbw4 = (8 << 30) * 2 * 31 / 32 / (t4 * 1e3)
     assert busbw4 < 476.25 * 0.9
@@ -315,7 +315,7 @@ def test_between_two_node_counts_the_fits_are_interpolated() -> None:
     scenario, _ = calibrate_from_curves([base, far], DGX)
     sized = resize(scenario, 64)
     name, t = make_pricer(sized, "all_reduce", group_shape(sized))(256 << 20)
-    fabric = fabric_of(sized)
+    fabric = datasheet_of(sized)
     alone = sorted(time_us(f, 256 << 20, 8, fabric) for f in scenario.nccl_fit)
     assert name == "nccl_fit" and alone[0] < t < alone[1]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from emulator_core.network import BUS_FACTORS, Curve, NcclTestsError
-from emulator_core.pricing import fabric_of, group_shape, make_pricer, time_us
+from emulator_core.pricing import datasheet_of, group_shape, make_pricer, time_us
 from emulator_core.scenario import (
     FLOOR_MAX_BYTES,
     NcclFit,
@@ -87,7 +87,7 @@ def fit_curve(curve: Curve) -> NcclFit:
 
 
 def _rows(curve: Curve, fit: NcclFit, scenario: Scenario, source: str) -> list[FitRow]:
-    fabric = fabric_of(scenario)
+    fabric = datasheet_of(scenario)
     return [FitRow(curve.path, curve.collective, curve.nodes, curve.gpus_per_node, pt.size_bytes, pt.time_us,
                    time_us(fit, pt.size_bytes, curve.nodes, fabric), source) for pt in curve.points]
 
@@ -254,7 +254,7 @@ def notes(curves: Sequence[Curve], scenario: Scenario) -> list[str]:
     curve on 2 nodes whose bus bandwidth beats the NICs' line rate ran an NVLink-assisted algorithm (priced at
     more nodes through NCCL's regime ratio), and a curve on more nodes whose bus bandwidth beats the node's NICs
     together says the datasheet's NIC figure is too low (the regime ratio reads it)."""
-    fabric = fabric_of(scenario)
+    fabric = datasheet_of(scenario)
     out: list[str] = []
     for c in curves:
         peak = max(pt.busbw_gbps for pt in c.points)

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from emulator_core.network import BUS_FACTORS
 from emulator_core.pricing.nccl_tuner import nccl_supports, nccl_tune
-from emulator_core.scenario import PER_RANK, Fabric, NcclFit, network_share, regime, step_bytes
+from emulator_core.scenario import PER_RANK, Datasheet, NcclFit, network_share, regime, step_bytes
 
 __all__ = ["Prepared", "between", "between_us", "floor_us", "prepare", "regime_factor", "time_us"]
 
 
-def _nccl_busbw(collective: str, size: float, nodes: int, gpn: int, fabric: Fabric) -> float | None:
+def _nccl_busbw(collective: str, size: float, nodes: int, gpn: int, fabric: Datasheet) -> float | None:
     """NCCL's modeled bus bandwidth (GB/s) of ``collective`` at nccl-tests size ``size``; None if not modeled."""
     p = nodes * gpn
     if not nccl_supports(collective) or p < 2:
@@ -29,7 +29,7 @@ def _nccl_busbw(collective: str, size: float, nodes: int, gpn: int, fabric: Fabr
     return size * BUS_FACTORS[collective](p) / (t * 1e3) if t > 0 else None
 
 
-def _nccl_floor_us(collective: str, size: float, nodes: int, gpn: int, fabric: Fabric) -> float | None:
+def _nccl_floor_us(collective: str, size: float, nodes: int, gpn: int, fabric: Datasheet) -> float | None:
     p = nodes * gpn
     if not nccl_supports(collective) or p < 2:
         return None
@@ -38,7 +38,7 @@ def _nccl_floor_us(collective: str, size: float, nodes: int, gpn: int, fabric: F
                      inter_bw_gbps=fabric.inter_bw_gbps, nvls=fabric.nvls, collnet=fabric.collnet).time_us
 
 
-def regime_factor(fit: NcclFit, nodes: int, fabric: Fabric) -> float:
+def regime_factor(fit: NcclFit, nodes: int, fabric: Datasheet) -> float:
     """``K(N)`` of the module docstring: 1 within the fit's regime, else NCCL's (or the datasheet's) ratio."""
     if regime(nodes) == regime(fit.nodes):
         return 1.0
@@ -52,7 +52,7 @@ def regime_factor(fit: NcclFit, nodes: int, fabric: Fabric) -> float:
     return link(nodes) / link(fit.nodes)
 
 
-def floor_us(fit: NcclFit, nodes: int, fabric: Fabric) -> float:
+def floor_us(fit: NcclFit, nodes: int, fabric: Datasheet) -> float:
     """``floor(N)`` of the module docstring."""
     if fit.latency_us == 0 or nodes == fit.nodes:
         return fit.latency_us
@@ -82,7 +82,7 @@ class Prepared:
         return self.floor_us + size_bytes * self.per_byte_us / self.fit.busbw_at(m)
 
 
-def prepare(fit: NcclFit, nodes: int, fabric: Fabric) -> Prepared:
+def prepare(fit: NcclFit, nodes: int, fabric: Datasheet) -> Prepared:
     """The fit's model at ``nodes`` nodes of its GPUs per node (``emulator_core.scenario.nccl_fit``'s docstring)."""
     p = nodes * fit.gpus_per_node
     if p < 2:
@@ -92,14 +92,14 @@ def prepare(fit: NcclFit, nodes: int, fabric: Fabric) -> Prepared:
     return Prepared(fit, p, floor_us(fit, nodes, fabric), per_byte)
 
 
-def time_us(fit: NcclFit, size_bytes: float, nodes: int, fabric: Fabric) -> float:
+def time_us(fit: NcclFit, size_bytes: float, nodes: int, fabric: Datasheet) -> float:
     """The modeled time (us) of the fit's collective at nccl-tests size ``size_bytes`` on ``nodes`` nodes of the
     fit's GPUs per node (``emulator_core.scenario.nccl_fit``'s docstring). 0 bytes cost the floor. One call: use
     :func:`prepare` to price many sizes."""
     return prepare(fit, nodes, fabric)(size_bytes)
 
 
-def between_us(lo: NcclFit, hi: NcclFit, size_bytes: float, nodes: int, fabric: Fabric) -> float:
+def between_us(lo: NcclFit, hi: NcclFit, size_bytes: float, nodes: int, fabric: Datasheet) -> float:
     """The time at ``nodes`` between two fits measured at ``lo.nodes < nodes < hi.nodes``: each one's prediction,
     interpolated linearly in log time over log nodes."""
     return between(prepare(lo, nodes, fabric), prepare(hi, nodes, fabric), nodes)(size_bytes)

@@ -62,7 +62,7 @@ from emulator_core.pricing.collective_time import (
     wire,
 )
 from emulator_core.pricing.nccl_curve import between, prepare
-from emulator_core.scenario import AUTO, Calibration, Dimension, Fabric, Scenario, bracket, choose_fit
+from emulator_core.scenario import AUTO, Calibration, Datasheet, Dimension, Scenario, bracket, choose_fit
 from nbox_trace.errors import UsageError
 from nbox_trace.units import format_bytes
 
@@ -303,12 +303,12 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
 FITTED = "nccl_fit"
 
 
-def fabric_of(scenario: Scenario) -> Fabric:
+def datasheet_of(scenario: Scenario) -> Datasheet:
     """The datasheet figures an ``[[nccl_fit]]`` scales by: the innermost dimension is the node (NVLink), the
     others the network (as NCCL's view in :func:`_nccl_pricer`); GB/s per GPU per direction."""
     dims = scenario.topology.dims
     node, outer = dims[0], (list(dims[1:]) or [dims[0]])
-    return Fabric(node.bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
+    return Datasheet(node.bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
                   min(d.bandwidth_bytes_per_us for d in outer) / cm.BYTES_PER_US_PER_GBPS,
                   nvls=len(dims) > 1 and node.in_network_reduction,
                   collnet=len(dims) > 1 and any(d.in_network_reduction for d in outer))
@@ -329,7 +329,7 @@ def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     fit = choose_fit(scenario.nccl_fit, collective, nodes, on_node)
     if fit is None:
         return None
-    fabric = fabric_of(scenario)
+    fabric = datasheet_of(scenario)
     p = shape.size
     times_p = collective in ("all_gather", "gather", "scatter")
     pair = bracket(scenario.nccl_fit, collective, nodes, on_node)

@@ -20,7 +20,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "files": ("SCENARIOS_DIR", "load_scenario", "shipped_catalog", "shipped_scenarios"),
     "mesh": ("MeshError", "MeshPlan", "parse_mesh", "parse_placement", "plan_mesh"),
     "model": ("AUTO", "Calibration", "Scenario"),
-    "nccl_fit": ("FLOOR_MAX_BYTES", "Fabric", "NcclFit", "PER_RANK", "bracket", "choose_fit", "network_share",
+    "nccl_fit": ("FLOOR_MAX_BYTES", "Datasheet", "NcclFit", "PER_RANK", "bracket", "choose_fit", "network_share",
         "regime", "step_bytes"),
     "overrides": ("parse_override",),
     "question": ("compare", "describe_changes", "share_words"),
@@ -30,7 +30,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "world": ("AskedMesh", "WhatIfWorld", "load_what_if", "resize", "scenario_mesh"),
 }
 
-__all__ = ["AUTO", "AskedMesh", "Calibration", "Dimension", "FLOOR_MAX_BYTES", "Fabric", "MAX_CHUNKS",
+__all__ = ["AUTO", "AskedMesh", "Calibration", "Dimension", "FLOOR_MAX_BYTES", "Datasheet", "MAX_CHUNKS",
     "MAX_WORLD_SIZE", "MeshError", "MeshPlan", "NcclFit", "Network", "PER_RANK", "SCENARIOS_DIR", "Scenario",
     "ScenarioError", "Topology", "WhatIfWorld", "bad", "bracket", "check_float", "check_int", "choose_fit",
     "compare", "describe_changes", "dump_toml", "load_scenario", "load_what_if", "network_share", "parse_mesh",
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from emulator_core.scenario.nccl_fit import (
         FLOOR_MAX_BYTES,
         PER_RANK,
-        Fabric,
+        Datasheet,
         NcclFit,
         bracket,
         choose_fit,

@@ -52,7 +52,7 @@ from typing import Any
 from emulator_core.network import BUS_FACTORS
 from emulator_core.scenario.values import MAX_WORLD_SIZE, ScenarioError, bad, check_float, check_int, check_table
 
-__all__ = ["FLOOR_MAX_BYTES", "NCCL_FIT_KEYS", "PER_RANK", "Fabric", "NcclFit", "check_fits", "choose_fit",
+__all__ = ["FLOOR_MAX_BYTES", "NCCL_FIT_KEYS", "PER_RANK", "Datasheet", "NcclFit", "check_fits", "choose_fit",
            "bracket", "network_share", "regime", "step_bytes"]
 
 NCCL_FIT_KEYS = ("collective", "nodes", "gpus_per_node", "latency_us", "busbw", "source")
@@ -156,7 +156,7 @@ class NcclFit:
 
 
 @dataclass(frozen=True)
-class Fabric:
+class Datasheet:
     """The datasheet figures a fit scales by across regimes: a GPU's NVLink and NIC bandwidth (GB/s, 1e9 bytes/s,
     per direction), whether the node's switch reduces (NVLS) and whether the network does (SHARP)."""
 
