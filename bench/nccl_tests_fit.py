@@ -34,7 +34,7 @@ from emulator_core.calibration.nccl_calibrate import base_scenario, compare, fit
 from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
 from emulator_core.pricing.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.pricing.nccl_tuner import nccl_supports  # noqa: E402
-from emulator_core.pricing.pricer import fabric_of  # noqa: E402
+from emulator_core.pricing.pricer import datasheet_of  # noqa: E402
 from emulator_core.scenario.nccl_fit import bracket, regime, step_bytes  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tests"
@@ -135,7 +135,7 @@ def main() -> int:
     parser.add_argument("--verbose", action="store_true", help="print every predicted point")
     args = parser.parse_args()
     base = base_scenario(None)
-    fabric = fabric_of(base)
+    fabric = datasheet_of(base)
     print(f"datasheet: the shipped dgx_h100_400g (NVLink {fabric.intra_bw_gbps:g} GB/s, NIC "
           f"{fabric.inter_bw_gbps:g} GB/s per GPU, NVLS {fabric.nvls}); sizes >= 1 MiB")
     overall: dict[str, list[float]] = defaultdict(list)
