@@ -3,7 +3,8 @@
 The run (``run``), its per-rank worker launched as ``python -m nbox_replay.live._worker`` (``_worker``) with its comm
 nodes' calls (``issues``) and, on CUDA, its walk on the recorded streams (``streams``, over torch's CUDA streams in
 ``cudalanes``), the operators (``ops``, ``fastcall``, ``values``, ``allocator``, ``children``), host work padding
-(``hostwork``) and the compute measurement with its worker (``measure``, ``_measure_worker``).
+(``hostwork``), the compute measurement with its worker (``measure``, ``_measure_worker``) and what each worker is
+told, as a dataclass (``workerconfig``).
 
 May import: ``nbox_replay.report``, ``nbox_replay.virtual``, ``nbox_replay.inputs``, ``emulator_core`` doors and
 ``nbox_trace``.

@@ -5,7 +5,7 @@ run live (:mod:`nbox_replay.live.ops`) in node order, with no communication, ``w
 ``iterations`` timed ones; each node's duration is the median of its timed passes (microseconds; on CUDA the
 device is synchronized around each node). Writes ``{"ranks": {rank: {"duration_us": [per position: the
 median, or null when not compute or a fallback], "fallbacks": {op: nodes}}}, "heap_not_held": why or null}``
-to ``config["result"]`` (its heap held first, :mod:`nbox_replay.live.allocator`, and why not where it could not);
+to ``config.result`` (its heap held first, :mod:`nbox_replay.live.allocator`, and why not where it could not);
 on an exception writes ``error.json`` beside it and exits with code 1.
 """
 
@@ -25,6 +25,7 @@ import torch
 from nbox_replay.inputs import COMPUTE, load_rank
 from nbox_replay.live.allocator import hold_heap
 from nbox_replay.live.ops import prepare
+from nbox_replay.live.workerconfig import MeasureConfig
 
 
 def measure_rank(path: str, rank: int, device: str, warmup: int, iterations: int) -> dict[str, Any]:
@@ -52,17 +53,16 @@ def measure_rank(path: str, rank: int, device: str, warmup: int, iterations: int
 
 
 def main(argv: list[str]) -> int:
-    cfg = json.loads(Path(argv[1]).read_text())
-    out = Path(cfg["result"])
+    cfg = MeasureConfig.read(argv[1])
+    out = Path(cfg.result)
     rank = None
     heap = hold_heap()  # as the live worker does (allocator.py): the operators' own time, without extra faults
     try:
         if os.environ.get("OMP_NUM_THREADS") == "1":
             torch.set_num_threads(1)
         result: dict[str, Any] = {}
-        for rank in cfg["ranks"]:
-            result[str(rank)] = measure_rank(cfg["traces"][str(rank)], int(rank), str(cfg["device"]),
-                                             int(cfg["warmup"]), int(cfg["iterations"]))
+        for rank in cfg.ranks:
+            result[str(rank)] = measure_rank(cfg.traces[rank], rank, cfg.device, cfg.warmup, cfg.iterations)
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps({"ranks": result, "heap_not_held": heap or None}))
         tmp.replace(out)

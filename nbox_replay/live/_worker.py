@@ -1,7 +1,7 @@
 """One replayed rank of a live replay (``--clock real``), launched by :mod:`nbox_trace.launch`.
 
 Started by :func:`nbox_replay.live.run.replay_live` as ``python -m nbox_replay.live._worker CONFIG.json`` in
-each of N processes; process ``RANK`` replays global rank ``config["ranks"][RANK]``. The parent sets the
+each of N processes; process ``RANK`` replays global rank ``config.ranks[RANK]``. The parent sets the
 ``nbox`` backend's environment (``NBOX_WORLD_SIZE`` = the what-if world size W, ``NBOX_REAL_RANKS`` = the
 replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_DATA=0``), so collectives are
 answered with the emulator core's modeled delays; the replayed ranks exchange only their arrival times (the
@@ -12,13 +12,13 @@ depends on a comm node first waits on its work (a comm node that depends on anot
 collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.live.ops`) or, with
 ``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
 gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
-own) times the rank's compute factor (``config["factors"]``: the straggler slowdown divided by the scenario's
+own) times the rank's compute factor (``config.factors``: the straggler slowdown divided by the scenario's
 ``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
 (the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
-``config["host_cpu_us"]`` (``host_work=pad``, :mod:`nbox_replay.live.hostwork`) every repetition measures the thread's
+``config.host_cpu_us`` (``host_work=pad``, :mod:`nbox_replay.live.hostwork`) every repetition measures the thread's
 own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
 the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
-repetition's); with ``config["host_credit"]`` (``host_work=match``) a factor below 1 credits the rank instead: each
+repetition's); with ``config.host_credit`` (``host_work=match``) a factor below 1 credits the rank instead: each
 live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
 :class:`emulator_core.backend.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's
 wall time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
@@ -27,7 +27,7 @@ time, so a peer whose own credit put its host clock behind (or the exchange's ro
 its timeline for a delay that is the emulator's, not the cluster's; credited, each wait ends on the rank's timeline
 where the model put it, as on the virtual clock (``caught_up_us`` per timed repetition in the result). The worker
 holds its heap first (:mod:`nbox_replay.live.allocator`; ``heap_not_held`` says why not where it could not). With
-``config["serialize"]`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
+``config.serialize`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
 the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
 ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.engine.retarget`), and a blocking one is
 waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
@@ -93,6 +93,7 @@ from nbox_replay.live.hostwork import plan_pad
 from nbox_replay.live.issues import Groups, Issue, NodeError, make_issue
 from nbox_replay.live.ops import LiveOps, prepare
 from nbox_replay.live.streams import StreamWalk, not_fallbacks, plan_streams
+from nbox_replay.live.workerconfig import WorkerConfig
 from nbox_trace.share import share_results
 from nbox_trace.threadtime import thread_times_ns
 
@@ -119,16 +120,16 @@ def _records_of(pg: Any) -> Any:
 class Replayer:
     """One rank's walk through its graph on the real clock (module docstring)."""
 
-    def __init__(self, g: RankGraph, cfg: dict[str, Any], groups: Groups, factor: float,
+    def __init__(self, g: RankGraph, cfg: WorkerConfig, groups: Groups, factor: float,
                  clock: Clock | None = None) -> None:
         self.g = g
         # the rank's clock, shared with the backend: a factor below 1 credits its lag (module docstring)
         self.clock = clock if clock is not None else Clock()
-        self.device = str(cfg["device"])
-        self.live = cfg["compute"] == "live"
-        self.serialize = bool(cfg.get("serialize", False))
+        self.device = cfg.device
+        self.live = cfg.compute == "live"
+        self.serialize = cfg.serialize
         # a wait gives up before the parent's deadline, so the error file can name the node it was stuck on
-        self.timeout = timedelta(seconds=max(1.0, 0.75 * float(cfg["timeout_s"])))
+        self.timeout = timedelta(seconds=max(1.0, 0.75 * cfg.timeout_s))
         self.factor = factor
         self.pad = 1.0  # the host work's stretch of live operators (nbox_replay.live.hostwork), set after the warm-up
         # replay.host_work=match in a timed repetition: a wait past the answered end is credited (module docstring)
@@ -394,10 +395,10 @@ def _busy_ns() -> int:
 
 
 def main(argv: list[str]) -> int:
-    cfg = json.loads(Path(argv[1]).read_text())
+    cfg = WorkerConfig.read(argv[1])
     local = int(os.environ["RANK"])
-    rank = int(cfg["ranks"][local])
-    out = Path(cfg["result_dir"])
+    rank = cfg.ranks[local]
+    out = Path(cfg.result_dir)
     where: dict[str, Any] = {"phase": "start", "node": None}
     replayer: Replayer | None = None
     heap = hold_heap()  # before any tensor: operators re-run without page faults the real run did not take
@@ -406,19 +407,19 @@ def main(argv: list[str]) -> int:
             torch.set_num_threads(1)
         torch.set_grad_enabled(False)  # replayed operators build no autograd graph (LiveOps.run then needs no context)
         where["phase"] = "loading the trace"
-        g = load_rank(cfg["traces"][str(rank)], rank, keep_nodes=True)
-        g = correct_graphs({rank: g}, from_worker_doc(cfg.get("profiler")))[rank]  # the parent's rule and figures
-        factor = float(cfg["factors"][str(rank)])
+        g = load_rank(cfg.traces[rank], rank, keep_nodes=True)
+        g = correct_graphs({rank: g}, from_worker_doc(cfg.profiler))[rank]  # the parent's rule and figures
+        factor = cfg.factors[rank]
         where["phase"] = "init_process_group"
         # `import torch` registers the backend through nbox's entry point, which exists only where nbox is
         # installed; from a checkout on PYTHONPATH (bench/gpu_check.py on a lent GPU machine) it does not.
         register_nbox_backend()
-        dist.init_process_group("nbox", timeout=timedelta(seconds=float(cfg["timeout_s"])))
-        if dist.get_rank() != rank or dist.get_world_size() != int(cfg["world"]):
+        dist.init_process_group("nbox", timeout=timedelta(seconds=cfg.timeout_s))
+        if dist.get_rank() != rank or dist.get_world_size() != cfg.world:
             raise RuntimeError(f"the nbox backend gave rank {dist.get_rank()} of {dist.get_world_size()}, "
-                               f"expected rank {rank} of {cfg['world']}")
+                               f"expected rank {rank} of {cfg.world}")
         where["phase"] = "creating process groups"
-        groups = Groups({k: list(v) for k, v in cfg["groups"].items()}, int(cfg["recorded_world"]), int(cfg["world"]))
+        groups = Groups({k: list(v) for k, v in cfg.groups.items()}, cfg.recorded_world, cfg.world)
         where["phase"] = "preparing the nodes"
         replayer = Replayer(g, cfg, groups, factor, process_clock())
         iteration_us: list[float] = []
@@ -427,15 +428,15 @@ def main(argv: list[str]) -> int:
         wait_us: list[float] = []
         caught_up_us: list[float] = []  # per timed repetition, the waits' overshoot credited (replay.host_work=match)
         spans: list[dict[str, Any]] = []
-        host_clean = cfg.get("host_cpu_us")  # asked: the real thread's CPU per iteration (nbox_replay.live.hostwork)
+        host_clean = cfg.host_cpu_us  # asked: the real thread's CPU per iteration (nbox_replay.live.hostwork)
         history: list[tuple[float, float]] = []  # every repetition's (replay, live) time so far, for the pad
         busy_history: list[float] = []  # and its thread's busy time (the replay figure without match)
-        credit = bool(cfg.get("host_credit"))  # replay.host_work=match
+        credit = cfg.host_credit  # replay.host_work=match
         pad = None
-        for rep in range(int(cfg["warmup"]) + int(cfg["iterations"])):
+        for rep in range(cfg.warmup + cfg.iterations):
             where["phase"] = f"repetition {rep}"
-            if rep >= int(cfg["warmup"]) and host_clean is not None:
-                pad = plan_pad(host_clean.get(str(rank)), history, replayer.captured, both_ways=credit,
+            if rep >= cfg.warmup and host_clean is not None:
+                pad = plan_pad(host_clean.get(rank), history, replayer.captured, both_ways=credit,
                                busy_history=busy_history)
                 replayer.pad = pad.factor
                 replayer.catch_up = credit
@@ -450,7 +451,7 @@ def main(argv: list[str]) -> int:
             outside = (time.perf_counter_ns() - host0 - replayer.wait_host_ns + replayer.fallback_ns) / 1000.0
             history.append((outside if credit else busy, replayer.live_ns / 1000.0))
             busy_history.append(busy)
-            if rep >= int(cfg["warmup"]):
+            if rep >= cfg.warmup:
                 iteration_us.append(wall)
                 ends_us.append(replayer.iteration_ends)
                 compute_us.append(comp)
@@ -473,9 +474,9 @@ def main(argv: list[str]) -> int:
             "nodes": len(g)}
         where["phase"] = "sharing the results"  # every node's launcher reports the whole job (nbox_trace.share)
         every = share_results(dist.distributed_c10d._get_default_store(), "nbox_live/result", local,
-                              len(cfg["ranks"]), mine, min(120.0, float(cfg["timeout_s"])))
+                              len(cfg.ranks), mine, min(120.0, cfg.timeout_s))
         for real, doc in every.items():
-            _write_json(out / f"rank{int(cfg['ranks'][real])}.json", doc)
+            _write_json(out / f"rank{cfg.ranks[real]}.json", doc)
     except BaseException as err:  # every failure becomes an error file naming the rank and node
         node_id, node_name = None, None
         if isinstance(err, NodeError):

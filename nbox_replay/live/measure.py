@@ -13,7 +13,6 @@ and stragglers and ``overlap`` act as in any virtual replay. This module does no
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from nbox_replay.inputs import COMPUTE, RankGraph
 from nbox_replay.live.run import LiveReplayError
+from nbox_replay.live.workerconfig import MeasureConfig
 from nbox_trace.jsonio import read_json_object
 from nbox_trace.launch import Launch, run, seconds_text
 
@@ -55,10 +55,9 @@ def measure_compute(graphs: Mapping[int, RankGraph], files: Mapping[int, Path], 
     ranks = sorted(graphs)
     work = Path(tempfile.mkdtemp(prefix="nbox-measure-"))
     try:
-        doc = {"ranks": ranks, "traces": {str(r): str(Path(files[r]).resolve()) for r in ranks}, "device": device,
-               "warmup": warmup, "iterations": iterations, "result": str(work / "measured.json")}
-        cfg = work / "config.json"
-        cfg.write_text(json.dumps(doc))
+        cfg = MeasureConfig(ranks=tuple(ranks), traces={r: str(Path(files[r]).resolve()) for r in ranks},
+                            device=device, warmup=warmup, iterations=iterations,
+                            result=str(work / "measured.json")).write(work / "config.json")
         result = run(Launch("nbox_replay.live._measure_worker", work / "logs", module=True, args=(str(cfg),),
                             nproc_per_node=1, timeout_s=timeout_s))
         out = read_json_object(work / "measured.json")

@@ -37,7 +37,6 @@ is removed afterwards. This module does not import torch (the workers do).
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import tempfile
 import time
@@ -50,6 +49,7 @@ from typing import Any
 
 from emulator_core.scenario import Scenario, dump_toml
 from nbox_replay.live.hostwork import HostPad
+from nbox_replay.live.workerconfig import WorkerConfig
 from nbox_replay.report import speedup
 from nbox_replay.virtual import Breakdown, CommSpan, RankIntervals, job_windows, partition
 from nbox_trace.errors import InputNotFoundError, InvalidInputError, NboxError
@@ -276,18 +276,16 @@ def replay_live(config: LiveConfig) -> LiveResult:
     try:
         scenario_path = work / "scenario.toml"
         scenario_path.write_text(dump_toml(network_scenario(config.scenario, ranks)))
-        doc = {"factors": {str(r): f for r, f in compute_factors(config.scenario, ranks).items()},
-               "serialize": config.scenario.overlap == "serialize",
-               "ranks": ranks, "traces": {str(r): str(config.files[r].resolve()) for r in ranks},
-               "groups": {k: list(v) for k, v in config.groups.items()},
-               "recorded_world": config.recorded_world, "world": config.scenario.world_size,
-               "scenario_path": str(scenario_path), "compute": config.compute, "device": config.device,
-               "warmup": config.warmup, "iterations": config.iterations, "timeout_s": config.timeout_s,
-               "result_dir": str(work), "profiler": config.profiler,
-               "host_cpu_us": None if config.host_cpu_us is None else
-               {str(r): float(v) for r, v in config.host_cpu_us.items()}, "host_credit": config.host_credit}
-        config_path = work / "config.json"
-        config_path.write_text(json.dumps(doc))
+        worker = WorkerConfig(
+            ranks=tuple(ranks), traces={r: str(config.files[r].resolve()) for r in ranks},
+            factors=compute_factors(config.scenario, ranks), serialize=config.scenario.overlap == "serialize",
+            groups={k: tuple(v) for k, v in config.groups.items()}, recorded_world=config.recorded_world,
+            world=config.scenario.world_size, compute=config.compute, device=config.device, warmup=config.warmup,
+            iterations=config.iterations, timeout_s=config.timeout_s, result_dir=str(work),
+            profiler=dict(config.profiler) if config.profiler is not None else None,
+            host_cpu_us=None if config.host_cpu_us is None else {r: float(v) for r, v in config.host_cpu_us.items()},
+            host_credit=config.host_credit)
+        config_path = worker.write(work / "config.json")
         result = run(launch_spec(config, work, config_path, scenario_path))
         results = {r: doc_r for r in ranks if (doc_r := read_json_object(work / f"rank{r}.json")) is not None}
         if not result.ok or len(results) != len(ranks):
