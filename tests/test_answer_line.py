@@ -133,3 +133,18 @@ def test_an_emulate_report_says_the_peak_memory_beside_the_time() -> None:
     doc = result.to_json()
     assert doc["answer"]["peak_memory_bytes"] == 3 << 30 and doc["peak_memory"]["1"]["bytes"] == 1 << 30
     assert _emulated(None).to_json()["answer"]["peak_memory_bytes"] is None  # not measured: not said
+
+
+def test_a_live_answer_inside_the_machines_noise_says_so_instead_of_a_ratio() -> None:
+    """Issue 61: on the real clock, when the paired repetitions' p10-p90 of the what-if over the baseline holds 1.0,
+    the answer line says there is no difference beyond this machine's noise; outside it, the ratio as before."""
+    rep = run_replay(ReplayConfig(str(MLP), clock="virtual", world_size=64,
+                                  overrides=("topology.dims.0.bandwidth_gbps=10",)))
+    rep.paired_speedups = [0.93, 1.02, 1.08, 0.97, 1.05]
+    line = rep.answer()["line"]
+    assert "no difference from the baseline's" in line and "beyond this machine's noise" in line
+    assert " slower than " not in line and rep.answer()["direction"] == "within noise"
+    rep.paired_speedups = [0.52, 0.55, 0.50]
+    assert " slower than the baseline's" in rep.answer()["line"] and rep.answer()["direction"] == "slower"
+    rep.paired_speedups = [1.0]  # one pair: no spread to judge by
+    assert "noise" not in rep.answer()["line"]

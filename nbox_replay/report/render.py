@@ -15,7 +15,9 @@ The ``rank`` column names the rank (the slowest of the median iteration unless `
 
 The text opens with the answer (:meth:`ReplayReport.answer`, words from :mod:`emulator_core.scenario.question`): the
 what-if, labelled by what it changed, its iteration time, that time against the baseline's in words, and the
-share of it that is exposed communication. The JSON document carries the same facts under ``answer``.
+share of it that is exposed communication. On the real clock, where the paired live repetitions' p10-p90 of the
+what-if over the baseline holds 1.0, the answer says that the two differ by no more than this machine's noise
+instead of a ratio (which would change from run to run). The JSON document carries the same facts under ``answer``.
 """
 
 from __future__ import annotations
@@ -94,12 +96,19 @@ class ReplayReport:
         cmp = compare(wi.median_us, base.median_us)
         exposed = wi.exposed_comm_us if wi.breakdown is not None else math.nan
         share = share_words(exposed, wi.median_us, "exposed communication")
-        against = (f"{cmp.words} the baseline's {format_us(base.median_us)}" if cmp is not None else
-                   f"no ratio to the baseline's {format_us(base.median_us)} (an iteration time of 0)")
+        spread = self.paired_spread()
+        within_noise = spread is not None and spread["pairs"] > 1 and spread["p10"] <= 1.0 <= spread["p90"]
+        if within_noise and cmp is not None:
+            against = (f"no difference from the baseline's {format_us(base.median_us)} beyond this machine's noise "
+                       f"(paired repetitions {spread['p10']:.2f}x-{spread['p90']:.2f}x)")
+        else:
+            against = (f"{cmp.words} the baseline's {format_us(base.median_us)}" if cmp is not None else
+                       f"no ratio to the baseline's {format_us(base.median_us)} (an iteration time of 0)")
         line = f"{label}: {format_us(wi.median_us)} per iteration, {against}" + (f"; {share}" if share else "")
         return {"line": line, "what_if_label": label, "changes": list(self.changes),
                 "what_if_iteration_us": wi.median_us, "baseline_iteration_us": base.median_us,
-                "ratio": cmp.ratio if cmp else None, "direction": cmp.direction if cmp else None,
+                "ratio": cmp.ratio if cmp else None,
+                "direction": ("within noise" if within_noise else cmp.direction) if cmp else None,
                 "exposed_share": exposed / wi.median_us if share else None}
 
     def to_dict(self) -> dict[str, Any]:
