@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/nbox-carry"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from emulator_core.pricing import group_shape, price_group
+    from emulator_core.pricing import group_shape
+    from emulator_core.pricing.pricer import price_group
     from emulator_core.scenario.files import load_scenario
 
     args.workdir.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,7 @@ class ReplayReport:
         share = share_words(exposed, wi.median_us, "exposed communication")
         spread = self.paired_spread()
         within_noise = spread is not None and spread["pairs"] > 1 and spread["p10"] <= 1.0 <= spread["p90"]
-        if within_noise and cmp is not None:
+        if within_noise and cmp is not None and spread is not None:
             against = (f"no difference from the baseline's {format_us(base.median_us)} beyond this machine's noise "
                        f"(paired repetitions {spread['p10']:.2f}x-{spread['p90']:.2f}x)")
         else:
