@@ -84,7 +84,7 @@ def emulate_max_of_nodes(tb: Any, tmp: Path, tag: str, example: str, world: int,
     """A diagnostic, not a prediction: ``nbox emulate --world-size W -n 1`` on every node at once, each on its own
     (no rendezvous: W independent one-rank emulations, each node's CPU busy as in the real job); per iteration,
     the slowest node's time (us). What emulate would answer if each emulated peer carried the luck of a CPU of its
-    own, as the real job's ranks do (docs/results.md, "Emulate and the slowest of two CPUs")."""
+    own, as the real job's ranks do (docs/journal/2026-11-26.md, "Emulate and the slowest of two CPUs")."""
     outs = on_nodes(tb, tmp, tag, lambda k: _nbox(
         "emulate", "--example", example, "--world-size", world, "-n", 1, "--what-if", scenario, "--warmup", warmup,
         "--iterations", iterations, "--timeout", 400, "--json"), timeout_s=500)

@@ -36,7 +36,7 @@ The recorder's own observed figure (its un-instrumented iterations) is printed b
 error against it (``vs rec``): the recording's clean iterations ran in the same launch, minutes before the
 prediction's inputs were captured, so that error is the model's own, without the drift of this VM between the
 recording's moment and the real runs' (medians of back-to-back launches of one example move by up to 30% here,
-docs/results.md, run D). The rules' line gives both errors. Nothing is asserted.
+docs/journal/2026-11-24.md, run D). The rules' line gives both errors. Nothing is asserted.
 """
 
 from __future__ import annotations

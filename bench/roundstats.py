@@ -1,13 +1,13 @@
 """The error of a prediction against real runs over interleaved rounds, with its uncertainty (the testbed benches).
 
 Why an interval: on the development VM a launch's median iteration time is a draw. Back-to-back launches of one
-example on the two-node testbed have medians with a standard deviation of 7-9% of their median (docs/results.md, "The
-launch's luck"), and half of that variance follows the process's address-space layout, which is fixed for a
-process's life and differs between programs. One recording against three real launches is therefore an error
-with a standard deviation of about 9%, and a 5% target met or missed by one such comparison says little about the
-model. The benches pair a prediction with a real launch in each round (a fresh recording per round for the
-replay bench, a fresh ``nbox emulate`` launch for the emulate bench), so each round's ratio carries both sides'
-luck once, and the rounds' ratios give the model's error with a confidence interval.
+example on the two-node testbed have medians with a standard deviation of 7-9% of their median
+(docs/journal/2026-11-26.md, "The launch's luck"), and half of that variance follows the process's address-space
+layout, which is fixed for a process's life and differs between programs. One recording against three real launches
+is therefore an error with a standard deviation of about 9%, and a 5% target met or missed by one such comparison
+says little about the model. The benches pair a prediction with a real launch in each round (a fresh recording per
+round for the replay bench, a fresh ``nbox emulate`` launch for the emulate bench), so each round's ratio carries
+both sides' luck once, and the rounds' ratios give the model's error with a confidence interval.
 
 :func:`paired` takes the per-round (predicted, observed) medians and returns the geometric mean of the ratios
 (the mean of ``log(predicted / observed)``, exponentiated: a 10% high and a 10% low round cancel) with a

@@ -77,7 +77,7 @@ def record(tmp_path: Path, script: str, capture: int = 2, symmetric: bool = True
         # Per rank over the capture, not per iteration, as an operator near the boundary may land on either side.
         # Up to NESTING_JITTER top-level operators may differ: ddp_static_graph's reducer wrote its two bucket-view
         # aten::as_strided inside the last AccumulateGrad on one rank and after it on the other (2026-11-27,
-        # docs/results.md; still recorded, as children). A lost optimizer step is 6 operators or more.
+        # docs/journal/earlier.md; still recorded, as children). A lost optimizer step is 6 operators or more.
         totals: Counter[int] = Counter()
         for (r, _), n in ops_per_iteration.items():
             totals[r] += n
@@ -186,7 +186,7 @@ def test_tensor_parallel_and_fsdp2_on_a_2d_mesh(tmp_path: Path) -> None:
     # of the second block in the backward; FSDP2 on dp all-gathers each block's tp shard (4192 float32, half per
     # dp rank) before its forward and its backward and reduce-scatters its gradient
     # symmetric=False: in one CI run of the 4 ranks on 2 cores, rank 2 had one host operator more than the others
-    # in its first captured iteration (90 against 89; cause not found, docs/results.md)
+    # in its first captured iteration (90 against 89; cause not found, docs/journal/earlier.md)
     got = record(tmp_path, "tp_fsdp_2d.py", nproc=4, symmetric=False)
     tp_group = {r: next(g for k, _, g in got[r][1] if k == AR) for r in got}
     dp_group = {r: next(g for k, _, g in got[r][1] if k == AG) for r in got}

@@ -1,7 +1,7 @@
 """gloo's all-gather on the testbed: its two modes, into a reused output and into a fresh one (as FSDP2 issues it).
 
-    flock /tmp/nbox_ranks.lock python bench/allgather_modes.py [--rounds 6] [--sizes 14158848,98305536,134217728]
-                                                                [--json]
+    flock /tmp/nbox_ranks.lock python bench/probes/allgather_modes.py [--rounds 6]
+                                                                       [--sizes 14158848,98305536,134217728] [--json]
 
 Two testbed nodes x one rank, pinned, 1 Gb/s (:mod:`nbox_trace.testbed`). Per size, in each round, a few calls back
 to back (8 below 32 MiB, 3 below 128 MiB, else 2) of ``all_gather_into_tensor`` into one output reused for every
@@ -13,6 +13,9 @@ of two modes, and the share of calls in each varies with the size and the run: a
 lands on either. The table gives per size and condition the calls' median, p10-p90 and min-max (the two modes show
 as a wide range; in an hour where every call took one mode, as a narrow one). Results are read on stdout; nothing
 is written elsewhere.
+
+A probe (bench/README.md). Its finding, the two modes and what they did to a calibration's grid: docs/results.md
+and docs/journal/2026-11-28.md, "FSDP2's all-gathers and the job's own sizes".
 """
 
 from __future__ import annotations
@@ -25,9 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from testbed_ranks import run_worker_ranks  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/probes, for testbed_ranks
+from testbed_ranks import run_worker_ranks
 
 CONDITIONS = ("reused", "fresh")
 

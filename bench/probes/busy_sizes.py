@@ -1,6 +1,6 @@
 """How much longer a gloo all-reduce runs beside compute on its node's one core, by size and in a DDP-like stream.
 
-    flock /tmp/nbox_ranks.lock python bench/busy_sizes.py [--reps 8] [--stream-calls 8] [--json]
+    flock /tmp/nbox_ranks.lock python bench/probes/busy_sizes.py [--reps 8] [--stream-calls 8] [--json]
 
 Two testbed nodes x one rank, pinned, 1 Gb/s (:mod:`nbox_trace.testbed`). Per size (1 MiB, 4 MiB, 16 MiB and one
 25 MiB DDP bucket): pairs of a call on an idle core and one while a thread of the rank computes a matmul loop on it,
@@ -12,6 +12,9 @@ the thread computing from the first issue to the last completion.
 What it tells (``emulator_core.pricing.answer``, "beside compute"): whether the loss beside compute is a delay per call
 (the same milliseconds at every size) or a rate (the same ratio), and what a stream of buckets, whose calls gloo
 runs two at a time, loses against the single calls. Results are read on stdout; nothing is written elsewhere.
+
+A probe (bench/README.md). Its finding, a delay per call rather than a rate: docs/journal/2026-11-28.md,
+"busy_slowdown: a delay per call".
 """
 
 from __future__ import annotations
@@ -25,9 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from testbed_ranks import run_worker_ranks  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/probes, for testbed_ranks
+from testbed_ranks import run_worker_ranks
 
 SIZES = (1 << 20, 4 << 20, 16 << 20, 26812416)  # the last: a DDP bucket of 25 MiB, as ResNet-152's recorded
 BUCKET = SIZES[-1]

@@ -1,7 +1,7 @@
 """Is a real model's launch on the namespace testbed slow because of the model or because of the machine?
 
-    flock /tmp/nbox_ranks.lock python bench/contention_probe.py [--model deeplight] [--plan alone,hog,alone,hog]
-                                       [--steps 14] [--warmup 2] [--record]
+    flock /tmp/nbox_ranks.lock python bench/probes/contention_probe.py [--model deeplight]
+                                       [--plan alone,hog,alone,hog] [--steps 14] [--warmup 2] [--record]
 
 The testbed pins node k's rank to core k, but the machine's other processes (another session's tests, a pip
 install) run on the same cores, and the ranks lock only orders rank-launching jobs. For each entry of ``--plan``
@@ -10,6 +10,9 @@ process, as one other CPU-bound job would be) and prints the job's median iterat
 median on-CPU and run-queue ms per iteration (the example's ``--report-times`` split; examples without it show
 none). ``--record`` also runs ``nbox record`` of the example in the same condition and prints its observed median,
 so a plain launch and a recording can be compared under the same load. Results on stdout, one JSON line each.
+
+A probe (bench/README.md). Its finding, other processes on the cores and not the model: docs/journal/2026-11-28.md,
+"DeepLight's two "modes" on the testbed are other processes on the cores".
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-import fidelity_testbed as ft  # noqa: E402  (bench/ is on sys.path when run as a script)
+import fidelity_testbed as ft  # noqa: E402
 
 
 def one(tb: object, tmp: Path, model: str, mode: str, rnd: int, args: argparse.Namespace) -> dict[str, object]:

@@ -1,6 +1,6 @@
 """Emulate beside a computing peer core: how much of emulate's testbed error is the testbed's two nodes sharing a VM.
 
-    python bench/corun_emulate.py --calibration CAL.toml [--models t5,resnet152] [--rounds 2] [--json]
+    python bench/probes/corun_emulate.py --calibration CAL.toml [--models t5,resnet152] [--rounds 2] [--json]
 
 On the two-node namespace testbed (:mod:`nbox_trace.testbed.namespaces`, root), per model and round, interleaved
 (the order turned each round): ``nbox emulate --world-size 2 -n 1`` of the model on node 0 alone; the same while a
@@ -9,6 +9,9 @@ nobody); and the real job across both nodes (``bench/fidelity_testbed.plain_run`
 VM's vCPUs: in the real job both ranks compute at once and share the host's memory system, while emulate's one
 real rank computes beside an idle core. The table gives each side's median of its rounds' medians and its error
 against the real launches'. Every launch holds ``/tmp/nbox_ranks.lock``. Nothing is asserted.
+
+A probe (bench/README.md). Its finding, half of T5's gap the testbed's own: docs/results.md and
+docs/journal/2026-11-28.md, "Emulate, the library's CPU and compute noise, measured on the four models".
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import emulate_fidelity_testbed as eft  # noqa: E402
 import fidelity_testbed as ft  # noqa: E402

@@ -1,14 +1,16 @@
 """The collective library's own CPU on a rank's core: gloo's threads' CPU time per all-reduce over the call's time.
 
-    python bench/library_cpu.py [--sizes 1048576,8388608,26214400,104857600] [--rate 1gbit] [--json]
+    python bench/probes/library_cpu.py [--sizes 1048576,8388608,26214400,104857600] [--rate 1gbit] [--json]
 
 Two testbed nodes x one rank, pinned, over the shaped link (:mod:`nbox_trace.testbed`, root). Per size, a few
 ``all_reduce`` calls back to back after one untimed call; per call and rank: the wall time, the process's CPU time
 less the calling thread's (the library's threads: gloo copies and reduces on them while the caller waits), and the
 busy time of the rank's core from ``/proc/stat`` (kernel time included; 10 ms ticks, so coarse on short calls). The
 table gives per size and rank the medians and the library's share of a core (its CPU over the call's time). It
-measured what ``nbox emulate`` leaves out where the peer is emulated (docs/results.md, "Emulate, the library's CPU
-and compute noise"). Nothing is asserted; nothing is written.
+measured what ``nbox emulate`` leaves out where the peer is emulated. Nothing is asserted; nothing is written.
+
+A probe (bench/README.md). Its finding, a share not worth putting back: docs/results.md and
+docs/journal/2026-11-28.md, "Emulate, the library's CPU and compute noise, measured on the four models".
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from testbed_ranks import run_worker_ranks  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/probes, for testbed_ranks
+from testbed_ranks import run_worker_ranks
 
 
 def _core_busy_ticks(cpus: set[int]) -> int:

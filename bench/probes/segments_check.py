@@ -1,7 +1,7 @@
 """The virtual replay under the profiler correction's one-factor rule (``to_clean``) and under ``segments``, side by
 side, against real iteration medians.
 
-    python bench/segments_check.py --bundle resnet152=R0/resnet152.bundle --real resnet152=2713 \\
+    python bench/probes/segments_check.py --bundle resnet152=R0/resnet152.bundle --real resnet152=2713 \\
         [--bundle bert=R0/bert.bundle --real bert=628] [--baseline CAL.toml] [--json]
 
 For each bundle, ``nbox replay BUNDLE --clock virtual [--baseline CAL.toml]`` is run (through the library) with
@@ -12,6 +12,10 @@ replay issues DDP's first gradient bucket, less the gaps and issue costs; the sl
 which captured iterations fell back to ``to_clean`` and why. A bundle recorded before the recorder sampled the
 clean segments falls back everywhere (the column says so), and both rows are then the same. Deterministic: one
 replay per bundle and rule. No assertion: a table for the reader.
+
+A probe (bench/README.md; ``bench/ablation_virtual.py``'s one-factor row gives the same comparison). Its finding:
+docs/journal/2026-11-28.md, "Where ResNet-152's virtual replay lost its time: one profiler factor for the whole
+iteration".
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Whether gloo's two calls in flight run a stream of all-reduces faster than calls timed alone, on the testbed.
 
-    flock /tmp/nbox_ranks.lock python bench/stream_pair.py [--reps 8] [--sizes 16777216,33554432] [--load] [--json]
+    flock /tmp/nbox_ranks.lock python bench/probes/stream_pair.py [--reps 8] [--sizes 16777216,33554432] [--load]
+                                                                   [--json]
 
 Two testbed nodes x one rank, pinned, 1 Gb/s (:mod:`nbox_trace.testbed`). Per size, interleaved in each
 repetition, each after a small draining call: one call alone (``T1``); two calls one after the other right after it
@@ -13,7 +14,11 @@ buckets as calls timed alone, one after another. gloo runs a group's async calls
 one call does its host-side steps the other's bytes could keep the link busy. ``factor = (T2 - T1) / T1`` is what
 a second call in flight adds; ``steady = (T4 - T2) / (2 T1)`` what each further call adds once the stream runs
 (past the start, where a token-bucket link still holds the credit the first call's host-side steps left unused).
-Results are read on stdout; nothing is written elsewhere. """
+Results are read on stdout; nothing is written elsewhere.
+
+A probe (bench/README.md). Its finding, nothing to gain on an idle core (a key fitted from it was reverted):
+docs/journal/2026-11-28.md, "The stream's own price: the calibration's state, not gloo's two calls in flight".
+"""
 
 from __future__ import annotations
 
@@ -25,9 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from testbed_ranks import run_worker_ranks  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/probes, for testbed_ranks
+from testbed_ranks import run_worker_ranks
 
 
 def worker(out: str, reps: int, sizes: list[int], load: bool) -> None:

@@ -1,6 +1,6 @@
 """Where replay loses time on the namespace testbed (issue 15, item 5): measured sizes of candidate causes.
 
-    flock /tmp/nbox-ranks.lock python bench/testbed_causes.py --scenario CAL.toml [--sizes 1181952,526336]
+    flock /tmp/nbox-ranks.lock python bench/probes/testbed_causes.py --scenario CAL.toml [--sizes 1181952,526336]
                                   [--cpu-bytes 1638400]
 
 Two nodes x one rank, pinned, 1 Gb/s. Prints, per all-reduce size (default: ddp_mlp's two DDP buckets), gloo's
@@ -15,6 +15,12 @@ compute on its core, which the calibration, timed on an idle core, does not see)
 completes (gloo's completion callback) if its rank waits at once, computes past the call's end, or only its peer
 computes (whether a member's compute holds back a gloo collective, which needs every member's threads).
 Medians are the slower rank's, except ``peer``: the waiting rank's.
+
+A probe (bench/README.md; its worker: ``testbed_causes_worker.py`` beside it). Its findings: the profiler's
+inflation, gloo's CPU cost and the buckets issued together in docs/journal/2026-11-23.md, "Replay fidelity on the
+two-node testbed: earlier runs"; the later sizes in docs/journal/2026-11-24.md ("Runs B and B0", "Emulate, runs
+R to T") and docs/journal/2026-11-27.md ("A collective beside its members' compute"); the rules they justify in
+docs/journal/earlier.md, "Moved from the code's docstrings".
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from fidelity_testbed import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from fidelity_testbed import pct  # noqa: E402
 
 
 def price(scenario: Path, size: int) -> float:
@@ -61,7 +68,7 @@ def main() -> int:
         procs = [tb.run_on(k, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
                                "1", "--node-rank", str(k), "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
                                "--rdzv-conf", f"is_host={int(k == 0)}", "--local-addr", tb.node(k).addr,
-                               str(ROOT / "bench" / "testbed_causes_worker.py"), str(out), args.sizes,
+                               str(Path(__file__).resolve().parent / "testbed_causes_worker.py"), str(out), args.sizes,
                                str(args.reps), str(args.cpu_bytes)], {"OMP_NUM_THREADS": "1", **tb.node(k).env()},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(2)]
         if any(tb.wait_all(procs, 500)):

@@ -1,4 +1,4 @@
-"""One rank of bench/testbed_causes.py (run through torchrun on each testbed node): times gloo all_reduces at
+"""One rank of bench/probes/testbed_causes.py (run through torchrun on each testbed node): times gloo all_reduces at
 the given sizes alone, the same sizes issued together (as DDP's buckets are), a fixed matmul loop alone and
 while a large all_reduce is in flight (gloo's CPU cost on the rank's one core), and the process CPU time (all
 threads, user + system) one all_gather / reduce_scatter / all_reduce of argv[4] bytes (the full buffer) costs,
@@ -10,7 +10,7 @@ completes the call, taken in its completion callback): an async all_reduce issue
 then ``idle``: waits for it at once; ``self``: computes (a matmul loop on the main thread, as a training step
 does after issuing a collective) for ``compute_ms`` before waiting, on both ranks; ``peer``: rank 0 computes,
 rank 1 waits at once (rank 1's figure is the one read: the peer's compute delaying its completion).
-Writes JSON to argv[1].rank<R>."""
+Writes JSON to argv[1].rank<R>. A probe's worker (bench/README.md); the findings: testbed_causes.py's docstring."""
 
 from __future__ import annotations
 

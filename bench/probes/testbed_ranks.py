@@ -1,10 +1,10 @@
 """Run a bench's own worker as one rank per node of the namespace testbed, and read what each rank wrote.
 
-For the benches that time collectives themselves (``allgather_modes``, ``busy_sizes``, ``library_cpu``,
-``stream_pair``): each is a script that, run as ``SCRIPT --worker OUT ARGS...`` under torchrun, joins a gloo group
-from torchrun's environment and writes ``OUT.rank<R>`` as JSON. :func:`run_worker_ranks` brings up the testbed
-(:mod:`nbox_trace.testbed`, root), starts one torchrun per node (pinned, ``OMP_NUM_THREADS=1``), waits, and returns
-the ranks' documents in rank order; the testbed and the files are gone after.
+For the probes beside it that time collectives themselves (``allgather_modes``, ``busy_sizes``, ``library_cpu``,
+``stream_pair``; bench/README.md): each is a script that, run as ``SCRIPT --worker OUT ARGS...`` under torchrun,
+joins a gloo group from torchrun's environment and writes ``OUT.rank<R>`` as JSON. :func:`run_worker_ranks` brings
+up the testbed (:mod:`nbox_trace.testbed`, root), starts one torchrun per node (pinned, ``OMP_NUM_THREADS=1``),
+waits, and returns the ranks' documents in rank order; the testbed and the files are gone after.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_worker_ranks(script: Path, worker_args: Sequence[str], *, rate: str, port: int, timeout_s: float,
