@@ -1,37 +1,27 @@
 """What-if sweeps: replay one trace in virtual time over a grid of scenario settings (``nbox sweep``).
 
-A sweep varies one or more **axes**, each given as ``key=v1,v2,...``:
+A sweep varies one or more **axes**, each ``key=v1,v2,...``:
 
-* ``world_size``: the target world size; the scenario is resized by :func:`emulator_core.scenario.world.resize`
-  (the outermost topology dimension grows or shrinks). Without this axis the world size is the one
-  ``nbox replay`` would play (:func:`emulator_core.scenario.world.load_what_if`): ``--set world_size``, else the
-  what-if file's (``--what-if``), else the recorded one. Each row says where its world size came from
-  (``world_size_source``);
-* ``mesh.<dim>`` (e.g. ``mesh.dp=8,64,512``): the degree of one dimension of the recorded mesh
-  (:mod:`nbox_trace.mesh`), the others keeping theirs; the world size is the mesh's, and each point replays
-  at that mesh as ``nbox replay --mesh`` does (:mod:`emulator_core.scenario.mesh`: groups follow their dimensions,
-  sizes their dimension's rule). Not together with a ``world_size`` axis. A mesh in the what-if scenario
-  (``[mesh]`` of the ``--what-if`` file, ``--set mesh.<dim>=N``, :func:`emulator_core.scenario.world.scenario_mesh`)
-  is played at every point, an axis replacing the file's degree of its dimension; an axis on a dimension that a
-  ``--set mesh.<dim>`` also names, or a ``world_size`` axis with a scenario mesh, is refused (one would be
-  silently dropped);
-* any other key: a scenario override (``--set`` syntax, e.g. ``topology.dims.0.bandwidth_gbps=10,100``
-  or ``algorithms.all_reduce=ring,double_binary_tree``), applied on top of the base overrides.
+* ``world_size``: the scenario resized by :func:`emulator_core.scenario.world.resize`; without this axis the world
+  size is the one ``nbox replay`` would play (:func:`emulator_core.scenario.world.load_what_if`), and each row says
+  where it came from (``world_size_source``);
+* ``mesh.<dim>`` (``mesh.dp=8,64,512``): the degree of one dimension of the recorded mesh, the others keeping theirs,
+  replayed as ``nbox replay --mesh`` does (:mod:`emulator_core.scenario.mesh`); a what-if file's ``[mesh]`` is played at
+  every point, an axis replacing its degree. Refused: with a ``world_size`` axis, on a dimension a ``--set
+  mesh.<dim>`` also names, or a ``world_size`` axis with a scenario mesh (one would be silently dropped);
+* any other key: a scenario override (``--set`` syntax), applied on top of the base overrides.
 
-The grid is the cartesian product of the axes, the first axis varying slowest. Each point loads the
-base scenario with the base and point overrides, then resizes it, then
-replays the graphs in virtual time (:func:`nbox_replay.virtual.engine.simulate`, recorded compute, corrected for the
-profiler's overhead as ``nbox replay`` corrects it: :mod:`nbox_replay.inputs.profiler`, ``profiler``). Points are
-evaluated in parallel across processes (each worker loads the traces once); the rows come back in grid
-order and are the same, bit for bit, whatever the number of workers.
+The grid is the cartesian product of the axes, the first varying slowest. Each point loads the base scenario with the
+base and point overrides, resizes it, and replays the graphs in virtual time
+(:func:`nbox_replay.virtual.engine.simulate`, recorded compute corrected for the profiler as ``nbox replay`` does:
+:mod:`nbox_replay.inputs.profiler`). Points run in parallel across processes; the rows come back in grid order, the
+same bit for bit whatever the number of workers.
 
-Row figures are per iteration, in microseconds, those of the point's run summary
-(:mod:`nbox_replay.report.summary`, the same as ``nbox replay``'s): ``iteration_us`` is the median over the
-repetitions of the slowest replayed rank's iteration; ``compute_us``, ``exposed_comm_us`` and
-``overlapped_comm_us`` are the slowest rank's totals divided by the repetitions; ``speedup`` is the row's
-speed-up over the first row (:func:`nbox_replay.report.summary.speedup`: the first row's iteration time over
-this row's; > 1: faster than the first point; ``None`` where a time is 0: ``null`` in JSON, empty in the CSV,
-``n/a`` in the table).
+Row figures are per iteration, in microseconds, from the point's run summary (:mod:`nbox_replay.report.summary`):
+``iteration_us`` the median over repetitions of the slowest replayed rank's iteration; ``compute_us``,
+``exposed_comm_us``, ``overlapped_comm_us`` the slowest rank's totals over the repetitions; ``speedup`` the first
+row's iteration time over this row's (:func:`nbox_replay.report.summary.speedup`; ``None`` where a time is 0:
+``null`` in JSON, empty in the CSV, ``n/a`` in the table).
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
 """Where a thread's wall time went: on a CPU, waiting for one, or blocked.
 
-Linux keeps, per thread, the time it ran on a CPU and the time it waited in a run queue while runnable
-(``/proc/thread-self/schedstat``: "time spent on the cpu", "time spent waiting on a runqueue", in
-nanoseconds; see the kernel's Documentation/scheduler/sched-stats.rst). Over an interval of wall time
-``wall``, the rest, ``wall - on_cpu - run_queue``, is time the thread was *blocked*: asleep by its own
-choice, waiting for a lock, a condition, a future or I/O.
+Per thread, Linux keeps the time it ran on a CPU and the time it waited in a run queue while runnable
+(``/proc/thread-self/schedstat``, nanoseconds; the kernel's Documentation/scheduler/sched-stats.rst). Over a wall
+interval ``wall`` the rest, ``wall - on_cpu - run_queue``, is time the thread was blocked (asleep, on a lock, a
+future or I/O). :func:`thread_times_ns` reads the time on a CPU from ``CLOCK_THREAD_CPUTIME_ID``
+(``time.thread_time_ns``), which is current, not from schedstat's first field, which the kernel updates only at a
+tick or a context switch; the run-queue field is exact when the thread reads its own.
 
-``nbox emulate`` samples the training thread at every iteration boundary. In an emulated run on a CPU,
-that thread blocks while it waits for a collective (the ``nbox`` backend sleeps until the modeled end,
-or the autograd engine waits on the collective's future), so per iteration:
-``compute = on_cpu``, ``exposed communication = blocked``, ``CPU contention = run_queue``.
-One bias: ``Work.wait()`` spins the last ~200 us before a deadline on the CPU, which counts as compute.
+``nbox emulate`` samples the training thread at every iteration boundary. In an emulated run on a CPU that thread
+blocks while it waits for a collective, so per iteration: ``compute = on_cpu``, ``exposed communication =
+blocked``, ``CPU contention = run_queue`` (``Work.wait()`` spins the last ~200 us before a deadline, counted as
+compute).
 
-The time on a CPU is read from ``CLOCK_THREAD_CPUTIME_ID`` (``time.thread_time_ns``), not from schedstat's
-first field: the kernel brings that field up to date only at a scheduler tick or a context switch, so a thread
-that reads its own while running sees a figure up to one tick old (measured here, kernel 6.18, 250 Hz: a 0.5 ms
-spin read as 3.5 ms, a 1.5 ms one as 0.13 ms, a 20 ms one as 16.3 ms; ``thread_time_ns`` read 0.58 / 1.60 /
-20.17 ms). The run-queue field is exact when read by the thread itself: the kernel adds a wait to it when the
-thread gets its CPU back, and a thread reading it is running.
-
-A process confined by a cgroup CPU quota (a container's CPU limit, a node of the quota testbed) waits in the run
-queue while its group is throttled: there the run-queue time is the node's own speed, not contention.
-:func:`cpu_share` reads the quota (cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, v2 ``cpu.max``, the
-smallest over the process's group and its ancestors) as a fraction of one CPU.
+Under a cgroup CPU quota (a container's limit, a node of the quota testbed) the run-queue time while the group is
+throttled is the node's own speed, not contention: :func:`cpu_share` reads the quota (v1 ``cpu.cfs_quota_us`` /
+``cpu.cfs_period_us``, v2 ``cpu.max``; the smallest over the process's group and its ancestors) as a fraction of
+one CPU. Why the CPU time is not read from schedstat: docs/design/thread-time.md.
 """
 
 from __future__ import annotations

@@ -340,6 +340,93 @@ def test_the_line_limit_check_can_fail(tmp_path: Path) -> None:
     assert _too_long(paths, {(tmp_path / "big.py").as_posix(): "why"}) == {}
 
 
+# ------------------------------------------------------------- docstrings are contracts, not lab notes (issue 61)
+
+#: The most lines a library module's docstring may have: its role, contract and units fit in about 15; the why and
+#: the evidence (rationale, measurements, history) go to a design page under docs/design/, which the docstring links.
+MAX_MODULE_DOC_LINES = 40
+#: A run's name: "Run L", "run B", "runs J", "run K2", or a bench run's tag such as P17 or E23. Not "P2P", "E2E",
+#: "p10-p90", "I/O", nor "Run" opening a sentence of lower-case words.
+_RUN_NAME = re.compile(r"\b[Rr]uns? [A-Z]\d*(?![\w/])|\b[PE]\d{1,2}\b")
+#: A lab notebook's phrases: where and when something was tried, not what the code does.
+_LAB_PHRASE = re.compile(r"\ba lent (?:[A-Z]\d{2,3}|GPU)\b|\bone GPU here\b|\bthis stop\b|\bwe (?:measured|found)\b"
+                         r"|\bmeasured here\b|\bon this VM\b", re.IGNORECASE)
+
+
+def lab_notes(doc: str) -> list[str]:
+    """The run names and lab phrases in one docstring, in order of kind (run names first)."""
+    return [m.group(0) for m in _RUN_NAME.finditer(doc)] + [m.group(0) for m in _LAB_PHRASE.finditer(doc)]
+
+
+def docstring_problems(source: str, where: str) -> list[str]:
+    """What in a module's source breaks the rule: a module docstring over MAX_MODULE_DOC_LINES lines, and a run name
+    or lab phrase in the module's docstring or in any of its classes' or functions' docstrings."""
+    tree = ast.parse(source, where)
+    problems = []
+    module_doc = ast.get_docstring(tree, clean=False) or ""
+    if (n := len(module_doc.splitlines())) > MAX_MODULE_DOC_LINES:
+        problems.append(f"{where}: module docstring of {n} lines (at most {MAX_MODULE_DOC_LINES}; the why and "
+                        "the evidence go to docs/design/)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                name = getattr(node, "name", "<module>")
+                problems += [f"{where} ({name}): {found!r}" for found in lab_notes(doc)]
+    return problems
+
+
+def test_library_docstrings_are_contracts_not_lab_notes() -> None:
+    """Issue 61: a docstring states a role, a contract and units; runs, machines and findings live in docs/design/
+    (the why) and docs/results.md (the figures)."""
+    problems = [p for path in sorted(_modules().values())
+                for p in docstring_problems(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("text", [
+    'The testbed lands a little above it (docs/results.md, "Run L").',
+    "why is run B slower than run A?",
+    "the runs J to T below used the default",
+    "as run K2 showed",
+    "Fixed in P17; E23 confirmed it.",
+    "On a lent H100 the captured iteration was slower.",
+    "on a lent H200 it held",
+    "Not measured (one GPU here, no real collective).",
+    "This stop changed the default.",
+    "We measured 4.8 ms per call.",
+])
+def test_the_lab_note_check_flags_run_names_and_lab_phrases(text: str) -> None:
+    assert lab_notes(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "The P2P pairs and the E2E path.",
+    "Run the tests with pytest. Run as many ranks as the machine has cores.",
+    "Reported with its p10-p90 spread.",
+    "Each run of the bench writes one row; runs of nbox replay are paired.",
+    "Every rank does its own I/O; a warm-up run is discarded.",
+    "H100: 450 GB/s NVLink line rate per GPU.",
+    "stops the ranks; a rank that stops early is named",
+])
+def test_the_lab_note_check_leaves_ordinary_text_alone(text: str) -> None:
+    assert lab_notes(text) == [], text
+
+
+def test_the_docstring_check_can_fail() -> None:
+    """A module docstring one line too long, and a function's docstring naming a run, are flagged; a module at the
+    limit whose functions document their contract is not."""
+    long_doc = '"""' + "\n".join(["Role."] + ["line"] * MAX_MODULE_DOC_LINES) + '"""\n'
+    at_limit = '"""' + "\n".join(["Role."] + ["line"] * (MAX_MODULE_DOC_LINES - 1)) + '"""\n'
+    narrating = 'def f() -> None:\n    """Chosen after run P17 on a lent H100."""\n'
+    contract = 'class C:\n    """Times in microseconds; P2P calls are priced per pair."""\n'
+    assert [p.split(": ", 1)[1] for p in docstring_problems(long_doc, "m.py")] == [
+        f"module docstring of {MAX_MODULE_DOC_LINES + 1} lines (at most {MAX_MODULE_DOC_LINES}; the why and the "
+        "evidence go to docs/design/)"]
+    assert docstring_problems(at_limit + narrating, "m.py") == ["m.py (f): 'run P17'", "m.py (f): 'a lent H100'"]
+    assert docstring_problems(at_limit + contract, "m.py") == []
+
+
 UNSAFE = re.compile(r"pickle\.loads?\(|torch\.load\(|extractall\(|(?<![\w.])eval\(|(?<![\w.])exec\(|yaml\.load\(|"
                     r"marshal\.loads?\(|shelve\.open\(")
 

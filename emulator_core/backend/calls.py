@@ -6,11 +6,9 @@ arrival times are in. With timing only (``NBOX_MOVE_DATA=0``, the live replay) t
 and queues the call: the resolver starts its arrival exchange (:func:`start_exchange`), and before it waits on the
 oldest call it starts the exchange of every call already queued (:func:`in_issue_order`), so that their exchanges
 overlap as when the caller started them, and the group's inner gloo group carries collectives from one thread in
-issue order. Why: on the calling thread the exchange's buffers and gloo call would roughly double the CPU time each
-``all_reduce`` costs the caller (measured: docs/results.md), time a replayed rank's training thread would
-otherwise spend that the real one, issuing from DDP's C++ reducer, does not. A call held on the device
-(:mod:`emulator_core.backend.devicecall`) arrives when the device reaches it, so the resolver starts its exchange only
-once the device has stamped it.
+issue order. A call held on the device (:mod:`emulator_core.backend.devicecall`) arrives when the device reaches it,
+so the resolver starts its exchange only once the device has stamped it. Why the resolver, not the caller, starts
+the exchange: docs/design/emulated-world.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,21 @@
 """One timeline for real ranks on different hosts: clock offsets estimated by ping-pong at start-up.
 
-The live backend answers a collective from its real members' arrival times (:mod:`emulator_core.pricing.answer`) and
-each member then waits until the answered end on its own clock. On one host every process reads the same
-``CLOCK_MONOTONIC`` (``time.perf_counter_ns``), so arrival times compare as they are. On several hosts each
-clock has its own zero: a member whose clock reads 5 s ahead would seem to arrive 5 s late, and every other
-member would wait for it. So every real rank keeps a *correction* ``c`` with ``reference = perf_counter + c``,
-where the reference is the clock of real rank 0; arrivals go out on the reference timeline, answers come back
-on it, and each rank turns the answered end into its own deadline with ``perf_counter = reference - c``.
+Every real rank keeps a correction ``c`` with ``reference = perf_counter + c``, the reference being real rank 0's
+clock: arrivals go out on the reference timeline, answers come back on it, and each rank waits for an answered end
+on its own clock, ``perf_counter = reference - c``. Processes on one host (the same ``/proc/sys/kernel/random/boot_id``,
+:func:`host_key`) share ``CLOCK_MONOTONIC``: their offset is exactly 0. For other hosts, :func:`estimate_offset` is
+Cristian's: rank 0 sends ``t0``, rank k answers ``tk``, rank 0 reads ``t1``; ``offset = (t0 + t1) / 2 - tk``, wrong by
+at most half the round trip; of :data:`ROUNDS` round trips the shortest is kept, and its bound is reported. Offsets
+are estimated once, when the default process group is created; drift is not followed.
 
-Processes on one host (the same Linux boot: ``/proc/sys/kernel/random/boot_id``) share ``CLOCK_MONOTONIC``, so
-their offset is exactly 0 and nothing is estimated (:func:`host_key`); an estimate would only add its error. For
-ranks on other hosts, the estimate (:func:`estimate_offset`) is Cristian's ("Probabilistic clock
-synchronization", Distributed Computing 3, 1989): real rank 0 sends its time ``t0`` to rank k, rank k answers
-with its own ``tk``, rank 0 reads ``t1`` on the answer's arrival; then ``offset = (t0 + t1) / 2 - tk``, exact
-when both legs take as long, and wrong by at most half the round trip ``(t1 - t0) / 2`` otherwise. Of
-:data:`ROUNDS` round trips the one with the shortest round trip is kept (the least queuing, so the tightest
-bound); the bound is reported.
+A rank's own lag (:class:`Clock`): a live replay's worker may credit its rank (``replay.host_work=match``,
+:mod:`nbox_replay.live.hostwork`), so the rank's timeline reads ``lag`` behind its host clock: ``reference =
+perf_counter + c - lag``. The lag only grows, only the worker's own thread moves it, and a deadline is turned into
+host time when it is waited for, with the lag of that moment (:class:`emulator_core.backend.delay.NboxWork`).
 
-What is not followed: drift. Offsets are estimated once, when the default process group is created; two
-hosts' clocks under NTP drift by a few parts per million, i.e. a few microseconds per second of run.
-
-A rank's own lag. A live replay's worker may credit its rank with time it spent on work the real run did not do
-(:mod:`nbox_replay.live.hostwork`, ``replay.host_work=match``): the rank's timeline then reads ``lag`` behind its host
-clock, ``reference = perf_counter + c - lag``. Its arrivals go out that much earlier and its deadlines fall that much
-later in host time, so on the reference timeline the rank is where the real one would have been. The lag only grows (the
-rank's timeline never runs backward), and only the worker's own thread moves it; a deadline is turned into host
-time when it is waited for, with the lag of that moment (:class:`emulator_core.backend.delay.NboxWork`).
-
-Testing without two hosts: ``NBOX_TEST_CLOCK_OFFSET_S`` (read only here, set only by tests) adds a deliberate
-offset to this process's clock, as a clock of another host would have: one number for every rank, or a
-comma-separated list indexed by real rank. A process with such an offset counts as being on a host of its own
-(its clock differs), so only the estimate can bring the ranks onto one timeline.
+``NBOX_TEST_CLOCK_OFFSET_S`` (read only here, set only by tests) adds an offset to this process's clock, one number
+for every rank or a comma-separated list by real rank; such a process counts as a host of its own. Times are
+nanoseconds (``time.perf_counter_ns``; reports show microseconds). Why: docs/design/emulated-world.md.
 """
 
 from __future__ import annotations

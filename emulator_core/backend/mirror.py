@@ -1,16 +1,14 @@
 """What the data of an emulated collective is: the mirror rule, applied per collective.
 
-The script sees a group of ``p`` members of which ``n`` are real processes; the others are emulated.
-**Every emulated member mirrors a real one** (:func:`emulator_core.pricing.answer.mirror_member`: member ``j``
-mirrors real member ``j mod n``), i.e. it holds exactly the tensors its mirror holds. Each collective's
-result is then what it would be if the emulated members really held those tensors:
+The script sees a group of ``p`` members of which ``n`` are real processes. **Every emulated member mirrors a real
+one** (:func:`emulator_core.pricing.answer.mirror_member`: member ``j`` mirrors real member ``j mod n``): it holds
+exactly the tensors its mirror holds, and each collective's result is what it would be if that were so:
 
 =====================  =========================================================================
 collective             result on a real member
 =====================  =========================================================================
 all_reduce SUM         ``sum_k w_k x_k`` (``w_k`` = members real member k stands for, itself
-                       included; :func:`emulator_core.pricing.answer.mirror_weights`); AVG divides by p,
-                       so an average over the world equals the real members' (weighted) average
+                       included; :func:`emulator_core.pricing.answer.mirror_weights`); AVG divides by p
 all_reduce MIN/MAX,    the real members' MIN/MAX/AND/OR (mirrors do not change them);
 BAND/BOR, PRODUCT,     PRODUCT is ``prod_k x_k^w_k``; BXOR keeps ``x_k`` when ``w_k`` is odd
 BXOR
@@ -18,24 +16,18 @@ all_gather             slot ``j`` holds the input of the real member ``j`` mirro
 reduce_scatter         ``sum_k w_k input_k[me]`` (AVG / p; MIN/MAX over real members)
 all_to_all(_single)    the chunk from source ``s`` is what ``s``'s mirror sends to me; with uneven
                        splits a chunk whose size differs from the expected one is cut or zero-padded
-broadcast / scatter    from the root's mirror (scatter from an emulated root: zeros, since no
-                       real process holds the root's list)
+broadcast / scatter    from the root's mirror (scatter from an emulated root: zeros)
 reduce / gather        as all_reduce / all_gather, at a real root (an emulated root: nothing)
 recv                   from a real peer: the data; from an emulated peer: zeros
 recv_object_list       from a real peer: the objects; from an emulated peer: refused by name
-                       (:mod:`emulator_core.backend.objectp2p`: no process runs an emulated peer's code)
+                       (:mod:`emulator_core.backend.objectp2p`)
 =====================  =========================================================================
 
-DDP divides gradients by the world size and sums them, so with mirrors its averaged gradient is the real
-ranks' average: training stays numerically sane. FSDP2's all-gather rebuilds a parameter from the real
-members' shards repeated (the emulated shards never existed anywhere); the loss stays finite and trains,
-but the values differ from a real W-rank run (documented in docs/scenarios.md).
-
-Each function takes the group :class:`Layout`, the real communication backend among the real members
-(``inner``; ``None`` when this process is the group's only real member) and the script's tensors, issues
-the inner operations asynchronously, and returns ``(inner works, finish)``; ``finish()`` must run after
-the works complete, before the script sees the result. Only this module and :mod:`emulator_core.backend`
-import torch.
+Each function takes the group :class:`Layout`, the real backend among the real members (``inner``; ``None`` when
+this process is the group's only real member) and the script's tensors, issues the inner operations asynchronously,
+and returns ``(inner works, finish)``; ``finish()`` must run after the works complete, before the script sees the
+result. Only this module and :mod:`emulator_core.backend` import torch. What training sees under the rule:
+docs/design/emulated-world.md.
 """
 
 from __future__ import annotations

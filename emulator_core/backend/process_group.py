@@ -1,8 +1,7 @@
 """The ``nbox`` torch.distributed backend: a world of W ranks played by N >= 1 real processes.
 
-How a script gets here: ``init_process_group(backend="nbox")`` (the backend is registered when torch is
-imported, through the ``torch.backends`` entry point, see :mod:`emulator_core._autoload`), launched like
-any torch.distributed job with N processes (``WORLD_SIZE=N``, ``RANK=0..N-1``). The emulated world comes
+``init_process_group(backend="nbox")`` (registered when torch is imported, through the ``torch.backends`` entry point,
+:mod:`emulator_core._autoload`), launched like any torch.distributed job with N processes. The emulated world comes
 from the environment (:class:`EmulationConfig`):
 
 =============================  ===========================================================================
@@ -21,25 +20,15 @@ from the environment (:class:`EmulationConfig`):
 =============================  ===========================================================================
 
 ``get_world_size()`` is W and ``get_rank()`` the chosen global rank. Every collective is priced by
-:class:`emulator_core.pricing.answer.Fabric` from the real members' arrival times; its work object completes at the
-modeled time (:mod:`emulator_core.backend.delay`). Data moves for real among the real members (gloo on CPU, NCCL
-on CUDA) and emulated members mirror real ones (:mod:`emulator_core.backend.mirror` states the rule per
-collective). When the real communication takes longer than the model says, the work completes when the
-real communication does, and the overrun is recorded (:attr:`NboxProcessGroup.records`). With
-``NBOX_MOVE_DATA=0`` no tensor moves, not even the mirror copies of emulated members: a collective's real
-members exchange their arrival times, a send carries its issue time to the receiver (whose answer cannot
-start before it), and the work completes at the modeled time whatever the real network's speed (a live
-replay of a 400 Gb/s what-if on a 1 Gb/s testbed is the what-if's). There the group's resolver thread, not the
-caller, starts each collective's arrival exchange (:mod:`emulator_core.backend.calls` says why and how).
-
-On CUDA (``NBOX_DEVICE_HOLD``, :mod:`emulator_core.backend.devicecall`), a call with tensors is held on the device, as
-NCCL runs it: on the stream NCCL would use, a small kernel stamps the device's arrival and spins until the deadline
-the resolver writes into pinned memory once the answer is known; ``wait()`` only orders the current stream after it,
-``get_future()`` is complete at once with its devices set, and the host blocks only where the script synchronizes.
-Arrivals are the device's, on the host's reference timeline (:mod:`emulator_core.device.hold`). A timing-only
-collective (``NBOX_MOVE_DATA=0``, the live replay) is held the same way, with no data op between the stamp and the
-hold. A barrier and a timing-only send or receive (which carries its issue time to the peer) keep the host hold:
-``wait()`` sleeps and spins to the deadline.
+:class:`emulator_core.pricing.answer.Fabric` from the real members' arrival times, and its work completes at the
+modeled time (:mod:`emulator_core.backend.delay`), or when the real communication does if that is later (the overrun
+is recorded in :attr:`NboxProcessGroup.records`). Data moves among the real members (gloo on CPU, NCCL on CUDA) and
+emulated members mirror real ones (:mod:`emulator_core.backend.mirror`). With ``NBOX_MOVE_DATA=0`` no tensor moves:
+members exchange arrival times (a send carries its issue time to the receiver), the group's resolver thread starts
+each exchange (:mod:`emulator_core.backend.calls`), and the work completes at the modeled time whatever the real
+network's speed. On CUDA a call with tensors is held on the device, on the stream NCCL would use
+(:mod:`emulator_core.backend.devicecall`, :mod:`emulator_core.device.hold`); a barrier and a timing-only send or
+receive keep the host hold. Times are microseconds. Why: docs/design/emulated-world.md.
 """
 
 from __future__ import annotations
@@ -197,7 +186,7 @@ class NboxProcessGroup(dist.ProcessGroup):
               pricing: Mapping[str, Any] | None = None, p2p: tuple[bool, int, int] | None = None,
               opts: Any = None) -> NboxWork:
         """Issue one call: start the real part, answer it (now, or on the resolver once arrivals are in); a call
-        held on the device is answered on the resolver once the device reached it (module docstring).
+        held on the device is answered on the resolver once the device reached it (:mod:`emulator_core.backend.calls`).
 
         ``p2p`` is (is it a send, the peer's group position, the tag) for a send or a receive."""
         g = group or self._group

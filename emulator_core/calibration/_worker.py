@@ -2,36 +2,27 @@
 ``emulator_core.calibration.run``).
 
 Run as N ranks of ``python -m emulator_core.calibration._worker --out DIR ...`` (:mod:`nbox_trace.launch`; torchrun
-across nodes); the process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR``/``MASTER_PORT``) and every collective waits at most ``--timeout-s``.
-
-For each collective x size (a "point"; bytes, costmodels' convention: the per-rank input; all_gather: the shard):
+across nodes), with the launcher's process-group environment; every collective waits at most ``--timeout-s``. For
+each collective x size (a "point"; bytes in costmodels' convention: the per-rank input, all_gather: the shard):
 
 1. ``--warmup`` untimed iterations; their slowest time (max over ranks) sets the iteration count
    ``clamp(budget_s / warm-up time, --min-iters, --max-iters)``, the same on every rank;
-2. ``--rounds`` rounds, each visiting every point in turn (so a burst of load on a shared machine spreads over
-   all points instead of spoiling one): fresh tensors (all_gather: a fresh output for every call, untimed,
-   as FSDP2 issues it: :class:`_FreshAllGather`), one untimed iteration, then ``ceil(count / rounds)``
-   timed iterations after one barrier, back to back, each ``t0; op; t1`` (CUDA: synchronize before t0 and
-   before t1), as nccl-tests times its iterations: a barrier before every call made large calls late far more
-   often on the two-node testbed (docs/results.md, "Calibration timed back to back"), and a training step does
-   not barrier before its collectives;
-3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90,
-   min, max and the count over all rounds, and the per-round samples;
-4. calls beside compute (``--busy``, CPU ranks): for each of :data:`BUSY_COLLECTIVES` measured, at its largest
-   size whose warm-up took at most :data:`BUSY_CALL_MAX_US` (else the smallest), at least :data:`BUSY_MIN_PAIRS`
-   pairs of a call right after a call on an idle core and one right after that while a thread of the rank computes
-   a matmul loop on it (``idle_us``, ``busy_us``, max over ranks: gloo's threads sharing the core with compute);
-   reported as ``beside_compute``, one entry per collective with the size it was measured at (the ratio changes
-   with the size). ``emulator_core.calibration.pipeline`` turns each ratio into the collective's ``busy_slowdown``.
+2. ``--rounds`` rounds, each visiting every point in turn: fresh tensors (all_gather: a fresh output per call, as
+   FSDP2 issues it, :class:`_FreshAllGather`), one untimed iteration, then ``ceil(count / rounds)`` timed iterations
+   back to back after one barrier, each ``t0; op; t1`` (CUDA: synchronize before t0 and before t1);
+3. the per-iteration time is the max over ranks of ``t1 - t0`` (microseconds); reported: median, p10, p90, min, max,
+   count, and the per-round samples;
+4. ``--busy`` (CPU ranks): for each of :data:`BUSY_COLLECTIVES`, at its largest size whose warm-up took at most
+   :data:`BUSY_CALL_MAX_US` (else the smallest), at least :data:`BUSY_MIN_PAIRS` pairs of a call on an idle core
+   and one while a thread of the rank computes a matmul loop (``idle_us``, ``busy_us``, max over ranks), reported
+   as ``beside_compute`` with the size measured (``emulator_core.calibration.pipeline`` makes ``busy_slowdown``).
 
-The first rank of each node (``LOCAL_RANK`` 0: rank 0 on one node) writes ``DIR/result.json`` (schema
-``nbox.calibrate-result/1``; the same on every node, as the times are the maximum over all ranks) and keeps
-``DIR/progress.json`` on the point being measured; a rank that fails writes ``DIR/error-rank<R>.json`` with its
-rank, the collective and size, the exception type and message, and exits 1. Tensors are float32 (CPU for gloo,
-``cuda:LOCAL_RANK`` for nccl); a size is rounded up to whole float32 elements and, where the collective splits the
-buffer (reduce_scatter, all_to_all), to a multiple of ``4 * world_size`` bytes: the bytes actually moved are reported.
-send_recv pairs ranks (0, 1), (2, 3), ...: the even rank sends, the odd rank receives (an odd last rank idles).
+The first rank of each node writes ``DIR/result.json`` (schema ``nbox.calibrate-result/1``) and keeps
+``DIR/progress.json`` on the current point; a rank that fails writes ``DIR/error-rank<R>.json`` (rank, collective,
+size, exception type and message) and exits 1. Tensors are float32 (CPU for gloo, ``cuda:LOCAL_RANK`` for nccl); a
+size is rounded up to whole elements and, where the collective splits the buffer, to a multiple of
+``4 * world_size`` bytes: the bytes moved are reported. send_recv pairs ranks (0, 1), (2, 3), ...: the even rank
+sends. Why the timing is done so: docs/design/calibration.md.
 """
 
 from __future__ import annotations
@@ -136,9 +127,7 @@ def _make_op(collective: str, elems: int, rank: int, world: int, device: Any) ->
 class _FreshAllGather:
     """all_gather_into_tensor as FSDP2 (and ZeRO-3) issue it: each call gathers into a newly allocated output whose
     own shard, the input, is a view filled before the call (FSDP2's copy-in). :meth:`prepare` makes them, outside
-    the timed window, so the call is timed as the job makes it: on CPU, gloo's all-gather over a shaped link
-    runs in one of two modes, and in one of two probes a reused output drew the faster one more often at 128 MiB
-    (docs/results.md, "FSDP2's all-gathers and the job's own sizes")."""
+    the timed window, so the call is timed as the job makes it (why: docs/design/calibration.md)."""
 
     def __init__(self, elems: int, rank: int, world: int, device: Any) -> None:
         self.elems, self.rank, self.world, self.device = elems, rank, world, device

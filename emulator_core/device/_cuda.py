@@ -1,29 +1,23 @@
 """The device hold on CUDA: the one module of nbox that touches CUDA for it (the logic is
-:mod:`emulator_core.device.hold`, tested against a fake device; this module only implements its protocol).
+:mod:`emulator_core.device.hold`, tested against a fake device; this module implements its protocol).
 
 The kernels (:data:`KERNELS`, CUDA C, one thread each):
 
-* ``nbox_hold(slot, timeout_ns, hold)`` stamps ``%globaltimer`` (the GPU's nanosecond timer) into the slot
-  unless a stamp went first: the collective's arrival as the device sees it. With ``hold`` it then spins: it
-  reads the deadline from the slot (pinned host memory, which the device reads over PCIe) until the host has
-  written one, then on its own timer until the deadline; it ends early after ``timeout_ns`` or when the host sets
-  the slot's abort word, and writes its end time and status. The next operations on the stream wait for it,
-  exactly as they wait for an NCCL kernel.
-* ``nbox_clock(cal, samples, timeout_ns)`` measures the timer against the host's clock: it says it is running,
-  then for each sample waits for the host's go word and stamps the timer; the host reads its clock before the
-  go and after it sees the stamp (:meth:`CudaDevice.clock_samples`).
+* ``nbox_hold(slot, timeout_ns, hold)`` stamps ``%globaltimer`` (the GPU's nanosecond timer) into the slot unless a
+  stamp went first (the collective's arrival as the device sees it); with ``hold`` it then spins, reading the
+  deadline from the slot (pinned host memory) until the host has written one, then on its own timer until the
+  deadline; it ends early after ``timeout_ns`` or on the slot's abort word, and writes its end time and status. The
+  stream's next operations wait for it, as for an NCCL kernel.
+* ``nbox_clock(cal, samples, timeout_ns)`` stamps the timer at each of the host's go words, for
+  :meth:`CudaDevice.clock_samples` to bracket with host reads.
 
-They are compiled at run time with NVRTC, the runtime compiler the torch CUDA wheel depends on
-(``nvidia-cuda-nvrtc``), through ctypes, as ``torch.cuda._compile_kernel`` does; that private function is not
-called itself because it adds a CUDA toolkit's include paths, and so needs ``CUDA_HOME``, which these kernels do
-not (nor do they need any header). The result is loaded into the device's primary context and launched with the
-CUDA driver's ``cuModuleLoadData`` / ``cuLaunchKernel`` (ctypes), on the stream the engine chose. No C compiler, no
-new package. Where any of this is missing (a ROCm build, no NVRTC library, a compile error),
-:class:`CudaHoldUnavailable` says why and the backend holds the delay on the host instead
-(``NBOX_DEVICE_HOLD=auto``, said once) or refuses (``=on``).
-
-Slots live in pinned host memory, eight int64 words each (start, deadline, abort, status, released; all -1 or
-0 until written), in rings of :data:`RING_SLOTS`; a slot goes back to its ring once its hold has ended.
+They are compiled at run time with NVRTC (the torch CUDA wheel's ``nvidia-cuda-nvrtc``) through ctypes, loaded into
+the device's primary context and launched with ``cuModuleLoadData`` / ``cuLaunchKernel`` on the stream the engine
+chose: no C compiler, no CUDA toolkit, no new package. Where any of this is missing (a ROCm build, no NVRTC library,
+a compile error), :class:`CudaHoldUnavailable` says why, and the backend holds on the host
+(``NBOX_DEVICE_HOLD=auto``, said once) or refuses (``=on``). Slots are :data:`WORDS` int64 words in pinned host memory
+(start, deadline, abort, status, released; -1 or 0 until written), in rings of :data:`RING_SLOTS`; a slot goes back
+to its ring once its hold has ended. Why: docs/design/device-hold.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,22 @@
 """The ordering and deadline logic of a collective's delay held on the device (no torch, no CUDA here).
 
-On CUDA, NCCL runs a collective on the process group's stream after that stream waits on an event of the
-caller's current stream (``async_op=True``), or on the current stream itself otherwise; the host returns at
-once. An emulated collective mirrors that: it enqueues, on the stream NCCL would use, a hold that
+An emulated collective on CUDA enqueues, on the stream NCCL would use (the process group's stream after an event of
+the caller's current stream with ``async_op=True``, else the current stream), a hold that
 
-* stamps its start (the device's clock) into a host-visible slot: the collective's arrival as the device sees
-  it, which can lag the host's issue by a whole forward pass;
+* stamps its start (the device's clock) into a host-visible slot: the collective's arrival as the device sees it;
 * spins until a deadline the host writes into the slot once the answer is known (the real members' arrivals
   exchanged, then the network model: :mod:`emulator_core.backend`'s resolver);
-* gives up after a device-side timeout, or when the host raises the slot's abort word, so a dead peer ends in
-  an error, never a hung device.
+* gives up after a device-side timeout, or when the host raises the slot's abort word, so a dead peer ends in an
+  error, never a hung device.
 
-When the collective has data to move (the mirror rule's copies, :mod:`emulator_core.backend.mirror`), the arrival is
-stamped first, the data ops run on the same stream, then the hold: they take place inside the modeled time as
-NCCL's kernel does. ``wait()`` only makes the current stream wait on the hold's end event; ``get_future()`` is
-complete when the hold is enqueued, as NCCL's is. The host blocks only where the script synchronizes.
-
-Everything here is written against a small protocol (device, stream, event, slot), so CI runs it against the
-pure-Python :class:`emulator_core.device.fake.FakeDevice`; the one module that touches CUDA is
-:mod:`emulator_core.device._cuda`.
-
-One clock. The device's timer and the host's ``perf_counter_ns`` (the clock :mod:`emulator_core.backend.clocksync` puts
-on the reference timeline) have different zeros and tick at slightly different rates. :class:`ClockOffset`
-measures ``host - device`` at start-up from bracketed reads (host, device, host; the narrowest bracket wins),
-re-measures on request (:meth:`ClockOffset.follow` does so periodically on a thread) and takes the drift rate
-from the last two accepted measurements, so arrivals and deadlines are on the host's timeline between
-measurements too.
+With data to move (the mirror rule's copies, :mod:`emulator_core.backend.mirror`) the arrival is stamped first, the
+data ops run on the same stream, then the hold. ``wait()`` only makes the current stream wait on the hold's end
+event; ``get_future()`` is complete when the hold is enqueued. Everything is written against a small protocol
+(:class:`Device`, :class:`Stream`, :class:`Event`, :class:`Slot`), which :class:`emulator_core.device.fake.FakeDevice`
+and :mod:`emulator_core.device._cuda` implement. :class:`ClockOffset` puts the device's timer on the host's
+``perf_counter_ns`` timeline: ``host - device`` from bracketed reads (host, device, host; the narrowest bracket wins),
+re-measured on request (:meth:`ClockOffset.follow`, periodically on a thread), with the drift rate from the last two
+accepted measurements. Times are nanoseconds. Why: docs/design/device-hold.md.
 """
 
 from __future__ import annotations

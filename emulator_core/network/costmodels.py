@@ -1,14 +1,11 @@
 """Closed-form alpha-beta cost models for collectives: modeled time in microseconds, O(1) in world size.
 
-Model. A rank reaches its peers through one :class:`Link`: a message of ``m`` bytes costs
-``alpha + m * beta`` microseconds, with ``alpha = Link.latency_us`` and
-``beta = 1 / (Link.bandwidth_bytes_per_us * e(size))`` microseconds per byte, where ``e`` is the link's
-:class:`Efficiency` curve (default 1.0 everywhere) evaluated at the collective's nccl-tests "size" (below).
-Links are full duplex (a rank sends and receives at full bandwidth at once). Reduction arithmetic (the
-``gamma`` term of Thakur et al.) is not modeled: it is folded into the calibrated bandwidth. ``p`` is the
-number of ranks in the group; **p == 1 costs 0 for every collective** (nothing leaves the rank). Units:
-bytes are bytes; times are microseconds; ``bandwidth_bytes_per_us`` = 1e6 bytes/s, so 1 GB/s (1e9 bytes/s,
-decimal, as nccl-tests reports) = 1000 bytes/us; see :meth:`Link.from_gbps`.
+A rank reaches its peers through one :class:`Link`: a message of ``m`` bytes costs ``alpha + m * beta``
+microseconds, ``alpha = Link.latency_us``, ``beta = 1 / (Link.bandwidth_bytes_per_us * e(size))``, ``e`` the link's
+:class:`Efficiency` curve (default 1.0) at the collective's nccl-tests "size" (below). Links are full duplex; the
+reduction arithmetic is folded into the calibrated bandwidth. ``p`` is the number of ranks in the group; **p == 1
+costs 0 for every collective**. Units: bytes, microseconds; ``bandwidth_bytes_per_us`` = 1e6 bytes/s, so 1 GB/s
+(1e9 bytes/s, decimal, as nccl-tests reports) = 1000 bytes/us (:meth:`Link.from_gbps`).
 
 What ``nbytes`` means per collective (nbox / ASTRA-sim convention: the per-rank INPUT buffer):
 
@@ -27,21 +24,10 @@ barrier           ignored (no data)                           0
 send_recv         the message                                 n
 ================  ==========================================  ===================================
 
-So ring all-reduce(n) = ring reduce-scatter(n) + ring all-gather(n/p), exactly in the formulas.
-
-Sources: R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations in
-MPICH", IJHPCA 19(1), 2005 (ring, recursive halving/doubling, Rabenseifner's all-reduce, binomial trees,
-pairwise all-to-all, dissemination barrier); E. Chan, M. Heimlich, A. Purkayastha, R. van de Geijn,
-"Collective communication: theory, practice, and experience", CCPE 19(13), 2007 (gather/scatter,
-lower bounds); P. Sanders, J. Speck, J. L. Träff, "Two-tree algorithms for full bandwidth broadcast,
-reduction and scan", Parallel Computing 35(12), 2009 (double binary trees, used by NCCL); NCCL's tuner
-(``src/graph/tuning.cc``) for ring/tree selection by modeled time; nccl-tests ``doc/PERFORMANCE.md`` for
-algbw and busbw.
-
-"direct" algorithms assume a non-blocking fabric on which a rank's ``p - 1`` messages proceed
-concurrently, sharing its injection bandwidth and paying the latency once; that is optimistic at large
-``p`` (real NICs serialize message setup), so ``auto`` (``pricing.make_pricer``) chooses among NCCL's set
-(:data:`NCCL_ALGORITHMS`: ring and double binary tree) where a collective has them.
+So ring all-reduce(n) = ring reduce-scatter(n) + ring all-gather(n/p), exactly. "direct" algorithms assume a
+rank's ``p - 1`` messages proceed at once, sharing its injection bandwidth and paying the latency once; ``auto``
+(``pricing.make_pricer``) chooses among NCCL's set (:data:`NCCL_ALGORITHMS`: ring and double binary tree) where a
+collective has them. The formulas' sources, and why ``direct`` is not in ``auto``'s set: docs/design/network-model.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,22 @@
 """NCCL's channel search, simplified: how many channels each algorithm's graph gets and at what bandwidth.
 
-NCCL's tuner (``src/graph/tuning.cc``) prices an algorithm with its *graph*: ``nChannels`` and the
-per-channel bandwidths ``bwIntra`` / ``bwInter`` (GB/s) that ``ncclTopoCompute`` (``src/graph/search.cc``
-1015-1236) found by trying the speeds of a fixed array and keeping the best. This module replays that search
-on an idealised system instead of a real topology, with the constants of ``data/nccl_tuning.toml``:
+NCCL's tuner (``src/graph/tuning.cc``) prices an algorithm with its graph: ``nChannels`` and the per-channel
+bandwidths ``bwIntra`` / ``bwInter`` (GB/s) that ``ncclTopoCompute`` (``src/graph/search.cc``) finds by trying the
+speeds of a fixed array. This module replays that search on an idealised system, with the constants of
+``data/nccl_tuning.toml``:
 
-* intra-node: every GPU reaches an NVSwitch with its NVLinks, which NCCL counts at ``nvlink_link_gbps`` per
-  link (topo.h 19-23), so a GPU's NCCL-counted NVLink bandwidth is the scenario's line rate times
-  ``nvlink_link_gbps / nvlink_nominal_link_gbps`` (H100: 450 GB/s line rate -> 18 x 20.6 = 370.8 GB/s);
-* inter-node: one NIC per GPU, each reached over a PCIe link; a channel leaving the node takes
-  ``min(NIC, PCIe)`` GB/s (``gpu_nic_pcie_gbps``, an assumption, see the data file) from one NIC.
+* intra-node: every GPU reaches an NVSwitch with its NVLinks, counted at ``nvlink_link_gbps`` per link, so a GPU's
+  NCCL-counted NVLink bandwidth is the scenario's line rate times ``nvlink_link_gbps / nvlink_nominal_link_gbps``
+  (H100: 450 GB/s line rate -> 18 x 20.6 = 370.8 GB/s);
+* inter-node: one NIC per GPU over PCIe; a channel leaving the node takes ``min(NIC, PCIe)`` GB/s from one NIC.
 
-What a channel costs, per pattern (the search's ``ncclTopoFollowPath`` bookkeeping, reduced to counts):
-
-* ring / tree / CollNet chain: every GPU sends ``bwIntra`` per channel over its NVLinks (a chain through all
-  local GPUs); a channel crossing nodes takes ``bwInter`` from one NIC (``ncclTopoSearchRecNet``);
-* NVLS: channel ``c`` has a head GPU that moves ``2 * bwIntra``, every other GPU ``bwIntra``; heads are
-  distinct GPUs (one per NIC across nodes), so the busiest GPU carries ``(n + 1) * bwIntra``
-  (``ncclTopoSearchTryNvls``);
-* CollNet direct: the head exchanges ``bwIntra`` with all other GPUs (each ``bwIntra / (ppn - 1)``),
-  ``ncclTopoSearchTryCollnetDirect``.
-
-The search itself follows ncclTopoCompute: pass 1 from the first speed under the path and total bandwidth,
-lowering the speed while ``next / best > 0.49``, stopping at a "perfect" graph (``maxChannels`` channels);
-then ``ncclTopoDupChannels`` (search.cc 962-975); then pass 2 raising the speed (ring), ``bwInter`` (NVLS) or
-``bwIntra`` (trees) while it still fits; a ring or tree with no channel falls back to one channel at 0.1 GB/s
-(search.cc 1216-1236). Simplifications, all stated here once: no search timeouts, no PCI-order or crossNic
-variants, no "less hops" tie-break, a single balanced tree pattern (so tuning.cc 310's 0.85 never applies),
-rings reuse the same channel on one node (``sameChannels``) and not across nodes, GPUs without NVLink are
-out of scope. Units: GB/s = 1e9 bytes/s, per direction.
+A channel's cost per pattern: ring / tree / CollNet chain: every GPU sends ``bwIntra`` per channel, a channel
+crossing nodes takes ``bwInter`` from one NIC; NVLS: the busiest GPU carries ``(n + 1) * bwIntra`` (distinct heads);
+CollNet direct: the head exchanges ``bwIntra`` with all other GPUs. The search follows ncclTopoCompute: pass 1
+lowers the speed while ``next / best > 0.49``, stopping at a "perfect" graph; then ``ncclTopoDupChannels``; then
+pass 2 raises the speed (ring), ``bwInter`` (NVLS) or ``bwIntra`` (trees) while it fits; a ring or tree with no
+channel falls back to one channel at 0.1 GB/s. Units: GB/s = 1e9 bytes/s, per direction. What is simplified, and the
+source lines followed: docs/design/nccl-model.md.
 """
 
 from __future__ import annotations

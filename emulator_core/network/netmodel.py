@@ -1,37 +1,27 @@
 """Collective algorithms as sequences of steps on the topology: the time of one collective on one group.
 
-Each algorithm over ``p`` ranks of one dimension is a list of :class:`Term` s, ``count`` steps of a
-``wiring`` pattern with messages of ``fraction * n`` bytes; :func:`wiring.step_cost` prices a step on the
-dimension's wiring, so the whole collective is ``latency_us + coefficient * n / (b * e(size))`` (:class:`Linear`),
-with ``b`` the dimension's bandwidth (bytes/us) and ``e`` its efficiency curve at the collective's nccl-tests size.
-``n`` follows ``costmodels``' convention (the per-rank input; all_gather: the shard).
-
-Algorithms (``p`` ranks; the steps):
+Each algorithm over ``p`` ranks of one dimension is a list of :class:`Term` s, ``count`` steps of a ``wiring``
+pattern with messages of ``fraction * n`` bytes; :func:`wiring.step_cost` prices a step on the dimension's wiring,
+so the whole collective is ``latency_us + coefficient * n / (b * e(size))`` (:class:`Linear`), ``b`` the dimension's
+bandwidth (bytes/us), ``e`` its efficiency at the collective's nccl-tests size, ``n`` in ``costmodels``' convention.
 
 * ``ring``: reduce-scatter ``p-1`` x SHIFT(1) of n/p; all-gather ``p-1`` x SHIFT(1) of n; all-reduce both;
-  all-to-all (ASTRA-sim's ring): for each distance k = 1..p-1 the piece is relayed k neighbour steps, one
-  after another: ``p(p-1)/2`` x SHIFT(1) of n/p; broadcast/reduce: a pipelined chain (optimal chunk count).
-* ``recursive_halving_doubling``: reduce-scatter log2 p x XOR(2^i) of n/2^(i+1) (distance doubling while the
-  size halves); all-gather the mirror (distance p/2 first, size n·2^i); for p not a power of two, Bruck's
-  shifts (reduce-scatter, all-gather) and Thakur et al.'s fold (all-reduce: two extra steps of n/2 and n).
-* ``direct``: one ALL step (reduce-scatter: n/p per peer; all-gather: n per peer; all-to-all: n/p per peer),
-  ``p - 1`` messages per rank; all-reduce = direct reduce-scatter + direct all-gather.
-* ``double_binary_tree``: NCCL's two pipelined binary trees (Sanders, Speck & Träff 2009): ``2 n / b`` times
-  the ring's contention factor for trees, plus the tree depth's traversals up and down.
-* ``binary_tree``: one binary tree carrying the whole buffer, not pipelined: reduce up ``ceil(log2 p)`` levels
-  (the root has one child, every other parent two), broadcast down: ``2 x sum over levels of TREE(d, fan)``
-  (ASTRA-sim 2.0's ``doubleBinaryTree``).
-* ``pairwise`` (all-to-all): ``p - 1`` x SHIFT(k) of n/p. ``binomial_tree`` (broadcast, reduce): ceil(log2 p)
-  x SHIFT(p/2^(i+1)) of n; (gather, scatter): level i moves n·2^i. ``dissemination`` (barrier): ceil(log2 p)
-  x SHIFT(2^i) of 0 bytes. send_recv: SHIFT(1) of n.
-* ``in_network`` (all-reduce on a switch with ``in_network_reduction``, NVLS / SHARP): every rank sends its
-  buffer to the switch once and receives the reduced buffer once: SHIFT(1) of n.
+  all-to-all (ASTRA-sim's ring): ``p(p-1)/2`` x SHIFT(1) of n/p; broadcast/reduce: a pipelined chain (optimal chunks).
+* ``recursive_halving_doubling``: reduce-scatter log2 p x XOR(2^i) of n/2^(i+1); all-gather the mirror (distance
+  p/2 first, size n·2^i); for p not a power of two, Bruck's shifts (reduce-scatter, all-gather) and Thakur et al.'s
+  fold (all-reduce: two extra steps of n/2 and n).
+* ``direct``: one ALL step, ``p - 1`` messages per rank (reduce-scatter n/p, all-gather n, all-to-all n/p per
+  peer); all-reduce = direct reduce-scatter + direct all-gather.
+* ``double_binary_tree``: NCCL's two pipelined binary trees: ``2 n / b`` times the ring's contention factor for
+  trees, plus the tree depth's traversals up and down.
+* ``binary_tree``: one unpipelined binary tree, reduce up ``ceil(log2 p)`` levels then broadcast down:
+  ``2 x sum over levels of TREE(d, fan)`` (ASTRA-sim 2.0's ``doubleBinaryTree``).
+* ``pairwise`` (all-to-all): ``p - 1`` x SHIFT(k) of n/p. ``binomial_tree``: broadcast, reduce ceil(log2 p) x
+  SHIFT(p/2^(i+1)) of n; gather, scatter: level i moves n·2^i. ``dissemination`` (barrier): ceil(log2 p) x SHIFT(2^i)
+  of 0 bytes. send_recv: SHIFT(1) of n.
+* ``in_network`` (all-reduce on a reducing switch, NVLS / SHARP): SHIFT(1) of n, to the switch and back once.
 
-Sources: Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005 (ring, recursive halving/doubling, pairwise,
-binomial trees, dissemination); Chan et al., CCPE 19(13), 2007 (direct / bucket algorithms); Sanders, Speck &
-Träff, Parallel Computing 35(12), 2009 (double binary trees); ASTRA-sim 2.0 (Won et al., ISPASS 2023) for its
-collective implementations (ring, direct, halvingDoubling, doubleBinaryTree); NVIDIA NVLS / SHARP for
-in-network reduction.
+Sources of each form: docs/design/network-model.md.
 """
 
 from __future__ import annotations

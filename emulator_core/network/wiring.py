@@ -1,48 +1,28 @@
 """How ranks are wired along one topology dimension, and what one communication step costs on it.
 
-A step is a pattern every rank of the dimension follows at once (all ranks send messages of ``m`` bytes):
+A step is a pattern every rank of the dimension follows at once, with messages of ``m`` bytes: ``SHIFT(d)`` (rank
+``r`` sends to ``r + d`` mod p), ``XOR(d)`` (exchanges with ``r xor d``, d a power of two), ``ALL`` (every rank to
+every other, ``p - 1`` messages each), ``TREE(d, fan)`` (one level of a binary tree whose edges span ``d`` ranks,
+``fan`` children per parent at once). For each (kind, pattern) :func:`step_shape` gives, in closed form, the busiest
+link's load in messages and the hops of the longest message (``tests/test_wiring.py`` checks each against explicit
+routes). Routes: ``ring`` bidirectional, shortest path, distance exactly ``p/2`` forward; ``switch`` one non-blocking
+switch (one traversal of ``latency_us``, two links); ``fully_connected`` a link per ordered pair.
 
-* ``SHIFT(d)``: rank ``r`` sends to ``r + d`` (mod p): the ring algorithm's neighbour step (d = 1), pairwise
-  exchange's step d, a binomial tree's level at distance d.
-* ``XOR(d)``: rank ``r`` exchanges with ``r xor d`` (d a power of two): recursive halving / doubling.
-* ``ALL``: every rank sends to every other rank at once (direct algorithms: ``p - 1`` messages per rank).
-* ``TREE(d, fan)``: one level of a binary tree whose edges span ``d`` ranks, ``fan`` children per parent sending
-  to (or receiving from) the parent at once.
+:func:`step_cost` is ``latency_us + bytes_coefficient * m / bandwidth``, plus ``messages * message_overhead_us``:
 
-For each (kind, pattern) :func:`step_shape` gives the busiest link's load in messages and the hops (link
-traversals) of the longest message, in closed form (no per-message routing; ``tests/test_wiring.py`` checks
-every closed form against explicit routes on small dimensions). Routes: ``ring`` is bidirectional with
-shortest-path routing, a message of ring distance exactly ``p/2`` going forward (ASTRA-sim's choice);
-``switch`` is one non-blocking switch (rank -> switch -> rank, one traversal of ``latency_us``, two links);
-``fully_connected`` has a link per ordered pair.
+* congestion-aware, cut-through: ``load * m / b + hops * L``, or ``min(hops, 2) * L`` when ``load > hops`` (the
+  path's traversals overlap the busiest link's queue but for one link at each end);
+* congestion-aware, store-and-forward: on a switch ``(load + 1) * m / b``; on a ring ``max(load, h) * m / b``;
+* congestion-unaware (ASTRA-sim's analytical backend): ``hops * L + m / b``, every message alone on its path.
 
-:func:`step_cost` turns a shape into a linear form ``latency_us + bytes_coefficient * m / bandwidth``:
-
-* congestion-aware, cut-through: ``load * m / b + hops * L``: the busiest link serializes its messages
-  and the longest path pays its traversals; when the busiest link's queue is longer than the path
-  (``load > hops``, e.g. direct on a ring) the path's traversals overlap the queue, but for one link at each
-  end: ``min(hops, 2) * L``.
-* congestion-aware, store-and-forward: a message is forwarded only once whole, so on a switch every message
-  pays its size twice (``(load + 1) * m / b``: the busiest port, then the last message's second link); on a
-  ring a message of ``h`` hops needs ``h * m / b`` at least (``max(load, h) * m / b``).
-* congestion-unaware (ASTRA-sim's analytical congestion-unaware backend): every message alone on its path,
-  ``hops * L + m / b``.
-
-Every step adds ``messages * message_overhead_us`` (the sender's per-message injection cost, LogP's ``o``).
-
-**Racks** (:class:`Racks`, a ``switch`` dimension only): the dimension's ranks sit in racks of ``size``
-consecutive ranks, each rack behind its own switch, the racks joined by one uplink per rack whose bandwidth is the
-rack's ranks' links' sum over ``oversubscription`` (4: a 4:1 oversubscribed top-of-rack uplink). A step's messages
-that leave a rack share its uplink: :func:`uplink_messages` counts them in closed form per pattern (ranks in racks
-of ``m``, a group of ``p`` of them: SHIFT(d) ``min(d, p - d, m)``; ALL ``m (p - m)``; XOR(d) ``m`` when ``d >= m``
-for racks of a power-of-two size, counted over the first rack otherwise; TREE(d, fan) ``fan x max(1, m / 2d)``
-when ``d >= m``, an estimate for racks aligned to the tree), and such a step's busiest link is the uplink when
-``c x oversubscription / m`` exceeds the ranks' own links' load; a message across racks traverses the two
-switches and the uplink (two more traversals of ``latency_us``). A GPU cluster's counterpart: the leaf-spine
-uplinks of a rail-less Ethernet or InfiniBand fabric (racks of nodes behind top-of-rack switches).
-Sources: the link-load ("congestion") view of collectives of Chan et al., "Collective communication: theory,
-practice, and experience", CCPE 19(13), 2007; ASTRA-sim 2.0's analytical network backends (Won et al., ISPASS
-2023) for the congestion-unaware and store-and-forward semantics.
+**Racks** (:class:`Racks`, ``switch`` only): ranks in racks of ``size`` consecutive ranks behind their own switches,
+joined by one uplink per rack of bandwidth the rack's links' sum over ``oversubscription``. :func:`uplink_messages`
+counts the messages of a step that leave a rack (racks of ``m``, a group of ``p``: SHIFT(d) ``min(d, p - d, m)``; ALL
+``m (p - m)``; XOR(d) ``m`` when ``d >= m`` for power-of-two racks, counted over the first rack otherwise;
+TREE(d, fan) ``fan x max(1, m / 2d)`` when ``d >= m``, an estimate), the uplink is the busiest link when
+``c x oversubscription / m`` exceeds the ranks' own links' load, and a message across racks pays two more
+traversals of ``latency_us``; on a GPU cluster, the leaf-spine uplinks of a fabric that is not rail-optimized.
+Sources: docs/design/network-model.md.
 """
 
 from __future__ import annotations

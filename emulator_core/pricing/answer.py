@@ -1,64 +1,28 @@
 """Answering a collective: when does it complete, given when its real participants arrived?
 
-The rule (design.md, "Answering a collective"), for one collective on a process group:
+For one collective on a process group (microseconds on the caller's clock: ``time.perf_counter_ns() / 1000`` in the
+live backend, simulated time in a virtual replay):
 
-* **arrivals.** Every real participant reports the time it issued the collective. An emulated member
-  *mirrors* a real one (:func:`mirror_member`: group member ``j`` that is not real mirrors the real member
-  at position ``j mod n`` among the ``n`` real members, in group order) and arrives when its mirror does,
-  i.e. on time. A member the scenario lists as a straggler (``[[stragglers]]``, real or emulated) arrives
-  late: its compute since the group's previous completion is stretched by its slowdown,
-  ``arrival' = free + (arrival - free) * slowdown`` with ``free`` the previous completion on the group.
-* **start.** ``start = max(free, max of the members' arrivals)``: a collective cannot start before its
-  last participant arrives, and collectives on one group run one after another, in issue order (one
-  communication stream per communicator, as NCCL and gloo do).
-* **end.** ``end = start + cost``, with ``cost`` from :func:`emulator_core.pricing.pricer.price_group` for the
-  group's shape on the scenario's topology (microseconds).
-* **queued behind the previous.** A collective issued while the group's previous one still runs costs its own
-  ``price(bytes)`` and starts when that one ends, under gloo as under NCCL: each call pays its own fixed losses
-  (the calibrated efficiency at small sizes). gloo's worker threads may run two of a group's async calls at once,
-  but DDP's buckets on real models are tens of MB, where a call's fixed losses are a small share of its price:
-  pricing a stream of queued gloo calls as one transfer did not move a real model's answer, so the model keeps
-  one rule for every library.
-* **beside compute (a shared core).** A call issued while the group's previous collective still runs says that
-  its members computed meanwhile: from that collective's start (or the previous such call's arrival, whichever
-  is later) to this call's arrival, ``overlap``. Where the running collective's calibration has
-  ``busy_slowdown`` s > 1 (gloo's threads share the node's core with that compute), the stream progressed at
-  1 / r of its rate for that long, so it ends ``overlap * (1 - 1 / r)`` later: this call's cost carries it. Only
-  what an arrival shows is counted; compute after a member's last call before it waits is not (the replay and
-  the live backend answer at the call, not at the wait). On the namespace testbed ``nbox calibrate --busy`` and
-  ``bench/testbed_causes.py`` find every gloo collective slower beside compute, and ddp_mlp's first bucket runs
-  beside the end of the backward pass (the figures: docs/results.md, "A collective beside its members'
-  compute").
-  **A delay per call, not a rate** (:func:`busy_rate`): s is measured on one call of ``busy_nbytes`` (a call of
-  at most :data:`BUSY_CALL_MAX_US`), so beside compute that call lost ``delay = (s - 1) x`` its price. What it
-  loses is the comm threads' waits for the core at the call's steps (each step's thread wakes behind the computing
-  thread's time slice), not bandwidth: between the steps the kernel moves the bytes from the sockets' buffers
-  whether or not the thread runs, and gloo runs a group's calls two at a time, so one call's transfer fills the
-  other's waits. A longer call has the same steps and so loses about the same delay, not s times its length: a
-  DDP stream of 25 MiB buckets beside compute lost far less than ``(1 - 1 / s)`` of the overlap on the testbed
-  (docs/results.md, "busy_slowdown: a delay per call"). So the stream's rate is
-  ``r = min(s, 1 + delay x calls / cost)``, ``calls`` and ``cost`` the stream's calls and their summed price so
-  far: s for calls as short as the measured one, near 1 for long ones. A calibration that does not record
-  ``busy_nbytes`` is taken at :data:`BUSY_CALL_MAX_US` (the longest call it can have been measured on: an upper
-  bound on the delay).
-  **The delay is a time, not a share of the price.** A calibration measured since ``busy_delay_us`` exists
-  records what the call lost (the busy median less the idle one, on its ``ranks``): the comm threads' waits for the
-  core, one per step of the algorithm. A what-if keeps that time per step, so on ``p`` ranks a call loses
-  ``busy_delay_us x steps(p) / steps(ranks)`` (the calibrated algorithm's steps, ``netmodel.algorithm_terms``),
-  and a slower link, which lengthens every call's transfer, does not lengthen its waits for the core. A file
-  without ``busy_delay_us`` (written before it was) prices the delay as ``(s - 1)`` times the call's price on the
-  scenario as given, which a what-if of a slower link inflates: calibrate again.
-  **A straggler's group.** A member whose compute is k times slower (``[[stragglers]]``) runs the library's threads
-  on a CPU k times slower too: its group's cap and delay lose k times as much (``1 + (s - 1) k``, ``k x delay``).
-  This effect belongs to CPU nodes: gloo's threads share a core with the training step. On GPUs NCCL's kernels
-  hold their own SMs through a collective, so it has no counterpart there (``nbox calibrate`` measures it on CPU
-  ranks only).
+* **arrivals**: each real member reports when it issued the call; an emulated member mirrors real member
+  ``j mod n`` (:func:`mirror_member`) and arrives with it. A straggler (``[[stragglers]]``) arrives late:
+  ``arrival' = free + (arrival - free) * slowdown``, ``free`` the group's previous completion.
+* **start** ``= max(free, last arrival)``: a group's collectives run one after another, in issue order.
+* **end** ``= start + cost``, ``cost`` the group's price for the collective and size
+  (:func:`emulator_core.pricing.pricer.make_pricer`); a call queued behind the previous one pays its own price.
+* **beside compute**: a call issued while the group's previous collective still runs adds
+  ``overlap * (1 - 1 / r)`` to its cost, ``overlap`` the members' compute since that collective's start (or the
+  previous such call's arrival) and ``r = min(s, 1 + delay x calls / cost)`` (:func:`busy_rate`: s the
+  calibration's ``busy_slowdown``, ``calls`` and ``cost`` the stream's so far). ``delay`` is the calibration's
+  ``busy_delay_us`` times the algorithm's steps on the group over those on the calibrated ranks (a file without it:
+  ``(s - 1)`` times the price of a ``busy_nbytes`` call, :data:`BUSY_CALL_MAX_US` long without that); a straggler's
+  group of compute slowdown k uses ``1 + (s - 1) k`` and ``k x delay``. This effect belongs to CPU nodes (gloo's
+  threads share the node's cores with the training step): on GPUs NCCL's kernels hold their own SMs through a
+  collective, it has no counterpart there, and ``nbox calibrate`` measures it on CPU ranks only.
 
-Everything is in microseconds on the caller's clock (the live backend passes ``time.perf_counter_ns() /
-1000``; a virtual-time replay passes simulated time). The answer depends only on the arguments and the
-group's previous answers, so real ranks that feed the same arrivals compute the same completion, bit for
-bit. Cost: a dictionary lookup per answer once a (collective, size) has been priced on a group; O(real
-members + stragglers in the group) otherwise, never O(world size).
+The answer depends only on the arguments and the group's previous answers, so real ranks fed the same arrivals
+compute the same end, bit for bit. Cost: a dictionary lookup once a (collective, size) is priced on a group; O(real
+members + stragglers) otherwise, never O(world size). Why queued and busy calls are answered so:
+docs/design/beside-compute.md.
 """
 
 from __future__ import annotations

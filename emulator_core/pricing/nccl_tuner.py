@@ -1,40 +1,23 @@
 """NCCL's own tuning model: which (algorithm, protocol) NCCL picks for a collective, and the time it models.
 
-NCCL (``src/graph/tuning.cc``, v2.29.7-1; constants in ``data/nccl_tuning.toml`` with file and line
-citations) prices every (algorithm, protocol) as ``time_us = latency_us + nBytes / (1000 * bandwidth_gbps)``
-(ncclTopoGetAlgoTime, tuning.cc 587-605) and runs the cheapest (topoGetAlgoInfo, enqueue.cc 1934-1975).
-:func:`nccl_tune` does the same: the graphs (channels and per-channel bandwidth) come from
-:mod:`emulator_core.network.nccl_graph`'s replay of NCCL's search, the bandwidths and latencies from
-ncclTopoTuneModel (tuning.cc 231-405), the choice from the minimum.
+NCCL (``src/graph/tuning.cc``, v2.29.7-1; constants in ``data/nccl_tuning.toml`` with file and line citations)
+prices every (algorithm, protocol) as ``time_us = latency_us + nBytes / (1000 * bandwidth_gbps)`` and runs the
+cheapest. :func:`nccl_tune` does the same: the graphs from :mod:`emulator_core.network.nccl_graph`, the bandwidths and
+latencies from ncclTopoTuneModel, the choice from the minimum. Its conventions:
 
-Conventions of :func:`nccl_tune`:
+* ``nbytes`` is nbox's (the per-rank INPUT buffer, :mod:`emulator_core.network.costmodels`); NCCL's ``nBytes`` is
+  nccl-tests' "size": ``nranks * nbytes`` for all_gather, ``nbytes`` for the others.
+* ``intra_bw_gbps``: a GPU's NVLink line rate to the NVSwitch; ``inter_bw_gbps``: its NIC's; per direction, GB/s
+  (1e9 bytes/s; H100: 450 and 50 for 400 Gb/s).
+* latencies: ``None`` means NCCL's model exactly. ``inter_latency_us`` is ``graph->latencyInter``, added to each
+  inter-node step (twice for Simple); ``intra_latency_us``, an nbox extension, to each intra-node step.
+* ``net_protocols`` (``None``: NCCL's three) and ``net_slice_bytes``, per protocol the slice a network hop holds
+  before forwarding (an nbox extension, ``emulator_core.network.fabric_kinds``): each network hop on the critical path
+  adds ``min(slice, bytes per channel step) / per-channel network bandwidth``.
+* ``nnodes``: nodes the group spans (``ppn = nranks / nnodes``); ``nvls``: NVLink SHARP; ``collnet``: InfiniBand
+  SHARP; ``arch``: the GPU generation; ``cpu``: the host CPU vendor (the LL bandwidth cap, the network post overhead).
 
-* ``nbytes`` is nbox's: the per-rank INPUT buffer (see :mod:`emulator_core.network.costmodels`). NCCL's tuner
-  reads ``nBytes = typeSize * ncclFuncMaxSendRecvCount(count)`` (enqueue.cc 2035, enqueue.h 37-39): for
-  all_gather the gathered total, ``nranks * nbytes``; for reduce_scatter the full input, ``nbytes`` (count is
-  the per-rank output, ``nbytes / nranks``, times ``nranks``); for all_reduce, broadcast, reduce ``nbytes``.
-  So NCCL's nBytes is nccl-tests' "size" for every collective.
-* bandwidths: ``intra_bw_gbps`` is a GPU's NVLink line rate to the NVSwitch, ``inter_bw_gbps`` its NIC's,
-  both per direction in GB/s (1e9 bytes/s; H100: 450 and 50 for 400 Gb/s). NCCL counts NVLinks at less than
-  line rate (topo.h: 20.6 of 25 GB/s per NVLink4 link); :mod:`emulator_core.network.nccl_graph` converts.
-* latencies: ``None`` means NCCL's model exactly. ``inter_latency_us`` is NCCL's ``graph->latencyInter``
-  (the network plugin's reported latency, 0 for InfiniBand verbs): added to each inter-node step, twice for
-  Simple (tuning.cc 358-360). ``intra_latency_us`` has no NCCL counterpart: it is added to each intra-node
-  step's hardware latency (an nbox extension for calibrated fabrics).
-* ``net_protocols``: the protocols the network runs (``None``: NCCL's three); on several nodes the others are
-  off. ``net_slice_bytes``: per protocol, the slice a network hop holds before forwarding (NCCL's proxy posts a
-  send once a slice is in its buffer, the receiver reads it once received whole): every network hop on the
-  critical path then adds ``min(slice, the bytes a channel moves per step) / per-channel network bandwidth``, the
-  pipeline's fill (an nbox extension, ``emulator_core.network.fabric_kinds``; ``None``: NCCL's model exactly).
-* ``nnodes`` is the number of nodes the group spans (``nranks`` must be a multiple: ``ppn = nranks /
-  nnodes`` GPUs per node); ``nvls``: the node's NVSwitch reduces (NVLink SHARP); ``collnet``: the network
-  reduces (InfiniBand SHARP, NCCL's CollNet plugin); ``arch``: the GPU generation; ``cpu``: the host CPU
-  vendor, which NCCL reads for the LL bandwidth cap and the network post overhead on several nodes.
-
-What is assumed rather than read from a real machine: NVLink through an NVSwitch inside a node (LL128
-enabled, NVLink hardware latencies), one NIC per GPU over PCIe, IB-like networks (PAT allowed on one GPU per
-node), CollNet plugins that support all_gather / reduce_scatter with one head per local GPU, no NCCL_ALGO /
-NCCL_PROTO / tuner plugin, one operation per launch (numPipeOps = 1), non-fp8 data.
+What is assumed rather than read from a real machine: docs/design/nccl-model.md.
 """
 
 from __future__ import annotations

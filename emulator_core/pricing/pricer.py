@@ -1,41 +1,29 @@
 """Price one collective on a what-if scenario: which algorithm runs, and its modeled time.
 
-:func:`make_pricer` is the one algorithm choice and the one pricing path: ``nbox scenario cost``
-(:func:`price`), the replay and the ``nbox`` backend (``answer.Fabric``) and sweeps all price through it.
+:func:`make_pricer` is the one algorithm choice and the one pricing path: ``nbox scenario cost`` (:func:`price`), the
+replays, the ``nbox`` backend (``answer.Fabric``) and sweeps all price through it. :func:`group_shape` finds the
+topology dimensions a group spans and its extent on each; each becomes a ``netmodel.Wire`` priced on its wiring:
 
-How a group is priced. :func:`group_shape` finds the topology dimensions the group spans and its extent on
-each. Every spanned dimension becomes a ``netmodel.Wire`` (its kind, the group's extent there, its link, its
-forwarding, in-network reduction), and the algorithm's steps are priced on the wiring (``wiring``, ``netmodel``):
+* over **one dimension**, the algorithm's steps with link contention (``[network] congestion``), the per-message
+  overhead and, with a calibration, its factors and efficiency curve;
+* over **several**, ``hierarchical`` (all-reduce, reduce-scatter, all-gather): reduce-scatter inward, the outermost
+  dimension's all-reduce, all-gather outward, each dimension with its own algorithm, in ``[network] chunks``
+  pipelined chunks (Themis). A flat ``ring`` is NCCL's (one ring per rank of the inner dimensions: an outer dimension
+  carries ``1 / prod(inner extents)`` of a step, a step costs the slowest dimension's share); flat ``direct`` loads
+  each dimension with the messages that cross it; flat ``recursive_halving_doubling`` puts each exchange on the
+  dimension its partner differs in; the double binary tree is a tree per dimension with NCCL's channels; the other
+  flat algorithms cost their slowest dimension's time over the whole group (an approximation).
 
-* over **one dimension**, the algorithm's steps on that dimension's wiring, with link contention
-  (``[network] congestion``), the per-message overhead and, with a calibration, its factors and efficiency curve;
-* over **several dimensions**, ``hierarchical`` (all-reduce, reduce-scatter, all-gather) runs dimension by
-  dimension: reduce-scatter inward, the last (outermost) dimension's all-reduce, all-gather back outward, each
-  dimension with its own algorithm (the scenario's per-dimension list, or the fastest there), cut into
-  ``[network] chunks`` pipelined chunks (Themis). A flat ``ring`` is NCCL's: one ring per rank of the inner
-  dimensions, so an outer dimension carries ``1 / prod(inner extents)`` of a step, and a step costs the slowest
-  dimension's share; flat ``direct`` loads each dimension with the messages that cross it
-  (``p / p_j`` times that dimension's own all-pairs load); flat ``recursive_halving_doubling`` puts each
-  exchange on the dimension its partner differs in (dimensions of power-of-two extent); the double binary tree
-  is a tree per dimension with NCCL's channels (an outer dimension carries its share like the ring); the other flat
-  algorithms cost the largest of their time over the whole group on each spanned dimension (an approximation:
-  as slow as the slowest dimension could run them).
+**Calibration**: a group spanning exactly one dimension (or none, on a topology with one dimension of size > 1) with
+a ``[[calibration]]`` for (collective, dimension) is priced at the calibrated latency, bandwidth and efficiency, and
+``auto`` means the calibrated algorithm; a larger group than the calibration's ``ranks`` is extrapolated through the
+topology model (:func:`extrapolation_note`). A ``[[nccl_fit]]`` prices its collective under ``auto`` for groups with
+its GPUs per node (``emulator_core.scenario.nccl_fit``; reported as ``nccl_fit``).
 
-**Calibration**: when a group spans exactly one dimension (or none, and the topology has one dimension of
-size > 1) and the scenario has a ``[[calibration]]`` for (collective, that dimension), the dimension's latency and
-bandwidth are scaled by its factors with its efficiency curve, and ``auto`` means the calibrated algorithm (what
-the measured library runs). A group larger than the calibration's ``ranks`` is extrapolated through the
-topology model; :func:`extrapolation_note` says so.
-
-**Measured curves**: a scenario's ``[[nccl_fit]]`` (``nbox calibrate --nccl-tests``) prices its collective under
-``auto`` for groups with its GPUs per node (``emulator_core.scenario.nccl_fit``; the name reported is ``nccl_fit``).
-
-``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's own tuner (``nccl_tuner``) for the collectives
-it tunes; else the fastest by modeled time of NCCL's algorithm set (ring, double binary tree), plus
-``hierarchical`` over several dimensions and ``in_network`` where the dimension reduces in the switch. For
-collectives without a ring or tree (all-to-all, all-to-all-v, gather, scatter: NCCL runs them as grouped
-point-to-point) the fastest of every modeled algorithm, ``direct`` included (it pays its ``p - 1`` messages'
-overhead and its link contention).
+``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's tuner (``nccl_tuner``) for the collectives it tunes;
+else the fastest modeled of ring and double binary tree, plus ``hierarchical`` over several dimensions and
+``in_network`` on a reducing switch; for collectives without a ring or tree (all-to-all(-v), gather, scatter) the
+fastest of every modeled algorithm, ``direct`` included. Times are microseconds, sizes bytes (costmodels' convention).
 """
 
 from __future__ import annotations

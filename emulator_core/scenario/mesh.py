@@ -3,36 +3,24 @@
 A what-if mesh names a degree for some dimensions of the recorded mesh (:mod:`nbox_trace.mesh`); the others keep
 their recorded degree. :func:`plan_mesh` turns it into a :class:`MeshPlan`:
 
-* **ranks**: every rank has one coordinate per dimension; the dimensions are laid on ranks in the
-  **placement** order (outermost first; default :data:`nbox_trace.mesh.DIM_NAMES`' order: tensor parallel
-  innermost, as frameworks place it). Topology dimensions are laid on ranks innermost first too, so the
-  innermost mesh dimensions land on the innermost topology dimensions (TP on the GPUs of a node) and pricing
-  (:func:`emulator_core.pricing.pricer.group_shape`) sees which topology dimensions each group spans. A replayed rank
-  keeps its recorded coordinates and plays the target rank they give (:attr:`MeshPlan.rank_map`): rank 2 of a
-  recorded dp=2 x tp=2 (dp 1, tp 0) plays rank 2 of dp=512 x tp=2, and rank 512 under ``--placement tp,dp``.
-* **groups**: a group along some dimensions is the slice of the target mesh along the same dimensions, at the
-  other coordinates of its recorded members: a dp group grows from 2 to 512 ranks, a tp group keeps 2. A group
-  that is not a slice (``irregular``) keeps its members, renumbered.
-* **sizes** (:meth:`MeshPlan.size`): each collective follows its group's dimensions' rule, and the rule's text
-  says which: a data-parallel gradient all-reduce keeps its bytes; an all-gather gathers a whole that is fixed
-  along the sharded dimensions it spans (fsdp; tp and cp keep their degree), so each rank's shard shrinks as
-  their recorded/target degree (along dp only, each rank's part keeps its size); a
-  reduce-scatter keeps its unsharded input (its shards shrink); an all-to-all (expert parallel) keeps each
-  rank's buffer, so its per-peer splits follow the ep degree (a resized all-to-all-v is priced as uniform);
-  send/recv keep their size (pipeline activations); a group not resized keeps every size.
+* **ranks**: dimensions are laid on ranks in the placement order (outermost first; default
+  :data:`nbox_trace.mesh.DIM_NAMES`' order, tensor parallel innermost), so the innermost mesh dimensions land on the
+  innermost topology dimensions. A replayed rank keeps its recorded coordinates and plays the target rank they give
+  (:attr:`MeshPlan.rank_map`): rank 2 of dp=2 x tp=2 (dp 1, tp 0) plays rank 2 of dp=512 x tp=2.
+* **groups**: a group along some dimensions is the target mesh's slice along them at its members' other
+  coordinates (a dp group grows from 2 to 512, a tp group keeps 2); a group that is not a slice keeps its members.
+* **sizes** (:meth:`MeshPlan.size`), by the group's dimensions, the rule named in its text: a dp gradient all-reduce
+  keeps its bytes; an all-gather's whole is fixed along the sharded dimensions it spans (each shard shrinks as
+  recorded/target degree); a reduce-scatter keeps its unsharded input; an all-to-all keeps each rank's buffer (a
+  resized all-to-all-v is priced as uniform); send/recv and groups not resized keep theirs.
 
-Refused, with the dimension named (:class:`MeshError`): an unknown name, a dimension the recording does not
-have, a changed ``tp`` or ``cp`` degree (each rank's compute would change, and a recorded trace cannot scale its
-compute), a changed ``pp`` degree (a deeper pipeline needs new stages and the schedule's bubble), a mesh whose
-names were guessed (name them with ``--recorded-mesh``), a replayed rank that has no place in a smaller mesh.
-**Global batch** (:class:`GlobalBatch`): by default the scaling is weak (each rank keeps its recorded batch, so
-the global batch grows with the data-parallel degree). ``--global-batch fixed`` is strong scaling: the global
-batch stays, so each rank's batch is the recorded per-rank batch ``B`` (which the user names: nbox does not infer
-it from the trace) times ``D_rec / D_target``, where ``D`` is the data-parallel degree (the product of the ``dp``
-and ``fsdp`` degrees); it must be a whole number of samples. The stated rule, for recorded compute: every compute
-node's duration is scaled by ``B_target / B`` (linear in the per-rank batch: no small-batch inefficiency is
-modeled), and so are the collectives of activations (groups along tp, cp, ep or pp only, and send/recv), whose
-bytes are per-sample; the collectives along dp or fsdp move parameters or gradients and keep their bytes.
+Refused (:class:`MeshError`, naming the dimension): an unknown name, a dimension the recording lacks, a changed
+``tp``, ``cp`` or ``pp`` degree (a trace cannot rescale its compute or its pipeline), guessed names (name them with
+``--recorded-mesh``), a replayed rank with no place in a smaller mesh. **Global batch** (:class:`GlobalBatch`): weak
+scaling by default (each rank keeps its batch); ``--global-batch fixed`` keeps the global batch, so each rank's is
+``B x D_rec / D_target`` (``B`` the user-named per-rank batch, ``D`` the dp x fsdp degree; a whole number), and every
+compute duration and every activation collective (groups along tp, cp, ep or pp only, and send/recv) scale by
+``B_target / B``; dp and fsdp collectives keep their bytes. Why these rules: docs/design/mesh-scaling.md.
 """
 
 from __future__ import annotations

@@ -1,66 +1,42 @@
 """What-if scenarios: the target cluster the emulator answers for, as one frozen dataclass tree.
 
-This module is the model only: the dataclasses and their validation at construction; every error is a
-:class:`ScenarioError` naming the key path and the bad value, e.g. ``topology.dims[1].bandwidth_gbps = -3:
-must be > 0``. Reading and writing the TOML text is :mod:`emulator_core.scenario.tomltext`, the ``--set a.b=c``
-override language :mod:`emulator_core.scenario.overrides`, and loading a file (or a shipped example) with
-overrides :mod:`emulator_core.scenario.files`.
+The model only: the dataclasses and their validation at construction; every error is a :class:`ScenarioError`
+naming the key path and the bad value (``topology.dims[1].bandwidth_gbps = -3: must be > 0``). The TOML text is
+:mod:`emulator_core.scenario.tomltext`'s, ``--set a.b=c`` :mod:`emulator_core.scenario.overrides`'s, loading a file
+:mod:`emulator_core.scenario.files`'. Units live in the key names: ``*_gbps`` is gigaBITS per second per link and
+direction (1 Gb/s = 1e9 bits/s = 125 bytes/us), ``*_us`` microseconds; bytes are bytes (1 KiB = 2^10, 1 MiB = 2^20).
 
-Units (they also live in the key names):
-
-* bandwidth: ``*_gbps`` is gigaBITS per second with giga = 1e9, i.e. 1 Gb/s = 1e9 bits/s = 1.25e8 bytes/s.
-  Per LINK, per direction (a full-duplex 400 Gb/s NIC is ``bandwidth_gbps = 400``); a rank has
-  ``links_per_rank`` of them per neighbour / switch / peer (see :mod:`emulator_core.scenario.topology`).
-* bytes are bytes (8 bits); where binary multiples appear, 1 KiB = 2^10, 1 MiB = 2^20, 1 GiB = 2^30 bytes.
-* time: ``*_us`` is microseconds (1e-6 s).
-
-TOML layout (see the shipped examples in ``emulator_core/scenarios/``)::
+TOML layout (the shipped examples: ``emulator_core/scenarios/``)::
 
     world_size = 1024          # ranks the script sees (W)
     compute_scale = 1.0        # 1.0 = recorded speed; 2.0 = compute twice as fast
     overlap = "overlap"        # or "serialize"
-
+    mesh_placement = ["pp", "dp", "tp"]   # optional: mesh dimensions outermost first as laid on ranks
     [algorithms]               # collective -> algorithm name, or "auto" (the default for any not listed)
     all_reduce = "ring"
-
-    [[topology.dims]]          # innermost dimension first (e.g. GPUs within a node)
+    [[topology.dims]]          # innermost dimension first (e.g. GPUs within a node); keys: scenario/topology.py
     name = "nvlink"
     size = 8
     kind = "switch"            # "ring" | "switch" | "fully_connected"
     bandwidth_gbps = 200.0     # one NVLink 4 link, per direction (25 GB/s)
-    latency_us = 2.0
-    links_per_rank = 18        # optional, default 1
-    forwarding = "cut_through" # optional: or "store_and_forward"
-    in_network_reduction = false   # optional, switch only (NVLink SHARP)
-
-    [network]                  # optional, every key has a default
+    latency_us = 2.0           # optional keys: links_per_rank, forwarding, in_network_reduction, racks, fabric
+    [network]                  # optional: congestion, message_overhead_us, chunks, library
     congestion = "aware"       # or "unaware" (ASTRA-sim's congestion-unaware backend, for comparison)
-    message_overhead_us = 0.0  # per message a rank injects
-    chunks = 1                 # pipeline chunks of a multi-dimensional collective (Themis)
-    library = "generic"        # or "nccl": auto follows NCCL's tuner
-
-    mesh_placement = ["pp", "dp", "tp"]   # optional: mesh dimensions outermost first as laid on ranks
-
-    [mesh]                     # optional: a what-if mesh for `nbox replay` (virtual clock), as --mesh dp=512,tp=2
-    dp = 512                   # dimensions not named keep their recorded degree; the world size is the product
-    tp = 2
-
-    [[stragglers]]             # optional: rank 3 computes 1.5x slower
+    [mesh]                     # optional: a what-if mesh for `nbox replay`, as --mesh dp=512,tp=2
+    dp = 512
+    [[stragglers]]             # optional: rank 3 computes 1.5x slower (Straggler)
     rank = 3
     slowdown = 1.5
-
-    [[calibration]]            # optional, from `nbox calibrate` (see Calibration): factors x the dimension's
+    [[calibration]]            # optional, from `nbox calibrate` (Calibration: factors x the dimension's figures)
     collective = "all_reduce"
     dimension = "nvlink"
-    algorithm = "ring"         # the fitted closed form
+    algorithm = "ring"
     ranks = 8
-    latency_factor = 1.0
     bandwidth_factor = 0.93
     efficiency = [[1024, 0.05], [65536, 0.6], [67108864, 1.0]]   # (size_bytes, fraction) pairs
 
-The product of the dimension sizes must equal ``world_size``. The LAST dimension may say ``size = 0``,
-meaning "whatever makes the product equal world_size"; it is resolved when the :class:`Scenario` is built
-(the stored scenario always holds concrete sizes, so dumping then loading gives an equal scenario).
+The product of the dimension sizes must equal ``world_size``; the LAST dimension may say ``size = 0`` ("whatever
+makes the product equal world_size"), resolved when the :class:`Scenario` is built, so dump then load is equal.
 """
 from __future__ import annotations
 

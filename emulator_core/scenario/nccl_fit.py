@@ -3,42 +3,25 @@
 A scenario's ``[[nccl_fit]]`` entry (written by ``nbox calibrate --nccl-tests``) holds one curve measured on
 ``nodes`` x ``gpus_per_node`` GPUs. It prices a collective of nccl-tests size ``S`` over ``p = N x G`` ranks as
 
-    ``T(S, N) = floor(N) + S * factor(p) / (1000 * busbw(m) * K(N))``
+    ``T(S, N) = floor(N) + S * factor(p) / (1000 * busbw(m) * K(N))``      (microseconds; S in bytes)
 
-with each term from:
+* ``floor(N) = latency_us * L(N) / L(N_ref)``: ``latency_us`` is the median time of the curve's sizes up to
+  :data:`FLOOR_MAX_BYTES` (0 without any); ``L`` is NCCL's modeled time of its cheapest (algorithm, protocol) at the
+  smallest size (``emulator_core.pricing.nccl_tuner``). all_to_all and send_recv keep the measured floor.
+* ``busbw(m)``: the curve's bus bandwidth (GB/s) above the floor as a table of ``(m, busbw)``, ``m`` the message one
+  step moves: ``S / p`` for all_reduce, reduce_scatter, all_gather, all_to_all; ``S`` for broadcast, reduce,
+  send_recv. Log-log interpolated; below the measured ``m``, the first two points' slope (clamped to 0..1); above,
+  the last point.
+* ``K(N)``: 1 within the curve's node-count regime (1, 2, or more nodes, as NCCL keys its bandwidths); across
+  regimes the ratio of NCCL's modeled bus bandwidth at the largest measured size in the two; all_to_all and
+  send_recv across regimes scale by the datasheet bandwidths (NVLink on one node, the NIC on several). all_to_all
+  stores ``busbw`` per network byte (the share ``(N - 1) / N`` of the buffer that leaves a node).
+* ``factor(p)``: nccl-tests' bus factor (``doc/PERFORMANCE.md``).
 
-* **the latency floor** ``floor(N) = latency_us * L(N) / L(N_ref)``: ``latency_us`` is fitted from the curve's
-  smallest sizes (the median time of the sizes up to :data:`FLOOR_MAX_BYTES`, 0 when the curve has none);
-  ``L`` is NCCL's own modeled time of its cheapest (algorithm, protocol) at the smallest size, from
-  ``src/graph/tuning.cc`` (base latencies + per-hop intra/inter-node latencies per algorithm and protocol,
-  ``emulator_core.pricing.nccl_tuner``), which says how the floor grows with node count (ring: per inter-node step;
-  tree: per log2 of the nodes). Collectives NCCL's tuner does not model (all_to_all, send_recv: grouped
-  point-to-point, every peer posted at once) keep the measured floor.
-* **the mid-size regime** ``busbw(m)``: the bus bandwidth of the curve's time above the floor, as a table of
-  ``(m, busbw)`` with ``m`` the message one step of the algorithm moves: ``S / p`` for the ring family
-  (all_reduce, reduce_scatter, all_gather, all_to_all: a ring step, or a pairwise exchange, moves one rank's
-  share) and ``S`` for broadcast, reduce, send_recv (a pipelined chain moves the buffer in chunks of its own
-  size). In the ring model every step costs ``lambda + m / b`` (Thakur, Rabenseifner & Gropp 2005; NCCL's ring
-  runs ``2(p-1)`` such steps, each split over its channels and in chunks of ``NCCL_BUFFSIZE / NCCL_STEPS``), so
-  the bus bandwidth, ``m / (lambda + m / b)``, is a function of ``m`` alone: the channels' pipeline fill and
-  chunking appear at the same ``m`` whatever the node count. The table is fitted from the curve (one point per
-  measured size, log-log interpolated); below the measured ``m`` it follows the first two points' log-log slope
-  (clamped to 0..1: latency-bound, busbw proportional to m at most), above them it stays at the last point.
-* **the node-count regime** ``K(N)``: NCCL keys its per-channel bandwidths on 1, 2 or more nodes (tuning.cc,
-  ``index2 = nNodes <= 2 ? nNodes - 1 : 2``) and runs different algorithms there: on 2 nodes NVLink-assisted
-  algorithms (NVLS tree, tree) move half the bytes across the network, so a 2-node curve can show a bus bandwidth
-  above the NICs' line rate. Where the target's regime differs from the curve's, ``K`` is the ratio of NCCL's
-  modeled bus bandwidth at the largest measured size in the two regimes (``nccl_tuner``, the scenario's
-  datasheet figures); within one regime ``K = 1``. For all_to_all the bytes that leave a node are a share
-  ``(N - 1) / N`` of the buffer, so ``busbw`` is stored per network byte and divided by that share again
-  (nccl-tests' bus factor ``(p-1)/p`` counts every byte); all_to_all and send_recv across regimes scale by the
-  ratio of the datasheet's bandwidths (NVLink on one node, the NIC on several).
-
-``factor(p)`` is nccl-tests' bus factor (``doc/PERFORMANCE.md``). The evaluation lives in
-:mod:`emulator_core.pricing.nccl_curve` (it reads NCCL's tuner); this module is the scenario's data. A fit applies to
-groups with the same GPUs per node as it measured; among several curves of one collective (several node counts),
-the one nearest in node count within the same regime is used, else the nearest; between two measured node counts of
-one regime, the two entries' times are interpolated, log time over log nodes.
+A fit applies to groups with its GPUs per node; among curves of one collective, the nearest node count within the
+same regime is used, else the nearest; between two measured node counts of one regime, log time is interpolated over
+log nodes. This module is the scenario's data; the evaluation is :mod:`emulator_core.pricing.nccl_curve`'s. Why each
+term: docs/design/nccl-model.md.
 """
 
 from __future__ import annotations

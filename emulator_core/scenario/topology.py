@@ -1,36 +1,29 @@
 """The network part of a scenario: topology dimensions, how each is wired, and network-wide model settings.
 
 Units live in the key names: ``*_gbps`` is gigaBITS per second (1 Gb/s = 1e9 bits/s = 125 bytes/us), ``*_us``
-microseconds. What one dimension's figures mean, per ``kind`` (``emulator_core.network.wiring`` prices them):
+microseconds. What one dimension's keys mean (``emulator_core.network.wiring`` prices them):
 
-* ``bandwidth_gbps`` is ONE link's bandwidth, per direction; a rank has ``links_per_rank`` such links in
-  parallel (striped: a message uses all of them), so its bandwidth is ``bandwidth_gbps x links_per_rank``:
-  ``switch``: the rank's links to the switch; ``ring``: its links to EACH of its two neighbours (a bidirectional
-  ring); ``fully_connected``: its links to EACH peer (so a rank's total is ``(size - 1)`` times that).
-* ``latency_us`` is one traversal: ``ring``: one neighbour link (a message to a rank d places away pays the ring
-  distance ``min(d, size - d)`` times it); ``switch``: rank to rank through the switch (ASTRA-sim counts that as
-  two links of half the latency); ``fully_connected``: the peer link.
-* ``forwarding``: ``cut_through`` (a message's bytes flow on as they arrive) or ``store_and_forward`` (a
-  message is forwarded only once whole: each further link costs its size / bandwidth again).
-* ``in_network_reduction`` (switch only): the switch reduces (NVLink SHARP / InfiniBand SHARP, FRED's in-switch
-  collectives), so an all-reduce sends and receives its buffer once.
-* ``racks`` and ``oversubscription`` (switch only): the dimension's ranks in ``racks`` racks of consecutive ranks,
-  each behind its own top-of-rack switch, joined by uplinks of the rack's links' sum over ``oversubscription``
-  (4: a 4:1 uplink); a step's messages that leave a rack share its uplink (``emulator_core.network.wiring``). 1 and
-  1.0: one non-blocking switch. The generic model prices it; NCCL's tuner does not (refused with ``library =
-  "nccl"``).
-* ``fabric``: what the dimension is made of, for NCCL's pricing (``[network] library = "nccl"``): ``nvlink`` (the
-  node, innermost dimension only) or a network kind, ``infiniband``, ``roce``, ``efa``, ``tcpx``, ``tcpxo`` (outer
-  dimensions, or the only one). A network kind adds its transport's per-message latency, its protocols and the
-  network hops' store-and-forward slices to NCCL's model (``emulator_core.network.fabric_kinds``,
-  data/fabric_kinds.toml); unset: NCCL's model as is.
+* ``bandwidth_gbps``: ONE link, per direction; a rank has ``links_per_rank`` such links in parallel (striped), to the
+  switch (``switch``), to EACH of its two neighbours (``ring``, bidirectional) or to EACH peer (``fully_connected``).
+* ``latency_us``: one traversal: one neighbour link (``ring``: a message d places away pays ``min(d, size - d)``
+  of them); rank to rank through the switch (``switch``; ASTRA-sim counts two links of half the latency); the peer
+  link (``fully_connected``).
+* ``forwarding``: ``cut_through`` or ``store_and_forward`` (forwarded only once whole: each further link costs its
+  size / bandwidth again).
+* ``in_network_reduction`` (switch only): the switch reduces (NVLink SHARP, InfiniBand SHARP), so an all-reduce
+  sends and receives its buffer once.
+* ``racks`` and ``oversubscription`` (switch only): ``racks`` racks of consecutive ranks behind their own switches,
+  joined by uplinks of the rack's links' sum over ``oversubscription``; 1 and 1.0: one non-blocking switch. Priced
+  by the generic model only (refused with ``library = "nccl"``).
+* ``fabric``, for NCCL's pricing: ``nvlink`` (the node, innermost dimension only) or a network kind (``infiniband``,
+  ``roce``, ``efa``, ``tcpx``, ``tcpxo``), which adds its transport's per-message latency, protocols and
+  store-and-forward slices (``emulator_core.network.fabric_kinds``); unset: NCCL's model as is.
 
-``[network]`` holds what applies to every dimension: ``congestion`` (``aware``: links are shared, a step lasts
-as long as its busiest link; ``unaware``: every message runs alone on its path, ASTRA-sim's
-congestion-unaware backend, for comparison), ``message_overhead_us`` (per message a rank injects, LogP's ``o``),
-``chunks`` (a multi-dimensional collective is cut into this many chunks that flow through the dimension
-phases as a pipeline, Themis-style) and ``library`` (``generic``: ``auto`` takes the fastest modeled algorithm;
-``nccl``: ``auto`` follows NCCL's own tuner).
+``[network]`` applies to every dimension: ``congestion`` (``aware``: a step lasts as long as its busiest link;
+``unaware``: every message alone on its path, ASTRA-sim's congestion-unaware backend), ``message_overhead_us`` (per
+message a rank injects, LogP's ``o``), ``chunks`` (a multi-dimensional collective cut into that many pipelined
+chunks, Themis-style) and ``library`` (``generic``: ``auto`` takes the fastest modeled algorithm; ``nccl``: NCCL's
+tuner). Where the model comes from: docs/design/network-model.md.
 """
 
 from __future__ import annotations

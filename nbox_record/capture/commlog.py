@@ -1,53 +1,26 @@
 """Log every c10d collective and p2p operation a rank issues, as
 :class:`~nbox_record.handoff.rawformat.CollectiveRecord`.
 
-Why not a ``TorchDispatchMode``: a mode sees *every* operator, so each aten op of the captured iteration
-would detour through Python (inflating the Kineto durations) and, worse, the redispatch from the mode's
-``__torch_dispatch__`` re-enters the dispatcher, so the execution trace records every operator twice
-(nested inside a ``PythonDispatchMode`` node). Checked on torch 2.13: one DDP iteration of a small MLP gave
-399 ET nodes with a mode (2 ``c10d::allreduce_`` nodes for 1 collective) against 159 without.
+How: while a capture runs, a Python kernel is registered for each ``c10d::*`` operator of :data:`OPS` at the
+``Autograd`` key (``torch.library.Library("c10d", "IMPL")``), and one at ``BackendSelect`` that logs only the calls
+made in inference mode (where the autograd keys are excluded). The dispatcher calls them for every collective issued
+with CPU or CUDA tensors, from Python and from C++ (DDP's reducer, FSDP2); each notes the operation and redispatches
+below itself (``OpOverload.redispatch``), so the ET keeps exactly one ``c10d::<op>`` node per collective and no aten
+operator is touched. The library is destroyed at the capture's end, which restores the dispatch table.
 
-What this module does instead: while a capture runs, it registers a Python kernel for each ``c10d::*``
-collective operator at the ``Autograd`` alias key (``torch.library.Library("c10d", "IMPL")``). The
-dispatcher calls it for every collective issued through the dispatcher with CPU or CUDA tensors: from
-Python (``torch.distributed.all_reduce`` ...) and from C++ (DDP's reducer, FSDP2), because
-``ProcessGroup::allreduce`` and friends dispatch ``c10d::allreduce_`` and friends. The kernel notes the
-operation and redispatches *below* autograd with ``OpOverload.redispatch`` (which, unlike a fresh call,
-opens no second RecordFunction): the ET keeps exactly one ``c10d::<op>`` node per collective and no aten
-operator is touched. The library is destroyed at the end of the capture, which restores the dispatch
-table.
+Joining records to the ET, by identity: the kernel takes the record's ``seq`` (issue order on this rank) and opens a
+record function ``nbox::collective/<pg_name>/<seq>/<op>`` around the redispatch, which the ET writes as a child of
+the ``c10d::<op>`` node. ``issue_us`` is wall clock (a Kineto event's is ``baseTimeNanoseconds / 1000 + ts``).
 
-Inside ``torch.inference_mode()`` the autograd keys are excluded, so the ``Autograd`` kernel never runs (an
-evaluation loop's ``all_reduce`` of its metrics was missing from the log; the converter fell back to the
-ET node's inputs, without times). A second kernel at ``BackendSelect``, a key no mode excludes and which
-the dispatcher reaches after autograd, logs the calls made in inference mode and passes every other call
-straight through (those were logged, or deliberately not, above it).
+``comm_bytes`` (the Chakra ``comm_size``) is this rank's input bytes, except ``SCATTER`` (output bytes) and
+``BARRIER`` (0): all-reduce: the buffer; all-gather: the shard sent; reduce-scatter: the full unreduced buffer;
+all-to-all: everything this rank sends; send/recv: the buffer.
 
-Known blind spots (the record is then missing, the ET still has the ``c10d::`` node):
-
-* collectives nested inside another operator's kernel outside inference mode (autograd keys excluded by
-  the outer kernel): functional collectives (``torch.ops._c10d_functional.*``: torch.compile, DTensor
-  tensor parallelism), whose kernel calls ``c10d::*`` below autograd;
-* ``async_op`` is the flag the caller passed (the op argument); ``wait_us`` is seen only for a Python call
-  of ``Work.wait()`` (patched on the class for the capture): DDP's reducer waits in C++, so its
-  all-reduces report ``wait_us = None``;
-* ``done_us`` comes from the Work's future callback, or, for Works without a future (gloo send/recv
-  and ``_reduce_scatter_base_``), from the return of a Python ``wait()``; otherwise ``None``;
-* ``recv_any_source_``: the peer is unknown at issue time (``peer = None``).
-
-Joining records to the ET: by identity, never by position. The kernel takes the record's ``seq`` (issue
-order on this rank) before the collective starts and opens a record function named
-``nbox::collective/<pg_name>/<seq>/<op>`` around the redispatch; the ET observer writes it as a child of the
-``c10d::<op>`` node (same thread, opened right after it), so each ET collective names its record even when
-the observer nests the ``c10d::`` node itself under an unrelated operator (gloo's ``gloo:<op>`` record
-function opens on the issuing thread and closes on the worker thread, so later ops nest under it).
-``issue_us`` is wall clock, and a Kineto event's wall clock is
-``baseTimeNanoseconds / 1000 + ts``.
-
-``comm_bytes`` (the Chakra ``comm_size``) is this rank's input bytes (``in_numel * elem_bytes``, summed
-exactly over the input tensors), except: ``SCATTER`` uses the output bytes (only the root has input),
-``BARRIER`` is 0. So all-reduce: the buffer; all-gather: the shard sent; reduce-scatter: the full
-unreduced buffer (``W x`` the output shard); all-to-all: everything this rank sends; send/recv: the buffer.
+Blind spots (no record; the ET still has the ``c10d::`` node): collectives issued inside another operator's kernel
+outside inference mode (functional collectives: torch.compile, DTensor tensor parallelism). ``wait_us`` only for a
+Python ``Work.wait()`` (DDP's reducer waits in C++: ``None``); ``done_us`` from the Work's future, else from a Python
+``wait()``, else ``None``; ``recv_any_source_`` has ``peer = None``. Times are microseconds.
+Why not a ``TorchDispatchMode``, and how the kernels were chosen: docs/design/recording.md.
 """
 
 from __future__ import annotations

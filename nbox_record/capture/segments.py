@@ -1,32 +1,21 @@
 """The training thread's time between the collectives it issues, sampled in the clean timed iterations.
 
-Why
----
-The replay corrects the captured iteration's compute for the profiler's overhead (``nbox_replay.inputs.profiler``).
-Scaling the whole iteration by one factor assumes the profiler inflated every operator alike, but it does not: an
-iteration of many small operators (a backward pass: autograd nodes, hooks) is inflated far more than one of a few
-large ones (a forward pass of big convolutions), so one factor leaves the forward too short and the first
-gradient bucket's collective is issued too early in the replay. With the thread's time sampled at each collective
-of the clean iterations, the replay's ``segments`` rule scales each stretch of the captured iteration between two
-collectives to its own clean time.
+Role: the figures of the replay's ``segments`` rules (:mod:`nbox_replay.inputs.profiler`), which scale each stretch
+of a captured iteration between two collectives to its own clean time. Written to the bundle as
+``observed.thread_cpu_us.<rank>.clean_segments``: per clean iteration, ``[on CPU, run queue]`` (microseconds) of
+each segment (iteration start -> first collective, between consecutive ones, last -> iteration end).
 
-How
----
-While the timed iterations run, a Python kernel for every ``c10d`` collective and point-to-point operator
-(the same dispatcher mechanism as :mod:`nbox_record.capture.commlog`, whose :data:`~.commlog.OPS` it registers:
-the ``Autograd`` key, and ``BackendSelect`` for calls made in inference mode) reads the calling thread's times
-(those of :func:`nbox_trace.threadtime.thread_times_ns`) when that thread is the training thread (the one that reached
-the clock's start boundary), then redispatches below itself. Nothing else: no description of the call, no record
-function. DDP's reducer issues its bucket all-reduces on the training thread for CPU tensors (the autograd engine
-runs a CPU backward on the calling thread), so they are seen; collectives issued on another thread (a CUDA
-backward runs on the autograd engine's device thread) are not sampled, and the replay then finds fewer clean
-segments than captured ones and keeps its one-factor rule for that iteration.
+How: while the timed iterations run, a Python kernel for every ``c10d`` collective and point-to-point operator
+(:mod:`nbox_record.capture.commlog`'s mechanism and :data:`~.commlog.OPS`: the ``Autograd`` key, and
+``BackendSelect`` for calls made in inference mode) reads the calling thread's times
+(:func:`nbox_trace.threadtime.thread_times_ns`) when that thread is the training thread (the one that reached the
+clock's start boundary), then redispatches below itself; nothing else is recorded. Collectives issued on another
+thread (a CUDA backward on the autograd engine's device thread) are not sampled.
 
-Only in a recording with a capture, and not under ``nbox emulate`` (nbox_record/capture/recorder.py): there the
-timed iterations are the prediction itself, and no replay reads the segments. The kernels are removed when the
-timed iterations end, before the lean pass or the capture registers its own
-(torch refuses a second Python kernel for the same operator and key). Imports torch: only imported once the
-script has.
+Only in a recording with a capture, not under ``nbox emulate`` (nbox_record/capture/recorder.py). The kernels are
+removed when the timed iterations end, before the lean pass or the capture registers its own (torch refuses a
+second Python kernel for the same operator and key). Imports torch: only imported once the script has. Why:
+docs/design/profiler-correction.md.
 """
 
 from __future__ import annotations

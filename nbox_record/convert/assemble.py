@@ -1,54 +1,35 @@
 """Convert one rank's raw capture (host ET JSON + Kineto + optional ``collectives.json``) to Chakra ET nodes.
 
-:func:`convert_rank` is the entry point; what comes out (design.md "Trace model", chakra-format.md):
+:func:`convert_rank` is the entry point; node ids are 0.. in recorded order, and what comes out is:
 
-* one ``COMP_NODE`` per **top-level operator** of the host ET (which nodes those are, and which are
-  containers looked into: :mod:`nbox_record.convert.toplevel`). Each carries ``is_cpu_op`` true,
-  ``op_schema``, the inputs/outputs as JSON text in the IOInfo strings (values with tensor ids,
-  shapes, types; strides in ``nbox_input_strides``/``nbox_output_strides``), ``tid``, ``rf_id``,
-  ``seq_id``, ``fw_parent``, ``fw_tid``, ``scope``, ``nbox_et_id``, ``nbox_iteration`` (from
-  ``ProfilerStep#N``), ``nbox_annotation`` (enclosing ``record_function`` names) and start/duration
-  from Kineto (:mod:`nbox_record.sources.kineto`). An operator Kineto does not know keeps duration 0 and gets
-  ``nbox_untimed`` true. One without an ``aten`` schema (``autograd::engine::evaluate_function: ...``,
-  ``fsdp::`` ops, DDP's ``copy_bucket_to_grad``) also lists, for live replay, the outermost ``aten``
-  operators under it in execution order (never those of a collective hoisted out of it) in
-  ``nbox_children``: JSON text, a list of ``{name, op_schema, et_id, inputs: {values, shapes, types},
-  outputs: {values, shapes, types}[, input_strides]}``, the node's own formats
-  (:func:`nbox_record.convert.attrs.write_io`) parsed. Over :data:`~nbox_record.convert.comp.MAX_CHILDREN`
-  operators or :data:`~nbox_record.convert.comp.MAX_CHILDREN_BYTES` of text it is left out and
-  ``nbox_children_truncated`` is true instead.
-* one comm node (``COMM_COLL_NODE``, ``COMM_SEND_NODE``, ``COMM_RECV_NODE``) per collective, in place
-  of its ``c10d::<op>`` operator; a collective issued inside a top-level operator (DDP's all-reduce
-  inside ``evaluate_function: AccumulateGrad``) is hoisted out and follows that operator. Attributes
-  follow the contract exactly (``is_cpu_op`` false, ``comm_type`` int64, ``comm_size`` int64 bytes,
-  ``pg_name``; ``comm_src``/``comm_dst``/``comm_tag`` int32 on p2p). Facts, sources and the
-  ``comm_size`` convention (per-rank *input* bytes; for ALL_GATHER the per-rank input shard, as
-  ASTRA-sim counts it) are in :mod:`nbox_record.sources.comms`. Extras: ``nbox_op``, ``nbox_comm_source``,
-  ``nbox_dtype``, ``nbox_async``, ``nbox_root``, ``nbox_in_split_sizes``/``nbox_out_split_sizes``
-  (all-to-all), ``nbox_seq``, ``nbox_pg_desc``, ``nbox_stream``, ``nbox_cpu_duration_micros``. The
-  duration is the best measure of the communication: the NCCL kernel(s) it launched (the node then
-  starts with its kernel and sits on that stream), else the span of gloo's worker thread
-  (``gloo:<op>`` marker), else done - issue from ``collectives.json``, else the CPU call.
-* GPU work from Kineto (kernels, memcpy, memset) as ``COMP_NODE`` with ``is_cpu_op`` false,
-  ``nbox_stream`` and ``nbox_gpu_kind``; GPU ops launched outside the host ET's span are dropped.
-* first, a ``METADATA_NODE`` ``## process_group:init ##`` whose ``inputs.values`` is the JSON list of
-  process groups (the ET's own, merged, plus groups learnt from the collectives).
+* first, a ``METADATA_NODE`` ``## process_group:init ##`` whose ``inputs.values`` is the JSON list of process groups
+  (:mod:`nbox_record.convert.groups`: the ET's own, merged with those learnt from the collectives; a collective whose
+  group the trace does not name goes on the world, or on this rank alone for a group of one);
+* one ``COMP_NODE`` per top-level operator of the host ET (:mod:`nbox_record.convert.toplevel`): ``is_cpu_op`` true,
+  ``op_schema``, inputs/outputs as JSON text in the IOInfo strings (strides in ``nbox_input_strides`` /
+  ``nbox_output_strides``), ``tid``, ``rf_id``, ``seq_id``, ``fw_parent``, ``fw_tid``, ``scope``, ``nbox_et_id``,
+  ``nbox_iteration``, ``nbox_annotation``, and start/duration from Kineto (:mod:`nbox_record.sources.kineto`;
+  unknown to Kineto: duration 0 and ``nbox_untimed``). One without an ``aten`` schema lists the outermost ``aten``
+  operators under it, in execution order, in ``nbox_children`` (JSON: ``{name, op_schema, et_id, inputs, outputs[,
+  input_strides]}``, :func:`nbox_record.convert.attrs.write_io`'s formats), or sets ``nbox_children_truncated`` past
+  :data:`~nbox_record.convert.comp.MAX_CHILDREN` operators or :data:`~nbox_record.convert.comp.MAX_CHILDREN_BYTES`;
+* one ``COMM_COLL_NODE`` / ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` per collective, in place of its ``c10d::<op>``
+  operator (hoisted out of, and after, an operator that issued it inside): ``is_cpu_op`` false, ``comm_type`` and
+  ``comm_size`` (int64; bytes, per-rank input: :mod:`nbox_record.sources.comms`), ``pg_name``, ``comm_src`` /
+  ``comm_dst`` / ``comm_tag`` (int32, p2p), and ``nbox_op``, ``nbox_comm_source``, ``nbox_dtype``, ``nbox_async``,
+  ``nbox_root``, ``nbox_in_split_sizes`` / ``nbox_out_split_sizes``, ``nbox_seq``, ``nbox_pg_desc``, ``nbox_stream``,
+  ``nbox_cpu_duration_micros``. Its duration: the NCCL kernel(s) it launched (the node then sits on that stream),
+  else gloo's worker-thread span (``gloo:<op>``), else done - issue from ``collectives.json``, else the CPU call;
+* GPU work from Kineto (kernels, memcpy, memset) as ``COMP_NODE`` with ``is_cpu_op`` false, ``nbox_stream`` and
+  ``nbox_gpu_kind``; GPU ops launched outside the host ET's span are dropped.
 
-Dependencies (:mod:`nbox_record.convert.deps`) are all in ``data_deps`` and point to earlier nodes only, so
-the graph is complete and acyclic by construction; node ids are 0.. in recorded order.
-
-Process groups (:mod:`nbox_record.convert.groups`): from ``## process_group:init ##``, ``collectives.json``
-and ``record_param_comms``; a collective whose group the trace does not name is put on the world, or on
-this rank alone for a group of one.
-
-The parts: :mod:`~nbox_record.convert.inputs` (the inputs joined), :mod:`~nbox_record.convert.comp` (host
-operators), :mod:`~nbox_record.convert.comm` (collectives), :mod:`~nbox_record.convert.gpu` (GPU work),
-:mod:`~nbox_record.convert.meta` (metadata); this module assembles them.
-
-Dropped, and counted in ``stats``: ``gloo:``/``nccl:`` markers at top level, the work a gloo worker
-thread did inside a collective (the copies of an all-gather: the collective already stands for it),
-nodes unreachable from the roots. The inputs are untrusted: size-capped, parsed without recursion,
-never evaluated; every error is an :class:`~nbox_trace.errors.InvalidInputError` naming the file.
+Dependencies (:mod:`nbox_record.convert.deps`) are in ``data_deps`` and point to earlier nodes only: the graph is
+acyclic by construction. Dropped and counted in ``stats``: top-level ``gloo:`` / ``nccl:`` markers, a gloo worker
+thread's work inside a collective, nodes unreachable from the roots. The parts live in
+:mod:`~nbox_record.convert.inputs`, :mod:`~nbox_record.convert.comp`, :mod:`~nbox_record.convert.comm`,
+:mod:`~nbox_record.convert.gpu` and :mod:`~nbox_record.convert.meta`; this module assembles them. The inputs are
+untrusted: size-capped, parsed without recursion, never evaluated; every error is an
+:class:`~nbox_trace.errors.InvalidInputError` naming the file. Times are microseconds.
 """
 
 from __future__ import annotations

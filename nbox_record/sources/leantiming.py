@@ -1,64 +1,24 @@
 """Operator times from the lean pass: iterations profiled by Kineto alone, mapped onto the captured operators.
 
-Why
----
-The captured iterations run under the execution-trace observer and Kineto with ``record_shapes``; the
-observer serializes every operator (its inputs, outputs, ids) as it runs, and that cost lands inside the
-recorded durations: on the FSDP2 example the observer with Kineto costs far more thread CPU per iteration than
-Kineto alone, which costs little (docs/results.md, "The lean pass against the profiled times").
-``nbox_replay.inputs.profiler`` scales the recorded durations back from the
-thread's clean CPU time (each captured iteration's operators to it, or by clean / captured CPU time: one
-factor per rank either way), which is only as good as those figures are stable (the ratio moves from run to run on the
-testbed). The lean pass measures instead: ``L`` iterations
-before the capture run under Kineto only (CPU activity, no shapes, no observer), and each captured
-top-level operator takes the median duration of its counterpart in them.
+With ``nbox record --lean-iterations L`` (off by default), the L iterations before the capture run under Kineto only
+(CPU activity, no shapes, no ET observer), and each captured top-level operator takes the median duration of its
+counterparts there (:func:`lean_times`, a :class:`LeanTime` per operator).
 
-Counterparts
-------------
-Both passes are read the same way (:func:`top_sequences`): an iteration is the span between two of nbox's
-boundary markers; on each thread, its **top-level events** are the ``cpu_op`` events not inside an earlier
-one on that thread (user annotations such as ``record_function`` scopes are not operators). An event's key
-is ``(thread, name, k)``: it is the k-th top-level event of that name on that thread in its iteration. A
-training step issues the same operators in the same order every iteration (checked on the examples: FSDP2's top-level
-events all agree by name and position), so the key names the same operator call in every
-iteration of either pass. A captured event whose key is absent from the lean iterations (data-dependent
-control flow) keeps its recorded duration, and the replay's profiler correction still applies to it.
+Counterparts: both passes are read the same way (:func:`top_sequences`). An iteration is the span between two of
+nbox's boundary markers; on each thread its top-level events are the ``cpu_op`` events not inside an earlier one
+(``record_function`` scopes are not operators), and an event's key is ``(thread, name, k)``: the k-th top-level
+event of that name on that thread in its iteration. A captured event whose key no lean iteration has keeps its
+recorded duration, and the replay's profiler correction still applies to it.
 
-The gap
--------
-Each key also carries the **gap before** it: the time on its thread from the end of the previous top-level
-event (or the iteration's opening marker) to its start, the framework's own Python work between operators
-(module hooks, autograd bookkeeping, the optimizer's loop), which no operator records. The replay charges it
-to the thread before the operator (``nbox_gap_micros``). Measured the same way, the gaps are a
-sizeable share of the FSDP2 example's iteration.
+The gap: each key also carries the time on its thread from the end of the previous top-level event (or the
+iteration's opening marker) to its start, the framework's work between operators, which the replay charges to the
+thread before the operator (``nbox_gap_micros``). A thread that runs backward events while the training thread
+waits for it (:func:`_handoff_threads`: a CUDA backward on the autograd engine's device thread) and the training
+thread are one timeline: a gap there runs from the previous event on either, and is marked ``joined``
+(``nbox_gap_joined``), so the replay starts it once the other thread's work its node depends on has ended.
 
-On a CUDA rank the backward pass runs on the autograd engine's device thread while the caller waits in
-``backward()`` (seen on an H100: every ``autograd::engine::evaluate_function`` event of the DDP and FSDP2 examples on
-a second thread). Counted per thread, the caller's gap before its next operator held almost the whole backward,
-which the replay then played beside the backward it waited
-for, and the engine's own work between backward events counted nowhere. Such a thread (:func:`_handoff_threads`)
-and the caller are one timeline, one of them working at a time: a gap runs from the previous event on either. Such a
-gap is marked
-(``LeanTime.joined``, ``nbox_gap_joined``), and the replay starts it once the work on another host thread that
-its node depends on has ended (nbox_replay/virtual/engine.py); an unmarked gap already holds such waits.
-
-Measured, and why it is off by default
---------------------------------------
-With ``nbox record --lean-iterations 3`` on the namespace testbed, the virtual replay with the lean figures and
-gaps predicts worse than the same recording's profiled durations under the proportional rule (both on the same
-bundle: ``replay.profiler_correction=off`` vs ``proportional``), far worse on FSDP2 (bench/fidelity.py --testbed --lean;
-docs/results.md, "The lean pass against the profiled times").
-
-The lean pass removes the observer's cost, but a wall-clock time cannot tell work from waiting: FSDP2's
-training thread waits for its all-gathers and reduce-scatters inside operators (``evaluate_function:
-RegisterPostBackward`` and ``AddBackward0``, which run FSDP's backward hooks) and between them (before an
-``aten::chunk``), and those waits, in the gaps and in the operators' times, are played as compute on top of the
-collectives the replay models. What is missing is each operator's and gap's time on a CPU (the thread's CPU
-clock at every operator boundary), which Kineto does not record; until then the default is no lean pass, and
-the default rule of ``nbox_replay.inputs.profiler`` (built on the thread's CPU time, which leaves waits out; with a
-lean pass, the operators it did not time are corrected by the ``proportional`` rule).
-
-All times microseconds. Nothing here reads files: :mod:`nbox_record.sources.kineto` does.
+All times microseconds. Nothing here reads files: :mod:`nbox_record.sources.kineto` does. Why the pass exists, and
+why it is off by default: docs/design/lean-pass.md.
 """
 
 from __future__ import annotations
@@ -127,9 +87,8 @@ def _handoff_threads(cpu: Sequence[CpuEvent], iteration: dict[Key, int],
                      training: set[tuple[str, str]]) -> set[tuple[str, str]]:
     """The threads that work while a training thread waits for them: each runs at least one backward event
     (:data:`AUTOGRAD_EVENT`) and none of its top-level events overlaps a training thread's. On a CUDA rank the
-    autograd engine runs the backward on its device thread while the caller blocks in ``backward()`` (checked on
-    an H100: every backward event of the DDP examples on a second thread); on a CPU rank the caller
-    runs it itself, and there is no such thread."""
+    autograd engine runs the backward on its device thread while the caller blocks in ``backward()``; on a CPU rank
+    the caller runs it itself, and there is no such thread (docs/design/lean-pass.md)."""
     spans = sorted((cpu[i].ts, cpu[i].end) for key, i in iteration.items() if key[0] in training)
     starts = [s for s, _ in spans]
     reach: list[float] = []  # the latest end among the spans starting at or before each one

@@ -268,8 +268,7 @@ def waits_inside(g: RankGraph) -> list[float]:
     ``evaluate_function: RegisterPostBackwardFunction``. The profiler times the operator with the wait in it,
     and the converter orders the collective after the operator (its thread's previous node), so a replay
     that played the recorded duration would count the communication twice: once as the operator's compute
-    and again as the modeled collective that follows it. On the namespace testbed's FSDP2 recording such waits were
-    about a third of the recorded compute (docs/results.md, "Communication waits inside operators").
+    and again as the modeled collective that follows it (how much: docs/design/profiler-correction.md).
 
     The rule: a collective on a host thread whose recorded span ``[start, start + duration]`` lies inside
     the span of a compute node on the same thread that it depends on (the operator it was issued in, which

@@ -1,135 +1,36 @@
-"""Recorded compute corrected for the profiler's overhead (one rule for replay virtual, live and sweep).
+"""Recorded compute corrected for the profiler's overhead: one rule for the virtual and live replays and sweeps.
 
-Why
----
-The recorder captures its iterations with the ET observer and Kineto (``record_shapes``) attached. They make
-every operator slower, and the recorded durations carry that: on the namespace testbed the captured
-iterations' compute is longer than the un-instrumented ones', by far the most on FSDP2
-(``bench/testbed_causes.py``; docs/results.md), so a replay that plays the recorded durations predicts
-too slow. The recorder samples the training thread's time on a CPU both in its clean timed iterations and in
-its captured ones (``nbox_record/capture/clock.py``); the bundle carries them per rank
-(``observed.thread_cpu_us``, :mod:`nbox_trace.bundle`). With ``clean`` = the median clean CPU time per
-iteration and ``captured`` = the median captured one, the profiler cost the thread ``captured - clean`` per
-iteration, and the rank's host compute nodes (those on a ``thread:`` resource; GPU stream nodes are not
-touched) are corrected by one of these rules:
+The captured iterations ran under the ET observer and Kineto, which lengthened every recorded duration. The bundle
+carries, per rank, the training thread's CPU time per clean and per captured iteration (``observed.thread_cpu_us``:
+``clean``, ``captured``, ``clean_run_queue``, ``clean_segments``; :mod:`nbox_trace.bundle`), and a rule rescales the
+rank's host compute nodes (those on a ``thread:`` resource; GPU stream nodes are not touched) from them:
 
-* ``proportional``: every duration times ``clean / captured``;
-* ``per_op``: every compute node of captured iteration j loses ``(captured - clean) / n_j``, n_j its number
-  of host compute nodes (with a duration), floored at :data:`PER_OP_FLOOR` of its recorded duration.
+=====================  ========================================================================================
+``proportional``       every duration times ``clean / captured``
+``per_op``             each node of captured iteration j loses ``(captured - clean) / n_j`` (n_j: its host compute
+                       nodes with a duration), floored at :data:`PER_OP_FLOOR` of its recorded duration
+``to_clean``           the training thread's nodes of iteration j times ``clean / recorded_j`` (recorded_j: their
+                       sum; may be above 1); other host threads' nodes by ``proportional``
+``segments``           ``to_clean`` per segment between the training thread's comm nodes, each to the median clean
+                       time of the same segment (:mod:`nbox_replay.inputs.segments`); an iteration whose segments
+                       do not match the clean ones' falls back to ``to_clean``, and the report names it
+``segments_runnable``  ``segments`` to the clean time on a CPU or waiting for one (CPU plus run-queue time)
+``to_wall``            every host node, gap and collective issue cost of iteration j times ``min(1, clean_wall /
+                       host_j)`` (clean_wall: the median clean iteration, ``observed.per_rank_us``; host_j: their sum)
+=====================  ========================================================================================
 
-* ``to_clean``: the training thread's compute nodes of captured iteration j times ``clean / recorded_j``,
-  recorded_j their recorded sum: each captured iteration's compute on that thread adds up to the clean
-  iteration's thread CPU time (which may lengthen it: a factor above 1 where the operators took less than the
-  thread). The training thread is the host thread with the most recorded compute (the recorder's figures are
-  its); compute on another host thread (FSDP2 has a few nodes on one, a small share of its compute) is corrected
-  by ``proportional``.
-* ``segments``: ``to_clean`` segment by segment. The recorder also samples the training thread's CPU time at each
-  collective it issues in the clean iterations (``observed.thread_cpu_us.<rank>.clean_segments``,
-  nbox_record/capture/segments.py). Each captured iteration's training-thread compute nodes are cut at the comm
-  nodes on that thread, in node order, and each segment's nodes are scaled so that they add up to the median clean
-  time of the same segment (:mod:`nbox_replay.inputs.segments`). A captured iteration whose segment count differs
-  from the clean iterations' (their most common one), or with a segment without recorded compute, is corrected by
-  ``to_clean`` instead, and the report names it.
-* ``segments_runnable``: ``segments`` with each segment scaled to the clean thread's time on a CPU *or waiting for
-  one* (the segment's CPU time plus its run-queue time). Where the training thread shares its cores with the
-  communication library's threads (gloo on a CPU node: they reduce and copy the gradients beside the backward
-  pass), its compute took that wait too in the real run, and the replay, which prices the collectives apart, has
-  nowhere else to play it; the live replay's host-work pad targets the same sum (nbox_replay/live/hostwork.py).
+``replay.profiler_correction``: ``on`` (the default) picks per rank (:func:`rank_rule`): ``segments_runnable`` with
+clean segments (``segments`` where the thread waited for a CPU :data:`OVERSUBSCRIBED_SHARE` of its CPU time or
+more beyond what its node's CPU quota makes it wait: ``cpu_share``, :attr:`RankFigures.oversubscribed`; a quota
+is a CPU node's, a container's or a host's limit, with no GPU counterpart), else :data:`DEFAULT_RULE`;
+:data:`FALLBACK_RULE` for a rank with lean-timed operators (only those the lean pass did not time are corrected) or
+unmarked captured iterations; :data:`DEVICE_RULE` for a rank with device compute, marked iterations and a clean wall
+time (else :data:`FALLBACK_RULE`). A named rule applies to every rank, the lean figures set aside; ``off`` plays the
+durations as they are. ``proportional`` and ``per_op`` never lengthen compute. A rank without figures is replayed
+uncorrected, and the report says so. The live worker of ``--compute recorded`` waits the corrected durations. Times
+are microseconds.
 
-Neither of the first two is exact: ``captured - clean`` also holds profiler work outside every operator (the
-observer's and Kineto's bookkeeping between operators and at the boundaries), which the recorded durations never
-carried, and the overhead inside an operator grows with the number of child operators the profiler records under it,
-which neither rule sees. ``proportional`` assumes the overhead is spread like the thread's time;
-``per_op`` that each top-level operator pays the same.
-
-The rule chosen (:data:`DEFAULT_RULE`)
---------------------------------------
-``segments_runnable`` for a rank whose work is its host thread's and whose bundle carries the clean segments
-(``segments`` where its machine was oversubscribed, below), ``to_clean`` for such a rank without them (a bundle
-recorded before the recorder sampled them): a rank with lean-timed operators (their figures and gaps already hold
-part of the thread's time) gets :data:`FALLBACK_RULE`, ``proportional``,
-and a rank with device compute :data:`DEVICE_RULE`, ``to_wall`` (below); the report's line names either.
-
-Why ``to_clean``: ``proportional`` assumes the profiler's cost sits inside the operators in proportion to their
-time, but once communication waits are taken out of the operators' durations (nbox_replay/inputs/graph.py,
-:func:`~nbox_replay.inputs.graph.waits_inside`) much of ``captured - clean`` is outside every operator (between them),
-so it shortens the operators by more than the profiler lengthened them and leaves out the framework's work between
-operators, which the virtual replay has nowhere else to play; ``to_clean`` charges the whole clean thread time to
-the operators. Why ``segments`` where it can: the profiler's overhead is not proportional to an operator's time. It
-grows with the number of operators and hooks the profiler records, so a backward pass of many small autograd
-operators is inflated far more than a forward pass of a few large ones; with one factor per iteration the forward
-comes out too short, the first gradient bucket's collective is issued too early, and a link-bound stream of
-buckets that follows it ends the iteration early by as much. The clean segments put each collective's issue where
-the un-instrumented thread reached it. Against the recording's own un-instrumented iterations (the same launch,
-so the same memory layout and moment of the machine) ``proportional`` comes out low on nearly every example-run
-and ``to_clean`` does not; against fresh real runs the two are close, as a launch's own luck is larger than their
-difference (bench/fidelity.py --testbed; docs/results.md, "The model's own error, with the launch-to-launch drift taken
-out"). ``per_op`` removes far less than the gap it is given: most top-level operators are shorter than their share
-of it and stop at the floor, and the profiler's cost follows the operator's own time (its children, recorded too),
-not a fixed amount per operator.
-
-Two limits. On a GPU the host thread's CPU time holds its spins in synchronizing calls, which ``to_clean`` would
-play as operator time, and CUDA activity tracing blocks the thread inside operators, time that neither CPU-time
-rule sees: such ranks get ``to_wall`` (below). And where the recording machine was oversubscribed (more ranks than
-CPUs), the thread's run-queue time is mostly its turns behind other ranks' compute, which a node with a CPU of its
-own does not take: such a rank (a wait of :data:`OVERSUBSCRIBED_SHARE` or more of its CPU time) gets ``segments``
-(CPU time only) instead of ``segments_runnable``, and the report names it. Below that share the wait is the
-communication library's threads sharing the training thread's core (gloo reducing and copying the gradients beside
-the backward pass), which the real job's compute took too and the replay, pricing the collectives apart, has
-nowhere else to play; on the namespace testbed ``segments_runnable`` came closer to the real launches than
-``segments`` on each of the four real models (docs/results.md).
-
-A rank with device compute: ``to_wall``
----------------------------------------
-On a CUDA rank the training thread's CPU time says little about its
-host work: it spins in synchronizing calls, and its backward pass runs on the autograd engine's device thread
-while it waits (nbox_record/sources/leantiming.py), a thread the recorder's CPU figures do not cover; and CUDA activity
-tracing blocks the thread inside the captured operators, time no CPU figure holds. On a lent H100 the captured
-iteration's wall time was many times its clean one while its thread was on a CPU for little of it, and
-``proportional`` replayed far too slow (docs/results.md, "The GPU kit"). ``to_wall`` scales each captured
-iteration's host work (every compute node on a host thread, lean-timed ones too, each one's gap, and what issuing
-each collective cost its thread, also where the
-walk charges that issue to the stream of its NCCL kernel; all of which the profiler lengthened) by
-``min(1, clean_wall / host_j)``, clean_wall the rank's median clean iteration (``observed.per_rank_us``) and
-host_j that work's recorded sum. The assumption is a host-bound rank, one whose
-iteration is its host's work end to end (the DDP and FSDP2 examples on an H100: a few microseconds of kernel per
-operator); a rank whose host work is shorter than its iteration (GPU-bound, or waiting on a collective) keeps
-it (factor 1: the GPU streams and the collectives carry the rest). Its baseline is then the recording's clean
-iteration by construction, so its fidelity is what another launch says (docs/results.md, "The GPU kit").
-Not measured: a rank whose host waits on NCCL inside its clean iterations (that wait is in the wall time and would
-be scaled with the work;
-one GPU here, no real collective).
-
-A correction by ``proportional`` or ``per_op`` never lengthens compute: a rank whose captured CPU time is not
-above its clean one keeps its recorded durations (factor 1).
-
-The lean pass
--------------
-A recording with a lean pass (``nbox record --lean-iterations``, opt-in; nbox_record/sources/leantiming.py, which says
-why it is not the default: its wall-clock times carry the thread's communication waits) measures instead of
-scaling: its captured host operators carry the median duration of the same operator call profiled by
-Kineto alone (no ET observer), and the gap before each (the framework's work between operators). Those nodes
-need no correction and get none under ``on`` (the default); only host operators the lean pass did not find are
-corrected, by :data:`FALLBACK_RULE` (``to_clean`` would charge them the whole thread time, the lean figures'
-and gaps' share included). Naming a rule (``proportional`` / ``per_op`` / ``to_clean``) plays every host
-operator's
-*profiled* duration under that rule, the lean figures and gaps set aside: the prediction a recording without a
-lean pass would give, to compare on the same bundle. ``off`` plays the nodes as the bundle carries them (lean
-figures where measured, profiled durations elsewhere, uncorrected).
-
-Old bundles
------------
-A bundle without ``observed.thread_cpu_us`` (recorded before the figures existed, imported, a bare ET) or
-without figures for a replayed rank is replayed uncorrected for that rank, and the report says so. The
-correction is on by default (``replay.profiler_correction=on``); ``off`` plays the recorded durations as they are;
-``proportional`` / ``per_op`` / ``to_clean`` name one rule for every rank. Under ``on`` a capture whose
-iterations the recorder did not mark (one span, however many iterations it holds) is corrected by
-``proportional`` too: ``to_clean`` needs each captured iteration's operators to scale them to one clean
-iteration.
-
-The live worker of ``--clock real --compute recorded`` waits each node's corrected duration, so it plays the same
-rule; its own walk between nodes comes on top under either. On the testbed it lands a little above the same bundle's
-virtual replay (docs/results.md, "Run L").
+Why these rules, and what they were compared against: docs/design/profiler-correction.md.
 """
 
 from __future__ import annotations

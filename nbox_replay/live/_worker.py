@@ -1,63 +1,37 @@
 """One replayed rank of a live replay (``--clock real``), launched by :mod:`nbox_trace.launch`.
 
-Started by :func:`nbox_replay.live.run.replay_live` as ``python -m nbox_replay.live._worker CONFIG.json`` in
-each of N processes; process ``RANK`` replays global rank ``config.ranks[RANK]``. The parent sets the
-``nbox`` backend's environment (``NBOX_WORLD_SIZE`` = the what-if world size W, ``NBOX_REAL_RANKS`` = the
-replayed global ranks, ``NBOX_SCENARIO`` = the scenario TOML at W, ``NBOX_MOVE_DATA=0``), so collectives are
-answered with the emulator core's modeled delays; the replayed ranks exchange only their arrival times (the
-buffers carry no information, and a real transfer slower than the model would set the answer).
+Run as ``python -m nbox_replay.live._worker CONFIG.json`` in each of N processes
+(:func:`nbox_replay.live.run.replay_live`); process ``RANK`` replays global rank ``config.ranks[RANK]`` through the
+``nbox`` backend, which the parent sets up (``NBOX_WORLD_SIZE`` = W, ``NBOX_REAL_RANKS``, ``NBOX_SCENARIO`` = the
+scenario at W without its compute keys and the replayed ranks' stragglers, which the walk plays, so a straggler is
+slowed once; ``NBOX_MOVE_DATA=0``: the ranks exchange arrival times only).
 
-The walk follows :mod:`nbox_replay.virtual`'s semantics, on the real clock: nodes run in node order; a node that
-depends on a comm node first waits on its work (a comm node that depends on another comm node does not: a group's
-collectives are ordered by the group itself); a compute node runs live (:mod:`nbox_replay.live.ops`) or, with
-``compute="recorded"`` or on fallback, waits its recorded duration (with ``compute="recorded"``, after the recorded
-gap before it: the training framework's work between operators, which a live re-execution replaces by the worker's
-own) times the rank's compute factor (``config.factors``: the straggler slowdown divided by the scenario's
-``compute_scale``, decided by the parent); a live node with a factor above 1 is padded to factor x its measured time
-(the parent refuses factors below 1 for live compute: an operator cannot run faster than it does). With
-``config.host_cpu_us`` (``host_work=pad``, :mod:`nbox_replay.live.hostwork`) every repetition measures the thread's
-own time per iteration, and each timed one stretches every live operator by the rank's host-work factor planned from
-the repetitions before it (their median, the cold first left out; reported as ``host_pad``: the last timed
-repetition's); with ``config.host_credit`` (``host_work=match``) a factor below 1 credits the rank instead: each
-live operator moves the rank's own timeline ``(1 - factor) x`` its time behind the host clock (the backend's
-:class:`emulator_core.backend.clocksync.Clock`), and every time the walk reads (spans, iteration ends, the repetition's
-wall time) is on that timeline. In a timed repetition with ``host_credit`` a wait that ends past the answered end on the
-rank's timeline is credited the overshoot too: the answer needs every real peer's arrival time, which comes in host
-time, so a peer whose own credit put its host clock behind (or the exchange's round trip) would make the rank late on
-its timeline for a delay that is the emulator's, not the cluster's; credited, each wait ends on the rank's timeline
-where the model put it, as on the virtual clock (``caught_up_us`` per timed repetition in the result). The worker
-holds its heap first (:mod:`nbox_replay.live.allocator`; ``heap_not_held`` says why not where it could not). With
-``config.serialize`` (the scenario's ``overlap = "serialize"``) every outstanding collective is waited for before
-the next compute node, so communication never overlaps compute on the rank. A comm node is issued with
-``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.engine.retarget`), and a blocking one is
-waited on at once. A repetition ends when its last work has completed. Warm-up repetitions run first
-(not timed), then the timed ones. The backend's scenario (``NBOX_SCENARIO``) is the network's only: the parent
-removes the compute keys and the replayed ranks' stragglers from it, so a straggler is slowed once, here.
+The walk (:class:`Replayer`) follows :mod:`nbox_replay.virtual`'s semantics on the real clock: nodes in node order; a
+node that depends on a comm node waits on its work (a comm node on another comm node does not: the group orders
+them); a compute node runs live (:mod:`nbox_replay.live.ops`) or waits its recorded duration (``compute="recorded"``,
+after its recorded gap; and every fallback), times the rank's compute factor (``config.factors``: straggler
+slowdown over ``compute_scale``; a live node under a factor above 1 is padded to factor x its measured time); a comm
+node is issued with ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.engine.retarget`),
+a blocking one waited on at once; with ``config.serialize`` every outstanding collective is waited for before the
+next compute node. Warm-up repetitions first, then the timed ones. The host-work pad or credit
+(``config.host_cpu_us``, ``config.host_credit``) is :mod:`nbox_replay.live.hostwork`'s; the heap is held first
+(:mod:`nbox_replay.live.allocator`). On CUDA with live compute the walk is :mod:`nbox_replay.live.streams`'s (the
+first repetition runs every node on one stream); with recorded compute on CUDA, the walk above with a synchronize
+before each collective and at the end.
 
-Output: ``<result_dir>/rank<R>.json`` with ``iteration_us`` (per timed repetition, microseconds of wall
-time on this rank), ``iteration_ends_us`` (per timed repetition, when the rank ended each of its captured
-iterations, :func:`nbox_replay.inputs.graph.captured_iterations`: iteration j when the walk reaches the first node of
-iteration j + 1, the last at the repetition's end; microseconds from the repetition's start), ``compute_us``
-and ``wait_us`` per repetition (``caught_up_us``: what ``host_credit``'s waits ran past their answered ends and were
-credited), and what was measured per timed
-repetition in ``spans``: ``compute`` (``[start, end]`` of every compute node) and ``comms`` (``[issue, start,
-end]`` of every collective and send/recv: issue as the worker saw it, start and end as the backend answered
-them, the end moved later when the arrival times came in later than it, unless that overshoot was credited),
-microseconds from the repetition's
-start on the rank's clock (:mod:`nbox_replay.virtual.breakdown` cuts them into parts); plus ``coverage``, ``fallbacks``
-(nodes per operator name) and ``fallback_reasons``. On any exception ``<result_dir>/error<R>.json`` names the
-rank, the node and the error, and the process exits with code 1.
+Output, ``<result_dir>/rank<R>.json`` (microseconds, per timed repetition, from its start on the rank's clock):
 
-On CUDA with live compute the walk is :mod:`nbox_replay.live.streams`'s (:meth:`Replayer.repetition` hands it over;
-this rank is its ``Runner``): each operator on its recorded stream, a dependency across streams an event wait, a
-collective issued asynchronously after its producers (held on the device by the backend where it can be), the
-host-work pad as waits on the host before launches (``host_pad``), and one synchronize, at the end of a repetition;
-the worker's first repetition runs every node on one stream. A call held on the host (a send or a receive, or every
-call where the backend cannot hold on the device: ``NBOX_DEVICE_HOLD=off``, or no hold kernel) arrives when the host
-issues it, so the device is synchronized before it is issued, as before the streams. There the compute spans and the
-captured iterations' ends (but the last) are host times, when the walk launched, not the device's. With recorded
-compute on CUDA nothing runs on the device: the walk above, with a synchronize before each collective and at the
-end.
+``iteration_us``       the repetition's wall time
+``iteration_ends_us``  the end of each captured iteration (:func:`~nbox_replay.inputs.graph.captured_iterations`)
+``compute_us``         compute time; ``wait_us``: time in waits; ``caught_up_us``: overshoot credited (``match``)
+``spans``              ``compute``: ``[start, end]`` per compute node; ``comms``: ``[issue, start, end]`` per comm
+                       node, the end moved later where the arrivals came in later than it (unless credited)
+``host_pad``           the last timed repetition's :class:`~nbox_replay.live.hostwork.HostPad`; ``heap_not_held``
+``coverage``           with ``fallbacks`` (nodes per operator name) and ``fallback_reasons``
+
+On CUDA the compute spans and the captured iterations' ends but the last are host times, when the walk launched. On
+any exception ``<result_dir>/error<R>.json`` names the rank, the phase, the node and the error, and the process exits
+with 1. Why the pad and the credit work so: docs/design/host-work.md.
 """
 
 from __future__ import annotations
@@ -186,7 +160,8 @@ class Replayer:
         """Wait for the works of comm nodes ``which`` (those still outstanding); the time it took on the rank's
         timeline, ns. The thread's CPU time meanwhile (the backend's wait spins its last microseconds, where the
         real thread blocks) is added to :attr:`wait_cpu_ns`. With :attr:`catch_up` a wait that ends past the
-        answered end on the rank's timeline is credited the overshoot (module docstring)."""
+        answered end on the rank's timeline is credited the overshoot (:mod:`nbox_replay.live.hostwork`, "Both
+        ways")."""
         t0, c0, lag0 = self._now(), time.thread_time_ns(), self.clock.lag_ns
         for j in which:
             w = works.pop(j, None)
@@ -317,7 +292,7 @@ class Replayer:
     # -- live compute on CUDA: the walk of nbox_replay.live.streams, this rank as its Runner -------------------
     def _on_streams(self, walk: StreamWalk) -> tuple[float, float, float]:
         """:meth:`repetition` on CUDA: the host pad is :attr:`pad` as waits before launches; one synchronize, at the
-        end (module docstring)."""
+        end (:mod:`nbox_replay.live.streams`)."""
         marks = [len(r) for r in self.records]
         self._ends, self._unpriced = [], []
         start = self._start = self._now()
@@ -412,7 +387,7 @@ def main(argv: list[str]) -> int:
         factor = cfg.factors[rank]
         where["phase"] = "init_process_group"
         # `import torch` registers the backend through nbox's entry point, which exists only where nbox is
-        # installed; from a checkout on PYTHONPATH (bench/gpu_check.py on a lent GPU machine) it does not.
+        # installed; from a checkout on PYTHONPATH (bench/gpu_check.py on a GPU machine) it does not.
         register_nbox_backend()
         dist.init_process_group("nbox", timeout=timedelta(seconds=cfg.timeout_s))
         if dist.get_rank() != rank or dist.get_world_size() != cfg.world:

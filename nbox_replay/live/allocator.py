@@ -1,26 +1,14 @@
 """A steady host heap for the processes that re-execute operators (live replay, live measurement).
 
-PyTorch's CPU tensors come from ``posix_memalign`` (glibc's malloc on Linux). glibc serves a block above its
-mmap threshold with a fresh ``mmap`` and gives it back on free, and returns the free top of its heap to the
-kernel once it passes the trim threshold; either way the next tensor of that size touches new pages, and every
-4 KiB page costs a minor page fault the first time it is written. A replay worker re-runs the same operators with
-the same sizes over and over, but through a pool that frees each output at its recorded last use
-(:class:`nbox_replay.live.ops.TensorPool`), in an order the real training process did not have: on ddp_transformer the
-operators of one
-captured iteration took hundreds of minor faults and measurably longer than with the heap held, more faults than
-the real training loop of the same model takes per step (docs/results.md, "Smaller measurements").
-
-The replay's compute is meant to cost what the operators cost, and the real thread's own extras (its faults,
-the autograd engine, Python) are put back by the host-work pad (:mod:`nbox_replay.live.hostwork`), which can only
-stretch a replay that runs faster than the real thread, never shrink one that runs slower. So the workers hold
-the heap: :func:`hold_heap` fixes the mmap threshold at glibc's own ceiling for its dynamic threshold
-(``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB on 64-bit: a block that large is mapped in the real process too, so it
-faults in both) and turns trimming off (``M_TRIM_THRESHOLD``), through ``mallopt(3)``. The process keeps the
-memory it freed (its peak, which the replay reaches in its first repetition anyway).
+:func:`hold_heap` sets glibc's malloc, through ``mallopt(3)``, so that freed tensor memory is reused rather than given
+back to the kernel: the mmap threshold fixed at glibc's ceiling for its dynamic threshold (``M_MMAP_THRESHOLD`` =
+``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB on 64-bit: a block that large is mapped in the real process too) and trimming
+off (``M_TRIM_THRESHOLD``). The process keeps the memory it freed (its peak, which the replay reaches in its first
+repetition anyway), and a re-run operator touches no new pages the real run did not.
 
 Nothing is done on a C library that is not glibc (musl, macOS), with another allocator preloaded (jemalloc,
-tcmalloc: ``LD_PRELOAD`` names it; they keep their own caches), or when ``mallopt`` refuses; the reason is
-returned, and the worker reports it.
+tcmalloc: ``LD_PRELOAD`` names it; they keep their own caches), or when ``mallopt`` refuses; the reason is returned,
+and the worker reports it (``heap_not_held``). Why the heap is held: docs/design/live-replay.md.
 """
 
 from __future__ import annotations

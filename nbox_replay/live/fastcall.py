@@ -1,23 +1,19 @@
 """A replayed operator's cheapest Python entry: torch's generated binding, where it runs the same operators.
 
-A live replay calls each recorded ``aten`` operator from Python, where the real run called it from C++ (the
-autograd engine, a module's forward in C++ kernels). That call's own cost is the replay's, not the workload's, and
-it counts on the replayed thread as if it were compute (:mod:`nbox_replay.live.hostwork`). ``OpOverload._op`` (the
-resolved overload's entry) parses its arguments against the schema through the TorchScript stack machinery;
-torch's generated bindings (``torch._C._VariableFunctions.mm``, ``torch.Tensor.view``, ``torch._C._nn.gelu``)
-parse them with the faster generated parser, so a small operator's call costs measurably less and a replayed
-iteration's live operators take less time (docs/results.md, "The replay's own overhead: operators through torch's
-bindings").
+A live replay calls each recorded ``aten`` operator from Python; that call's own cost is the replay's, not the
+workload's. ``OpOverload._op`` parses its arguments against the schema through the TorchScript stack machinery;
+torch's generated bindings (``torch._C._VariableFunctions.mm``, ``torch.Tensor.view``, ``torch._C._nn.gelu``) parse
+them with the faster generated parser.
 
-A binding is picked by name and then **checked** (:func:`choose`), because it selects its overload by parsing
-the arguments itself and may pick another one, or reject the schema's positional form (``ones_like``'s
-keyword-only ``dtype``): once, when the operator is prepared (:class:`nbox_replay.live.ops.Runnable`, before any
-repetition), both entries run on ``meta`` tensors of its recorded shapes, strides and dtypes, built by a ``meta``
+A binding is picked by name and then **checked** (:func:`choose`), because it selects its overload by parsing the
+arguments itself and may pick another one, or reject the schema's positional form (``ones_like``'s keyword-only
+``dtype``): once, when the operator is prepared (:class:`nbox_replay.live.ops.Runnable`, before any repetition), both
+entries run on ``meta`` tensors of its recorded shapes, strides and dtypes, built by a ``meta``
 :class:`~nbox_replay.live.ops.TensorPool` (no data, no side effect; a device argument becomes ``meta`` too, and an
-operator with neither keeps ``_op``), under a mode that records every ``aten`` overload they dispatch to; the
-binding is used only when it dispatches exactly the same overloads, in the same order, and returns outputs of the
-same shapes, strides and dtypes. Anything else (no binding of that name, an error on either side, an operator
-without a ``meta`` kernel) keeps ``_op``.
+operator with neither keeps ``_op``), under a mode that records every ``aten`` overload they dispatch to; the binding
+is used only when it dispatches exactly the same overloads, in the same order, and returns outputs of the same
+shapes, strides and dtypes. Anything else (no binding of that name, an error on either side, an operator without a
+``meta`` kernel) keeps ``_op``. Why: docs/design/live-replay.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,26 @@
 """Recorded compute nodes as runnable operators: the ``live`` half of ``--compute live|recorded``.
 
-A compute node recorded by PyTorch's execution-trace observer carries its operator schema (attribute
-``op_schema``, e.g. ``aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor``) and its
-arguments in ``inputs`` (chakra-format.md, "PyTorch capture facts"): ``values``, ``shapes`` and ``types``
-are JSON lists with one entry per schema argument, in schema order (keyword-only ones included), and the
-strides are in attribute ``nbox_input_strides``. A tensor's value is ``[tensor_id, storage_id, offset,
-numel, itemsize, device]``.
-
+A compute node recorded by the ET observer carries its operator schema (``op_schema``) and its arguments in
+``inputs`` (``values``, ``shapes``, ``types``: one entry per schema argument, in schema order; strides in
+``nbox_input_strides``); a tensor's value is ``[tensor_id, storage_id, offset, numel, itemsize, device]``.
 :func:`prepare` turns every compute node of a rank into a :class:`Runnable` (the resolved
-``torch.ops.aten.<name>.<overload>`` and argument templates) or ``None`` with a reason. Running a node
-builds its arguments in a per-rank :class:`TensorPool`:
+``torch.ops.aten.<name>.<overload>`` and argument templates) or ``None`` with a reason. Arguments are built in a
+per-rank :class:`TensorPool`:
 
-* a tensor is **reused by tensor id**: the output of one node that a later node takes as input is the same
-  tensor object, and an in-place operator's output is its input, so memory behaves as recorded. A tensor
-  id first met as an input (a parameter, a gradient, the batch) is created once, of the recorded shape,
-  dtype and strides, on the replay device, and kept; one first met as an output is dropped after its last
-  use in the graph and made again by its producer in the next repetition;
-* a tensor id first met as an input whose recorded storage is that of an earlier output is a **view of
-  that output** (recorded storage offset, shape and strides), made on each use: the activations a backward
-  reads were views made inside recorded operators (``aten::linear`` reshapes its input), so no recorded
-  operator produced them. Made as new tensors, they would be memory the real run had not touched since long
-  (cold in cache), and the replayed operators measurably slower than the real model's (docs/results.md). A view
-  that does not fit (another dtype, past the storage's end) is a new tensor;
-* a made tensor's values follow :mod:`nbox_replay.live.values`, so that no operator takes a slow path the real
-  run did not: integer and bool tensors hold zeros (index 0 is always valid for embedding, index_select,
-  gather, nll_loss targets, ...); floating-point ones uniform values in [-1, 1), except what a
-  domain-restricted operator reads (``sqrt``, ``log``, ...: positive) and a recorded Python number (a
-  0-dimensional tensor: 1), each made from the arguments of every operator that reads its tensor id;
-* a device argument is the replay device (a GPU bundle replays on a CPU and the other way round).
+* a tensor is reused by tensor id: a node's output that a later node reads is the same object, an in-place
+  operator's output is its input; one first met as an input is made once (recorded shape, dtype and strides, on the
+  replay device) and kept; one first met as an output is dropped after its last use and made again next repetition;
+* an input whose recorded storage is an earlier output's is a view of that output (recorded offset, shape, strides),
+  made on each use; one that does not fit (another dtype, past the storage's end) is a new tensor;
+* a made tensor's values follow :mod:`nbox_replay.live.values` (integers and bools zero; floats uniform in [-1, 1),
+  positive for a domain-restricted operator, 1 for a recorded Python number), so no operator takes a slow path the
+  real run did not; a device argument is the replay device.
 
-Only the recorded top-level operators are nodes of the trace (never their children), so each node runs as
-recorded. A node without an ``aten`` schema (``autograd::engine::evaluate_function: ...``, ``fsdp::``
-ops), or an ``aten`` operator called on a tensor subclass (FSDP2's DTensor parameters: recorded at the global
-shape, it ran its local operator), that lists the ``aten`` operators it ran in ``nbox_children`` runs them as one
-:class:`~nbox_replay.live.children.CompositeRunnable` (:mod:`nbox_replay.live.children`); if one of them cannot be
-built the whole node falls back. A node that cannot be built (no schema and no children; not an ``aten``
-operator; an argument of a kind that cannot be made, e.g. ``Object``) or that raises when run falls back
-to its recorded duration; fallbacks are counted per operator name and never stop the replay. Coverage is
-the share of recorded compute time (microseconds) that runs live.
+A node without an ``aten`` schema, or an ``aten`` operator called on a tensor subclass (FSDP2's DTensor parameters),
+that lists the ``aten`` operators it ran in ``nbox_children`` runs them as one
+:class:`~nbox_replay.live.children.CompositeRunnable`. A node that cannot be built, or raises when run, falls back to
+its recorded duration; fallbacks are counted per operator name and never stop the replay. Coverage is the share of
+recorded compute time (microseconds) that runs live. Why views and values are made so: docs/design/live-replay.md.
 """
 
 from __future__ import annotations

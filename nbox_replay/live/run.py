@@ -1,37 +1,23 @@
 """Live replay (``--clock real``): re-execute a bundle's ranks on this machine, collectives emulated.
 
-:func:`replay_live` launches one process per replayed rank with nbox's one launcher
-(:mod:`nbox_trace.launch`: N ranks of ``python -m nbox_replay.live._worker``); each walks its rank's
-graph on the real clock (:mod:`nbox_replay.live._worker`): compute nodes run live (:mod:`nbox_replay.live.ops`) or wait
-their recorded durations (``compute="recorded"``, and every fallback), and collectives go through the ``nbox``
-``torch.distributed`` backend, which presents the what-if world of W ranks and completes each collective at the
-time the emulator core models for the scenario (:mod:`emulator_core.backend`).
+:func:`replay_live` launches one process per replayed rank with nbox's one launcher (:mod:`nbox_trace.launch`: N
+ranks of ``python -m nbox_replay.live._worker``); each walks its rank's graph on the real clock, compute live
+(:mod:`nbox_replay.live.ops`) or at its recorded durations, and collectives go through the ``nbox`` backend, which
+presents the what-if world of W ranks and completes each collective at the modeled time (:mod:`emulator_core.backend`).
 
-An iteration is a captured iteration, as in the virtual replay (:mod:`nbox_replay.report.summary`): each worker
-reports when it ended each captured iteration of a repetition, on its own clock from the repetition's start,
-and the job's iteration windows of the repetition follow by :func:`nbox_replay.virtual.breakdown.job_windows` (iteration
-j ends when its last rank ends it; the windows add up to the slowest rank's wall time for the repetition).
-Timing a repetition of k captured iterations whole would report k times its mean iteration, hiding their
-spread and putting a mean beside the observed run's median. No clock is shared across
-nodes: each rank's times count from its own start of the repetition (the ranks meet at the first collective).
-What each rank measured (its compute intervals and its collectives' issue, start and end) is cut into the
-breakdown of each window by :func:`nbox_replay.virtual.breakdown.partition` (:attr:`LiveResult.rank_breakdown`).
+An iteration is a captured iteration, as in the virtual replay: each worker reports when it ended each captured
+iteration of a repetition on its own clock from the repetition's start (no clock is shared across nodes), the job's
+windows follow by :func:`nbox_replay.virtual.breakdown.job_windows`, and each rank's spans are cut into the breakdown
+by :func:`nbox_replay.virtual.breakdown.partition` (:attr:`LiveResult.rank_breakdown`). Scenario keys that act on
+compute are applied by the workers, once (the compute factor: straggler slowdown over ``compute_scale``;
+``overlap = "serialize"``); the backend gets the network part only (:func:`network_scenario`). A factor below 1 with
+``compute="live"`` is refused before any rank starts (:func:`live_refusal`).
 
-Scenario keys that act on compute are applied by the workers, once: the rank's compute factor (its straggler
-slowdown divided by ``compute_scale``) stretches its compute nodes, and ``overlap = "serialize"`` makes the
-worker wait for its collectives before the next compute node. The backend gets the network part only
-(:func:`network_scenario`: no ``compute_scale``, no ``overlap``, no stragglers among the replayed ranks;
-emulated stragglers stay, the backend plays them). Live compute cannot be made faster than this device runs
-it, so a factor below 1 with ``compute="live"`` is refused before any rank starts (:func:`live_refusal`).
-
-:func:`replay_paired` compares two scenarios honestly: it alternates launches, one timed repetition each,
-in counterbalanced pairs (A B, B A, A B, ...), so slow drifts of a shared machine hit both sides alike, and
-each pair gives one what-if/baseline ratio per captured iteration (iteration j of one side against iteration j
-of the other).
-Every run has a deadline (``timeout_s``): past it, the ranks' whole process group is terminated and a
-:class:`LiveReplayError` names the ranks that had not finished; a rank that fails writes an error file and
-the error names the rank, the node and what went wrong. Temporary files live in a temporary directory that
-is removed afterwards. This module does not import torch (the workers do).
+:func:`replay_paired` alternates launches of two scenarios, one timed repetition each, in counterbalanced pairs (A B,
+B A, ...), each pair giving one what-if/baseline ratio per captured iteration. Every run has a deadline
+(``timeout_s``): past it the ranks are stopped and a :class:`LiveReplayError` names those that had not finished; a
+rank that fails names its node and error. Times are microseconds. Temporary files live in a temporary directory.
+This module does not import torch (the workers do). Why: docs/design/live-replay.md.
 """
 
 from __future__ import annotations

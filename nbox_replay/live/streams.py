@@ -1,48 +1,28 @@
 """A CUDA live replay's walk: each recorded operator on its recorded stream, ordered by events, not by the host.
 
-On CUDA a training job's host thread only enqueues: an operator's kernels go on the stream that was current when
-it ran (the default one, or a side stream such as FSDP2's all-gather stream), a collective goes on NCCL's stream
-after an event of the current stream, and the host blocks only where the script synchronizes. A live replay that
-synchronized before each collective and ran every operator on one stream would time a different job: no overlap
-of communication with compute, no overlap of streams, and the host waiting where the real one kept launching.
+What the recording says (:mod:`nbox_record.convert.deps`, ``nbox_stream``): each GPU op is a compute node on
+``stream:<n>`` that depends on the host operator that launched it, on the previous op of its stream and, across
+streams, on a synchronous collective before it; a collective with a kernel sits on NCCL's stream after the last GPU
+op launched before it; a host operator that synchronized depends on the last GPU op of every stream.
+:class:`StreamPlan` reads that once per rank:
 
-What the recording says (:mod:`nbox_record.convert.deps`, ``nbox_stream``): each GPU op (kernel, memcpy, memset)
-is a compute node on ``stream:<n>`` that depends on the host operator that launched it, on the previous op of its
-stream, and, across streams, on a synchronous collective before it; a collective with a kernel sits on NCCL's
-stream and depends on the last GPU op launched before it; a host operator that synchronized with the device
-depends on the last GPU op of every stream. :class:`StreamPlan` reads that, once per rank:
-
-* a **device node** (a GPU op) is not run, nor counted as a fallback: the host operator that launched it
-  re-launches it when it runs live;
+* a **device node** (a GPU op) is not run, nor counted as a fallback: its host operator re-launches it;
 * a host operator's **lane** is the recorded stream of the first GPU op it launched: the busiest recorded compute
-  stream (the one holding the most GPU op time, NCCL's streams left out) is played by the replay's current
-  stream, every other one by a stream of its own (:class:`Lanes`); an operator that launched nothing runs on
-  the current stream;
-* a **cross-lane dependency** (a GPU op of this operator, or the operator itself, depending on a GPU op another
-  operator launched on another lane) becomes an event wait: that operator records an event on its lane right
-  after it ran, and this one's lane waits on it (``wait_event``, never a host synchronize); a dependency within a
-  lane adds nothing (the stream orders it);
-* a dependency on a **collective** (of the operator, or of a GPU op it launched) waits on the collective's work
-  with the operator's lane current: on the backend's device hold that orders the lane after the hold and returns
-  at once (:mod:`emulator_core.backend.devicecall`), on the host hold it blocks until the modeled end;
-* a **collective** is issued, asynchronously, with the lane of its latest producer current (the last GPU op it
-  depends on, else the last host operator), after that lane waited on the events of its producers on other lanes:
-  the backend's device path then orders it after the lane's event, as NCCL does after the current stream's.
+  stream (NCCL's left out) is the replay's current stream, every other one a stream of its own (:class:`Lanes`); an
+  operator that launched nothing runs on the current stream;
+* a **cross-lane dependency** becomes an event recorded on the producer's lane after it ran and waited on by the
+  consumer's lane (``wait_event``, never a host synchronize); within a lane the stream orders it;
+* a dependency on a **collective** waits on its work with the operator's lane current (a device hold orders the lane
+  after the hold, :mod:`emulator_core.backend.devicecall`; a host hold blocks until the modeled end);
+* a **collective** is issued asynchronously with the lane of its latest producer current, after that lane waited on
+  its producers' events on other lanes.
 
-:class:`StreamWalk` plays one repetition so, against the small :class:`Streams` protocol: the CUDA objects
-(:mod:`nbox_replay.live.cudalanes`) and the pure-Python fake device (:mod:`emulator_core.device.fake`) both satisfy
-it, so the ordering is unit-tested without a GPU. Nothing in a repetition synchronizes the host with the device
-except what an operator does itself (``aten::item``), where a straggler's compute factor is above 1 the stretched
-operator (its device time has to be measured to stretch it), and a call the backend holds on the host (a send or a
-receive, or any call where it has no device hold: its arrival is its issue, so the worker synchronizes before it);
-the caller synchronizes once at the end, to read the repetition's wall time.
-
-**The host work not re-run.** A live replay does not re-run the framework's host work between launches (Python,
-FSDP2's hooks). On CUDA that work is host time, not device time: a host-bound rank is slowed by it, a device-bound
-one is not (the device's queue absorbs it). So the pad (:mod:`nbox_replay.live.hostwork`, the same plan as on a
-CPU) is a wait on the host thread **before launches**: after each live operator the walk owes ``(factor - 1) x``
-the host time that operator's launch took, and waits it before its next launch or collective (or the repetition's
-end). The device keeps running what is queued meanwhile.
+:class:`StreamWalk` plays one repetition against the :class:`Streams` protocol, which the CUDA objects
+(:mod:`nbox_replay.live.cudalanes`) and the fake device (:mod:`emulator_core.device.fake`) both satisfy. The host
+synchronizes only where an operator does (``aten::item``), for an operator stretched by a compute factor above 1
+(its device time is measured), before a call held on the host, and once at the end. The host-work pad
+(:mod:`nbox_replay.live.hostwork`) is a wait on the host before the next launch or collective: ``(factor - 1) x``
+each live operator's launch time. Why the walk is built so: docs/design/live-replay.md.
 """
 
 from __future__ import annotations

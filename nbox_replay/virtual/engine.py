@@ -1,38 +1,27 @@
 """Replay in virtual time: recorded compute durations, collectives answered by the emulator core, no torch.
 
-Every replayed rank walks its graph in node order (the recorded order: a thread or stream runs its nodes
-in that order). A node starts when its resource (thread or stream) is free and its dependencies are met:
+Every replayed rank walks its graph in node order; a node starts when its resource (thread or stream) is free and
+its dependencies are met:
 
-* a **compute** node needs its dependencies' ends; it runs for ``duration / compute_scale`` (times the
-  rank's straggler slowdown, and with a what-if mesh at a fixed global batch the per-rank batch's ratio,
-  :attr:`emulator_core.scenario.mesh.MeshPlan.compute_factor`);
-* a **collective** or **send/recv** is *issued* on its thread once its dependencies are met, where a
-  dependency on another comm node counts from that node's issue (collectives of one group are ordered
-  on the group's stream by the fabric, not by the thread). Issuing costs the thread ``issue_us``; a
-  blocking (synchronous) one holds the thread until it completes. It completes when the fabric says:
-  :meth:`emulator_core.pricing.answer.Fabric.answer` with the issue times of the replayed members of its group
-  (matched by process group and position in that group's sequence); emulated members mirror them;
-* a node with a recorded **gap** (``nbox_gap_micros``: the framework's own work on the thread since the previous
-  operator, measured by the recorder's lean pass) first holds its thread for the gap (times the same factor
-  as compute; counted as compute in the breakdown); a gap the recorder measured on a joined timeline
-  (``nbox_gap_joined``) only from when its dependencies on another host thread have ended (:func:`_handoff_deps`:
-  a caller resumes after the backward pass it waited for);
-* a node whose dependency has not completed yet stops its rank until it does; when no rank can advance
-  and some are unfinished, the collectives they wait for can never complete (:class:`ReplayDeadlock`
-  names them).
+* a **compute** node needs its dependencies' ends and runs ``duration / compute_scale``, times the rank's straggler
+  slowdown and, with a what-if mesh at a fixed global batch,
+  :attr:`emulator_core.scenario.mesh.MeshPlan.compute_factor`;
+* a **collective** or **send/recv** is issued on its thread once its dependencies are met (a dependency on another
+  comm node counts from that node's issue: the fabric orders a group's collectives), costs the thread ``issue_us``,
+  holds it until completion when blocking, and completes when
+  :meth:`emulator_core.pricing.answer.Fabric.answer` says, from the issue times of its group's replayed members
+  (matched by process group and position in the group's sequence; emulated members mirror them);
+* a recorded **gap** (``nbox_gap_micros``) first holds the node's thread for the gap, times the same factor, counted
+  as compute; a joined gap (``nbox_gap_joined``) only from when its dependencies on another host thread have ended
+  (:func:`_handoff_deps`);
+* when no rank can advance and some are unfinished, :class:`ReplayDeadlock` names the collectives they wait for.
 
-The ranks run on one event core (:class:`nbox_replay.virtual.events.EventQueue`), an event per rank run until it
-must wait, not per node. Its clock counts rounds: in each round every rank that can advance runs, in rank
-order; a rank parked on a collective is woken by the answer (later in the same round if it comes after the
-rank that answered, else in the next), and a rank that finished a repetition goes on in the next round.
-Node times are virtual time, carried by the nodes; the round order fixes the order in which floats are
-summed (compute per rank, exposed time per collective) and collectives are listed.
-
-World-size retargeting (design.md): the world group grows to the target world size, sizes follow the
-collective's semantics (:func:`retarget`), other groups keep their members. With a what-if mesh
-(:class:`emulator_core.scenario.mesh.MeshPlan`) each group follows its mesh dimensions instead, each replayed rank
-plays the target rank of its coordinates, and each size follows its group's rule (:meth:`MeshPlan.size`).
-Everything is deterministic: the same graphs and scenario give the same times, bit for bit.
+The ranks run on one event core (:class:`nbox_replay.virtual.events.EventQueue`), one event per rank run until it
+must wait; its rounds fix the order in which floats are summed, so the same graphs and scenario give the same times,
+bit for bit. World-size retargeting: the world group grows to the target world size and sizes follow the
+collective's semantics (:func:`retarget`), other groups keep their members; with a what-if mesh
+(:class:`emulator_core.scenario.mesh.MeshPlan`) groups follow their mesh dimensions, each replayed rank plays the
+target rank of its coordinates, and sizes follow their group's rule. Times are microseconds of virtual time.
 """
 
 from __future__ import annotations

@@ -1,38 +1,29 @@
 """``nbox bundle anonymize``: hash every user-chosen name in a bundle, keep what replay needs.
 
-Default deny: a string is kept only when it is on the allowlist below; everything else becomes
-``anon_<first 12 hex of HMAC-SHA256(key, category + "\\0" + name)>``. The same name gives the same
-token everywhere in the bundle (node names, ``op_schema``, ``nbox_children``, ``comm_group.json``,
-``pg_name``, the manifest's process groups), so cross-rank matching and replay still work, and two
-bundles anonymized with the same key can still be diffed.
+Default deny: a string is kept only when the allowlist below keeps it; everything else becomes
+``anon_<first 12 hex of HMAC-SHA256(key, category + "\\0" + name)>``. The same name gives the same token everywhere
+in the bundle (node names, ``op_schema``, ``nbox_children``, ``comm_group.json``, ``pg_name``, the manifest's process
+groups), so cross-rank matching and replay still work, and two bundles anonymized with one key can still be diffed.
 
 Kept (replay needs them):
 
-* operators in the namespaces :data:`OP_NAMESPACES` (``aten``, ``prim``, ``c10d``, the functional
-  collectives, ``fsdp``, ``_dtensor``, ``inductor``, DDP's ``torch.distributed.ddp.reducer``, and
-  ``profiler`` - whose string arguments, the user's ``record_function`` names, are hashed as
-  annotations), their ``op_schema``; the torch-internal names :data:`KEPT_NAMES`;
+* operators in :data:`OP_NAMESPACES` (``aten``, ``prim``, ``c10d``, the functional collectives, ``fsdp``,
+  ``_dtensor``, ``inductor``, DDP's ``torch.distributed.ddp.reducer``, and ``profiler``, whose string arguments,
+  the user's ``record_function`` names, are hashed as annotations), with their ``op_schema``; :data:`KEPT_NAMES`;
   ``autograd::engine::evaluate_function: <X>`` when X is codegen'd (``[A-Za-z0-9_]+Backward[0-9]+``),
-  ``torch::autograd::<Name>``, or in :data:`KEPT_NAMES` (a custom ``autograd.Function`` backward,
-  ``<Class>Backward`` without digits, has X hashed);
-* nbox markers ``## nbox:... ##`` and ``## process_group:init ##``;
-* annotation scopes :func:`anonymize_scope` knows (``FSDP::<phase>`` - its module path in
-  parentheses is hashed -, ``DistributedDataParallel.forward``, ``ProfilerStep#N``,
-  ``Optimizer.step#<torch.optim class>.step``);
-* GPU kernels whose names start with a vendor/PyTorch prefix (:data:`KERNEL_PREFIXES`);
-* shapes, dtypes/types, strides, durations, dependencies, ids, numbers of every kind, comm attributes,
-  iteration markers, numeric process-group names, device strings and ``<None>``-style placeholders.
+  ``torch::autograd::<Name>`` or in :data:`KEPT_NAMES` (a custom ``autograd.Function``'s ``<Class>Backward`` is hashed);
+* nbox markers ``## nbox:... ##`` and ``## process_group:init ##``; the annotation scopes :func:`anonymize_scope`
+  knows (``FSDP::<phase>`` with its module path hashed, ``DistributedDataParallel.forward``, ``ProfilerStep#N``,
+  ``Optimizer.step#<torch.optim class>.step``); GPU kernels with a vendor or PyTorch prefix (:data:`KERNEL_PREFIXES`);
+* shapes, dtypes/types, strides, durations, dependencies, ids, numbers, comm attributes, iteration markers, numeric
+  process-group names, device strings and ``<None>``-style placeholders.
 
-Hashed: other operator names and their whole ``op_schema`` (live replay then uses the recorded
-duration), other annotation scopes, string arguments of non-allowlisted operators (and path-like ones,
-holding ``/`` or ``\\``, of allowlisted operators such as ``aten::from_file``), non-numeric
-process-group names and descriptions, unknown string attributes; in the manifest ``job.script``,
-``job.args``, ``hardware.hostname``, ``producer.converted_from``, and every string not on
-:data:`MANIFEST_KEEP` (path-like, host-like, command lines, environment).
-
-``strict`` also drops every tensor value, shape and stride (IOInfo values/shapes, ``nbox_*_strides``,
-those inside ``nbox_children``), keeps types, durations and comm sizes, and writes
-``replay_compute: "recorded"`` in the manifest.
+Hashed: other operator names with their whole ``op_schema`` (live replay then uses the recorded duration), other
+annotation scopes, string arguments of other operators (and path-like ones, holding ``/`` or ``\\``, of kept ones such
+as ``aten::from_file``), non-numeric process-group names and descriptions, unknown string attributes; in the
+manifest ``job.script``, ``job.args``, ``hardware.hostname``, ``producer.converted_from`` and every string not on
+:data:`MANIFEST_KEEP`. ``strict`` also drops every tensor value, shape and stride (those inside ``nbox_children``
+too), keeps types, durations and comm sizes, and writes ``replay_compute: "recorded"`` in the manifest.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Compare two bundles: why is run B slower (or faster) than run A?
+"""Compare two bundles, A and B: why is B's run slower (or faster) than A's?
 
 :func:`diff_bundles` reports, A -> B: every changed manifest key of producer, hardware, job and capture;
 the observed iteration time (median/p10/p90, delta, ratio; None: not measured); operators by node name

@@ -6,28 +6,24 @@ Layout of a bundle directory (schema ``nbox_trace.bundle`` 1.x)::
     trace/trace.<rank>.et   one Chakra ET per recorded rank (``prefix`` = ``trace/trace``)
     comm_group.json         {"<pg_name>": [global ranks]}, ASTRA-sim's process-group file
 
-The manifest records: schema version; producer versions (nbox, torch, backend, CUDA/NCCL if any,
-Python); hardware; the job (world size, ranks recorded, process groups with global ranks,
-parallelism, the command); the observed iteration time from un-instrumented iterations (microseconds:
-median, p10, p90 and every sample per rank); how the capture was made; whether it is complete.
+The manifest records: schema version; producer versions (nbox, torch, backend, CUDA/NCCL if any, Python); hardware;
+the job (world size, ranks recorded, process groups with global ranks, parallelism, the command); the observed
+iteration time from un-instrumented iterations (microseconds: median, p10, p90 and every sample per rank); how the
+capture was made; whether it is complete.
 
-``observed.thread_cpu_us`` (optional, written since the recorder times its captured iterations; no version
-bump: a reader that does not know it ignores it): per rank (``"<rank>"``), the training thread's time on a
-CPU per clean iteration (``clean``) and per captured iteration (``captured``), and the captured iterations'
-wall time (``captured_wall``), and (in newer recordings) its time runnable but waiting for a CPU per clean
-iteration (``clean_run_queue``), microseconds; ``cpu_share``: the rank's CPU quota as a fraction of one CPU
-(a number; absent without a quota: nbox_trace/threadtime.py); and (newer still) ``clean_segments``: per clean
-iteration, the list of ``[on CPU, run queue]`` of each segment of the training thread's time between the
-collectives it issued (iteration start -> first collective, between consecutive ones, last -> iteration end;
-nbox_record/capture/segments.py). ``clean_segments`` is checked on read (:data:`MAX_SEGMENT_ITERATIONS`,
-:data:`MAX_SEGMENTS`, finite non-negative numbers): a malformed one refuses the bundle, naming the key. The
-replay corrects the recorded compute for the profiler's overhead with them (``nbox_replay.inputs.profiler``; a
-bundle without them is replayed uncorrected, and says so), and a live replay pads its re-executed operators for
-the host work it does not re-run (``nbox_replay.live.hostwork``).
+``observed.thread_cpu_us`` (optional; a reader that does not know it ignores it), per rank ``"<rank>"``, in
+microseconds: the training thread's time on a CPU per clean iteration (``clean``) and per captured one
+(``captured``), the captured iterations' wall time (``captured_wall``), the time runnable but waiting for a CPU per
+clean iteration (``clean_run_queue``), ``cpu_share`` (the rank's CPU quota as a fraction of one CPU; absent without
+one: nbox_trace/threadtime.py), and ``clean_segments``: per clean iteration, ``[on CPU, run queue]`` of each segment
+of the thread's time between the collectives it issued (nbox_record/capture/segments.py), checked on read
+(:data:`MAX_SEGMENT_ITERATIONS`, :data:`MAX_SEGMENTS`, finite non-negative numbers; a malformed one refuses the
+bundle, naming the key). The replay reads them for its profiler correction (``nbox_replay.inputs.profiler``) and the
+live replay's host-work pad (``nbox_replay.live.hostwork``).
 
-Writing goes to a temporary directory beside the target, renamed into place at the end, so an
-interrupted ``nbox record`` never leaves a half-written bundle under the final name. Reading treats
-every byte as untrusted: size caps, no path outside the bundle, versions checked, nothing executed.
+Writing goes to a temporary directory beside the target, renamed into place at the end, so an interrupted ``nbox
+record`` never leaves a half-written bundle under the final name. Reading treats every byte as untrusted: size caps,
+no path outside the bundle, versions checked, nothing executed.
 """
 
 from __future__ import annotations

@@ -3,40 +3,25 @@ start their ranks here.
 
 A :class:`Launch` (frozen) says what to run: a script or a module, its arguments, the ranks per node, the nodes and
 rendezvous, the environment added for the ranks, the deadline (seconds) and the log folder. :func:`command` and
-:func:`environment` build the command line and the ranks' environment; :func:`run` runs it with the deadline and
-returns a :class:`LaunchResult`, whose :meth:`LaunchResult.failure` reads what the ranks left behind (their error
-files, their stderr logs, the launcher's verdict) into a :class:`Failure` that names the root cause by the one
-:func:`root_error` rule. Each caller words its own error from that (its own error class, and what its error files
-say beyond type and message).
+:func:`environment` build the command line and the ranks' environment; :func:`run` runs it and returns a
+:class:`LaunchResult`, whose :meth:`LaunchResult.failure` reads what the ranks left (error files, stderr logs, the
+launcher's verdict) into a :class:`Failure` naming the root cause by the one :func:`root_error` rule.
 
-The rules, the same for every caller:
+* One node (no ``rdzv_endpoint``): nbox starts the ranks itself (:mod:`nbox_trace.launch.localrun`). Several nodes:
+  ``python -m torch.distributed.run`` with c10d rendezvous at the endpoint, ``--max-restarts 0 --redirects 3``.
+* Logs: each rank's stdout/stderr in ``<log_dir>/<run>/attempt_0/<local rank>/std{out,err}.log``, the launcher's
+  own lines in ``<log_dir>/launcher.log`` (a command's stdout is its ``--json`` document, never a rank's).
+* A node of a multi-node run (:func:`settle`): ``--local-addr`` is this node's address on the route to the endpoint,
+  ``--rdzv-conf is_host=1`` where the endpoint's address is this node's own and this is node rank 0 (``is_host=0``
+  otherwise), ``GLOO_SOCKET_IFNAME`` the interface holding the local address; each unless the launch or the
+  caller's environment says otherwise.
+* Environment: the caller's without the variables of an enclosing nbox run (:data:`DROPPED`), plus the launch's;
+  ``PYTHONPATH`` = the launch's prefix, the nbox packages' folder (unless installed), the inherited one;
+  ``OMP_NUM_THREADS=1``, ``PYTHONFAULTHANDLER=1`` unless set; ``PYTHONUNBUFFERED=1``.
+* Deadline: past ``timeout_s``, on an interrupt, or when a rank fails, the ranks' process groups get SIGTERM, then
+  SIGKILL (torchrun's, or each rank's: each runs in a session of its own).
 
-* One node (no ``rdzv_endpoint``): nbox starts the ranks itself (:mod:`nbox_trace.launch.localrun`: torchrun's
-  ``--standalone`` without its agent process, which imported torch before each launch, 2.2-2.8 s), with the
-  environment torchrun's agent gives its workers and rank 0's store on a port held for it.
-* Several nodes: ``python -m torch.distributed.run`` with torchrun's c10d rendezvous at the endpoint,
-  ``--max-restarts 0`` and ``--redirects 3``; torchrun's own stderr is captured, its stdout discarded.
-* Either way each rank's stdout/stderr go to ``<log_dir>/<run>/attempt_0/<local rank>/std{out,err}.log``
-  (torchrun's layout), the launcher's own lines to ``<log_dir>/launcher.log`` (a command's stdout is its
-  ``--json`` document, never a rank's).
-* A node of a multi-node run (:func:`settle`, called by :func:`run`): torchrun guesses whether it hosts the
-  rendezvous store, and the address its workers advertise, from the machine's hostname; where the hostname does not
-  resolve to the address the other nodes reach (a network namespace, a second NIC), no node hosts the store or the
-  workers advertise an unreachable address, and the run hangs. So nbox says both: ``--local-addr`` is this node's
-  address on the route to the endpoint (unless the launch names one); ``--rdzv-conf is_host=1`` when the endpoint's
-  address is this node's own and this is node rank 0 (``is_host=0`` for another node rank on the same address;
-  unless the launch says ``rdzv_host``); ``GLOO_SOCKET_IFNAME`` is the interface holding the local address, unless
-  the caller's environment or the launch sets it.
-* Environment: the caller's, without the run-scoped variables of an enclosing nbox run (:data:`DROPPED`), plus
-  the launch's additions; ``PYTHONPATH`` = the launch's prefix, the folder holding the nbox packages (unless
-  installed), the inherited one; ``OMP_NUM_THREADS=1`` unless set (two ranks x two threads on two cores run ~50x
-  slower); ``PYTHONUNBUFFERED=1``; ``PYTHONFAULTHANDLER=1`` unless set (a rank that dies of SIGSEGV or SIGABRT
-  writes its Python stack to its stderr log, which the failure report quotes).
-* Deadline: past ``timeout_s`` seconds, or if the caller is interrupted, the ranks are stopped: SIGTERM, then
-  SIGKILL, to torchrun's process group (it runs in a session of its own) or to each rank's (each runs in a session
-  of its own, as under torchrun). A rank that fails stops the others the same way (torchrun's agent does so too).
-
-This module does not import torch: the ranks (and torchrun) run as child processes.
+This module does not import torch: the ranks (and torchrun) run as child processes. Why: docs/design/launcher.md.
 """
 
 from __future__ import annotations

@@ -1,48 +1,22 @@
 """nbox's own launcher for the ranks of one machine: what ``torchrun --standalone --max-restarts 0 --redirects 3``
 did for a single-node launch, without torchrun's agent process.
 
-Why: the agent imports torch before it starts a rank, which costs seconds per launch, and it does nothing a
-single-node nbox launch needs beyond starting the ranks, watching them and stopping the rest when one fails; two
-ranks started directly start measurably sooner than under ``python -m torch.distributed.run`` (the launch times:
-bench/record_overhead.py; docs/results.md). A multi-node launch still goes through torchrun (its c10d rendezvous
-assigns the nodes' ranks).
+The ranks see what torchrun's ``LocalElasticAgent`` gives its workers (torch 2.13): ``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``ROLE_RANK``, ``ROLE_NAME``, ``GROUP_WORLD_SIZE``,
+``ROLE_WORLD_SIZE``, ``MASTER_ADDR`` (``127.0.0.1``), ``MASTER_PORT``, ``TORCHELASTIC_RESTART_COUNT``,
+``TORCHELASTIC_MAX_RESTARTS``, ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_USE_AGENT_STORE`` (False: rank 0 hosts the
+store), ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` (the caller's, default 1) and ``TORCHELASTIC_ERROR_FILE``.
 
-What the ranks see is what torchrun's ``LocalElasticAgent`` gives its workers (torch 2.13,
-``local_elastic_agent.py`` ``_start_workers``): ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
-``GROUP_RANK``, ``ROLE_RANK``, ``ROLE_NAME``, ``GROUP_WORLD_SIZE``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR``,
-``MASTER_PORT``, ``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``, ``TORCHELASTIC_RUN_ID``,
-``TORCHELASTIC_USE_AGENT_STORE`` (False: rank 0 hosts the store, as under any launcher without an agent store),
-``TORCH_NCCL_ASYNC_ERROR_HANDLING`` (the caller's, default 1) and ``TORCHELASTIC_ERROR_FILE`` (where
-``torch.distributed.elastic``'s ``@record`` writes a rank's exception).
+* The store's port is chosen before the ranks start and held by :func:`reserved_port` (bound with ``SO_REUSEADDR``,
+  not listening) until the run ends: rank 0's store can bind it, another process cannot.
+* Rank ``i``'s stdout and stderr go to ``<log_dir>/<run id>/attempt_0/<i>/std{out,err}.log`` (torchrun's layout).
+* Each rank runs in a session of its own. Every :data:`POLL_S` seconds the launcher looks at the ranks without
+  reaping them; when one has exited non-zero, that poll's failures are the verdict (killed by a signal first, then
+  by rank), and every rank's process group gets SIGTERM, then SIGKILL after ``grace_s`` seconds. Past the deadline,
+  or on an interrupt, likewise.
+* The exit code: 0 when every rank exited 0, 1 when one failed, None when stopped at the deadline.
 
-The rules:
-
-* The store's port: torchrun's ``--standalone`` binds its own store; here rank 0's ``init_process_group`` binds it,
-  so the port is chosen before the ranks start. :func:`reserved_port` holds it, bound but not listening, with
-  ``SO_REUSEADDR`` until the run ends: rank 0's store binds it too (libuv's TCP bind and c10d's own socket set
-  ``SO_REUSEADDR``; checked with both ``USE_LIBUV=1`` and ``0``), while a plain bind by another process, and an
-  outgoing connection's ephemeral port, cannot take it (Linux refuses a bind unless every socket on the port set
-  ``SO_REUSEADDR`` and none listens). ``MASTER_ADDR`` is ``127.0.0.1``.
-* Logs: rank ``i``'s stdout and stderr go to ``<log_dir>/<run id>/attempt_0/<i>/std{out,err}.log``, torchrun's
-  layout; this launcher's own lines (what it started, who failed first) are its "stderr".
-* Each rank runs in a session of its own (a new process group it leads, no controlling terminal), as torchrun
-  2.13 starts its workers (``subprocess_handler.py``, ``start_new_session=True``): Ctrl-C at the terminal reaches
-  nbox, which stops them; a rank that opens ``/dev/tty`` gets no terminal, as under torchrun; each is its own CFS
-  autogroup, as under torchrun. Every :data:`POLL_S` seconds the launcher looks at them without reaping them (a
-  rank that has exited stays a zombie until the launch ends, so its process-group id cannot be reused by another
-  process while the launcher may still signal it). When one has exited non-zero, that poll's failures are the
-  verdict: killed by a signal first, then by rank (a rank killed by SIGSEGV and a peer that reported losing it
-  in the same 0.1 s: the killed rank); every rank's group then gets SIGTERM, and SIGKILL after ``grace_s``
-  seconds (10; torchrun's agent does the same with 30, ``pcontext.close``), which reaches a rank's children too.
-  Past the deadline, or if the caller is interrupted, likewise.
-* Rank 0 hosts the store (``TORCHELASTIC_USE_AGENT_STORE=False``; under ``torchrun --standalone`` the agent hosts
-  it): when rank 0's process ends, store calls of ranks still running fail. nbox's own ranks leave the store
-  last from rank 0 (:func:`nbox_trace.share.leave_last`); a user's script that uses the store after rank 0 may
-  have exited behaves as under any launcher without an agent store (``srun``, ``mpirun``).
-* The exit code: 0 when every rank exited 0, 1 when one failed (torchrun's ``ChildFailedError`` exit), None when
-  stopped at the deadline.
-
-This module does not import torch.
+This module does not import torch. Why it exists and why each rule: docs/design/launcher.md.
 """
 
 from __future__ import annotations

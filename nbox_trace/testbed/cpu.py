@@ -1,29 +1,20 @@
 """A fixed CPU share per testbed node, enforced by a cgroup CPU quota (cgroup v1 ``cpu`` or v2 ``cpu.max``).
 
-Role: many testbed nodes on few cores compute as separate machines would. A node of share ``s`` may run ``s`` of
-one CPU per scheduling period and no more, whatever the other nodes do, so 8 nodes of 0.25 on 2 cores each
-compute as one node of 0.25 alone does (``bench/testbed_share.py`` measures how close). Without a quota the
-nodes pinned to one CPU share it by the scheduler's whim, and a node that waits for the network lends its core
-to the others.
+Role: many testbed nodes on few cores compute as separate machines would: a node of share ``s`` runs at most ``s`` of
+one CPU per scheduling period, whatever the other nodes do.
 
-Contract:
+* :class:`CpuQuota` makes one cgroup per node under the machine's cpu controller, named ``<tag>-n<k>``, and writes its
+  quota: v1 ``cpu.cfs_period_us`` / ``cpu.cfs_quota_us``, v2 ``cpu.max`` (``"<quota> <period>"``).
+  :meth:`CpuQuota.set_share` changes a node's share between runs; :meth:`CpuQuota.join` is the command prefix that
+  puts a process (and its children) in the node's group before it execs; :meth:`CpuQuota.mount_script` the shell that
+  makes the controller visible inside the node, so a process there reads its own quota
+  (``nbox_trace.threadtime.cpu_share``).
+* Shares are fractions of one CPU, in (0, 1]; the quota is ``round(share x period_us)`` microseconds, at least 1000.
+* :func:`cgroup_root` finds the controller (v1 ``/sys/fs/cgroup/cpu``, else v2 ``/sys/fs/cgroup`` listing ``cpu``), or
+  None with the reason. :meth:`CpuQuota.close` removes the groups; :func:`cleanup_stale_groups` those of a gone maker.
 
-* :class:`CpuQuota` makes one cgroup per node under the machine's cpu controller, named ``<tag>-n<k>``, and
-  writes its quota: v1 ``cpu.cfs_period_us`` / ``cpu.cfs_quota_us``, v2 ``cpu.max`` (``"<quota> <period>"``).
-  :meth:`CpuQuota.set_share` changes a node's share between runs (a straggler); :meth:`CpuQuota.join` is the
-  command prefix that puts a process, and so its children, in the node's group before it execs, and
-  :meth:`CpuQuota.mount_script` the shell that makes the controller visible again inside the node (``ip netns
-  exec`` remounts ``/sys``, which hides ``/sys/fs/cgroup``), so that a process there reads its own quota as on a
-  machine of its own (``nbox_trace.threadtime.cpu_share``).
-* Shares are fractions of one CPU (``0.25``: a quarter of a core), in (0, 1]. The quota is
-  ``round(share x period_us)`` microseconds, at least 1000 (the kernel's minimum).
-* :func:`cgroup_root` finds the controller: ``/sys/fs/cgroup/cpu`` with ``cpu.cfs_quota_us`` (v1), else a v2
-  hierarchy at ``/sys/fs/cgroup`` whose ``cgroup.controllers`` lists ``cpu``; None with the reason otherwise.
-* :meth:`CpuQuota.close` removes the groups (after their processes are gone); :func:`cleanup_stale_groups`
-  removes those of a maker that is gone.
-
-What it is a proxy for: a CPU node's own cores. A GPU node's compute is its GPUs, which no quota models; on a
-GPU cluster the share is the host CPU a rank's process gets. Imports no torch.
+It stands for a CPU node's own cores; on a GPU cluster, for the host CPU a rank's process gets. Imports no torch.
+Why, and how close it comes: docs/design/testbed.md.
 """
 
 from __future__ import annotations

@@ -7,42 +7,24 @@ Not a user command: tests (``@pytest.mark.testbed``) and ``bench/`` scripts buil
         b = tb.run_on(1, [...], env={"X": "1"})
         tb.wait_all([a, b], timeout_s=60)
 
-What it builds (names ``<prefix>-<pid>-<random>-n<k>``, so two testbeds never collide and a stale one names the
-process that made it):
+What it builds (names ``<prefix>-<pid>-<random>-n<k>``: two testbeds never collide, a stale one names its maker):
 
-* one network namespace per node, its loopback up and one interface ``tb<k>`` with the address
-  ``<subnet>.<k+1>/24`` (addresses exist only inside namespaces the testbed made: the host's own network is never
-  touched);
-* two nodes: one veth pair between them (point to point); more: a switch namespace ``...-sw`` holding a Linux
-  bridge, each node's veth joined to one of its ports;
-* ``racks=2``: two such switches (``...-sw0``, ``...-sw1``), nodes ``0 .. N/2-1`` on the first, the rest on the
-  second, joined by one uplink (a veth pair between the two bridges) shaped at ``uplink_rate``: the oversubscribed
-  hierarchy of two racks behind their top-of-rack switches (a 4:1 uplink for racks of 4 nodes of rate R is R);
-* every link shaped with ``tc qdisc ... tbf rate R burst B latency Q`` on each egress (both ends of a point-to-point
-  link; a node's uplink and its switch port's downlink; both ends of the racks' uplink). ``latency`` is tbf's
-  bound on queueing, not an added delay: netem is not available on every kernel (not on the one this was written
-  on). ``delay_ms`` asks for netem and is refused clearly where it is missing. :meth:`Testbed.set_rate` changes
-  the nodes' links (or the uplink) between runs without rebuilding;
-* each node's processes pinned with ``taskset`` to its CPU set (default: node k on CPU k mod the CPUs this process
-  may use);
-* ``cpu_share``: each node limited to that fraction of one CPU by a cgroup CPU quota
-  (:mod:`nbox_trace.testbed.cpu`), so that many nodes on few cores compute as separate machines do, each at the
-  same speed whatever the others do; the nodes pinned to one CPU may share at most all of it.
-  :meth:`Testbed.set_share` makes one node slower (a straggler) between runs;
-* gloo's TCP device-loop threads (``gloo_tcp_loop``) of every process in the nodes given ``SCHED_BATCH``
-  (``gloo_loop_batch``, default on): on a one-CPU node the loop otherwise preempts the gloo worker that holds
-  its lock and spins until the scheduler tick, making many calls milliseconds late, which a real node with a core per
-  thread does not do (why: :mod:`nbox_trace.testbed.threads`; the measurements: docs/results.md).
+* per node a network namespace with its loopback and one interface ``tb<k>``, address ``<subnet>.<k+1>/24`` (the
+  host's own network is never touched); two nodes: one veth pair; more: a switch namespace ``...-sw`` with a bridge;
+  ``racks=2``: two switches, nodes ``0 .. N/2-1`` on the first, joined by one uplink shaped at ``uplink_rate``;
+* every egress shaped with ``tc qdisc ... tbf rate R burst B latency Q`` (``latency`` bounds queueing, it adds no
+  delay; ``delay_ms`` needs netem and is refused clearly without it); :meth:`Testbed.set_rate` changes rates between
+  runs;
+* each node's processes pinned with ``taskset`` to its CPU set (default: node k on CPU k mod the usable CPUs);
+  ``cpu_share``: a cgroup CPU quota per node, a fraction of one CPU (:mod:`nbox_trace.testbed.cpu`;
+  :meth:`Testbed.set_share` makes a straggler); ``gloo_loop_batch`` (default on): gloo's ``gloo_tcp_loop`` threads get
+  ``SCHED_BATCH`` (:mod:`nbox_trace.testbed.threads`).
 
-Tear-down always happens: :meth:`Testbed.close` (the ``with`` block's end, also on an error) stops every process
-started with :meth:`Testbed.run_on` (its whole process group: SIGTERM, then SIGKILL), then any process left in
-the namespaces, then deletes the namespaces (which deletes their links). It is also registered with ``atexit``
-and run on SIGINT and SIGTERM (then the previous handler runs). A run killed outright (SIGKILL) leaves its
-namespaces behind: :func:`cleanup_stale` removes those whose maker is gone, and every new testbed calls it for its
-prefix first.
-
-Needs root (CAP_NET_ADMIN) and ``ip``, ``tc`` and ``taskset``: :func:`unavailable` says why not, in one line, so a
-test can skip saying so. Imports no torch.
+Tear-down always happens: :meth:`Testbed.close` (the ``with`` block's end, also on an error, ``atexit``, SIGINT and
+SIGTERM) stops every process started with :meth:`Testbed.run_on` (its process group: SIGTERM, then SIGKILL), then any
+left in the namespaces, then deletes the namespaces and their links. After a SIGKILL, :func:`cleanup_stale` removes
+the namespaces whose maker is gone; every new testbed calls it first. Needs root (CAP_NET_ADMIN) and ``ip``, ``tc``
+and ``taskset``: :func:`unavailable` says why not, in one line. Imports no torch. Why: docs/design/testbed.md.
 """
 
 from __future__ import annotations

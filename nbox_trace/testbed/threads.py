@@ -1,31 +1,16 @@
 """Give named threads of the processes inside a testbed's network namespaces a scheduling policy.
 
-Why (found with a tracefs ``sched_switch`` trace of all-reduces across two one-CPU testbed nodes on a kernel with
-HZ=250 and ``preempt=none``): a node pinned to one CPU runs the rank, gloo's
-worker threads (``pt_gloo_runloop``) and gloo's TCP device loop (``gloo_tcp_loop``) on that CPU. When data
-arrives, the woken device loop preempts the worker that holds the pair's lock; gloo's ``Pair::handleEvents``
-then only *tries* the lock and returns, so the loop calls ``epoll_wait`` again and again on the same ready
-socket until the scheduler tick preempts it (a tick is 4 ms at HZ=250). Every stalled call of that trace had the device
-loop running straight inside it, which is what made a testbed call either fast or late by about a tick. On a real
-node the two threads sit on different cores and the
-spin ends as soon as the lock is free.
+:class:`ThreadPolicy` is a daemon thread that scans ``/proc`` every ``interval_s`` seconds: each process whose network
+namespace is one of the testbed's, each of its threads named in ``names``, gets ``SCHED_BATCH``
+(``sched_setscheduler(2)`` on the thread id). The testbed uses it for gloo's TCP device loop (``gloo_tcp_loop``),
+which on a one-CPU node otherwise preempts the gloo worker holding its lock and spins until the scheduler tick;
+``SCHED_BATCH`` stops its wakeup preemption and keeps its fair share of the CPU.
 
-``SCHED_BATCH`` on the device loop stops its wakeup preemption (it still gets its fair share of the CPU), so it
-no longer preempts the lock holder; on the two-node testbed it narrows the examples' spread of iteration times
-and makes late calls rare (bench/fidelity.py --gloo-loop; docs/results.md).
-
-:class:`ThreadPolicy` is a daemon thread that scans ``/proc`` every ``interval_s`` seconds: each process whose
-network namespace is one of the testbed's, each of its threads named in ``names``, gets ``SCHED_BATCH``
-(``sched_setscheduler(2)`` on the thread id). The threads appear at ``init_process_group``, well before any timed
-iteration. Another user's threads need root (the testbed runs as root). Imports no torch.
-
-The scan's own cost: it runs on one of the nodes' CPUs (the testbed's process is not pinned). Reading every
-thread's name at every scan costs CPU time that grows with the threads inside the namespaces (the scanning
-thread's ``/proc/<tid>/schedstat`` shows it), so a replay's launcher and workers would pay more for it than a
-plain run.
-A thread's name is now read while the thread is young (:data:`_NAME_SETTLES_S`: gloo names its loop thread as
-the thread starts) and not after; a thread that got the policy, or kept another name that long, is not read
-again.
+The threads appear at ``init_process_group``, before any timed iteration. A thread's name is read only while the
+thread is young (:data:`_NAME_SETTLES_S`: gloo names its loop thread as it starts); a thread that got the policy, or
+kept another name that long, is not read again, so the scan's own CPU cost does not grow with a run's threads.
+Another user's threads need root (the testbed runs as root). Imports no torch. How the spin was found and what the
+policy changes: docs/design/testbed.md.
 """
 
 from __future__ import annotations
