@@ -216,10 +216,11 @@ def build_model(layers: int = 12, d_model: int = 768, heads: int = 12, d_kv: int
         return PlainT5ForConditionalGeneration(layers, d_model, heads, d_kv, ffn)
     from transformers import T5Config, T5ForConditionalGeneration
 
+    # the generic config keys as a mapping: transformers 5 types T5Config's own arguments only
+    generic: dict[str, Any] = {"tie_word_embeddings": True, "decoder_start_token_id": 0, "pad_token_id": 0}
     cfg = T5Config(vocab_size=VOCAB, d_model=d_model, d_kv=d_kv, d_ff=ffn, num_layers=layers,
                    num_decoder_layers=layers, num_heads=heads, relative_attention_num_buckets=BUCKETS,
-                   relative_attention_max_distance=MAX_DISTANCE, feed_forward_proj="relu",
-                   tie_word_embeddings=True, decoder_start_token_id=0, pad_token_id=0)
+                   relative_attention_max_distance=MAX_DISTANCE, feed_forward_proj="relu", **generic)
     model: nn.Module = T5ForConditionalGeneration(cfg)
     return model
 
