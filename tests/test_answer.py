@@ -400,3 +400,22 @@ def test_a_stragglers_group_loses_its_slowdown_times_the_delay_beside_compute() 
     assert fabric._slowdown_of(fabric.group([0, 1], [0, 1]), "all_reduce") == pytest.approx((1.5, 400.0))
     plain = Fabric(four)
     assert plain._slowdown_of(plain.group(None, [0, 1]), "all_reduce") == pytest.approx((1.5, 400.0 * 3))
+
+
+def test_an_emulated_straggler_computes_on_while_its_group_runs_a_call() -> None:
+    """A straggler's calls issued while its group's previous call still runs (DDP's buckets during the backward
+    pass) arrive at its previous arrival plus its mirror's compute since the previous issue, stretched by its
+    slowdown: the straggler computes the whole backward pass slower, not only the part before its first bucket."""
+    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    fabric = Fabric(replace(base, stragglers=(Straggler(1, 2.0),)))
+    g = fabric.group(None, [0])  # rank 1 emulated, mirroring rank 0, and a straggler
+    first = fabric.answer(g, "all_reduce", 1 << 16, [1000.0])  # the stream's first call: not stretched
+    assert first.start_us == 1000.0
+    free_before = 1000.0 + first.cost_us
+    second = fabric.answer(g, "all_reduce", 1 << 10, [1100.0])  # queued: 100 us of compute since, stretched
+    third = fabric.answer(g, "all_reduce", 1 << 10, [1150.0])  # 50 more
+    assert 1100.0 < free_before  # the premise: the first call still ran at both issues
+    assert second.start_us == pytest.approx(max(free_before, 1000.0 + 100.0 * 2))
+    assert third.start_us == pytest.approx(max(second.end_us, 1000.0 + 100.0 * 2 + 50.0 * 2))
+    nxt = fabric.answer(g, "all_reduce", 1 << 10, [third.end_us + 400.0])  # after the group went idle: from free
+    assert nxt.start_us == pytest.approx(third.end_us + 400.0 * 2)

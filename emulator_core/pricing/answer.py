@@ -5,7 +5,10 @@ live backend, simulated time in a virtual replay):
 
 * **arrivals**: each real member reports when it issued the call; an emulated member mirrors real member
   ``j mod n`` (:func:`mirror_member`) and arrives with it. A straggler (``[[stragglers]]``) arrives late:
-  ``arrival' = free + (arrival - free) * slowdown``, ``free`` the group's previous completion.
+  ``arrival' = free + (arrival - free) * slowdown``, ``free`` the group's previous completion; a call its mirror
+  issues while the group's previous one still runs (DDP's buckets during the backward pass) is its previous
+  ``arrival'`` plus the mirror's compute since its previous issue, stretched: ``prev' + (arrival - prev) *
+  slowdown`` (the straggler computes on without waiting for the running call).
 * **start** ``= max(free, last arrival)``: a group's collectives run one after another, in issue order.
 * **end** ``= start + cost``, ``cost`` the group's price for the collective and size
   (:func:`emulator_core.pricing.pricer.make_pricer`); a call queued behind the previous one pays its own price.
@@ -134,6 +137,8 @@ class FabricGroup:
         # the running stream beside compute: its start, the latest arrival counted, its busy_slowdown, the delay
         # one of its calls gets beside compute (us), and its calls' count and summed cost so far (us)
         self._busy: tuple[float, float, float, float, int, float] = (-math.inf, -math.inf, 1.0, 0.0, 0, 0.0)
+        # per straggler (its index in ``stragglers``): its mirror's previous arrival and its own, stretched
+        self._straggled: dict[int, tuple[float, float]] = {}
 
 
 class Fabric:
@@ -254,9 +259,14 @@ class Fabric:
         last = max(arrivals_us)
         if group.stragglers:
             base = free if free > -math.inf else min(arrivals_us)
-            for slowdown, k in group.stragglers:
+            for i, (slowdown, k) in enumerate(group.stragglers):
                 a = arrivals_us[k]
-                late = base + (a - base) * slowdown if a > base else a
+                prev = group._straggled.get(i)
+                if prev is not None and a < free and a > prev[0]:  # queued behind the running call: its compute
+                    late = max(a, prev[1] + (a - prev[0]) * slowdown)  # since its previous issue, stretched
+                else:
+                    late = base + (a - base) * slowdown if a > base else a
+                group._straggled[i] = (a, late)
                 last = max(last, late)
         start = max(free, last)
         if send_bytes is not None or recv_bytes is not None:
