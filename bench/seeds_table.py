@@ -119,7 +119,7 @@ class Runner:
 def recorded_wait_ms(bundle: Path) -> float:
     """The median over a recording's ranks and clean iterations of the training thread's run-queue wait (ms): a
     recording made while another process shared its cores waited here; nan where the bundle lacks the figure."""
-    from nbox_trace import bundle as B
+    from nbox_trace.bundle import manifest as B
 
     per_rank = (B.read_manifest(bundle).observed or {}).get(B.THREAD_CPU_KEY, {})
     waits = [x / 1e3 for lists in per_rank.values() for x in lists.get("clean_run_queue", [])]

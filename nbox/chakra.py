@@ -12,12 +12,12 @@ from nbox_trace.chakra import (
     encode_delimited,
     find_attr,
     make_attr,
-    pb,
     read_et,
     read_int,
     set_attr,
     write_et,
 )
+from nbox_trace.chakra import et_def_pb2 as pb
 
 __all__ = [
     "CONTRACT_KINDS", "Attr", "EtReader", "EtWriter", "GlobalMetadata", "Node", "attr_map", "encode_delimited",

@@ -50,7 +50,6 @@ from nbox_replay.inputs import (
     open_source,
     plan_correction,
     plan_for,
-    read_figures,
     relabel,
     set_world_size,
     topology_spans,
@@ -393,7 +392,7 @@ def _host_cpu(config: ReplayConfig, source: ReplaySource, graphs: Mapping[int, R
                                 f"real thread's; on {device} the pad only lengthens the host's time (use pad or off)")
     if config.warmup < 1:
         return None, "--warmup 0 leaves no repetition to measure the replay's own time on"
-    figures = read_figures(source.manifest.observed if source.manifest is not None else None)
+    figures = plan_correction("on", source.manifest.observed if source.manifest is not None else None).figures
     host = {r: f.clean_cpu_us + (f.clean_run_queue_us or 0.0) for r, f in figures.items() if r in graphs}
     if not host:
         return None, (f"the bundle carries no clean CPU time per iteration for the replayed ranks "

@@ -414,7 +414,7 @@ def test_an_emulated_straggler_computes_on_while_its_group_runs_a_call() -> None
     free_before = 1000.0 + first.cost_us
     second = fabric.answer(g, "all_reduce", 1 << 10, [1100.0])  # queued: 100 us of compute since, stretched
     third = fabric.answer(g, "all_reduce", 1 << 10, [1150.0])  # 50 more
-    assert 1100.0 < free_before  # the premise: the first call still ran at both issues
+    assert free_before > 1100.0  # the premise: the first call still ran at both issues
     assert second.start_us == pytest.approx(max(free_before, 1000.0 + 100.0 * 2))
     assert third.start_us == pytest.approx(max(second.end_us, 1000.0 + 100.0 * 2 + 50.0 * 2))
     nxt = fabric.answer(g, "all_reduce", 1 << 10, [third.end_us + 400.0])  # after the group went idle: from free

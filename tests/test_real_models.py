@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from nbox_record.examples import EXAMPLES, MODEL_EXAMPLES, bert, deeplight, resnet152, t5
-from nbox_trace.chakra import pb, read_et
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra import read_et
 from nbox_trace.chakra.attrs import attr_map
 
 ROOT = Path(__file__).resolve().parents[1]

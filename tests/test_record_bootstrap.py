@@ -24,7 +24,7 @@ import pytest
 from nbox_record.capture import bootstrap
 from nbox_record.handoff import env as recordenv
 from nbox_record.handoff import rawformat
-from nbox_trace.chakra import pb
+from nbox_trace.chakra import et_def_pb2 as pb
 from tests.test_record_cli import check_bundle, comm_nodes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from nbox_trace.bundle.manifest import read_manifest, trace_prefix, verify_files
-from nbox_trace.chakra import pb, read_et
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra import read_et
 from nbox_trace.chakra.attrs import attr_map
 from nbox_trace.check import inspect_trace
 

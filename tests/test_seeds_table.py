@@ -71,7 +71,7 @@ def test_a_recordings_run_queue_wait_is_read_from_its_manifest(monkeypatch: pyte
     is the median over its ranks' clean iterations, in ms; a bundle without the figure gives nan."""
     from types import SimpleNamespace
 
-    from nbox_trace import bundle as B
+    from nbox_trace.bundle import manifest as B
 
     lists = {"0": {"clean_run_queue": [1000.0, 3000.0, 240000.0]}, "1": {"clean_run_queue": [2000.0]}}
     monkeypatch.setattr(B, "read_manifest", lambda _p: SimpleNamespace(observed={B.THREAD_CPU_KEY: lists}))

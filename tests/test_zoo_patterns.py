@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from nbox_trace.chakra import pb, read_et
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra import read_et
 from nbox_trace.chakra.attrs import attr_map
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nbox_trace.chakra import pb, read_et
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra import read_et
 from nbox_trace.chakra.attrs import attr_map
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nbox_trace.chakra import pb, write_et
+from nbox_trace.chakra import et_def_pb2 as pb
+from nbox_trace.chakra import write_et
 from nbox_trace.chakra.attrs import make_attr
 
 OUT = Path(__file__).resolve().parent / "synthetic_ddp_mlp"

@@ -36,7 +36,7 @@ from nbox_replay.inputs import (
 )
 from nbox_replay.inputs.profiler import training_thread
 from nbox_replay.replay import ReplayConfig, run_replay
-from nbox_trace.bundle import read_manifest
+from nbox_trace.bundle.manifest import read_manifest
 
 RULES = ("to_clean", "segments")
 

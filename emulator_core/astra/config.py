@@ -43,7 +43,6 @@ from emulator_core.scenario import (
     Scenario,
     ScenarioError,
     Topology,
-    bad,
     check_float,
     check_int,
 )
@@ -126,20 +125,21 @@ def _dimensions(path: Path, forwarding: str) -> tuple[tuple[Dimension, ...], lis
                                 file=str(path))
         value, line = doc[key]
         if not isinstance(value, list) or not value:
-            raise bad(key, value, "must be a [ list ] with one entry per dimension").in_file(f"{path}:{line}")
+            raise ScenarioError(key, "must be a [ list ] with one entry per dimension", value=value, has_value=True,
+                                file=f"{path}:{line}")
         lists[key] = value
     n = len(lists["topology"])
     for key in NETWORK_KEYS[1:]:
         if len(lists[key]) != n:
-            raise bad(key, lists[key], f"has {len(lists[key])} entries but topology has {n}; one per "
-                                       f"dimension").in_file(f"{path}:{doc[key][1]}")
+            raise ScenarioError(key, f"has {len(lists[key])} entries but topology has {n}; one per dimension",
+                                value=lists[key], has_value=True, file=f"{path}:{doc[key][1]}")
     dims = []
     for i in range(n):
         where = {k: f"{path}:{doc[k][1]}" for k in NETWORK_KEYS}
         topo, npus = lists["topology"][i], lists["npus_count"][i]
         if not isinstance(topo, str) or topo not in astra.KIND_FROM_ASTRA:
-            raise bad(f"topology[{i}]", topo, f"unknown topology; known: {', '.join(astra.KIND_FROM_ASTRA)}") \
-                .in_file(where["topology"])
+            raise ScenarioError(f"topology[{i}]", f"unknown topology; known: {', '.join(astra.KIND_FROM_ASTRA)}",
+                                value=topo, has_value=True, file=where["topology"])
         try:
             check_int(f"npus_count[{i}]", npus, 2, MAX_WORLD_SIZE)
         except ScenarioError as e:
@@ -149,10 +149,11 @@ def _dimensions(path: Path, forwarding: str) -> tuple[tuple[Dimension, ...], lis
         try:
             dims.append(astra.dimension_from_astra(f"dim{i}", topo, npus, bandwidth, latency, forwarding))
         except ScenarioError as e:  # a figure out of nbox's range once converted (e.g. 1e308 GB/s)
-            raise bad(f"bandwidth[{i}]", bandwidth, e.reason).in_file(where["bandwidth"]) from None
+            raise ScenarioError(f"bandwidth[{i}]", e.reason, value=bandwidth, has_value=True,
+                                file=where["bandwidth"]) from None
     if math.prod(d.size for d in dims) > MAX_WORLD_SIZE:
-        raise bad("npus_count", lists["npus_count"], f"the product must be <= {MAX_WORLD_SIZE}") \
-            .in_file(f"{path}:{doc['npus_count'][1]}")
+        raise ScenarioError("npus_count", f"the product must be <= {MAX_WORLD_SIZE}", value=lists["npus_count"],
+                            has_value=True, file=f"{path}:{doc['npus_count'][1]}")
     return tuple(dims), notes
 
 
@@ -171,7 +172,8 @@ def _system(path: Path, dims: int) -> tuple[dict[str, str | tuple[str, ...]], in
             continue
         names = doc[key]
         if not isinstance(names, list):
-            raise bad(key, names, "must be a list of implementation names, one per dimension").in_file(file)
+            raise ScenarioError(key, "must be a list of implementation names, one per dimension", value=names,
+                                has_value=True, file=file)
         try:
             algorithms[collective] = astra.algorithms_from_astra(collective, names, dims)
         except ValueError as e:
@@ -250,8 +252,7 @@ def astra_configs(scenario: Scenario, *, source: str | None = None) -> AstraConf
         ScenarioError: the scenario holds what ASTRA-sim cannot express; the message names the key.
     """
     def refuse(key: str, value: Any, reason: str) -> ScenarioError:
-        err = bad(key, value, reason)
-        return err.in_file(source) if source else err
+        return ScenarioError(key, reason, value=value, has_value=True, file=source or None)
 
     notes: list[str] = []
     dims = scenario.topology.dims

@@ -213,9 +213,9 @@ def read_curves(cfg: NcclTestsConfig) -> list[Curve]:
 def base_scenario(path: Path | None, overrides: Sequence[str] = ()) -> Scenario:
     """The scenario a fabric is fitted on: ``path``, else the shipped ``dgx_h100_400g`` (a node dimension and a
     network dimension, as nccl-tests curves need)."""
-    from emulator_core.scenario import load_scenario, shipped_scenarios
+    from emulator_core.scenario import SCENARIOS_DIR, load_scenario
 
-    return load_scenario(path if path is not None else shipped_scenarios()["dgx_h100_400g"], tuple(overrides))
+    return load_scenario(path if path is not None else SCENARIOS_DIR / "dgx_h100_400g.toml", tuple(overrides))
 
 
 def calibrate_nccl_tests(cfg: NcclTestsConfig, out: Path) -> tuple[Scenario, list[FitRow], list[str]]:

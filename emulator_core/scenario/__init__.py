@@ -17,7 +17,7 @@ from nbox_trace.doors import load
 
 #: Each exported name by the module of this room that defines it (imported on first use: nbox_trace.doors).
 _HOMES: dict[str, tuple[str, ...]] = {
-    "files": ("SCENARIOS_DIR", "load_scenario", "shipped_catalog", "shipped_scenarios"),
+    "files": ("SCENARIOS_DIR", "load_scenario", "shipped_catalog"),
     "mesh": ("MeshError", "MeshPlan", "parse_mesh", "parse_placement", "plan_mesh"),
     "model": ("AUTO", "Calibration", "Scenario"),
     "nccl_fit": ("FLOOR_MAX_BYTES", "Datasheet", "NcclFit", "PER_RANK", "bracket", "choose_fit", "network_share",
@@ -26,19 +26,19 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "question": ("compare", "describe_changes", "share_words"),
     "tomltext": ("dump_toml", "toml_loads"),
     "topology": ("Dimension", "MAX_CHUNKS", "Network", "Topology"),
-    "values": ("MAX_WORLD_SIZE", "ScenarioError", "bad", "check_float", "check_int"),
+    "values": ("MAX_WORLD_SIZE", "ScenarioError", "check_float", "check_int"),
     "world": ("AskedMesh", "WhatIfWorld", "load_what_if", "resize", "scenario_mesh"),
 }
 
 __all__ = ["AUTO", "AskedMesh", "Calibration", "Dimension", "FLOOR_MAX_BYTES", "Datasheet", "MAX_CHUNKS",
     "MAX_WORLD_SIZE", "MeshError", "MeshPlan", "NcclFit", "Network", "PER_RANK", "SCENARIOS_DIR", "Scenario",
-    "ScenarioError", "Topology", "WhatIfWorld", "bad", "bracket", "check_float", "check_int", "choose_fit",
+    "ScenarioError", "Topology", "WhatIfWorld", "bracket", "check_float", "check_int", "choose_fit",
     "compare", "describe_changes", "dump_toml", "load_scenario", "load_what_if", "network_share", "parse_mesh",
     "parse_override", "parse_placement", "plan_mesh", "regime", "resize", "scenario_mesh",
-    "share_words", "shipped_catalog", "shipped_scenarios", "step_bytes", "toml_loads"]
+    "share_words", "shipped_catalog", "step_bytes", "toml_loads"]
 
 if TYPE_CHECKING:
-    from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario, shipped_catalog, shipped_scenarios
+    from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario, shipped_catalog
     from emulator_core.scenario.mesh import MeshError, MeshPlan, parse_mesh, parse_placement, plan_mesh
     from emulator_core.scenario.model import AUTO, Calibration, Scenario
     from emulator_core.scenario.nccl_fit import (
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from emulator_core.scenario.question import compare, describe_changes, share_words
     from emulator_core.scenario.tomltext import dump_toml, toml_loads
     from emulator_core.scenario.topology import MAX_CHUNKS, Dimension, Network, Topology
-    from emulator_core.scenario.values import MAX_WORLD_SIZE, ScenarioError, bad, check_float, check_int
+    from emulator_core.scenario.values import MAX_WORLD_SIZE, ScenarioError, check_float, check_int
     from emulator_core.scenario.world import (
         AskedMesh,
         WhatIfWorld,

@@ -19,17 +19,12 @@ from nbox_record.convert.groups import ProcessGroups
 from nbox_record.convert.inputs import RankInputs
 from nbox_record.convert.toplevel import Collective
 from nbox_record.sources import (
-    COLL_TYPES,
     P2P_KINDS,
     RPC_NAME,
     CommFacts,
     CpuEvent,
-    facts_from_op_inputs,
-    facts_from_record,
-    facts_from_rpc,
+    collective_facts,
     in_int32,
-    kind_of_collective_name,
-    rpc_collective_name,
     short_op,
 )
 from nbox_trace.chakra import et_def_pb2 as pb
@@ -89,22 +84,7 @@ class CommNodes:
     def facts(self, a: Collective, rec: dict[str, Any] | None) -> CommFacts:
         """What is known of collective ``a``: its inputs, overlaid by its ``record_param_comms``, then by
         its log record; its process group resolved."""
-        f = facts_from_op_inputs(a.node, a.kind) if a.node.name != RPC_NAME else CommFacts(kind=a.kind)
-        rpc = facts_from_rpc(a.rpc, kind_of_collective_name(rpc_collective_name(a.rpc) or "") or a.kind) \
-            if a.rpc is not None else None
-        if rpc is not None:
-            f.overlay(rpc)
-            f.op = short_op(a.node.name) if a.node.name != RPC_NAME else rpc.op
-        if rec is not None:
-            r = facts_from_record(rec)
-            if rpc is None:
-                f.kind, f.size, f.dtype, f.in_splits, f.out_splits = r.kind, r.size, r.dtype, r.in_splits, r.out_splits
-                f.source = r.source
-            for name in ("pg_name", "async_op", "issue_us", "wait_us", "done_us", "tag", "peer", "root"):
-                if getattr(r, name) is not None:
-                    setattr(f, name, getattr(r, name))
-            f.peer_is_global = f.peer_is_global or r.peer_is_global
-            f.root_is_global = f.root_is_global or r.root_is_global
+        f = collective_facts(a.node, a.kind, a.rpc, rec)
         self.pgs.resolve(f)
         return f
 
@@ -122,7 +102,7 @@ class CommNodes:
         node = pb.Node(name=name[:MAX_NAME], type=node_type)
         set_attr(node, "is_cpu_op", False)
         if node_type == pb.COMM_COLL_NODE:
-            set_attr(node, "comm_type", COLL_TYPES[f.kind])
+            set_attr(node, "comm_type", pb.CollectiveCommType.Value(f.kind))
         if f.size is None:
             self.stats["comm_size_unknown"] += 1
         set_attr(node, "comm_size", f.size if f.size is not None else 0)

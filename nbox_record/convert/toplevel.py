@@ -31,16 +31,7 @@ import re
 from dataclasses import dataclass, field
 
 from nbox_record.handoff import BOUNDARY_MARKER, parse_identity_marker
-from nbox_record.sources import (
-    RPC_NAME,
-    USER_SCOPE,
-    EtNode,
-    HostEt,
-    kind_of_collective_name,
-    marker_kind,
-    op_kind,
-    rpc_collective_name,
-)
+from nbox_record.sources import RPC_NAME, USER_SCOPE, EtNode, HostEt, collective_kind, marker_kind
 from nbox_trace.contract import PG_INIT_NODE
 
 BOOKKEEPING = "[pytorch|profiler|execution_trace|"
@@ -114,18 +105,17 @@ def walk(et: HostEt) -> Walk:
             w.boundaries.append(n.order)
             continue
         elif anchor is not None and not (name.startswith("c10d::") and w.anchors[anchor].node.name.startswith(
-                "c10d::") and op_kind(name) is not None):
+                "c10d::") and collective_kind(n) is not None):
             # (a c10d op inside a c10d op is the ET observer's misnesting, never one collective: its own anchor)
             a = w.anchors[anchor]
             w.owner[nid] = a.node.id
             if name == RPC_NAME:
-                if not in_rpc and a.rpc is None and kind_of_collective_name(rpc_collective_name(n) or "") not in (
-                        None, "WAIT"):
+                if not in_rpc and a.rpc is None and collective_kind(n) is not None:
                     a.rpc = n
                 in_rpc = True
             elif marker_kind(name) is not None:
                 a.markers.append(n)
-        elif (kind := _anchor_kind(n)) is not None:
+        elif (kind := collective_kind(n)) is not None:
             a = Collective(n, kind, top, iteration, in_op)
             if name == RPC_NAME:
                 a.rpc = n
@@ -210,13 +200,6 @@ def _iterations_from_boundaries(w: Walk) -> None:
         w.iteration[n.id] = bisect.bisect_left(marks, n.order)
     for a in w.anchors:
         a.iteration = bisect.bisect_left(marks, a.node.order)
-
-
-def _anchor_kind(n: EtNode) -> str | None:
-    if n.name == RPC_NAME:
-        kind = kind_of_collective_name(rpc_collective_name(n) or "")
-        return None if kind == "WAIT" else kind
-    return op_kind(n.name)
 
 
 def link_loose_markers(w: Walk) -> None:

@@ -15,9 +15,8 @@ from nbox_trace.doors import load
 
 #: Each exported name by the module of this room that defines it (imported on first use: nbox_trace.doors).
 _HOMES: dict[str, tuple[str, ...]] = {
-    "comms": ("COLL_TYPES", "CollectiveLogData", "CommFacts", "P2P_KINDS", "RPC_NAME", "facts_from_op_inputs",
-        "facts_from_record", "facts_from_rpc", "in_int32", "kind_of_collective_name", "load_collective_log",
-        "marker_kind", "op_kind", "rpc_collective_name", "short_op"),
+    "comms": ("CollectiveLogData", "CommFacts", "P2P_KINDS", "RPC_NAME", "collective_facts",
+        "collective_kind", "in_int32", "load_collective_log", "marker_kind", "short_op"),
     "hostet": ("EtNode", "HostEt", "USER_SCOPE", "iter_tensors", "read_host_et"),
     "kineto": ("CpuEvent", "GpuOp", "KinetoTrace", "enclosing_events", "join_host_ops", "launching_events",
         "read_kineto"),
@@ -25,28 +24,22 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "nesting": ("repair_nesting",),
 }
 
-__all__ = ["COLL_TYPES", "CollectiveLogData", "CommFacts", "CpuEvent", "EtNode", "GpuOp", "HostEt", "KinetoTrace",
-    "LeanTime", "P2P_KINDS", "RPC_NAME", "USER_SCOPE", "enclosing_events", "facts_from_op_inputs",
-    "facts_from_record", "facts_from_rpc", "in_int32", "iter_tensors", "join_host_ops", "kind_of_collective_name",
-    "launching_events", "lean_times", "load_collective_log", "marker_kind", "op_kind", "read_host_et",
-    "read_kineto", "repair_nesting", "rpc_collective_name", "short_op"]
+__all__ = ["CollectiveLogData", "CommFacts", "CpuEvent", "EtNode", "GpuOp", "HostEt", "KinetoTrace",
+    "LeanTime", "P2P_KINDS", "RPC_NAME", "USER_SCOPE", "collective_facts", "collective_kind", "enclosing_events",
+    "in_int32", "iter_tensors", "join_host_ops", "launching_events", "lean_times", "load_collective_log",
+    "marker_kind", "read_host_et", "read_kineto", "repair_nesting", "short_op"]
 
 if TYPE_CHECKING:
     from nbox_record.sources.comms import (
-        COLL_TYPES,
         P2P_KINDS,
         RPC_NAME,
         CollectiveLogData,
         CommFacts,
-        facts_from_op_inputs,
-        facts_from_record,
-        facts_from_rpc,
+        collective_facts,
+        collective_kind,
         in_int32,
-        kind_of_collective_name,
         load_collective_log,
         marker_kind,
-        op_kind,
-        rpc_collective_name,
         short_op,
     )
     from nbox_record.sources.hostet import USER_SCOPE, EtNode, HostEt, iter_tensors, read_host_et

@@ -108,6 +108,15 @@ def kind_of_collective_name(name: str) -> str | None:
     return None
 
 
+def collective_kind(node: EtNode) -> str | None:
+    """The kind of collective ``node`` is: a c10d / functional collective op's (:func:`op_kind`), or the one a
+    ``record_param_comms`` names; None for anything else (a ``wait`` ``record_param_comms`` included)."""
+    if node.name == RPC_NAME:
+        kind = kind_of_collective_name(rpc_collective_name(node) or "")
+        return None if kind == "WAIT" else kind
+    return op_kind(node.name)
+
+
 def marker_kind(name: str) -> str | None:
     """``gloo:all_reduce`` / ``nccl:all_reduce`` markers -> kind; None for other names."""
     for prefix in ("gloo:", "nccl:"):
@@ -430,6 +439,29 @@ def facts_from_record(rec: dict[str, Any]) -> CommFacts:
         wait_us=float(rec["wait_us"]) if rec.get("wait_us") is not None else None,
         done_us=float(rec["done_us"]) if rec.get("done_us") is not None else None,
     )
+
+
+def collective_facts(node: EtNode, kind: str, rpc: EtNode | None, rec: dict[str, Any] | None) -> CommFacts:
+    """What is known of the collective ``node`` (of ``kind``) from the three sources: its own inputs (source 3),
+    overlaid by its ``record_param_comms`` node ``rpc`` (source 1), then by its ``collectives.json`` record ``rec``
+    (source 2). Its process group is as the sources name it (the caller resolves it)."""
+    f = facts_from_op_inputs(node, kind) if node.name != RPC_NAME else CommFacts(kind=kind)
+    from_rpc = facts_from_rpc(rpc, kind_of_collective_name(rpc_collective_name(rpc) or "") or kind) \
+        if rpc is not None else None
+    if from_rpc is not None:
+        f.overlay(from_rpc)
+        f.op = short_op(node.name) if node.name != RPC_NAME else from_rpc.op
+    if rec is not None:
+        r = facts_from_record(rec)
+        if from_rpc is None:
+            f.kind, f.size, f.dtype, f.in_splits, f.out_splits = r.kind, r.size, r.dtype, r.in_splits, r.out_splits
+            f.source = r.source
+        for name in ("pg_name", "async_op", "issue_us", "wait_us", "done_us", "tag", "peer", "root"):
+            if getattr(r, name) is not None:
+                setattr(f, name, getattr(r, name))
+        f.peer_is_global = f.peer_is_global or r.peer_is_global
+        f.root_is_global = f.root_is_global or r.root_is_global
+    return f
 
 
 def in_int32(value: int) -> bool:

@@ -19,15 +19,15 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "load_rank"),
     "meshing": ("MESH_AXIS", "mesh_axis_name", "mesh_dict", "mesh_lines", "plan_for", "relabel", "set_world_size",
         "topology_spans"),
-    "profiler": ("Correction", "MODES", "correct_graphs", "from_worker_doc", "plan_correction", "read_figures"),
-    "recorded_calls": ("RecordedStreams", "recorded_call_us", "recording_complete"),
+    "profiler": ("Correction", "MODES", "correct_graphs", "from_worker_doc", "plan_correction"),
+    "recorded_calls": ("RecordedStreams", "recorded_time_us"),
     "source": ("ReplaySource", "open_source"),
 }
 
 __all__ = ["COLLECTIVE", "COMPUTE", "CommInfo", "Correction", "MESH_AXIS", "META", "MODES", "RECV", "RankGraph",
     "RecordedStreams", "ReplaySource", "SEND", "captured_iterations", "correct_graphs", "from_worker_doc",
     "load_rank", "mesh_axis_name", "mesh_dict", "mesh_lines", "open_source", "plan_correction", "plan_for",
-    "read_figures", "recorded_call_us", "recording_complete", "relabel", "set_world_size", "topology_spans"]
+    "recorded_time_us", "relabel", "set_world_size", "topology_spans"]
 
 if TYPE_CHECKING:
     from nbox_replay.inputs.graph import (
@@ -57,9 +57,8 @@ if TYPE_CHECKING:
         correct_graphs,
         from_worker_doc,
         plan_correction,
-        read_figures,
     )
-    from nbox_replay.inputs.recorded_calls import RecordedStreams, recorded_call_us, recording_complete
+    from nbox_replay.inputs.recorded_calls import RecordedStreams, recorded_time_us
     from nbox_replay.inputs.source import ReplaySource, open_source
 else:
     def __getattr__(name: str) -> object:

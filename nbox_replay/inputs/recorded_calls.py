@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["RecordedStreams", "recorded_call_us", "recording_complete"]
+__all__ = ["RecordedStreams", "recorded_call_us", "recorded_time_us", "recording_complete"]
 
 
 def recorded_call_us(own_us: Mapping[int, float]) -> float | None:
@@ -32,6 +32,12 @@ def recorded_call_us(own_us: Mapping[int, float]) -> float | None:
 def recording_complete(recorded_members: Sequence[int], own_us: Mapping[int, float]) -> bool:
     """Whether ``own_us`` has every member the recording had in the group, at least two (module docstring)."""
     return len(recorded_members) >= 2 and all(r in own_us for r in recorded_members)
+
+
+def recorded_time_us(recorded_members: Sequence[int], own_us: Mapping[int, float]) -> float | None:
+    """The recording's own time of a call (us; module docstring): :func:`recorded_call_us` of its members' own times
+    when the recording is complete (:func:`recording_complete`), else None."""
+    return recorded_call_us(own_us) if recording_complete(recorded_members, own_us) else None
 
 
 class RecordedStreams:

@@ -42,8 +42,7 @@ from nbox_replay.inputs import (
     RankGraph,
     RecordedStreams,
     captured_iterations,
-    recorded_call_us,
-    recording_complete,
+    recorded_time_us,
     relabel,
 )
 from nbox_replay.virtual.breakdown import CommSpan
@@ -501,23 +500,22 @@ class _Rank:
                     raise InvalidInputError(f"send/recv between ranks {src} and {dst} outside a world of {sim.world}")
                 fg = sim.fabric_groups[pg_key] = sim.fabric.group(sorted({src, dst}), needed, real_stragglers=False)
             arrivals = [p.arrivals[r] for r in sorted(needed)]
-            complete = False  # a send may end before its receive does: no member's time is the transfer's
+            recorded = None  # a send may end before its receive does: no member's time is the transfer's
         else:
             needed = sim.replayed_members(p.comm.pg)
             if any(r not in p.arrivals for r in needed):
                 return
             fg = sim.fabric_group(p.comm.pg)
             arrivals = [p.arrivals[r] for r in needed]
-            complete = recording_complete(sim.recorded_groups.get(p.comm.pg, range(sim.recorded_world)),
-                                          p.recorded_us)
+            recorded = recorded_time_us(sim.recorded_groups.get(p.comm.pg, range(sim.recorded_world)),
+                                        p.recorded_us)
         send = recv = None
         if p.comm.collective == "all_to_all_v" and not sim.members(p.comm.pg)[1]:
             send, recv = sim.busiest_splits(fg, p)
         ans = sim.fabric.answer(fg, p.comm.collective, p.nbytes, arrivals, send_bytes=send, recv_bytes=recv)
         rule = "priced from its recorded per-peer splits (the busiest member)" if send is not None else p.rule
         p.answer = CollectiveAnswer(key[0], key[1], p.comm.collective, p.nbytes, rule, ans.algorithm,
-                                    ans.start_us, ans.end_us,
-                                    recorded_call_us(p.recorded_us) if complete else None)
+                                    ans.start_us, ans.end_us, recorded)
         sim.collectives.append(p.answer)
         for rank in p.blocked:
             sim.wake(rank)

@@ -19,14 +19,14 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "diff": ("diff_bundles",),
     "inspection": ("inspect_bundle", "load_bundle"),
     "manifest": ("COMM_GROUP_NAME", "Manifest", "THREAD_CPU_KEY", "locate_traces", "observed_summary",
-        "read_manifest", "thread_cpu_figures", "write_bundle"),
+        "thread_cpu_figures", "write_bundle"),
     "merge": ("merge_bundles",),
     "verify": ("verify_bundle",),
 }
 
 __all__ = ["AnonymizeConfig", "COMM_GROUP_NAME", "LEVELS", "Manifest", "THREAD_CPU_KEY", "anonymize_bundle",
     "bundle_directory", "diff_bundles", "inspect_bundle", "load_bundle", "locate_traces", "merge_bundles",
-    "observed_summary", "pack_bundle", "read_manifest", "thread_cpu_figures", "traces_directory", "unpack_bundle",
+    "observed_summary", "pack_bundle", "thread_cpu_figures", "traces_directory", "unpack_bundle",
     "verify_bundle", "write_bundle"]
 
 if TYPE_CHECKING:
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
         Manifest,
         locate_traces,
         observed_summary,
-        read_manifest,
         thread_cpu_figures,
         write_bundle,
     )

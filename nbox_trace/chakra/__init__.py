@@ -3,12 +3,11 @@
 Imports neither torch nor typer. ``et_def_pb2`` is generated from ``et_def.proto`` (see ``_regen``).
 
 The room's door: the codec (``codec``), the attribute contract (``attrs``), a trace's per-rank files (``tracefiles``)
-and the generated protobuf module (``et_def_pb2``, also as ``pb``). ``nbox.chakra`` re-exports the part users
+and the generated protobuf module (``et_def_pb2``, imported ``as pb``). ``nbox.chakra`` re-exports the part users
 import. May import: ``nbox_trace.errors`` only.
 """
 
 from nbox_trace.chakra import et_def_pb2
-from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.chakra.attrs import (
     CONTRACT_KINDS,
     Attr,
@@ -49,7 +48,6 @@ __all__ = [
     "encode_delimited",
     "find_attr",
     "make_attr",
-    "pb",
     "read_et",
     "read_int",
     "set_attr",
