@@ -15,14 +15,12 @@ from nbox_trace.doors import load
 #: Each exported name by the module of this room that defines it (imported on first use: nbox_trace.doors).
 _HOMES: dict[str, tuple[str, ...]] = {
     "namespaces": ("Testbed", "unavailable"),
-    "cpu": ("CpuQuota", "cgroup_root"),
     "threads": ("ThreadPolicy", "netns_inode"),
 }
 
-__all__ = ["CpuQuota", "Testbed", "ThreadPolicy", "cgroup_root", "netns_inode", "unavailable"]
+__all__ = ["Testbed", "ThreadPolicy", "netns_inode", "unavailable"]
 
 if TYPE_CHECKING:
-    from nbox_trace.testbed.cpu import CpuQuota, cgroup_root
     from nbox_trace.testbed.namespaces import Testbed, unavailable
     from nbox_trace.testbed.threads import ThreadPolicy, netns_inode
 else:
