@@ -37,8 +37,11 @@ def _calibrate(nodes: int, args: argparse.Namespace, out: Path, racks: int = 1) 
     from nbox_trace.testbed import Testbed
     from nbox_trace.testbed.namespaces import _rate_bits
 
-    uplink = f"{_rate_bits(args.rate) * nodes // racks // OVERSUBSCRIPTION // 10**6}mbit" if racks > 1 else None
-    with Testbed(nodes, rate=args.rate, cpu_share=args.share, racks=racks, uplink_rate=uplink) as tb, ranks_lock():
+    bits = _rate_bits(args.rate) / args.rate_div
+    rate = f"{bits / 1e6:g}mbit"
+    uplink = f"{bits * nodes / racks / OVERSUBSCRIPTION / 1e6:g}mbit" if racks > 1 else None
+    with Testbed(nodes, rate=rate, cpu_share=args.share, racks=racks, uplink_rate=uplink,
+                 uplink_queue_ms=args.uplink_queue_ms) as tb, ranks_lock():
         ep = f"{tb.node(0).addr}:{PORT}"
         outs = on_nodes(tb, out.parent, f"carry-{nodes}", lambda k: [
             sys.executable, "-m", "nbox", "calibrate", "-n", "1", "--nnodes", str(nodes), "--node-rank", str(k),
@@ -58,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collectives", default="all_reduce,all_gather")
     ap.add_argument("--budget", type=float, default=1.0)
     ap.add_argument("--racks", action="store_true", help="two racks behind a 4:1 uplink at each node count")
+    ap.add_argument("--uplink-queue-ms", type=float, default=None, help="the racks' uplink's queue bound (tbf)")
+    ap.add_argument("--rate-div", type=float, default=1.0,
+                    help="the links at this fraction of --rate at each node count, the model's bandwidth too")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/nbox-carry"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -73,9 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in [int(x) for x in args.nodes.split(",")]:
         racks = 2 if args.racks else 1
-        doc = _calibrate(n, args, args.workdir / f"cal{n}{'r' if args.racks else ''}.toml", racks)
+        doc = _calibrate(n, args, args.workdir / f"cal{n}{'r' if args.racks else ''}{args.rate_div:g}.toml", racks)
         sets = [f"world_size={n}"] + ([f"topology.dims.0.racks={racks}",
                                        f"topology.dims.0.oversubscription={OVERSUBSCRIPTION}"] if racks > 1 else [])
+        if args.rate_div != 1.0:
+            bw = load_scenario(args.base).topology.dims[0].bandwidth_gbps
+            sets.append(f"topology.dims.0.bandwidth_gbps={bw / args.rate_div:.6g}")
         scenario = load_scenario(args.base, sets)
         shape = group_shape(scenario)
         for fit in doc["fits"]:

@@ -1,34 +1,28 @@
-"""The fit of ``nbox calibrate`` (:func:`fit`): per collective, with the algorithm's closed form ``T(n) =
-cost(collective, algorithm, n, p, Link(alpha, bw, e))`` at ``p`` = the ranks measured (2 for send_recv), ``A`` the
+"""The fit of ``nbox calibrate`` (:func:`fit`): per collective, the two physical parameters of its algorithm's closed
+form ``T(n) = cost(collective, algorithm, n, p, Link(alpha, bw))`` at ``p`` = the ranks measured (2 for send_recv):
+``alpha``, the latency of one step (microseconds: a ring all-reduce on p ranks has ``2 (p - 1)`` steps), and
+``bw``, the bandwidth of one link (bytes per microsecond). Nothing else: no table that replays the measured points.
+So the fit says what another size, another node count (the closed form's steps and bytes at p) or another link rate
+(the dimension's ``bandwidth_gbps`` changed) costs, and its time never falls as the size grows. With ``A`` the
 coefficient of alpha (``T`` at n = 0 with alpha = 1) and ``t_i`` the measured medians at sizes ``n_i``:
 
-1. start from ``alpha = min_i t_i / A`` (the fastest point is all latency);
-2. peak bandwidth ``bw`` = the largest bandwidth that makes the model (efficiency 1) meet a measurement at the
-   bandwidth-dominated sizes (``t_i >= 2·A·alpha``: the large ones);
-3. alpha = the largest latency under which no latency-dominated point (the others) needs more than ``bw``
-   (for the linear forms ``min_i (t_i - T(n_i; alpha=0, bw)) / A``; solved on the closed form, so the
-   pipelined chain works too): alpha comes from the small sizes; 2-3 repeat until alpha settles; then ``bw``
-   is raised to the largest bandwidth any point needs at that alpha (a mid size that runs faster than the
-   largest ones, e.g. from cache, sets it), so that every efficiency is <= 1;
-   the medians are first made non-decreasing in size (:func:`monotone`, robust to one outlier);
-4. efficiency ``e(n_i) = bw_i / bw`` in (0, 1], where ``bw_i`` is the bandwidth that makes the closed form
-   match ``t_i`` exactly (solved numerically on the closed form itself), at the collective's nccl-tests size
-   (``p·n`` for all_gather); between measured sizes, points on the power law through the neighbours
-   (:func:`power_law_points`), which is what carries the fit to sizes that were not measured.
+1. ``alpha`` = the median of ``t_i / A`` over the latency-bound sizes (``t_i <= 2 min t``);
+2. ``bw`` = the median, over the bandwidth-bound sizes (``t_i >= 4 A alpha``), of the bandwidth at which the closed
+   form at ``alpha`` takes the size's p10 time: its clean transfer. A median of back-to-back calls carries the
+   ranks' skew and the calls the scheduler preempted (on the namespace testbed up to 13% above the p10 at 1-16 MiB,
+   where a call after a drained link took its p10), which a replay answers from the members' arrivals, not as
+   bandwidth. Without a bandwidth-bound size the bandwidth is only bounded below: the bandwidth at which the
+   largest size's bandwidth term is half its time.
 
-barrier: latency only, ``alpha = t / ceil(log2 p)``. Timings cannot tell latency from a low efficiency at the
-latency-bound sizes; the convention above charges that time to alpha (exact when those sizes run at full
-efficiency; otherwise alpha is high by about the bandwidth term of the smallest size, a fraction of a percent
-on loopback). Without a bandwidth-dominated size the bandwidth is only bounded below: the fit takes the
-bandwidth at which the largest size's bandwidth term is half its time.
-
-Units: sizes in bytes (costmodels' convention), times in microseconds, bandwidth in bytes per microsecond
-(a scenario's ``bandwidth_gbps`` is gigaBITS per second: 1 Gb/s = 125 bytes/us).
+:attr:`FitPoint.error_pct` is the model against each median; a point beyond ``max(`` :data:`OUTLIER_MIN` ``, 3 x``
+the residuals' robust spread ``)`` is named an outlier (a regime the closed form does not reach, such as a shaper's
+burst credit at small sizes): the model is not bent to meet it. barrier: latency only, ``alpha = median t /
+ceil(log2 p)``. Units: sizes in bytes (costmodels' convention), times in microseconds, bandwidth in bytes per
+microsecond (a scenario's ``bandwidth_gbps`` is gigaBITS per second: 1 Gb/s = 125 bytes/us).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -40,12 +34,14 @@ from emulator_core.network import costmodels as cm
 
 #: The smallest latency a fit gives, microseconds.
 ALPHA_FLOOR_US = 1e-3
-_BETWEEN = 3  # efficiency points inserted between measured sizes
+#: A point is an outlier beyond this relative error at least (module docstring).
+OUTLIER_MIN = 0.10
 
 
 @dataclass(frozen=True)
 class FitPoint:
-    """One measured size against the fitted model: microseconds, and ``error_pct = 100·(model - measured)/measured``."""
+    """One measured size against the fitted model: microseconds, ``error_pct = 100·(model - measured)/measured``
+    against the median, and whether the point is an outlier the model was not bent to meet (module docstring)."""
 
     nbytes: int
     measured_us: float
@@ -53,6 +49,7 @@ class FitPoint:
     p90_us: float
     model_us: float
     error_pct: float
+    outlier: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,9 +59,10 @@ class Fit:
     Attributes:
         collective, algorithm: the collective and the closed form fitted (``costmodels.COST_MODELS``).
         ranks: the group size measured (p).
-        latency_us: alpha, microseconds.
-        bandwidth_bytes_per_us: peak bandwidth (efficiency 1.0), bytes per microsecond; ``None`` for barrier.
-        efficiency: ``(size_bytes, fraction)`` points at the collective's nccl-tests size (``costmodels.Efficiency``).
+        latency_us: alpha, microseconds per step.
+        bandwidth_bytes_per_us: one link's bandwidth, bytes per microsecond; ``None`` for barrier.
+        efficiency: empty (1.0 at every size: the closed form alone); a scenario's calibration entry keeps the key,
+            which files written by an older ``nbox calibrate`` fill.
         points: every measured size, measured vs model.
     """
 
@@ -108,8 +106,9 @@ def significant(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def _needed_bandwidth(coll: str, algo: str, n: float, p: int, alpha: float, t: float) -> float:
-    """The bandwidth (bytes/us, efficiency 1) at which the closed form takes ``t`` us; inf if alpha alone >= t."""
+def _solve_bandwidth(coll: str, algo: str, n: float, p: int, alpha: float, t: float) -> float:
+    """The bandwidth (bytes/us) at which the closed form takes ``t`` us at latency ``alpha`` (bisection on log bw:
+    the time falls as the bandwidth grows; any closed form, the pipelined chain's too); inf if alpha alone takes t."""
     def f(bw: float) -> float:
         return cm.cost(coll, algo, n, p, cm.Link(alpha, bw))
 
@@ -118,97 +117,29 @@ def _needed_bandwidth(coll: str, algo: str, n: float, p: int, alpha: float, t: f
         return math.inf
     if f(lo) <= t:
         return lo
-    for _ in range(200):  # bisection on log(bw): the model time decreases with bandwidth
+    for _ in range(200):
         mid = math.sqrt(lo * hi)
-        if f(mid) > t:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if f(mid) > t else (lo, mid)
         if hi / lo < 1 + 1e-12:
             break
     return math.sqrt(lo * hi)
 
 
-def monotone(values: Sequence[float]) -> list[float]:
-    """A non-decreasing fit to ``values`` that one outlier cannot move far: isotonic regression with each
-    pooled block at the MEDIAN of its values (pool adjacent violators).
-
-    A collective's time does not fall as its size grows; where a median is above a larger size's, the two are
-    noise around one level. Pooling by median (not mean) keeps a single preempted point from lifting its
-    neighbours, and unlike a lower envelope it does not bias the level down.
-    """
-    blocks: list[list[float]] = []
-    for v in values:
-        blocks.append([v])
-        while len(blocks) > 1 and statistics.median(blocks[-2]) > statistics.median(blocks[-1]):
-            last = blocks.pop()
-            blocks[-1].extend(last)
-    return [statistics.median(b) for b in blocks for _ in b]
-
-
-def _max_alpha(coll: str, algo: str, n: float, p: int, bw: float, t: float, a: float) -> float:
-    """The largest latency (us) at which the closed form at bandwidth ``bw`` takes at most ``t`` us (0 if none)."""
+def _solve_alpha(coll: str, algo: str, n: float, p: int, bw: float, t: float, a: float) -> float:
+    """The latency (us per step) at which the closed form takes ``t`` us at bandwidth ``bw`` (0 if the bandwidth term
+    alone takes t): bisection, the time grows with alpha."""
     def f(alpha: float) -> float:
         return cm.cost(coll, algo, n, p, cm.Link(alpha, bw))
 
-    lo, hi = 0.0, t / a  # cost >= A·alpha, so alpha <= t/A
+    lo, hi = 0.0, t / a
     if f(lo) >= t:
         return 0.0
-    for _ in range(100):  # bisection: the model time increases with alpha
+    for _ in range(100):
         mid = 0.5 * (lo + hi)
-        if f(mid) <= t:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if f(mid) <= t else (lo, mid)
         if hi - lo <= 1e-12 * hi:
             break
     return lo
-
-
-def _alpha_and_peak(coll: str, algo: str, p: int, a: float, ns: Sequence[int],
-                    ts: Sequence[float]) -> tuple[float, float]:
-    """Steps 1-3 of the module docstring: alpha (us) and the peak bandwidth (bytes/us), rounded to 6 digits."""
-    def max_alpha(bw: float, idx: Sequence[int]) -> float:
-        return min(_max_alpha(coll, algo, ns[i], p, bw, ts[i], a) for i in idx)
-
-    def peak_at(alpha: float, idx: Sequence[int]) -> float:
-        need = [_needed_bandwidth(coll, algo, ns[i], p, alpha, ts[i]) for i in idx]
-        return max((bw for bw in need if math.isfinite(bw)), default=math.inf)
-
-    alpha = min(ts) / a
-    big = [i for i, t in enumerate(ts) if t >= 2 * a * alpha]
-    small = [i for i in range(len(ts)) if i not in big]
-    if big:
-        for _ in range(100):
-            peak = peak_at(alpha, big)
-            new = max(ALPHA_FLOOR_US, min(alpha, max_alpha(peak, small)))
-            done, alpha = alpha - new <= 1e-10 * alpha, new
-            if done:
-                break
-    else:  # latency-bound everywhere: the bandwidth is only bounded below; take the bound at which the
-        # largest size's bandwidth term is half its time, then alpha as in step 3
-        peak = _needed_bandwidth(coll, algo, ns[-1], p, ts[-1] / (2 * a), ts[-1])
-        alpha = max(ALPHA_FLOOR_US, max_alpha(peak, range(len(ts))))
-    return significant(alpha), significant(peak_at(alpha, range(len(ts))) if big else peak)
-
-
-def power_law_points(points: Sequence[tuple[int, float]], between: int = _BETWEEN) -> tuple[tuple[int, float], ...]:
-    """``points`` with ``between`` points inserted in each interval on the power law through its ends.
-
-    costmodels interpolates an efficiency linearly in ``log(size)``; the inserted points make it follow
-    ``log e`` linear in ``log size`` instead, which carries both a flat efficiency and a latency plateau
-    (where the fitted ``e`` grows like the size) to the sizes between the measured ones. Sizes stay strictly
-    increasing integers; fractions stay in (0, 1].
-    """
-    out: list[tuple[int, float]] = []
-    for (n0, e0), (n1, e1) in itertools.pairwise(points):
-        out.append((n0, e0))
-        for k in range(1, between + 1):
-            f = k / (between + 1)
-            n = round(n0 * (n1 / n0) ** f)
-            if out[-1][0] < n < n1:
-                out.append((n, min(1.0, significant(e0 ** (1 - f) * e1**f, 4))))
-    return tuple(out + list(points[-1:]))
 
 
 def _fit_one(coll: str, algo: str, p: int, ms: Sequence[Measurement]) -> Fit:
@@ -217,24 +148,32 @@ def _fit_one(coll: str, algo: str, p: int, ms: Sequence[Measurement]) -> Fit:
     if coll == "barrier":
         alpha = significant(max(worker.percentile([m.median_us for m in ms], 0.5) / a, ALPHA_FLOOR_US))
         return _with_points(Fit(coll, algo, p, alpha, None, ()), ms)
-    ns, ts = [m.nbytes for m in ms], monotone([m.median_us for m in ms])
-    alpha, peak = _alpha_and_peak(coll, algo, p, a, ns, ts)
-    eff: dict[int, list[float]] = {}
-    for n, t in zip(ns, ts, strict=True):
-        bw = _needed_bandwidth(coll, algo, n, p, alpha, t)
-        e = 1.0 if not math.isfinite(bw) else min(1.0, max(1e-6, bw / peak))
-        eff.setdefault(int(size_key(coll, n, p)), []).append(e)
-    measured = [(k, min(1.0, significant(sum(v) / len(v), 4))) for k, v in sorted(eff.items()) if k > 0]
-    return _with_points(Fit(coll, algo, p, alpha, peak, power_law_points(measured)), ms)
+    fastest = min(m.median_us for m in ms)
+    small = [m for m in ms if m.median_us <= 2 * fastest]
+    bw = 1e15
+    alpha = ALPHA_FLOOR_US
+    for _ in range(8):  # alpha from the small sizes at bw, bw from the large ones' p10 at alpha (module docstring)
+        alpha = max(ALPHA_FLOOR_US, statistics.median(_solve_alpha(coll, algo, m.nbytes, p, bw, m.median_us, a)
+                                                      for m in small))
+        bound = [m for m in ms if m.median_us >= 4 * a * alpha]
+        need = [_solve_bandwidth(coll, algo, m.nbytes, p, alpha, min(m.p10_us, m.median_us)) for m in bound]
+        need = [x for x in need if math.isfinite(x)]
+        if not need:  # latency-bound everywhere: the bandwidth is only bounded below
+            bw = _solve_bandwidth(coll, algo, ms[-1].nbytes, p, ms[-1].median_us / (2 * a), ms[-1].median_us)
+            break
+        bw = statistics.median(need)
+    return _with_points(Fit(coll, algo, p, significant(alpha), significant(bw), ()), ms)
 
 
 def _with_points(f: Fit, ms: Sequence[Measurement]) -> Fit:
-    pts = []
-    for m in ms:
-        model = f.model_us(m.nbytes)
-        pts.append(FitPoint(m.nbytes, m.median_us, m.p10_us, m.p90_us, model,
-                            100.0 * (model - m.median_us) / m.median_us if m.median_us > 0 else 0.0))
-    return Fit(f.collective, f.algorithm, f.ranks, f.latency_us, f.bandwidth_bytes_per_us, f.efficiency, tuple(pts))
+    """``f`` with every measured size against its model, the outliers marked (module docstring)."""
+    res = [(f.model_us(m.nbytes) - m.median_us) / m.median_us if m.median_us > 0 else 0.0 for m in ms]
+    centre = statistics.median(res) if res else 0.0
+    spread = 1.4826 * statistics.median(abs(r - centre) for r in res) if res else 0.0
+    limit = max(OUTLIER_MIN, 3 * spread)
+    pts = tuple(FitPoint(m.nbytes, m.median_us, m.p10_us, m.p90_us, f.model_us(m.nbytes), 100.0 * r,
+                         f.bandwidth_bytes_per_us is not None and abs(r) > limit) for m, r in zip(ms, res, strict=True))
+    return Fit(f.collective, f.algorithm, f.ranks, f.latency_us, f.bandwidth_bytes_per_us, f.efficiency, pts)
 
 
 def fit(measurements: Sequence[Measurement], nproc: int, backend: str = "gloo") -> list[Fit]:

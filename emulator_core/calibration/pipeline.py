@@ -79,15 +79,18 @@ def scenario_fragment(fits: Sequence[Fit], *, nproc: int, dimension: str = "loop
 
 
 def format_fits(fits: Sequence[Fit]) -> str:
-    """A plain-text table: per collective its fit, then per size measured vs model and the error (sizes in IEC
+    """A plain-text table: per collective its two parameters in units a datasheet gives (microseconds per step,
+    gigabits per second per link), then per size measured vs model and the error, outliers named (sizes in IEC
     units; the time columns of one collective in one unit, named in the header: :mod:`nbox_trace.units`)."""
     from nbox_trace.units import format_bytes, format_in, time_unit
 
     lines = []
     for f in fits:
-        bw = "-" if f.bandwidth_gbps is None else f"{f.bandwidth_gbps:.3f} Gb/s"
-        lines.append(f"{f.collective} ({f.algorithm}, p={f.ranks}): latency {f.latency_us:.2f} us, peak bandwidth "
-                     f"{bw}; median |error| {f.median_abs_error_pct():.1f}%")
+        bw = "-" if f.bandwidth_gbps is None else f"{f.bandwidth_gbps:.3f} Gb/s per link"
+        outliers = [format_bytes(p.nbytes) for p in f.points if p.outlier]
+        lines.append(f"{f.collective} ({f.algorithm}, p={f.ranks}): latency {f.latency_us:.2f} us per step, "
+                     f"bandwidth {bw}; median |error| {f.median_abs_error_pct():.1f}%"
+                     + (f"; outliers (not fitted): {', '.join(outliers)}" if outliers else ""))
         u = time_unit(v for p in f.points for v in (p.measured_us, p.p90_us, p.model_us))
         d = 1 if u[0] == "us" else 3
 
@@ -98,7 +101,7 @@ def format_fits(fits: Sequence[Fit]) -> str:
                      f"{'error':>8}")
         for p in f.points:
             lines.append(f"  {format_bytes(p.nbytes):>12} {t(p.measured_us):>13} {t(p.p10_us) + '-' + t(p.p90_us):>21} "
-                         f"{t(p.model_us):>12} {p.error_pct:>7.1f}%")
+                         f"{t(p.model_us):>12} {p.error_pct:>7.1f}%" + ("  outlier" if p.outlier else ""))
     return "\n".join(lines)
 
 
@@ -117,8 +120,8 @@ def profile_toml(scenario: Scenario, fits: Sequence[Fit], config: CalibrateConfi
             f"# machine: {machine}; date: {when}; torch {info.get('torch', '?')}, python "
             f"{info.get('python', platform.python_version())}",
             f"# sizes (bytes, per-rank input as in costmodels): {', '.join(map(str, config.sizes))}",
-            "# bandwidth_gbps / latency_us: the all_reduce fit; [[calibration]]: per collective, factors x those",
-            "# figures and an efficiency curve (see emulator_core/calibration/fit.py for the method). Fit:", "#"]
+            "# bandwidth_gbps / latency_us: the all_reduce fit (per link, per step); [[calibration]]: per collective,",
+            "# factors x those figures (see emulator_core/calibration/fit.py for the method). Fit:", "#"]
     head += [f"#   {line}" for line in format_fits(fits).splitlines()]
     if busy:
         head += ["#", *(f"# {b.describe()}" for b in busy)]

@@ -229,6 +229,8 @@ class Testbed:
         rate: tbf rate of every link, each direction (tc syntax: ``1gbit``, ``100mbit``).
         burst: tbf bucket (tc syntax); default: 1 ms at ``rate``, at least 64 KiB (a GSO segment fits).
         queue_ms: tbf ``latency``: how long a packet may wait in the shaper's queue before it is dropped.
+        uplink_queue_ms: the same bound on the racks' uplink (default: ``queue_ms``): a switch's buffer, where a
+            queue builds when the uplink is slower than the links feeding it.
         delay_ms: added one-way delay per link (netem); 0: none. Refused where netem is missing.
         cpus: per node, the CPUs its processes are pinned to (default: node k on CPU k mod the usable CPUs).
         subnet: the first three octets ``10.A.B`` of the nodes' /24 (node k is ``10.A.B.(k+1)``).
@@ -249,7 +251,7 @@ class Testbed:
                  delay_ms: float = 0.0, cpus: Sequence[Sequence[int]] | None = None, subnet: str = "10.77.0",
                  prefix: str = DEFAULT_PREFIX, gloo_loop_batch: bool = True,
                  cpu_share: float | Sequence[float] | None = None, cpu_period_us: int = DEFAULT_PERIOD_US,
-                 racks: int = 1, uplink_rate: str | None = None) -> None:
+                 racks: int = 1, uplink_rate: str | None = None, uplink_queue_ms: float | None = None) -> None:
         _check_prefix(prefix)
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2 or nodes > 250:
             raise UsageError(f"testbed nodes: an integer in 2..250, got {nodes!r}")
@@ -272,6 +274,9 @@ class Testbed:
         self._burst_given = burst
         self.burst = burst or _burst(bits)
         self.queue_ms, self.delay_ms = queue_ms, delay_ms
+        if uplink_queue_ms is not None and not uplink_queue_ms > 0:
+            raise UsageError(f"testbed uplink_queue_ms {uplink_queue_ms!r} must be > 0")
+        self.uplink_queue_ms = queue_ms if uplink_queue_ms is None else float(uplink_queue_ms)
         self.prefix = prefix
         self.tag = f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
         per_rack = nodes // racks
@@ -334,7 +339,8 @@ class Testbed:
     def _tbf(self, role: str) -> list[str]:
         rate, burst = (self.uplink_rate, self._burst_given or _burst(self.uplink_bits)) if role == "uplink" else (
             self.rate, self.burst)
-        return ["tbf", "rate", rate, "burst", burst, "latency", f"{self.queue_ms:g}ms"]
+        queue = self.uplink_queue_ms if role == "uplink" else self.queue_ms
+        return ["tbf", "rate", rate, "burst", burst, "latency", f"{queue:g}ms"]
 
     def _shape(self, netns: str, dev: str, role: str = "node") -> None:
         self._shaped.append((netns, dev, role))
