@@ -47,6 +47,23 @@ def test_readme_main_command_records_and_replays(tmp_path: Path) -> None:
     first = report.splitlines()[0]
     assert first.startswith("what-if (") and " per iteration, " in first and "the baseline's" in first
     assert "recorded (observed, un-instrumented)" in report and "baseline (" in report
+    # the README's copy is this command's output (bench/readme_example.py --write), line for line but for the numbers
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("<!-- example-output:start -->")[1].split("<!-- example-output:end -->")[0]
+    shown_lines = [ln for ln in shown.strip().splitlines() if not ln.startswith("```")]
+    assert _shapes(shown_lines) == _shapes(report.splitlines()), (shown_lines, report)
+    record_lines = outputs[0].strip().splitlines()
+    assert all(any(_shape(r) == _shape(ln) for ln in readme.splitlines()) for r in record_lines), record_lines
+
+
+def _shape(line: str) -> str:
+    """A line with its numbers replaced, cut after 40 characters: what a run of the same command keeps."""
+    return re.sub(r"[+-]?\d[\d.]*", "#", line.strip())[:40]
+
+
+def _shapes(lines: list[str]) -> list[str]:
+    """The shapes of a report's lines, notices aside (a notice depends on the machine's state, not the command)."""
+    return [_shape(ln) for ln in lines if ln.strip() and not ln.startswith("notice:")]
 
 
 def test_shipped_synthetic_trace_is_strict_clean() -> None:

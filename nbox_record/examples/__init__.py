@@ -5,7 +5,9 @@ without nbox::
 
     python -m torch.distributed.run --nproc-per-node 2 nbox_record/examples/ddp_mlp.py --steps 20
 
-* :mod:`~nbox_record.examples.ddp_mlp`: DDP over a 3-layer MLP (SGD, MSE, random data);
+* :mod:`~nbox_record.examples.ddp_convnet`: DDP over a small ConvNet on 32x32 images (the default: an iteration of
+  100-300 ms on a core per rank, so that a launch's noise is small beside it);
+* :mod:`~nbox_record.examples.ddp_mlp`: DDP over a 3-layer MLP (SGD, MSE, random data; a few milliseconds);
 * :mod:`~nbox_record.examples.ddp_transformer`: DDP over one transformer block;
 * :mod:`~nbox_record.examples.fsdp2_transformer`: FSDP2 (``fully_shard``) over two transformer blocks,
   so all-gathers and reduce-scatters appear;
@@ -35,6 +37,7 @@ from pathlib import Path
 #: Example name -> script file, as ``nbox record`` offers them.
 EXAMPLES_DIR = Path(__file__).resolve().parent
 EXAMPLES: dict[str, Path] = {
+    "ddp_convnet": EXAMPLES_DIR / "ddp_convnet.py",
     "ddp_mlp": EXAMPLES_DIR / "ddp_mlp.py",
     "ddp_transformer": EXAMPLES_DIR / "ddp_transformer.py",
     "fsdp2_transformer": EXAMPLES_DIR / "fsdp2_transformer.py",
@@ -47,4 +50,4 @@ EXAMPLES: dict[str, Path] = {
 #: The real-architecture examples (docs/models.md).
 MODEL_EXAMPLES = ("bert", "resnet152", "t5", "deeplight")
 #: The example ``nbox record`` runs when no script is given.
-DEFAULT_EXAMPLE = "ddp_mlp"
+DEFAULT_EXAMPLE = "ddp_convnet"

@@ -89,7 +89,7 @@ class EmulateConfig:
     rdzv_host: bool | None = None
     script: Path | None = None          # None: the built-in example
     script_args: tuple[str, ...] = ()
-    example: str = "ddp_mlp"
+    example: str = "ddp_convnet"
     scenario: Path | None = None
     overrides: tuple[str, ...] = ()
     warmup: int = 3

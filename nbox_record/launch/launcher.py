@@ -55,7 +55,7 @@ class RecordConfig:
     out: Path
     script: Path | None = None          # None: the built-in example
     script_args: tuple[str, ...] = ()
-    example: str = "ddp_mlp"
+    example: str = "ddp_convnet"
     nproc_per_node: int = 2
     nnodes: str = "1"
     node_rank: int = 0
