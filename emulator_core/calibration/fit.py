@@ -6,13 +6,16 @@ So the fit says what another size, another node count (the closed form's steps a
 (the dimension's ``bandwidth_gbps`` changed) costs, and its time never falls as the size grows. With ``A`` the
 coefficient of alpha (``T`` at n = 0 with alpha = 1) and ``t_i`` the measured medians at sizes ``n_i``:
 
-1. ``alpha`` = the median of ``t_i / A`` over the latency-bound sizes (``t_i <= 2 min t``);
-2. ``bw`` = the median, over the bandwidth-bound sizes (``t_i >= 4 A alpha``), of the bandwidth at which the closed
-   form at ``alpha`` takes the size's p10 time: its clean transfer. A median of back-to-back calls carries the
-   ranks' skew and the calls the scheduler preempted (on the namespace testbed up to 13% above the p10 at 1-16 MiB,
-   where a call after a drained link took its p10), which a replay answers from the members' arrivals, not as
-   bandwidth. Without a bandwidth-bound size the bandwidth is only bounded below: the bandwidth at which the
-   largest size's bandwidth term is half its time.
+1. ``alpha`` = the median, over the latency-bound sizes (``t_i <= 2 min t``), of the latency at which the closed form
+   takes ``t_i`` (alternating with step 2 until both settle);
+2. ``bw`` = the bandwidth at which the closed form at ``alpha`` moves all the bandwidth-bound sizes
+   (``t_i >= 4 A alpha``) in the sum of their p10 times (their clean transfers): a size-weighted mean, so a library
+   that runs small calls in one mode and large ones in another (gloo's all-gather on 2 ranks) is priced by the large
+   ones, where a job spends its time. A median of back-to-back calls carries the ranks' skew and the calls the
+   scheduler preempted (on the namespace testbed up to 13% above the p10 at 1-16 MiB, where a call after a drained
+   link took its p10), which a replay answers from the members' arrivals, not as bandwidth. A size whose own
+   bandwidth is off by more than about 30% is left out of a second pass. Without a bandwidth-bound size the
+   bandwidth is only bounded below: the bandwidth at which the largest size's bandwidth term is half its time.
 
 :attr:`FitPoint.error_pct` is the model against each median; a point beyond ``max(`` :data:`OUTLIER_MIN` ``, 3 x``
 the residuals' robust spread ``)`` is named an outlier (a regime the closed form does not reach, such as a shaper's
@@ -36,6 +39,9 @@ from emulator_core.network import costmodels as cm
 ALPHA_FLOOR_US = 1e-3
 #: A point is an outlier beyond this relative error at least (module docstring).
 OUTLIER_MIN = 0.10
+#: A bandwidth-bound size whose own bandwidth is off the fit's by more than this log ratio (about 30%) is left out of
+#: the bandwidth's second pass.
+OUTLIER_BANDWIDTH = 0.26
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,34 @@ def _solve_alpha(coll: str, algo: str, n: float, p: int, bw: float, t: float, a:
     return lo
 
 
+def _bandwidth_of(coll: str, algo: str, p: int, alpha: float, bound: Sequence[Measurement]) -> float:
+    """The bandwidth that moves ``bound``'s sizes in the sum of their clean times at ``alpha`` (module docstring),
+    once more without a size whose own bandwidth is off it by more than :data:`OUTLIER_BANDWIDTH` (an outlier).
+    A pipelined chain (not linear in the size): the closed form solved on the largest size."""
+    def clean(m: Measurement) -> float:
+        return min(m.p10_us, m.median_us)
+
+    if not _linear(coll, algo, p):
+        return _solve_bandwidth(coll, algo, bound[-1].nbytes, p, alpha, clean(bound[-1]))
+
+    def weighted(ms: Sequence[Measurement]) -> float:
+        moved = sum(cm.cost(coll, algo, m.nbytes, p, cm.Link(0.0, 1.0)) for m in ms)
+        return moved / sum(max(clean(m) - cm.cost(coll, algo, 0, p, cm.Link(alpha, 1.0)), 1e-9) for m in ms)
+
+    bw = weighted(bound)
+    kept = [m for m in bound
+            if abs(math.log(_solve_bandwidth(coll, algo, m.nbytes, p, alpha, clean(m)) / bw)) <= OUTLIER_BANDWIDTH]
+    return weighted(kept) if kept else bw
+
+
+def _linear(coll: str, algo: str, p: int) -> bool:
+    """Whether the closed form is ``A alpha + K n / bw`` (every form but the pipelined chain of a ring broadcast)."""
+    n = 1 << 20
+    whole = cm.cost(coll, algo, n, p, cm.Link(10.0, 100.0))
+    parts = cm.cost(coll, algo, 0, p, cm.Link(10.0, 100.0)) + cm.cost(coll, algo, n, p, cm.Link(0.0, 100.0))
+    return math.isclose(whole, parts, rel_tol=1e-9)
+
+
 def _fit_one(coll: str, algo: str, p: int, ms: Sequence[Measurement]) -> Fit:
     ms = sorted(ms, key=lambda m: m.nbytes)
     a = cm.cost(coll, algo, 0, p, cm.Link(1.0, 1.0))
@@ -156,12 +190,10 @@ def _fit_one(coll: str, algo: str, p: int, ms: Sequence[Measurement]) -> Fit:
         alpha = max(ALPHA_FLOOR_US, statistics.median(_solve_alpha(coll, algo, m.nbytes, p, bw, m.median_us, a)
                                                       for m in small))
         bound = [m for m in ms if m.median_us >= 4 * a * alpha]
-        need = [_solve_bandwidth(coll, algo, m.nbytes, p, alpha, min(m.p10_us, m.median_us)) for m in bound]
-        need = [x for x in need if math.isfinite(x)]
-        if not need:  # latency-bound everywhere: the bandwidth is only bounded below
+        if not bound:  # latency-bound everywhere: the bandwidth is only bounded below
             bw = _solve_bandwidth(coll, algo, ms[-1].nbytes, p, ms[-1].median_us / (2 * a), ms[-1].median_us)
             break
-        bw = statistics.median(need)
+        bw = _bandwidth_of(coll, algo, p, alpha, bound)
     return _with_points(Fit(coll, algo, p, significant(alpha), significant(bw), ()), ms)
 
 
