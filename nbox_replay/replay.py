@@ -44,15 +44,13 @@ from nbox_replay.inputs import (
     ReplaySource,
     captured_iterations,
     correct_graphs,
+    describe_mesh,
     load_rank,
-    mesh_dict,
-    mesh_lines,
     open_source,
     plan_correction,
     plan_for,
     relabel,
     set_world_size,
-    topology_spans,
 )
 from nbox_replay.live import HostPad
 from nbox_replay.report import RankChoiceError, ReplayReport, RunSummary, summarize_sim
@@ -190,11 +188,10 @@ def _replay(config: ReplayConfig, root: Path, progress: Report | None) -> Replay
     baseline = summarize_sim(base_sim, label="baseline", scenario=base_name, rank=config.rank)
     wi_rank = config.rank if plan is None or config.rank is None else plan.rank_map.get(config.rank, config.rank)
     whatif = summarize_sim(wi_sim, label="what-if", scenario=what_if_name, rank=wi_rank)
-    spans = topology_spans(plan, what_if) if plan is not None else None
+    lines, mesh_doc = describe_mesh(recorded_mesh, plan, what_if)
     report = ReplayReport(source.path, source.recorded_world, source.device, sorted(graphs), compute, clock,
                           source.observed, baseline, whatif, coverage=coverage, fallbacks=fallbacks,
-                          unpriced=wi_sim.unpriced, notices=notices, world=world,
-                          mesh_lines=mesh_lines(recorded_mesh, plan, spans), mesh=mesh_dict(recorded_mesh, plan, spans),
+                          unpriced=wi_sim.unpriced, notices=notices, world=world, mesh_lines=lines, mesh=mesh_doc,
                           profiler=correction, changes=describe_changes(config.what_if, config.overrides, what_if,
                                                                         config.mesh))
     if clock == "real":

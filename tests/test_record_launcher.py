@@ -52,7 +52,7 @@ def test_launch_starts_the_script_per_rank_and_goes_through_torchrun_across_node
     c = cfg(tmp_path, nproc_per_node=3, script_args=("--lr", "0.1"))
     cmd = launch_command(c, tmp_path / "logs")
     assert L.launch_spec(c, tmp_path, "gloo", tmp_path / "logs").nproc_per_node == 3
-    assert cmd[-5:] == [str(L._EXAMPLES_DIR / "ddp_mlp.py"), "--steps", str(3 + 10 + 1 + 2), "--lr", "0.1"]
+    assert cmd[-5:] == [str(L._EXAMPLES_DIR / "ddp_convnet.py"), "--steps", str(3 + 10 + 1 + 2), "--lr", "0.1"]
     user = launch_command(cfg(tmp_path, script=Path(__file__), script_args=("--x",)), tmp_path)
     assert user[-2:] == [__file__, "--x"]  # a user's script gets its own arguments only
     multi = launch_command(cfg(tmp_path, nnodes="2", node_rank=1, rdzv_endpoint="h:29400"), tmp_path)

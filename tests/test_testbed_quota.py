@@ -121,7 +121,7 @@ def test_a_nodes_processes_run_in_its_group_under_its_quota() -> None:
         tb.set_share(3, 0.125)
         assert tb.share(3) == 0.125
         with pytest.raises(UsageError, match="would need"):
-            tb.set_share(1, 0.75)  # nodes 1 and 3 share CPU 1 (node k on CPU k mod 2)
+            tb.set_share(1, 0.9)  # nodes 1 and 3 share CPU 1 (node k on CPU k mod 2): 0.9 + 0.125 > 1
         sleeper = tb.run_on(0, ["sleep", "600"])
         time.sleep(0.3)
         assert sleeper.pid in tb.quota.members(0)  # the shell that joined execs ip, taskset and sleep in turn

@@ -59,8 +59,8 @@ def record_cmd(
         help="auto | gloo | nccl: the built-in examples' backend (auto: nccl with CUDA, else gloo).")] = "auto",
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Bundle directory to write.")] = None,  # noqa: UP045
     example: Annotated[str, typer.Option(
-        help="Built-in workload: ddp_convnet, ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp; real "
-             "architectures (docs/models.md): bert, resnet152, t5, deeplight.")] = "ddp_convnet",
+        help="Built-in workload (all in docs/models.md), e.g. ddp_convnet, fsdp2_transformer, bert, "
+             "resnet152.")] = "ddp_convnet",
     run_to_end: Annotated[bool, typer.Option("--run-to-end", help="Let the script finish after the capture.",
                                              rich_help_panel=ADVANCED)] = False,
     keep_partial: Annotated[bool, typer.Option("--keep-partial", help="On failure, write a bundle marked incomplete.",
@@ -151,8 +151,8 @@ def emulate_cmd(
         "--set", metavar="KEY=VALUE", help="Change a scenario key, e.g. topology.dims.0.bandwidth_gbps=10 "
                                            "(repeatable).")] = None,
     example: Annotated[str, typer.Option(
-        help="Built-in workload: ddp_convnet, ddp_mlp, ddp_transformer, fsdp2_transformer, tp_dp_mlp; real "
-             "architectures (docs/models.md): bert, resnet152, t5, deeplight.")] = "ddp_convnet",
+        help="Built-in workload (all in docs/models.md), e.g. ddp_convnet, fsdp2_transformer, bert, "
+             "resnet152.")] = "ddp_convnet",
     warmup: Annotated[int, typer.Option(help="Iterations skipped before timing.", min=0)] = 3,
     iterations: Annotated[int, typer.Option(help="Iterations timed (the run stops after them).", min=1)] = 10,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole run (s); then every rank is stopped.",

@@ -17,8 +17,7 @@ from nbox_trace.doors import load
 _HOMES: dict[str, tuple[str, ...]] = {
     "graph": ("COLLECTIVE", "COMPUTE", "CommInfo", "META", "RECV", "RankGraph", "SEND", "captured_iterations",
         "load_rank"),
-    "meshing": ("MESH_AXIS", "mesh_axis_name", "mesh_dict", "mesh_lines", "plan_for", "relabel", "set_world_size",
-        "topology_spans"),
+    "meshing": ("MESH_AXIS", "describe_mesh", "mesh_axis_name", "plan_for", "relabel", "set_world_size"),
     "profiler": ("Correction", "MODES", "correct_graphs", "from_worker_doc", "plan_correction"),
     "recorded_calls": ("RecordedStreams", "recorded_time_us"),
     "source": ("ReplaySource", "open_source"),
@@ -26,8 +25,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
 
 __all__ = ["COLLECTIVE", "COMPUTE", "CommInfo", "Correction", "MESH_AXIS", "META", "MODES", "RECV", "RankGraph",
     "RecordedStreams", "ReplaySource", "SEND", "captured_iterations", "correct_graphs", "from_worker_doc",
-    "load_rank", "mesh_axis_name", "mesh_dict", "mesh_lines", "open_source", "plan_correction", "plan_for",
-    "recorded_time_us", "relabel", "set_world_size", "topology_spans"]
+    "describe_mesh", "load_rank", "mesh_axis_name", "open_source", "plan_correction", "plan_for",
+    "recorded_time_us", "relabel", "set_world_size"]
 
 if TYPE_CHECKING:
     from nbox_replay.inputs.graph import (
@@ -43,13 +42,11 @@ if TYPE_CHECKING:
     )
     from nbox_replay.inputs.meshing import (
         MESH_AXIS,
+        describe_mesh,
         mesh_axis_name,
-        mesh_dict,
-        mesh_lines,
         plan_for,
         relabel,
         set_world_size,
-        topology_spans,
     )
     from nbox_replay.inputs.profiler import (
         MODES,

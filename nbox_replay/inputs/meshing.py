@@ -121,6 +121,14 @@ def mesh_lines(recorded: RecordedMesh, plan: MeshPlan | None, spans: Mapping[str
     return out
 
 
+def describe_mesh(recorded: RecordedMesh, plan: MeshPlan | None,
+                  scenario: Scenario) -> tuple[list[str], dict[str, Any]]:
+    """The report's mesh lines and their JSON: the recorded mesh, and the what-if's placed on ``scenario``'s topology
+    (:func:`mesh_lines`, :func:`mesh_dict`, :func:`topology_spans`)."""
+    spans = topology_spans(plan, scenario) if plan is not None else None
+    return mesh_lines(recorded, plan, spans), mesh_dict(recorded, plan, spans)
+
+
 def mesh_dict(recorded: RecordedMesh, plan: MeshPlan | None, spans: Mapping[str, str] | None) -> dict[str, Any]:
     """The JSON of :func:`mesh_lines`."""
     return {"recorded": recorded.to_dict(),
