@@ -57,8 +57,10 @@ def test_readme_main_command_records_and_replays(tmp_path: Path) -> None:
 
 
 def _shape(line: str) -> str:
-    """A line with its numbers replaced, cut after 40 characters: what a run of the same command keeps."""
-    return re.sub(r"[+-]?\d[\d.]*", "#", line.strip())[:40]
+    """A line with its numbers (and their size units) replaced and its column padding collapsed, cut after 40
+    characters: what a run of the same command keeps (a size is printed in B or KiB as its value falls)."""
+    numbers = re.sub(r"[+-]?\d[\d.]*(?:\s*(?:[KMGT]iB|B)\b)?|(?<=\s)-(?=\s)", "#", line.strip())  # "-": none
+    return re.sub(r"\s+", " ", numbers)[:40]
 
 
 def _shapes(lines: list[str]) -> list[str]:

@@ -72,7 +72,7 @@ def retarget(comm: CommInfo, recorded_world: int, world: int, group_grows: bool)
     """The size (bytes, costmodels' convention) at world size ``world``, and the rule that gave it."""
     if not group_grows or world == recorded_world:
         return float(comm.nbytes), "unchanged (group not resized)"
-    how, text = RULES.get(comm.collective, ("keep", f"{comm.collective}: size kept"))
+    how, text = RULES.get(comm.collective, ("keep", "its size is kept"))
     if how == "shard":
         return comm.nbytes * recorded_world / world, text
     return float(comm.nbytes), text
