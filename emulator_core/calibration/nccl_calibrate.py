@@ -19,16 +19,7 @@ from pathlib import Path
 
 from emulator_core.network import BUS_FACTORS, Curve, NcclTestsError
 from emulator_core.pricing import datasheet_of, group_shape, make_pricer, time_us
-from emulator_core.scenario import (
-    FLOOR_MAX_BYTES,
-    NcclFit,
-    Scenario,
-    Topology,
-    dump_toml,
-    network_share,
-    resize,
-    step_bytes,
-)
+from emulator_core.scenario import NcclFit, Scenario, Topology, dump_toml, nccl_fit, resize
 from nbox_trace.files import write_atomic
 
 __all__ = ["FitRow", "NcclTestsConfig", "base_scenario", "calibrate_from_curves", "calibrate_nccl_tests", "compare",
@@ -67,17 +58,17 @@ def fit_curve(curve: Curve) -> NcclFit:
     :data:`~emulator_core.scenario.nccl_fit.FLOOR_MAX_BYTES` (0 when none was measured); the table is each larger size's
     bus bandwidth of its time above the floor, at its step message; a size whose time is within 5% of the floor
     carries no bandwidth and is left out (below the table, :meth:`NcclFit.busbw_at` extrapolates)."""
-    small = [pt.time_us for pt in curve.points if pt.size_bytes <= FLOOR_MAX_BYTES]
+    small = [pt.time_us for pt in curve.points if pt.size_bytes <= nccl_fit.FLOOR_MAX_BYTES]
     floor = statistics.median(small) if small else 0.0
-    big = [pt for pt in curve.points if pt.size_bytes > FLOOR_MAX_BYTES] or list(curve.points)
+    big = [pt for pt in curve.points if pt.size_bytes > nccl_fit.FLOOR_MAX_BYTES] or list(curve.points)
     p = curve.ranks
     factor = BUS_FACTORS[curve.collective](p)
-    share = network_share(curve.collective, curve.nodes)
+    share = nccl_fit.network_share(curve.collective, curve.nodes)
     table: list[list[float]] = []
     bound = [pt for pt in big if pt.time_us - floor >= 0.05 * pt.time_us] or big[-1:]
     for pt in bound:
         rest = max(pt.time_us - floor, 0.05 * pt.time_us)
-        m = step_bytes(curve.collective, pt.size_bytes, p)
+        m = nccl_fit.step_bytes(curve.collective, pt.size_bytes, p)
         if table and m <= table[-1][0]:
             continue
         bus = pt.size_bytes * factor * share / (rest * 1e3) if factor > 0 else pt.size_bytes / (rest * 1e3)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from emulator_core.network import BUS_FACTORS
 from emulator_core.pricing.nccl_tuner import nccl_supports, nccl_tune
-from emulator_core.scenario import PER_RANK, Datasheet, NcclFit, network_share, regime, step_bytes
+from emulator_core.scenario import Datasheet, NcclFit, nccl_fit
 
 __all__ = ["Prepared", "between", "between_us", "floor_us", "prepare", "regime_factor", "time_us"]
 
@@ -40,9 +40,9 @@ def _nccl_floor_us(collective: str, size: float, nodes: int, gpn: int, fabric: D
 
 def regime_factor(fit: NcclFit, nodes: int, fabric: Datasheet) -> float:
     """``K(N)`` of the module docstring: 1 within the fit's regime, else NCCL's (or the datasheet's) ratio."""
-    if regime(nodes) == regime(fit.nodes):
+    if nccl_fit.regime(nodes) == nccl_fit.regime(fit.nodes):
         return 1.0
-    big = fit.busbw[-1][0] * (fit.ranks if fit.collective in PER_RANK else 1)
+    big = fit.busbw[-1][0] * (fit.ranks if fit.collective in nccl_fit.PER_RANK else 1)
     there = _nccl_busbw(fit.collective, big, nodes, fit.gpus_per_node, fabric)
     here = _nccl_busbw(fit.collective, big, fit.nodes, fit.gpus_per_node, fabric)
     if there is not None and here is not None and here > 0:
@@ -78,7 +78,7 @@ class Prepared:
             return 0.0
         if size_bytes <= 0:
             return self.floor_us
-        m = step_bytes(self.fit.collective, size_bytes, self.ranks)
+        m = nccl_fit.step_bytes(self.fit.collective, size_bytes, self.ranks)
         return self.floor_us + size_bytes * self.per_byte_us / self.fit.busbw_at(m)
 
 
@@ -87,8 +87,8 @@ def prepare(fit: NcclFit, nodes: int, fabric: Datasheet) -> Prepared:
     p = nodes * fit.gpus_per_node
     if p < 2:
         return Prepared(fit, p, 0.0, 0.0)
-    k = regime_factor(fit, nodes, fabric) if regime(nodes) != regime(fit.nodes) else 1.0
-    per_byte = BUS_FACTORS[fit.collective](p) * network_share(fit.collective, nodes) / (1e3 * k)
+    k = regime_factor(fit, nodes, fabric) if nccl_fit.regime(nodes) != nccl_fit.regime(fit.nodes) else 1.0
+    per_byte = BUS_FACTORS[fit.collective](p) * nccl_fit.network_share(fit.collective, nodes) / (1e3 * k)
     return Prepared(fit, p, floor_us(fit, nodes, fabric), per_byte)
 
 

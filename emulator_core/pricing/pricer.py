@@ -50,7 +50,7 @@ from emulator_core.pricing.collective_time import (
     wire,
 )
 from emulator_core.pricing.nccl_curve import between, prepare
-from emulator_core.scenario import AUTO, Calibration, Datasheet, Dimension, Scenario, bracket, choose_fit
+from emulator_core.scenario import AUTO, Calibration, Datasheet, Dimension, Scenario, nccl_fit
 from nbox_trace.errors import UsageError
 from nbox_trace.units import format_bytes
 
@@ -314,13 +314,13 @@ def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     if shape.size % on_node:
         return None
     nodes = shape.size // on_node
-    fit = choose_fit(scenario.nccl_fit, collective, nodes, on_node)
+    fit = nccl_fit.choose_fit(scenario.nccl_fit, collective, nodes, on_node)
     if fit is None:
         return None
     fabric = datasheet_of(scenario)
     p = shape.size
     times_p = collective in ("all_gather", "gather", "scatter")
-    pair = bracket(scenario.nccl_fit, collective, nodes, on_node)
+    pair = nccl_fit.bracket(scenario.nccl_fit, collective, nodes, on_node)
     model = between(prepare(pair[0], nodes, fabric), prepare(pair[1], nodes, fabric), nodes) if pair is not None \
         else prepare(fit, nodes, fabric)
 

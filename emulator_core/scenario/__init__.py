@@ -3,8 +3,9 @@
 The scenario model (``model``, on ``values`` and ``topology``), its TOML text (``tomltext``), the ``--set``
 language (``overrides``), loading files and the shipped scenarios (``files``), the world size and its resize
 (``world``: :func:`load_what_if` is the one call that builds a what-if from a file or a named cluster, ``--set``,
-world size and mesh), the target mesh (``mesh``), the measured ``[[nccl_fit]]`` tables (``nccl_fit``) and the
-question a report answers (``question``).
+world size and mesh), the target mesh (``mesh``), the measured ``[[nccl_fit]]`` tables (``nccl_fit``, exported
+whole: its helpers serve only the pricing and the calibration of those tables) and the question a report answers
+(``question``).
 
 May import: ``emulator_core.network`` and ``nbox_trace``.
 """
@@ -20,8 +21,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "files": ("SCENARIOS_DIR", "load_scenario", "shipped_catalog"),
     "mesh": ("MeshError", "MeshPlan", "parse_mesh", "parse_placement", "plan_mesh"),
     "model": ("AUTO", "Calibration", "Scenario"),
-    "nccl_fit": ("FLOOR_MAX_BYTES", "Datasheet", "NcclFit", "PER_RANK", "bracket", "choose_fit", "network_share",
-        "regime", "step_bytes"),
+    "nccl_fit": ("Datasheet", "NcclFit"),
     "overrides": ("parse_override",),
     "question": ("compare", "describe_changes", "share_words"),
     "tomltext": ("dump_toml", "toml_loads"),
@@ -30,28 +30,18 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "world": ("AskedMesh", "WhatIfWorld", "load_what_if", "resize", "scenario_mesh"),
 }
 
-__all__ = ["AUTO", "AskedMesh", "Calibration", "Dimension", "FLOOR_MAX_BYTES", "Datasheet", "MAX_CHUNKS",
-    "MAX_WORLD_SIZE", "MeshError", "MeshPlan", "NcclFit", "Network", "PER_RANK", "SCENARIOS_DIR", "Scenario",
-    "ScenarioError", "Topology", "WhatIfWorld", "bracket", "check_float", "check_int", "choose_fit",
-    "compare", "describe_changes", "dump_toml", "load_scenario", "load_what_if", "network_share", "parse_mesh",
-    "parse_override", "parse_placement", "plan_mesh", "regime", "resize", "scenario_mesh",
-    "share_words", "shipped_catalog", "step_bytes", "toml_loads"]
+__all__ = ["AUTO", "AskedMesh", "Calibration", "Datasheet", "Dimension", "MAX_CHUNKS", "MAX_WORLD_SIZE", "MeshError",
+    "MeshPlan", "NcclFit", "Network", "SCENARIOS_DIR", "Scenario", "ScenarioError", "Topology", "WhatIfWorld",
+    "check_float", "check_int", "compare", "describe_changes", "dump_toml", "load_scenario", "load_what_if",
+    "nccl_fit", "parse_mesh", "parse_override", "parse_placement", "plan_mesh", "resize", "scenario_mesh",
+    "share_words", "shipped_catalog", "toml_loads"]
 
 if TYPE_CHECKING:
+    from emulator_core.scenario import nccl_fit
     from emulator_core.scenario.files import SCENARIOS_DIR, load_scenario, shipped_catalog
     from emulator_core.scenario.mesh import MeshError, MeshPlan, parse_mesh, parse_placement, plan_mesh
     from emulator_core.scenario.model import AUTO, Calibration, Scenario
-    from emulator_core.scenario.nccl_fit import (
-        FLOOR_MAX_BYTES,
-        PER_RANK,
-        Datasheet,
-        NcclFit,
-        bracket,
-        choose_fit,
-        network_share,
-        regime,
-        step_bytes,
-    )
+    from emulator_core.scenario.nccl_fit import Datasheet, NcclFit
     from emulator_core.scenario.overrides import parse_override
     from emulator_core.scenario.question import compare, describe_changes, share_words
     from emulator_core.scenario.tomltext import dump_toml, toml_loads
