@@ -185,3 +185,13 @@ def test_readme_headline_table_is_the_csvs() -> None:
             printed = [float(x.rstrip("%")) for x in cells[col].split(" / ")]
             assert printed == [float(r["error_pct"]) for r in rows
                                if r["example"] == example and r["method"] == method], (example, method)
+
+
+def test_bench_readme_lists_every_bench_and_probe() -> None:
+    """bench/README.md gives every script in bench/ and bench/probes/ its line: a bench added without one, or a
+    probe left in bench/ beside the product's benches, fails here."""
+    bench = ROOT / "bench"
+    text = (bench / "README.md").read_text(encoding="utf-8")
+    unlisted = [p.name for p in sorted(bench.glob("*.py")) if f"`{p.name}`" not in text]
+    unlisted += [f"probes/{p.name}" for p in sorted((bench / "probes").glob("*.py")) if f"probes/{p.name}`" not in text]
+    assert unlisted == [], f"bench/README.md does not list {unlisted}"
