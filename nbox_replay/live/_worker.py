@@ -7,17 +7,17 @@ scenario at W without its compute keys and the replayed ranks' stragglers, which
 slowed once; ``NBOX_MOVE_DATA=0``: the ranks exchange arrival times only).
 
 The walk (:class:`Replayer`) follows :mod:`nbox_replay.virtual`'s semantics on the real clock: nodes in node order; a
-node that depends on a comm node waits on its work (a comm node on another comm node does not: the group orders
-them); a compute node runs live (:mod:`nbox_replay.live.ops`) or waits its recorded duration (``compute="recorded"``,
-after its recorded gap; and every fallback), times the rank's compute factor (``config.factors``: straggler
-slowdown over ``compute_scale``; a live node under a factor above 1 is padded to factor x its measured time); a comm
-node is issued with ``async_op=True`` on buffers of the retargeted size (:func:`nbox_replay.virtual.engine.retarget`),
-a blocking one waited on at once; with ``config.serialize`` every outstanding collective is waited for before the
-next compute node. Warm-up repetitions first, then the timed ones. The host-work pad or credit
-(``config.host_cpu_us``, ``config.host_credit``) is :mod:`nbox_replay.live.hostwork`'s; the heap is held first
-(:mod:`nbox_replay.live.allocator`). On CUDA with live compute the walk is :mod:`nbox_replay.live.streams`'s (the
-first repetition runs every node on one stream); with recorded compute on CUDA, the walk above with a synchronize
-before each collective and at the end.
+node that depends on a comm node waits on its work (a comm node on another comm node does not: the group orders them); a
+compute node runs live (:mod:`nbox_replay.live.ops`) or waits its recorded duration (``compute="recorded"``, after its
+recorded gap; and every fallback), times the rank's compute factor (``config.factors``: straggler slowdown over
+``compute_scale``; a live node under a factor above 1 is held to factor x its measured time, the thread spinning through
+it as through CPU work); a comm node is issued with ``async_op=True`` on buffers of the retargeted size
+(:func:`nbox_replay.virtual.engine.retarget`), a blocking one waited on at once; with ``config.serialize`` every
+outstanding collective is waited for before the next compute node. Warm-up repetitions first, then the timed ones. The
+host-work pad or credit (``config.host_cpu_us``, ``config.host_credit``) is :mod:`nbox_replay.live.hostwork`'s; the heap
+is held first (:mod:`nbox_replay.live.allocator`). On CUDA with live compute the walk is
+:mod:`nbox_replay.live.streams`'s (the first repetition runs every node on one stream); with recorded compute on CUDA,
+the walk above with a synchronize before each collective and at the end.
 
 Output, ``<result_dir>/rank<R>.json`` (microseconds, per timed repetition, from its start on the rank's clock):
 
@@ -198,6 +198,18 @@ class Replayer:
         self.wait_cpu_ns += time.thread_time_ns() - c0
         self.wait_host_ns += time.perf_counter_ns() - h0
 
+    def _hold_until(self, deadline_ns: int) -> None:
+        """Hold the CPU until ``deadline_ns``: a live operator's stretch (a straggler's slower CPU, the host work the
+        replay does not re-run) is CPU work, so the thread spins through it instead of sleeping. On a node whose CPU
+        is a quota share (a CPU node; a cgroup's ``cpu.cfs_quota_us``), a sleeping stretch hands its quota to the next
+        operator, which then runs faster than under the real work. Its CPU time goes to :attr:`wait_cpu_ns`, as a
+        wait's does. On CUDA the stretch is :meth:`launch`'s, after a synchronize."""
+        c0, h0, clock = time.thread_time_ns(), time.perf_counter_ns(), time.perf_counter_ns
+        while clock() < deadline_ns:
+            pass
+        self.wait_cpu_ns += time.thread_time_ns() - c0
+        self.wait_host_ns += time.perf_counter_ns() - h0
+
     def _now(self) -> int:
         """The rank's own timeline, ns: ``perf_counter_ns`` less the lag credited so far (module docstring)."""
         return time.perf_counter_ns() - self.clock.lag_ns
@@ -214,7 +226,7 @@ class Replayer:
             t1 = clock()
             self.live_ns += t1 - t0
             if stretch > 1.0:
-                self._idle_until(t0 + int((t1 - t0) * stretch))
+                self._hold_until(t0 + int((t1 - t0) * stretch))
             elif stretch < 1.0:  # replay.host_work=match: the replay's own excess, credited on the rank's clock
                 self.clock.credit(int((t1 - t0) * (1.0 - stretch)))
         else:  # compute="recorded": the recorded gap before it too (the framework's work, the lean pass's figure)
