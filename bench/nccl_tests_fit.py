@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -124,10 +125,12 @@ def band(size: int) -> str:
     return next(name for name, lo, hi in BANDS if lo <= size <= hi)
 
 
-def stats(errs: list[float]) -> str:
+def stats(errs: list[float], worst: list[float] | None = None) -> str:
+    """Median and worst |error| of ``errs`` (the worst over ``worst`` where given: the points not left out as noise)."""
     if not errs:
         return "-"
-    return f"median {100 * statistics.median(errs):5.1f}%  worst {100 * max(errs):6.1f}%  ({len(errs)} points)"
+    top = max(errs if worst is None else worst or [math.nan])
+    return f"median {100 * statistics.median(errs):5.1f}%  worst {100 * top:6.1f}%  ({len(errs)} points)"
 
 
 def main() -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -79,12 +78,6 @@ def monotone(f: Callable[[float], float]) -> bool:
     return all(b >= a * (1 - 1e-9) for a, b in itertools.pairwise(times))
 
 
-def stats(errs: list[float], worst: list[float]) -> str:
-    if not errs:
-        return "-"
-    return f"median {100 * statistics.median(errs):5.1f}%  worst {100 * max(worst):6.1f}%  ({len(errs)} points)"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--verbose", action="store_true", help="print each fit and each predicted curve's errors")
@@ -119,9 +112,9 @@ def main() -> int:
                             worst.append(e)
         print(f"{cluster} ({kind}): {len(curves)} multi-node curves of NCCL-tuned collectives, fit at one node count "
               f"-> the others, sizes >= 1 MiB")
-        print(f"  NCCL's tuner, 3 fitted parameters: {stats(*tuned)}; not non-decreasing in size: {non_monotone} "
+        print(f"  NCCL's tuner, 3 fitted parameters: {bench.stats(*tuned)}; not non-decreasing in size: {non_monotone} "
               f"of {len(curves)} fits")
-        print(f"  the shipped table fit:             {stats(*table)}")
+        print(f"  the shipped table fit:             {bench.stats(*table)}")
     return 0
 
 

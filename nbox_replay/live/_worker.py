@@ -204,9 +204,8 @@ class Replayer:
         is a quota share (a CPU node; a cgroup's ``cpu.cfs_quota_us``), a sleeping stretch hands its quota to the next
         operator, which then runs faster than under the real work. Its CPU time goes to :attr:`wait_cpu_ns`, as a
         wait's does. On CUDA the stretch is :meth:`launch`'s, after a synchronize."""
-        c0, h0, clock = time.thread_time_ns(), time.perf_counter_ns(), time.perf_counter_ns
-        while clock() < deadline_ns:
-            pass
+        c0, h0 = time.thread_time_ns(), time.perf_counter_ns()
+        sleep_until(deadline_ns, spin_ns=max(0, deadline_ns - h0))  # a spin all the way
         self.wait_cpu_ns += time.thread_time_ns() - c0
         self.wait_host_ns += time.perf_counter_ns() - h0
 
