@@ -7,8 +7,9 @@ dgx_h100_400g scenario for the regime factor). Reported per cluster and size ban
 of the predicted time at sizes >= 1 MiB; predictions whose step message lies outside the fitted curve's measured
 range are counted apart as well ("extrapolated"). Then the datasheet alone: the shipped scenario, no fit, priced
 at every curve's sizes on its shape (``nbox scenario cost --compare``), before (no ``fabric`` on the network
-dimension: NCCL's model as is) and after (the network dimension's ``fabric`` set to the cluster's kind,
-:data:`CLUSTER_FABRIC`: the only thing chosen per cluster), per size band, median and worst |error|.
+dimension: NCCL's model as is) and after (the network dimension's ``fabric`` set to the cluster's kind, with the
+host facts its provenance states, :data:`CLUSTER_FABRIC`: the only things chosen per cluster), per size band, median
+and worst |error|. All-to-all is priced as NCCL's point-to-point group (``emulator_core.pricing.nccl_p2p``).
 
 Held-out curves (``bench/data/nccl_tests/heldout/<name>/``, each with its PROVENANCE.md) are priced the same way
 from datasheet figures alone and reported apart; nothing in nbox is set from them.
@@ -26,6 +27,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,12 +45,15 @@ CSV_COLLECTIVES = {"nccl_all_reduce.csv": "all_reduce", "nccl_all_gather.csv": "
                    "nccl_alltoall.csv": "all_to_all"}
 BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30),
          (">= 2 GiB", (1 << 30) + 1, 1 << 62))
-#: Each cluster's network kind (its PROVENANCE.md says which fabric it is) and the --set overrides that make the
-#: shipped scenario its datasheet: (fabric, overrides).
-CLUSTER_FABRIC: dict[str, tuple[str, tuple[str, ...]]] = {
-    "aws_p5_h100": ("efa", ()),                 # p5.48xlarge: 32 x 100 Gb/s EFAv2 = 400 Gb/s per GPU
-    "voltage_park_h100": ("infiniband", ()),    # ConnectX-7 400 Gb/s InfiniBand per GPU
-    "gcp_a3mega_2x8": ("tcpxo", ("topology.dims.1.bandwidth_gbps=200",)),  # held out: A3 Mega, 200 Gb/s per GPU
+#: Each cluster's network kind (its PROVENANCE.md says which fabric it is), the --set overrides that make the
+#: shipped scenario its datasheet, and the host facts set with the fabric (the "after" rows): (fabric, overrides,
+#: host overrides).
+CLUSTER_FABRIC: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    # p5.48xlarge: 32 x 100 Gb/s EFAv2 = 400 Gb/s per GPU; 3rd-generation AMD EPYC hosts (AWS's P5 instance page:
+    # "AMD EPYC 7R13"); the runs set NCCL_P2P_NET_CHUNKSIZE=524288 (PROVENANCE.md)
+    "aws_p5_h100": ("efa", (), ("network.host_cpu=amd", "network.p2p_chunk_bytes=512KiB")),
+    "voltage_park_h100": ("infiniband", (), ()),    # ConnectX-7 400 Gb/s InfiniBand per GPU
+    "gcp_a3mega_2x8": ("tcpxo", ("topology.dims.1.bandwidth_gbps=200",), ()),  # held out: A3 Mega, 200 Gb/s per GPU
 }
 
 
@@ -85,13 +90,18 @@ def load_heldout() -> dict[str, list[Curve]]:
 def datasheet(cluster: str, curves: list[Curve], *, fabric: bool, verbose: bool) -> dict[str, list[float]]:
     """|error| per size band of the shipped scenario, no fit, at each curve's sizes >= 1 MiB; ``fabric``: with the
     network dimension's ``fabric`` set to the cluster's kind."""
-    kind, sets = CLUSTER_FABRIC.get(cluster, ("", ()))
-    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}",) if fabric and kind else ())))
+    kind, sets, host = CLUSTER_FABRIC.get(cluster, ("", (), ()))
+    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}", *host) if fabric and kind else ())))
+    if not fabric:  # the shipped scenario runs on InfiniBand: "no fabric" is NCCL's model as is
+        dims = base.topology.dims
+        plain = (dims[0], *(replace(d, fabric="") for d in dims[1:]))
+        base = replace(base, topology=replace(base.topology, dims=plain))
     sheet: dict[str, list[float]] = defaultdict(list)
     for c in curves:
         for r in compare(base, c):
             if r.size_bytes >= 1 << 20:
                 sheet[band(r.size_bytes)].append(abs(r.error))
+                sheet["collective " + c.collective].append(abs(r.error))
                 if c.nodes > 1 and nccl_supports(c.collective):
                     sheet["tuned " + band(r.size_bytes)].append(abs(r.error))
                 if verbose:
@@ -102,7 +112,7 @@ def datasheet(cluster: str, curves: list[Curve], *, fabric: bool, verbose: bool)
 
 
 def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[float]], verbose: bool) -> None:
-    kind = CLUSTER_FABRIC.get(cluster, ("-", ()))[0]
+    kind = CLUSTER_FABRIC.get(cluster, ("-", (), ()))[0]
     for fabric in (False, True):
         sheet = datasheet(cluster, curves, fabric=fabric, verbose=verbose)
         label = f"datasheet, fabric = {kind!r}" if fabric else "datasheet, no fabric"
@@ -110,6 +120,8 @@ def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[f
             print(f"  {label:28} {name:>14}: {stats(sheet[name])}")
         sall = [e for name, _, _ in BANDS for e in sheet[name]]
         print(f"  {label:28} {'all':>14}: {stats(sall)}")
+        for coll in sorted({c.collective for c in curves}):
+            print(f"    of which {coll + ':':<61} {stats(sheet['collective ' + coll])}")
         tuned = [e for name, _, _ in BANDS for e in sheet["tuned " + name]]
         print(f"    of which NCCL-tuned collectives on several nodes (where a fabric acts): {stats(tuned)}")
         print(f"    of which the same at 1-64 MiB:                                      "

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from emulator_core.network.fabric_kinds import FABRIC_KINDS, fabric_kinds, net_fabric, role
@@ -20,9 +22,24 @@ def _dgx(*sets: str):  # type: ignore[no-untyped-def]
     return load_scenario(shipped_scenarios()["dgx_h100_400g"], (*SHAPE, *sets))
 
 
+def _plain():  # type: ignore[no-untyped-def]
+    """The shipped DGX H100 with no ``fabric`` on its network (it ships on ``infiniband``): NCCL's model as is."""
+    s = _dgx()
+    dims = s.topology.dims
+    return replace(s, topology=replace(s.topology, dims=(dims[0], replace(dims[1], fabric=""))))
+
+
 def _time(collective: str, nbytes: int, *sets: str) -> tuple[str, float]:
     best = price(_dgx(*sets), collective, nbytes, "auto")[0][0]
     return best.algorithm, best.time_us
+
+
+def _plain_time(collective: str, nbytes: int) -> float:
+    return price(_plain(), collective, nbytes, "auto")[0][0].time_us
+
+
+def test_the_shipped_dgx_runs_on_infiniband() -> None:
+    assert [d.fabric for d in _dgx().topology.dims] == ["", "infiniband"]
 
 
 def test_every_kind_in_the_data_file_and_back() -> None:
@@ -58,12 +75,12 @@ def test_fabric_survives_the_toml_round_trip() -> None:
     s = _dgx("topology.dims.0.fabric=nvlink", "topology.dims.1.fabric=efa")
     back = loads_scenario(dump_toml(s))
     assert [d.fabric for d in back.topology.dims] == ["nvlink", "efa"]
-    assert "fabric" not in dump_toml(_dgx())
+    assert "fabric" not in dump_toml(_plain())
 
 
 def test_a_network_kind_slows_mid_sizes_and_the_slower_transport_more() -> None:
     for nbytes in (1 << 20, 4 << 20, 16 << 20):
-        plain = _time("all_reduce", nbytes)[1]
+        plain = _plain_time("all_reduce", nbytes)
         ib = _time("all_reduce", nbytes, "topology.dims.1.fabric=infiniband")[1]
         efa = _time("all_reduce", nbytes, "topology.dims.1.fabric=efa")[1]
         assert plain < ib < efa
@@ -74,8 +91,8 @@ def test_nvlink_on_the_node_keeps_ncclsmodel() -> None:
 
 
 def test_the_fill_term_fades_against_streaming_at_large_sizes() -> None:
-    small = _time("all_gather", 4 << 20, "topology.dims.1.fabric=infiniband")[1] / _time("all_gather", 4 << 20)[1]
-    large = _time("all_gather", 4 << 30, "topology.dims.1.fabric=infiniband")[1] / _time("all_gather", 4 << 30)[1]
+    small = _time("all_gather", 4 << 20, "topology.dims.1.fabric=infiniband")[1] / _plain_time("all_gather", 4 << 20)
+    large = _time("all_gather", 4 << 30, "topology.dims.1.fabric=infiniband")[1] / _plain_time("all_gather", 4 << 30)
     assert small > large >= 1.0
 
 

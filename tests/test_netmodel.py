@@ -238,19 +238,24 @@ def test_on_one_switch_the_network_model_is_the_calibration_fits_closed_form(p: 
 
 
 def test_a_scenario_that_runs_nccl_prices_with_nccls_own_tuner() -> None:
-    from emulator_core.pricing.nccl_tuner import nccl_tune
+    from emulator_core.network import net_fabric
+    from emulator_core.pricing.nccl_tuner import nccl_plan
     from emulator_core.scenario.world import resize
 
     s = resize(load_scenario(SCENARIOS_DIR / "dgx_h100_400g.toml"), 32)  # 8 GPUs x 4 nodes
     assert s.network.library == "nccl"
+    ib = net_fabric("infiniband")  # the shipped network's fabric
     for collective, n in (("all_reduce", 1 << 20), ("all_reduce", 1 << 30), ("all_gather", 1 << 22)):
         algo, t = make_pricer(s, collective, group_shape(s))(n)
-        ref = nccl_tune(collective, n, 32, 4, intra_bw_gbps=450.0, inter_bw_gbps=50.0, nvls=True)
+        ref = nccl_plan(collective, 32, 4, intra_bw_gbps=450.0, inter_bw_gbps=50.0, nvls=True,
+                        inter_latency_us=ib.latency_us, net_protocols=ib.protocols,
+                        net_slice_bytes=ib.slice_bytes).choose(n)
         assert (algo, t) == (f"{ref.algorithm}/{ref.protocol}", pytest.approx(ref.time_us))
     node = make_pricer(s, "all_reduce", group_shape(s, range(8)))(1 << 30)  # one node: NVLS
     assert node[0].startswith("nvls")
-    # the generic auto for the same scenario names nbox's own algorithms; all-to-all is not NCCL-tuned
+    # the generic auto for the same scenario names nbox's own algorithms; all-to-all is NCCL's p2p group
     generic = replace(s, network=replace(s.network, library="generic"))
     assert make_pricer(generic, "all_reduce", group_shape(generic))(1 << 30)[0] in ("ring", "double_binary_tree",
                                                                                    "hierarchical")
-    assert make_pricer(s, "all_to_all", group_shape(s))(1 << 20)[0] in ("pairwise", "direct", "ring")
+    assert make_pricer(s, "all_to_all", group_shape(s))(1 << 20)[0] == "p2p/Simple"
+    assert make_pricer(generic, "all_to_all", group_shape(generic))(1 << 20)[0] in ("pairwise", "direct", "ring")

@@ -20,7 +20,8 @@ a ``[[calibration]]`` for (collective, dimension) is priced at the calibrated la
 topology model (:func:`extrapolation_note`). A ``[[nccl_fit]]`` prices its collective under ``auto`` for groups with
 its GPUs per node (``emulator_core.scenario.nccl_fit``; reported as ``nccl_fit``).
 
-``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's tuner (``nccl_tuner``) for the collectives it tunes;
+``auto`` otherwise: with ``[network] library = "nccl"``, NCCL's tuner (``nccl_tuner``) for the collectives it tunes
+and NCCL's point-to-point all-to-all (``nccl_p2p``);
 else the fastest modeled of ring and double binary tree, plus ``hierarchical`` over several dimensions and
 ``in_network`` on a reducing switch; for collectives without a ring or tree (all-to-all(-v), gather, scatter) the
 fastest of every modeled algorithm, ``direct`` included. Times are microseconds, sizes bytes (costmodels' convention).
@@ -248,7 +249,9 @@ def make_pricer(scenario: Scenario, collective: str, shape: GroupShape, algorith
 def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
                  spanned: list[tuple[int, Dimension]]) -> Pricer | None:
     """NCCL's own choice (``nccl_tuner``) when the scenario says ``library = "nccl"`` and NCCL tunes
-    ``collective`` (all-reduce, all-gather, reduce-scatter, broadcast, reduce); ``None`` otherwise. NCCL's view
+    ``collective`` (all-reduce, all-gather, reduce-scatter, broadcast, reduce), and all-to-all(-v) as NCCL's
+    point-to-point group (``nccl_p2p``, reported ``p2p/Simple``); ``None`` otherwise. The host CPU and the p2p
+    message size come from ``[network] host_cpu`` / ``p2p_chunk_bytes``. NCCL's view
     of the topology: the innermost dimension is the node (NVLink; with one dimension every rank is a node of its
     own), the others the network; a group's ranks on one node and its node count come from its shape; NVLS when
     the node's switch reduces, CollNet when a network dimension's does. NCCL's own latency tables replace the
@@ -256,9 +259,11 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     dimension's ``fabric`` (the slowest spanned one's), when set, gives NCCL's model its transport's latency, its
     protocols and its hops' store-and-forward slices (``emulator_core.network.fabric_kinds``)."""
     from emulator_core.network import net_fabric
+    from emulator_core.pricing.nccl_p2p import DEFAULT_P2P_CHUNK_BYTES, nccl_all_to_all_us
     from emulator_core.pricing.nccl_tuner import nccl_plan, nccl_supports
 
-    if scenario.network.library != "nccl" or not nccl_supports(collective):
+    p2p = collective in ("all_to_all", "all_to_all_v")
+    if scenario.network.library != "nccl" or not (p2p or nccl_supports(collective)):
         return None
     dims = scenario.topology.dims
     node = dims[0] if len(dims) > 1 else None  # NCCL's view: the innermost dimension is the node (NVLink)
@@ -269,10 +274,25 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
                            f"same number of ranks on every node")
     slowest = min(outer, key=lambda d: d.bandwidth_bytes_per_us)
     net = net_fabric(slowest.fabric) if slowest.fabric else None
+    cpu = scenario.network.host_cpu or "intel"
+    intra_gbps = (node or outer[0]).bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS
+    inter_gbps = slowest.bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS
+    if p2p:
+        nnodes, chunk = shape.size // on_node, scenario.network.p2p_chunk_bytes or DEFAULT_P2P_CHUNK_BYTES
+        latency = net.latency_us if net else 0.0
+
+        def p2p_pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
+            try:
+                return "p2p/Simple", nccl_all_to_all_us(
+                    nbytes, shape.size, nnodes, intra_bw_gbps=intra_gbps, inter_bw_gbps=inter_gbps,
+                    inter_latency_us=latency, cpu=cpu, chunk_bytes=chunk, send_bytes=kw.get("send_bytes"),
+                    recv_bytes=kw.get("recv_bytes"))
+            except ValueError as exc:
+                raise PricingError(f"NCCL's all-to-all: {exc}") from None
+        return p2p_pricer
     try:
         plan = nccl_plan(collective, shape.size, shape.size // on_node,
-                         intra_bw_gbps=(node or outer[0]).bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
-                         inter_bw_gbps=slowest.bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS,
+                         intra_bw_gbps=intra_gbps, inter_bw_gbps=inter_gbps, cpu=cpu,
                          nvls=node is not None and node.in_network_reduction,
                          collnet=any(d.in_network_reduction for d in outer),
                          inter_latency_us=net.latency_us if net else None,

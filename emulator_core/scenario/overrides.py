@@ -30,7 +30,7 @@ from nbox_trace.units import has_size_unit, parse_bytes
 __all__ = ["SIZE_KEYS", "apply_overrides", "parse_override"]
 
 #: The keys whose value is a byte count: a size with a unit (``64MiB``) is read as its bytes.
-SIZE_KEYS = frozenset({"busy_nbytes"})
+SIZE_KEYS = frozenset({"busy_nbytes", "p2p_chunk_bytes"})
 
 _OVERRIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 

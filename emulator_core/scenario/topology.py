@@ -57,7 +57,9 @@ LIBRARIES = ("generic", "nccl")
 TOPOLOGY_KEYS = ("dims",)
 DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank", "forwarding",
             "in_network_reduction", "fabric", "racks", "oversubscription")
-NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library")
+NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library", "host_cpu", "p2p_chunk_bytes")
+#: The host CPU kinds NCCL's tuner tells apart (its per-message network overhead, its LL bandwidth cap).
+HOST_CPUS = ("intel", "amd", "arm")
 #: Most chunks a collective may be cut into.
 MAX_CHUNKS = 4096
 
@@ -219,12 +221,19 @@ class Network:
         chunks: 1 .. :data:`MAX_CHUNKS`; a collective over several dimensions is cut into this many chunks,
             pipelined through its per-dimension phases (Themis' dimension-aware scheduling). Default 1.
         library: ``"generic"`` (``auto`` = fastest modeled algorithm) or ``"nccl"`` (``auto`` = NCCL's tuner).
+        host_cpu: ``""`` (unset: NCCL's model takes an Intel host) or one of :data:`HOST_CPUS`, the nodes' CPU
+            vendor: NCCL's per-message network overhead (1 us Intel, 2 us AMD) and its LL cap follow it.
+            ``library = "nccl"`` only.
+        p2p_chunk_bytes: 0 (unset: NCCL's 128 KiB) or the bytes of one point-to-point network message,
+            ``NCCL_P2P_NET_CHUNKSIZE``, which the all-to-all's per-message cost follows. ``library = "nccl"`` only.
     """
 
     congestion: str = "aware"
     message_overhead_us: float = 0.0
     chunks: int = 1
     library: str = "generic"
+    host_cpu: str = ""
+    p2p_chunk_bytes: int = 0
 
     def __post_init__(self) -> None:
         choice("congestion", self.congestion, CONGESTION)
@@ -232,13 +241,25 @@ class Network:
                            check_float("message_overhead_us", self.message_overhead_us, ge=0))
         check_int("chunks", self.chunks, 1, MAX_CHUNKS)
         choice("library", self.library, LIBRARIES)
+        if self.host_cpu != "":
+            choice("host_cpu", self.host_cpu, HOST_CPUS)
+        check_int("p2p_chunk_bytes", self.p2p_chunk_bytes, 0, 1 << 30)
+        for key, value in (("host_cpu", self.host_cpu), ("p2p_chunk_bytes", self.p2p_chunk_bytes)):
+            if value and self.library != "nccl":
+                raise bad(key, value, "is a setting of NCCL's model, which this scenario does not use: set "
+                          "network.library = \"nccl\" or leave it out")
 
     def is_default(self) -> bool:
         return self == Network()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"congestion": self.congestion, "message_overhead_us": self.message_overhead_us,
-                "chunks": self.chunks, "library": self.library}
+        out: dict[str, Any] = {"congestion": self.congestion, "message_overhead_us": self.message_overhead_us,
+                               "chunks": self.chunks, "library": self.library}
+        if self.host_cpu:
+            out["host_cpu"] = self.host_cpu
+        if self.p2p_chunk_bytes:
+            out["p2p_chunk_bytes"] = self.p2p_chunk_bytes
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> Network:
