@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.calibration.nccl_calibrate import base_scenario, compare, fit_curve  # noqa: E402
+from emulator_core.calibration.nccl_calibrate import base_scenario, compare, fit_curve, regime_notes  # noqa: E402
 from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
 from emulator_core.pricing.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.pricing.nccl_tuner import nccl_supports  # noqa: E402
@@ -131,6 +131,13 @@ def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[f
         overall["datasheet 1-64" + suffix] += sheet[BANDS[0][0]]
         overall["tuned" + suffix] += tuned
         overall["tuned 1-64" + suffix] += sheet["tuned " + BANDS[0][0]]
+    sets, host = CLUSTER_FABRIC.get(cluster, ("", (), ()))[1:]
+    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}", *host) if kind != "-" else ())))
+    said = regime_notes(curves, base)
+    print(f"  size bands the datasheet model (fabric {kind!r}) does not reach, as `nbox calibrate --nccl-tests` "
+          f"names them: {len(said) or 'none'}")
+    for line in said:
+        print(f"    {Path(line.split(':', 1)[0]).name}:{line.split(':', 1)[1].split(' (', 1)[0]}")
 
 
 def band(size: int) -> str:

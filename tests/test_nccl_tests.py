@@ -328,3 +328,35 @@ def test_old_rank_lines_without_group() -> None:
                    for k in range(24, 28))
     curve = read_curve_text("# Using devices\n" + ranks + rows, "old.txt", collective="all_reduce")
     assert (curve.nodes, curve.gpus_per_node, curve.gpu) == (2, 4, "Tesla V100")
+
+
+def _with_times(curve: Curve, times: dict[int, float], factor: float = 1.0) -> Curve:
+    """``curve`` with each size's time taken from ``times``, times ``factor``."""
+    from dataclasses import replace
+
+    return replace(curve, points=tuple(replace(p, time_us=times[p.size_bytes] * factor) for p in curve.points))
+
+
+def test_regime_notes_name_the_size_bands_the_datasheet_model_cannot_reach() -> None:
+    from emulator_core.calibration.nccl_calibrate import REGIME_RATIO, SIZE_BANDS, regime_notes
+
+    base = load_scenario(shipped_scenarios()["dgx_h100_400g"])
+    curve = read_curve(AR4)
+    model = {r.size_bytes: r.model_us for r in compare(base, curve)}
+    assert regime_notes([_with_times(curve, model)], base) == []  # exactly as the model prices it
+    bands = [name for name, lo, hi in SIZE_BANDS if any(lo <= s <= hi for s in model)]
+    fast = regime_notes([_with_times(curve, model, 0.5)], base)
+    slow = regime_notes([_with_times(curve, model, 2.0)], base)
+    assert [next(b for b in bands if f": {b}: " in n) for n in fast] == bands
+    assert [next(b for b in bands if f": {b}: " in n) for n in slow] == bands
+    assert all("2.00x faster" in n and "regime the model does not reach" in n and AR4.name in n for n in fast)
+    assert all("2.00x slower" in n and "does less than its datasheet" in n for n in slow)
+    assert regime_notes([_with_times(curve, model, 0.99 / REGIME_RATIO * REGIME_RATIO ** 0.5)], base) == []
+
+
+def test_cli_calibrate_says_which_bands_are_out_of_the_models_reach(tmp_path: Path) -> None:
+    out = tmp_path / "fabric.toml"
+    code, _, err = run("calibrate", "--nccl-tests", str(AR4), "-o", str(out),
+                       "--set", "topology.dims.1.bandwidth_gbps=50")  # a datasheet 8x too slow
+    assert code == 0, err
+    assert "faster than the datasheet model" in err and "1-64 MiB" in err

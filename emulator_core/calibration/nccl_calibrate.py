@@ -23,10 +23,15 @@ from emulator_core.scenario import NcclFit, Scenario, Topology, dump_toml, nccl_
 from nbox_trace.files import write_atomic
 
 __all__ = ["FitRow", "NcclTestsConfig", "base_scenario", "calibrate_from_curves", "calibrate_nccl_tests", "compare",
-           "fit_curve", "format_rows", "notes", "read_curves", "row_dict", "summary", "write_fabric"]
+           "fit_curve", "format_rows", "notes", "read_curves", "regime_notes", "row_dict", "summary", "write_fabric"]
 
 #: Significant digits kept in the written table.
 _DIGITS = 5
+#: The size bands a curve is set against the datasheet model in (name, smallest, largest bytes).
+SIZE_BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30),
+              (">= 2 GiB", (1 << 30) + 1, 1 << 62))
+#: How far a band's median measured time may sit from the datasheet model before it is named a regime (x or 1/x).
+REGIME_RATIO = 1.25
 
 
 def _sig(x: float) -> float:
@@ -213,9 +218,45 @@ def calibrate_nccl_tests(cfg: NcclTestsConfig, out: Path) -> tuple[Scenario, lis
     """Read the files, fit, write the scenario to ``out`` atomically; the scenario, the fit rows and the
     :func:`notes`. Nothing is written when a file is refused."""
     curves = read_curves(cfg)
-    scenario, rows = calibrate_from_curves(curves, base_scenario(cfg.base, cfg.overrides))
+    base = base_scenario(cfg.base, cfg.overrides)
+    scenario, rows = calibrate_from_curves(curves, base)
     write_fabric(scenario, out)
-    return scenario, rows, notes(curves, scenario)
+    return scenario, rows, notes(curves, scenario) + regime_notes(curves, base)
+
+
+def regime_notes(curves: Sequence[Curve], base: Scenario) -> list[str]:
+    """Where a curve sits in a regime the datasheet model cannot reach, by size band: the base scenario (its
+    figures, fabric and library, with no fit) priced on each curve's shape, and every band whose median measured
+    time is :data:`REGIME_RATIO` or more away from it named. Faster than the model: something the model does not
+    have (in-network reduction, SHARP, NVLS on a switch the scenario does not say reduces, adaptive routing, or a
+    faster fabric than the datasheet). Slower: a network below its datasheet (congestion, a shared or misconfigured
+    fabric) or a setting the scenario lacks. The fit prices such a band from its own points either way; the model's
+    parameters are not bent to it."""
+    if len(base.topology.dims) < 2:
+        return []
+    out: list[str] = []
+    for c in curves:
+        dims = base.topology.dims
+        sized = replace(base, topology=replace(base.topology, dims=(replace(dims[0], size=c.gpus_per_node),
+                                                                    *dims[1:])))
+        rows = compare(sized, c)
+        for name, lo, hi in SIZE_BANDS:
+            band = [r for r in rows if lo <= r.size_bytes <= hi and r.model_us > 0]
+            if not band:
+                continue
+            mid = statistics.median(r.real_us / r.model_us for r in band)
+            algo = statistics.mode(r.source for r in band)
+            if mid <= 1 / REGIME_RATIO:
+                out.append(f"{c.path}: {name}: measured {1 / mid:.2f}x faster than the datasheet model on "
+                           f"{c.nodes}x{c.gpus_per_node} ({algo}): a regime the model does not reach "
+                           f"(in-network reduction, NVLS, adaptive routing, or a faster fabric than the datasheet's); "
+                           f"the fit prices it from its points")
+            elif mid >= REGIME_RATIO:
+                out.append(f"{c.path}: {name}: measured {mid:.2f}x slower than the datasheet model on "
+                           f"{c.nodes}x{c.gpus_per_node} ({algo}): the fabric does less than its "
+                           f"datasheet (congestion, sharing, a setting the scenario lacks such as its fabric kind); "
+                           f"the fit prices it from its points")
+    return out
 
 
 def summary(rows: Sequence[FitRow], *, min_bytes: int = 1 << 20, compared: bool = False) -> list[dict[str, object]]:
