@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -360,3 +361,40 @@ def test_cli_calibrate_says_which_bands_are_out_of_the_models_reach(tmp_path: Pa
                        "--set", "topology.dims.1.bandwidth_gbps=50")  # a datasheet 8x too slow
     assert code == 0, err
     assert "faster than the datasheet model" in err and "1-64 MiB" in err
+
+
+def test_a_point_slower_than_the_next_larger_size_is_read_as_noise() -> None:
+    from emulator_core.scenario.nccl_fit import monotone
+
+    # the issue's example: 317 us at 1 MiB above 227 us at 2 MiB (step times m / busbw, one rank's step = size)
+    pts = ((1 << 20, (1 << 20) / 317.0), (2 << 20, (2 << 20) / 227.0), (4 << 20, (4 << 20) / 300.0))
+    assert [m / b for m, b in monotone(pts)] == pytest.approx([227.0, 227.0, 300.0])
+    fit = NcclFit("broadcast", 2, 8, 10.0, pts)
+    times = [time_us(fit, s, 2, datasheet_of(load_scenario(shipped_scenarios()["dgx_h100_400g"])))
+             for s in (1 << 20, 3 << 19, 2 << 20)]
+    assert times[0] <= times[1] <= times[2]
+
+
+def test_every_fitted_scenario_is_non_decreasing_in_size_from_1kib_to_8gib() -> None:
+    """Every public curve of bench/data/nccl_tests fitted alone and per cluster and collective, priced at 1-64
+    nodes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nccl_tests_fit", ROOT / "bench" / "nccl_tests_fit.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    base = load_scenario(shipped_scenarios()["dgx_h100_400g"])
+    sizes = [1 << e for e in range(10, 34)]
+    groups = []
+    for curves in bench.load().values():  # AWS p5 at 2-32 nodes, Voltage Park at 1 and 4
+        groups += [[c] for c in curves]
+        groups += [[c for c in curves if c.collective == k] for k in sorted({c.collective for c in curves})]
+    for group in groups:
+        scenario, _ = calibrate_from_curves(group, base)
+        for nodes in (1, 2, 3, 4, 8, 16, 64):
+            s = resize(scenario, 8 * nodes)
+            pricer = make_pricer(s, group[0].collective, group_shape(s))
+            per_rank = group[0].collective == "all_gather"
+            times = [pricer(n / (8 * nodes) if per_rank else n)[1] for n in sizes]
+            assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(times)), (group[0].path, nodes, times)

@@ -62,7 +62,8 @@ def fit_curve(curve: Curve) -> NcclFit:
     """The ``[[nccl_fit]]`` entry of one curve: the floor is the median time of the sizes up to
     :data:`~emulator_core.scenario.nccl_fit.FLOOR_MAX_BYTES` (0 when none was measured); the table is each larger size's
     bus bandwidth of its time above the floor, at its step message; a size whose time is within 5% of the floor
-    carries no bandwidth and is left out (below the table, :meth:`NcclFit.busbw_at` extrapolates)."""
+    carries no bandwidth and is left out (below the table, :meth:`NcclFit.busbw_at` extrapolates); a size slower per
+    step than the next larger one is noise and takes that one's time (``nccl_fit.monotone``)."""
     small = [pt.time_us for pt in curve.points if pt.size_bytes <= nccl_fit.FLOOR_MAX_BYTES]
     floor = statistics.median(small) if small else 0.0
     big = [pt for pt in curve.points if pt.size_bytes > nccl_fit.FLOOR_MAX_BYTES] or list(curve.points)
@@ -78,8 +79,9 @@ def fit_curve(curve: Curve) -> NcclFit:
             continue
         bus = pt.size_bytes * factor * share / (rest * 1e3) if factor > 0 else pt.size_bytes / (rest * 1e3)
         table.append([m, _sig(bus)])
+    clean = nccl_fit.monotone(tuple((m, b) for m, b in table))  # a slower point than the next larger one: noise
     return NcclFit(curve.collective, curve.nodes, curve.gpus_per_node, _sig(floor),
-                   tuple((m, b) for m, b in table), Path(curve.path).name[:256])
+                   tuple((m, _sig(b)) for m, b in clean), Path(curve.path).name[:256])
 
 
 def _rows(curve: Curve, fit: NcclFit, scenario: Scenario, source: str) -> list[FitRow]:

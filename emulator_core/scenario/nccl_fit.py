@@ -11,7 +11,8 @@ A scenario's ``[[nccl_fit]]`` entry (written by ``nbox calibrate --nccl-tests``)
 * ``busbw(m)``: the curve's bus bandwidth (GB/s) above the floor as a table of ``(m, busbw)``, ``m`` the message one
   step moves: ``S / p`` for all_reduce, reduce_scatter, all_gather, all_to_all; ``S`` for broadcast, reduce,
   send_recv. Log-log interpolated; below the measured ``m``, the first two points' slope (clamped to 0..1); above,
-  the last point.
+  the last point. A point slower per step than the next larger one is read at that one's time (:func:`monotone`),
+  so ``T`` is non-decreasing in ``S``.
 * ``K(N)``: 1 within the curve's node-count regime (1, 2, or more nodes, as NCCL keys its bandwidths); across
   regimes the ratio of NCCL's modeled bus bandwidth at the largest measured size in the two; all_to_all and
   send_recv across regimes scale by the datasheet bandwidths (NVLink on one node, the NIC on several). all_to_all
@@ -36,7 +37,7 @@ from emulator_core.network import BUS_FACTORS
 from emulator_core.scenario.values import MAX_WORLD_SIZE, ScenarioError, bad, check_float, check_int, check_table
 
 __all__ = ["FLOOR_MAX_BYTES", "NCCL_FIT_KEYS", "PER_RANK", "Datasheet", "NcclFit", "check_fits", "choose_fit",
-           "bracket", "network_share", "regime", "step_bytes"]
+           "bracket", "monotone", "network_share", "regime", "step_bytes"]
 
 NCCL_FIT_KEYS = ("collective", "nodes", "gpus_per_node", "latency_us", "busbw", "source")
 #: Sizes up to this are latency-bound on every fabric nbox models (one 64 KiB message is < 2 us at 50 GB/s).
@@ -59,6 +60,20 @@ def network_share(collective: str, nodes: int) -> float:
     """The share of an all_to_all's buffer that leaves a node: ``(N - 1) / N``; 1 for every other collective or
     on one node."""
     return (nodes - 1) / nodes if collective == "all_to_all" and nodes > 1 else 1.0
+
+
+def monotone(points: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    """``(m, busbw)`` points read so that a step never costs less than a smaller one: each point's time per step
+    ``m / busbw`` is at most the next larger point's (a point slower than the next larger size is noise, and is read
+    as that size's time). With log-log interpolation between points, a slope of at most 1 below the first and a
+    constant bandwidth above the last, the priced time is then non-decreasing in size."""
+    out: list[tuple[float, float]] = []
+    cap = math.inf
+    for m, b in reversed(points):
+        step = min(m / b, cap)
+        cap = step
+        out.append((m, m / step))
+    return tuple(reversed(out))
 
 
 @dataclass(frozen=True)
@@ -102,7 +117,7 @@ class NcclFit:
         object.__setattr__(self, "busbw", pts)
         if not isinstance(self.source, str) or len(self.source) > 256:
             raise bad("source", str(self.source)[:40], "must be a string of at most 256 characters")
-        object.__setattr__(self, "_logs", tuple((math.log(m), math.log(b)) for m, b in pts))
+        object.__setattr__(self, "_logs", tuple((math.log(m), math.log(b)) for m, b in monotone(pts)))
         object.__setattr__(self, "_xs", tuple(x for x, _ in self._logs))
 
     @property
