@@ -398,3 +398,14 @@ def test_every_fitted_scenario_is_non_decreasing_in_size_from_1kib_to_8gib() -> 
             per_rank = group[0].collective == "all_gather"
             times = [pricer(n / (8 * nodes) if per_rank else n)[1] for n in sizes]
             assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(times)), (group[0].path, nodes, times)
+
+
+def test_notes_give_the_fit_in_datasheet_units_and_name_the_noise() -> None:
+    noisy = read_curve(VP / "singlenode_nccl_broadcast_.txt")
+    scenario, _ = calibrate_from_curves([noisy], load_scenario(shipped_scenarios()["dgx_h100_400g"]))
+    said = notes([noisy], scenario)
+    assert any("fitted latency floor" in n and " us " in n and "GB/s" in n for n in said)
+    assert any("512 KiB took 879.36 us, more than 1 MiB's 156.97 us: noise" in n for n in said)
+    clean = read_curve(AR4)
+    scenario, _ = calibrate_from_curves([clean], load_scenario(shipped_scenarios()["dgx_h100_400g"]))
+    assert not any("noise" in n for n in notes([clean], scenario))

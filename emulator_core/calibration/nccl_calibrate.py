@@ -11,6 +11,7 @@ scenario against one curve, size by size. :func:`write_fabric` writes the scenar
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -284,12 +285,25 @@ def row_dict(r: FitRow) -> dict[str, object]:
 
 
 def notes(curves: Sequence[Curve], scenario: Scenario) -> list[str]:
-    """What a user should know about the curves against the datasheet (stderr, and ``notes`` in ``--json``): a
-    curve on 2 nodes whose bus bandwidth beats the NICs' line rate ran an NVLink-assisted algorithm (priced at
-    more nodes through NCCL's regime ratio), and a curve on more nodes whose bus bandwidth beats the node's NICs
-    together says the datasheet's NIC figure is too low (the regime ratio reads it)."""
+    """What a user should know about the curves against the datasheet (stderr, and ``notes`` in ``--json``): each
+    fit's terms in datasheet units, each size slower than the next larger one (read as noise), a curve on 2 nodes
+    whose bus bandwidth beats the NICs' line rate ran an NVLink-assisted algorithm (priced at more nodes through
+    NCCL's regime ratio), and a curve on more nodes whose bus bandwidth beats the node's NICs together says the
+    datasheet's NIC figure is too low (the regime ratio reads it)."""
     fabric = datasheet_of(scenario)
     out: list[str] = []
+    for c, fit in zip(curves, scenario.nccl_fit, strict=False):
+        big = fit.busbw[-1]
+        out.append(f"{c.path}: fitted latency floor {fit.latency_us:g} us (the median up to "
+                   f"{_size(nccl_fit.FLOOR_MAX_BYTES)}), bus bandwidth above it {fit.busbw[0][1]:g} GB/s at a "
+                   f"{_size(int(fit.busbw[0][0]))} step to {big[1]:g} GB/s at {_size(int(big[0]))} and beyond "
+                   f"(the datasheet's NIC: {fabric.inter_bw_gbps:g} GB/s a GPU, NVLink {fabric.intra_bw_gbps:g})")
+        pts = [pt for pt in c.points if pt.size_bytes > nccl_fit.FLOOR_MAX_BYTES  # the table's points
+               and pt.time_us - fit.latency_us >= 0.05 * pt.time_us]
+        for a, b in itertools.pairwise(pts):
+            if a.time_us > b.time_us:
+                out.append(f"{c.path}: {_size(a.size_bytes)} took {a.time_us:g} us, more than {_size(b.size_bytes)}'s "
+                           f"{b.time_us:g} us: noise, priced at the larger size's time")
     for c in curves:
         peak = max(pt.busbw_gbps for pt in c.points)
         node_nics = fabric.inter_bw_gbps * c.gpus_per_node
