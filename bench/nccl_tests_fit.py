@@ -33,7 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator_core.calibration.nccl_calibrate import base_scenario, compare, fit_curve, regime_notes  # noqa: E402
+from emulator_core.calibration.nccl_calibrate import (  # noqa: E402
+    base_scenario,
+    calibrate_from_curves,
+    compare,
+    fit_curve,
+    regime_notes,
+)
 from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
 from emulator_core.pricing.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.pricing.nccl_tuner import nccl_supports  # noqa: E402
@@ -140,6 +146,26 @@ def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[f
         print(f"    {Path(line.split(':', 1)[0]).name}:{line.split(':', 1)[1].split(' (', 1)[0]}")
 
 
+def scenario_fit_errors(cluster: str, curves: list[Curve]) -> dict[str, list[float]]:
+    """|error| per size band (>= 1 MiB) of each curve's fitted scenario (``nbox calibrate --nccl-tests`` on the
+    cluster's datasheet with its fabric and host facts) priced at every other node count of its collective, as
+    ``nbox scenario cost --compare`` prices it: the fit in its regime and step messages, the datasheet model
+    elsewhere (``emulator_core.pricing.pricer._fit_pricer``)."""
+    kind, sets, host = CLUSTER_FABRIC.get(cluster, ("", (), ()))
+    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}", *host) if kind else ())))
+    out: dict[str, list[float]] = defaultdict(list)
+    for ref in curves:
+        scenario, _ = calibrate_from_curves([ref], base)
+        for target in curves:
+            if target.collective != ref.collective or target.nodes == ref.nodes \
+                    or target.gpus_per_node != ref.gpus_per_node:
+                continue
+            for r in compare(scenario, target):
+                if r.size_bytes >= 1 << 20:
+                    out[band(r.size_bytes)].append(abs(r.error))
+    return out
+
+
 def band(size: int) -> str:
     return next(name for name, lo, hi in BANDS if lo <= size <= hi)
 
@@ -197,6 +223,12 @@ def main() -> int:
         print(f"    of which across regimes:                          {stats(crossing)}")
         print(f"    of which step message inside the fitted range: {stats(inside)}")
         print(f"    of which extrapolated beyond it:               {stats(outside)}")
+        priced = scenario_fit_errors(cluster, curves)
+        overall["priced"] += [e for v in priced.values() for e in v]
+        for name, _, _ in BANDS:
+            print(f"  fitted scenario as priced,{name:>14}: {stats(priced[name])}")
+        print(f"  fitted scenario as priced,{'all':>14}: {stats([e for v in priced.values() for e in v])}  (the fit "
+              f"where it measured, the datasheet model with the cluster's fabric elsewhere)")
         between: list[float] = []
         for target in curves:
             fits = tuple(fit_curve(c) for c in curves if c is not target and c.collective == target.collective
@@ -214,6 +246,7 @@ def main() -> int:
     print(f"\nall clusters: fit -> other node count {stats(overall['fit'])}")
     print(f"all clusters: fit -> other node count in the same regime {stats(overall['same'])}")
     print(f"all clusters: fits around a node count -> it  {stats(overall['between'])}")
+    print(f"all clusters: fitted scenario as priced at other node counts {stats(overall['priced'])}")
     print(f"all clusters: datasheet, no fabric        {stats(overall['datasheet'])}")
     print(f"all clusters: datasheet, no fabric, 1-64 MiB {stats(overall['datasheet 1-64'])}")
     print(f"all clusters: datasheet, with fabric      {stats(overall['datasheet after'])}")

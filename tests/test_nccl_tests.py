@@ -409,3 +409,27 @@ def test_notes_give_the_fit_in_datasheet_units_and_name_the_noise() -> None:
     clean = read_curve(AR4)
     scenario, _ = calibrate_from_curves([clean], load_scenario(shipped_scenarios()["dgx_h100_400g"]))
     assert not any("noise" in n for n in notes([clean], scenario))
+
+
+def test_a_fitted_scenario_prices_with_its_curve_only_where_the_curve_measured() -> None:
+    from dataclasses import replace
+
+    base = load_scenario(shipped_scenarios()["dgx_h100_400g"])
+    scenario, _ = calibrate_from_curves([read_curve(AR4)], base)  # all_reduce on 4x8, 8 B - 8 GiB
+    bare = replace(scenario, nccl_fit=())
+
+    def price(s, world: int, nbytes: int) -> tuple[str, float]:  # type: ignore[no-untyped-def]
+        r = resize(s, world)
+        return make_pricer(r, "all_reduce", group_shape(r))(nbytes)
+
+    assert price(scenario, 8, 64 << 20) == price(bare, 8, 64 << 20)  # one node: another regime, the datasheet
+    assert price(scenario, 32, 64 << 20)[0] == "nccl_fit" and price(scenario, 128, 64 << 20)[0] == "nccl_fit"
+    assert price(scenario, 32, 1 << 10)[0] == "nccl_fit"  # below the table, but the curve measured its floor
+    # a curve that starts at 32 MiB (no floor): a 1 MiB call on 32 nodes steps below it, the datasheet prices it,
+    # capped at the curve's smallest
+    big = [p for p in read_curve(AR4).points if p.size_bytes >= 32 << 20]
+    from_big, _ = calibrate_from_curves([replace(read_curve(AR4), points=tuple(big))], base)
+    name, t = price(from_big, 256, 1 << 20)
+    assert name != "nccl_fit" and t <= price(bare, 256, 1 << 20)[1]
+    assert price(from_big, 256, 64 << 20)[0] != "nccl_fit"  # 256 KiB steps: below a 1 MiB step at 4x8
+    assert price(from_big, 32, 64 << 20)[0] == "nccl_fit"

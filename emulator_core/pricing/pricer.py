@@ -326,7 +326,14 @@ def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
                 spanned: list[tuple[int, Dimension]]) -> Pricer | None:
     """A measured nccl-tests curve's model (``emulator_core.scenario.nccl_fit``) when the scenario has one for
     ``collective`` with the group's GPUs per node (its extent on the innermost dimension; on a one-dimension
-    topology every rank is a node of one GPU); ``None`` otherwise."""
+    topology every rank is a node of one GPU); ``None`` otherwise.
+
+    A curve prices what it measured: its node-count regime (1, 2, more nodes) and the step messages of its table.
+    Where the scenario also has NCCL's datasheet model (``library = "nccl"``), a group in another regime is priced
+    by that model, and a size whose step message lies beyond the table (above its largest, or below its smallest
+    when the curve measured no latency floor) by that model clamped to the curve's end, ``max(datasheet, fit at the
+    largest)`` above and ``min(datasheet, fit at the smallest)`` below: still non-decreasing in size. Without the
+    datasheet model the curve extrapolates (``nccl_fit``'s docstring)."""
     if not scenario.nccl_fit or collective not in BUS_FACTORS:
         return None
     dims = scenario.topology.dims
@@ -337,15 +344,30 @@ def _fit_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     fit = nccl_fit.choose_fit(scenario.nccl_fit, collective, nodes, on_node)
     if fit is None:
         return None
+    datasheet = _nccl_pricer(scenario, collective, shape, spanned)
+    if datasheet is not None and nccl_fit.regime(fit.nodes) != nccl_fit.regime(nodes):
+        return datasheet
     fabric = datasheet_of(scenario)
     p = shape.size
     times_p = collective in ("all_gather", "gather", "scatter")
     pair = nccl_fit.bracket(scenario.nccl_fit, collective, nodes, on_node)
     model = between(prepare(pair[0], nodes, fabric), prepare(pair[1], nodes, fabric), nodes) if pair is not None \
         else prepare(fit, nodes, fabric)
+    used = pair if pair is not None else (fit,)
+    lo = min(f.busbw[0][0] for f in used) if all(f.latency_us == 0 for f in used) else 0.0
+    hi = max(f.busbw[-1][0] for f in used)
+
+    def size_of(m: float) -> float:  # the nccl-tests size whose step message is m
+        return m / nccl_fit.step_bytes(collective, 1.0, p)
 
     def pricer(nbytes: float, **kw: Any) -> tuple[str, float]:
-        return FITTED, model(nbytes * p if times_p else nbytes)
+        size = nbytes * p if times_p else nbytes
+        m = nccl_fit.step_bytes(collective, size, p)
+        if datasheet is None or lo <= m <= hi:
+            return FITTED, model(size)
+        name, t = datasheet(nbytes, **kw)
+        edge = size_of(hi if m > hi else lo)
+        return name, max(t, model(edge)) if m > hi else min(t, model(edge))
     return pricer
 
 
