@@ -20,7 +20,7 @@ TOML layout (the shipped examples: ``emulator_core/scenarios/``)::
     kind = "switch"            # "ring" | "switch" | "fully_connected"
     bandwidth_gbps = 200.0     # one NVLink 4 link, per direction (25 GB/s)
     latency_us = 2.0           # optional keys: links_per_rank, forwarding, in_network_reduction, racks, fabric
-    [network]                  # optional: congestion, message_overhead_us, chunks, library
+    [network]                  # optional: congestion, message_overhead_us, chunks, library, host_cpu, p2p_chunk_bytes
     congestion = "aware"       # or "unaware" (ASTRA-sim's congestion-unaware backend, for comparison)
     [mesh]                     # optional: a what-if mesh for `nbox replay`, as --mesh dp=512,tp=2
     dp = 512

@@ -22,8 +22,9 @@ microseconds. What one dimension's keys mean (``emulator_core.network.wiring`` p
 ``[network]`` applies to every dimension: ``congestion`` (``aware``: a step lasts as long as its busiest link;
 ``unaware``: every message alone on its path, ASTRA-sim's congestion-unaware backend), ``message_overhead_us`` (per
 message a rank injects, LogP's ``o``), ``chunks`` (a multi-dimensional collective cut into that many pipelined
-chunks, Themis-style) and ``library`` (``generic``: ``auto`` takes the fastest modeled algorithm; ``nccl``: NCCL's
-tuner). Where the model comes from: docs/design/network-model.md.
+chunks, Themis-style), ``library`` (``generic``: ``auto`` takes the fastest modeled algorithm; ``nccl``: NCCL's
+tuner) and, under NCCL only, ``host_cpu`` and ``p2p_chunk_bytes`` (its per-message network overhead and its
+point-to-point message size). Where the model comes from: docs/design/network-model.md.
 """
 
 from __future__ import annotations
