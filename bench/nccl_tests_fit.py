@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from emulator_core.calibration.nccl_calibrate import (  # noqa: E402
+    SIZE_BANDS,
     base_scenario,
     calibrate_from_curves,
     compare,
@@ -44,13 +45,13 @@ from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, Point, read_cur
 from emulator_core.pricing.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.pricing.nccl_tuner import nccl_supports  # noqa: E402
 from emulator_core.pricing.pricer import datasheet_of  # noqa: E402
+from emulator_core.scenario import Scenario  # noqa: E402
 from emulator_core.scenario.nccl_fit import bracket, regime, step_bytes  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tests"
 CSV_COLLECTIVES = {"nccl_all_reduce.csv": "all_reduce", "nccl_all_gather.csv": "all_gather",
                    "nccl_alltoall.csv": "all_to_all"}
-BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30),
-         (">= 2 GiB", (1 << 30) + 1, 1 << 62))
+BANDS = SIZE_BANDS  # nbox calibrate --nccl-tests names its regimes by the same bands
 #: Each cluster's network kind (its PROVENANCE.md says which fabric it is), the --set overrides that make the
 #: shipped scenario its datasheet, and the host facts set with the fabric (the "after" rows): (fabric, overrides,
 #: host overrides).
@@ -93,15 +94,22 @@ def load_heldout() -> dict[str, list[Curve]]:
     return {d.name: [read_curve(f) for f in sorted(d.glob("*.txt"))] for d in sorted(folder.iterdir()) if d.is_dir()}
 
 
+def cluster_base(cluster: str, *, fabric: bool) -> Scenario:
+    """The shipped scenario as ``cluster``'s datasheet (:data:`CLUSTER_FABRIC`'s overrides); ``fabric``: with its
+    network's kind and host facts, else with no fabric (NCCL's model as is: the shipped one runs on InfiniBand)."""
+    kind, sets, host = CLUSTER_FABRIC.get(cluster, ("", (), ()))
+    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}", *host) if fabric and kind else ())))
+    if fabric:
+        return base
+    dims = base.topology.dims
+    plain = (dims[0], *(replace(d, fabric="") for d in dims[1:]))
+    return replace(base, topology=replace(base.topology, dims=plain))
+
+
 def datasheet(cluster: str, curves: list[Curve], *, fabric: bool, verbose: bool) -> dict[str, list[float]]:
     """|error| per size band of the shipped scenario, no fit, at each curve's sizes >= 1 MiB; ``fabric``: with the
     network dimension's ``fabric`` set to the cluster's kind."""
-    kind, sets, host = CLUSTER_FABRIC.get(cluster, ("", (), ()))
-    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}", *host) if fabric and kind else ())))
-    if not fabric:  # the shipped scenario runs on InfiniBand: "no fabric" is NCCL's model as is
-        dims = base.topology.dims
-        plain = (dims[0], *(replace(d, fabric="") for d in dims[1:]))
-        base = replace(base, topology=replace(base.topology, dims=plain))
+    base = cluster_base(cluster, fabric=fabric)
     sheet: dict[str, list[float]] = defaultdict(list)
     for c in curves:
         for r in compare(base, c):
@@ -137,9 +145,7 @@ def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[f
         overall["datasheet 1-64" + suffix] += sheet[BANDS[0][0]]
         overall["tuned" + suffix] += tuned
         overall["tuned 1-64" + suffix] += sheet["tuned " + BANDS[0][0]]
-    sets, host = CLUSTER_FABRIC.get(cluster, ("", (), ()))[1:]
-    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}", *host) if kind != "-" else ())))
-    said = regime_notes(curves, base)
+    said = regime_notes(curves, cluster_base(cluster, fabric=True))
     print(f"  size bands the datasheet model (fabric {kind!r}) does not reach, as `nbox calibrate --nccl-tests` "
           f"names them: {len(said) or 'none'}")
     for line in said:
@@ -151,8 +157,7 @@ def scenario_fit_errors(cluster: str, curves: list[Curve]) -> dict[str, list[flo
     cluster's datasheet with its fabric and host facts) priced at every other node count of its collective, as
     ``nbox scenario cost --compare`` prices it: the fit in its regime and step messages, the datasheet model
     elsewhere (``emulator_core.pricing.pricer._fit_pricer``)."""
-    kind, sets, host = CLUSTER_FABRIC.get(cluster, ("", (), ()))
-    base = base_scenario(None, (*sets, *((f"topology.dims.1.fabric={kind}", *host) if kind else ())))
+    base = cluster_base(cluster, fabric=True)
     out: dict[str, list[float]] = defaultdict(list)
     for ref in curves:
         scenario, _ = calibrate_from_curves([ref], base)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emulator_core.network import BUS_FACTORS, Curve, NcclTestsError
+from emulator_core.network import BUS_FACTORS, Curve, NcclTestsError, Point
 from emulator_core.pricing import datasheet_of, group_shape, make_pricer, time_us
 from emulator_core.scenario import NcclFit, Scenario, Topology, dump_toml, nccl_fit, resize
 from nbox_trace.files import write_atomic
@@ -65,24 +65,29 @@ def fit_curve(curve: Curve) -> NcclFit:
     bus bandwidth of its time above the floor, at its step message; a size whose time is within 5% of the floor
     carries no bandwidth and is left out (below the table, :meth:`NcclFit.busbw_at` extrapolates); a size slower per
     step than the next larger one is noise and takes that one's time (``nccl_fit.monotone``)."""
-    small = [pt.time_us for pt in curve.points if pt.size_bytes <= nccl_fit.FLOOR_MAX_BYTES]
-    floor = statistics.median(small) if small else 0.0
-    big = [pt for pt in curve.points if pt.size_bytes > nccl_fit.FLOOR_MAX_BYTES] or list(curve.points)
+    floor, bound = _floor_and_table_points(curve)
     p = curve.ranks
     factor = BUS_FACTORS[curve.collective](p)
     share = nccl_fit.network_share(curve.collective, curve.nodes)
-    table: list[list[float]] = []
-    bound = [pt for pt in big if pt.time_us - floor >= 0.05 * pt.time_us] or big[-1:]
+    table: list[tuple[float, float]] = []
     for pt in bound:
         rest = max(pt.time_us - floor, 0.05 * pt.time_us)
         m = nccl_fit.step_bytes(curve.collective, pt.size_bytes, p)
         if table and m <= table[-1][0]:
             continue
         bus = pt.size_bytes * factor * share / (rest * 1e3) if factor > 0 else pt.size_bytes / (rest * 1e3)
-        table.append([m, _sig(bus)])
-    clean = nccl_fit.monotone(tuple((m, b) for m, b in table))  # a slower point than the next larger one: noise
+        table.append((m, bus))
+    clean = nccl_fit.monotone(tuple(table))  # a slower point than the next larger one: noise
     return NcclFit(curve.collective, curve.nodes, curve.gpus_per_node, _sig(floor),
                    tuple((m, _sig(b)) for m, b in clean), Path(curve.path).name[:256])
+
+
+def _floor_and_table_points(curve: Curve) -> tuple[float, list[Point]]:
+    """:func:`fit_curve`'s latency floor and the points its table is built from (above the floor by 5% or more)."""
+    small = [pt.time_us for pt in curve.points if pt.size_bytes <= nccl_fit.FLOOR_MAX_BYTES]
+    floor = statistics.median(small) if small else 0.0
+    big = [pt for pt in curve.points if pt.size_bytes > nccl_fit.FLOOR_MAX_BYTES] or list(curve.points)
+    return floor, [pt for pt in big if pt.time_us - floor >= 0.05 * pt.time_us] or big[-1:]
 
 
 def _rows(curve: Curve, fit: NcclFit, scenario: Scenario, source: str) -> list[FitRow]:
@@ -298,9 +303,7 @@ def notes(curves: Sequence[Curve], scenario: Scenario) -> list[str]:
                    f"{_size(nccl_fit.FLOOR_MAX_BYTES)}), bus bandwidth above it {fit.busbw[0][1]:g} GB/s at a "
                    f"{_size(int(fit.busbw[0][0]))} step to {big[1]:g} GB/s at {_size(int(big[0]))} and beyond "
                    f"(the datasheet's NIC: {fabric.inter_bw_gbps:g} GB/s a GPU, NVLink {fabric.intra_bw_gbps:g})")
-        pts = [pt for pt in c.points if pt.size_bytes > nccl_fit.FLOOR_MAX_BYTES  # the table's points
-               and pt.time_us - fit.latency_us >= 0.05 * pt.time_us]
-        for a, b in itertools.pairwise(pts):
+        for a, b in itertools.pairwise(_floor_and_table_points(c)[1]):
             if a.time_us > b.time_us:
                 out.append(f"{c.path}: {_size(a.size_bytes)} took {a.time_us:g} us, more than {_size(b.size_bytes)}'s "
                            f"{b.time_us:g} us: noise, priced at the larger size's time")

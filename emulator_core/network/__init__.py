@@ -19,20 +19,20 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "bandwidth": ("algorithm_bandwidth_gbps", "bus_bandwidth_gbps"),
     "fabric_kinds": ("FABRIC_KINDS", "net_fabric", "role"),
     "nccl_graph": ("Graph", "Graphs", "search_graphs"),
-    "nccl_tests": ("BUS_FACTORS", "Curve", "NcclTestsError", "parse_shape", "read_curve"),
+    "nccl_tests": ("BUS_FACTORS", "Curve", "NcclTestsError", "Point", "parse_shape", "read_curve"),
     "wiring": ("ALL", "SHIFT", "XOR", "Racks", "step_cost", "step_shape"),
 }
 
-__all__ = ["ALL", "BUS_FACTORS", "Curve", "FABRIC_KINDS", "Graph", "Graphs", "NcclTestsError", "Racks", "SHIFT", "XOR",
-    "algorithm_bandwidth_gbps", "bus_bandwidth_gbps", "costmodels", "net_fabric", "netmodel", "parse_shape",
-    "read_curve", "role", "search_graphs", "step_cost", "step_shape"]
+__all__ = ["ALL", "BUS_FACTORS", "Curve", "FABRIC_KINDS", "Graph", "Graphs", "NcclTestsError", "Point", "Racks",
+    "SHIFT", "XOR", "algorithm_bandwidth_gbps", "bus_bandwidth_gbps", "costmodels", "net_fabric", "netmodel",
+    "parse_shape", "read_curve", "role", "search_graphs", "step_cost", "step_shape"]
 
 if TYPE_CHECKING:
     from emulator_core.network import costmodels, netmodel
     from emulator_core.network.bandwidth import algorithm_bandwidth_gbps, bus_bandwidth_gbps
     from emulator_core.network.fabric_kinds import FABRIC_KINDS, net_fabric, role
     from emulator_core.network.nccl_graph import Graph, Graphs, search_graphs
-    from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, NcclTestsError, parse_shape, read_curve
+    from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, NcclTestsError, Point, parse_shape, read_curve
     from emulator_core.network.wiring import ALL, SHIFT, XOR, Racks, step_cost, step_shape
 else:
     def __getattr__(name: str) -> object:

@@ -91,6 +91,18 @@ def _records_of(pg: Any) -> Any:
     return records
 
 
+def _booked_wait(rep: Any, deadline_ns: int, *, hold: bool) -> None:
+    """Wait until ``deadline_ns`` (spinning all the way with ``hold``), booking the thread's CPU and host time to
+    ``rep.wait_cpu_ns`` / ``rep.wait_host_ns``."""
+    c0, h0 = time.thread_time_ns(), time.perf_counter_ns()
+    if hold:
+        sleep_until(deadline_ns, spin_ns=max(0, deadline_ns - h0))
+    else:
+        sleep_until(deadline_ns)
+    rep.wait_cpu_ns += time.thread_time_ns() - c0
+    rep.wait_host_ns += time.perf_counter_ns() - h0
+
+
 class Replayer:
     """One rank's walk through its graph on the real clock (module docstring)."""
 
@@ -193,10 +205,7 @@ class Replayer:
     def _idle_until(self, deadline_ns: int) -> None:
         """Wait until ``deadline_ns`` (``perf_counter_ns``); the CPU time its last spin takes goes to
         :attr:`wait_cpu_ns` (a padding or a recorded duration is time the rank's thread is not computing)."""
-        c0, h0 = time.thread_time_ns(), time.perf_counter_ns()
-        sleep_until(deadline_ns)
-        self.wait_cpu_ns += time.thread_time_ns() - c0
-        self.wait_host_ns += time.perf_counter_ns() - h0
+        _booked_wait(self, deadline_ns, hold=False)
 
     def _hold_until(self, deadline_ns: int) -> None:
         """Hold the CPU until ``deadline_ns``: a live operator's stretch (a straggler's slower CPU, the host work the
@@ -204,10 +213,7 @@ class Replayer:
         is a quota share (a CPU node; a cgroup's ``cpu.cfs_quota_us``), a sleeping stretch hands its quota to the next
         operator, which then runs faster than under the real work. Its CPU time goes to :attr:`wait_cpu_ns`, as a
         wait's does. On CUDA the stretch is :meth:`launch`'s, after a synchronize."""
-        c0, h0 = time.thread_time_ns(), time.perf_counter_ns()
-        sleep_until(deadline_ns, spin_ns=max(0, deadline_ns - h0))  # a spin all the way
-        self.wait_cpu_ns += time.thread_time_ns() - c0
-        self.wait_host_ns += time.perf_counter_ns() - h0
+        _booked_wait(self, deadline_ns, hold=True)
 
     def _now(self) -> int:
         """The rank's own timeline, ns: ``perf_counter_ns`` less the lag credited so far (module docstring)."""
