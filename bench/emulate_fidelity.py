@@ -11,7 +11,7 @@ Pairs (the emulate issue): real W = 2 against ``nbox emulate --world-size 2 -n 1
 (its ``--set`` overrides on top), e.g. ``--variant slow:topology.dims.0.bandwidth_gbps=0.5`` compares a slower link's
 answer against the default in the same run. Rounds are interleaved (real, each
 emulated variant, real, ...) so that drifts of the machine hit every side alike; per side it prints the
-median and p10-p90 of the per-iteration time (slowest rank) and the error of the emulated median.
+median and p10-p90 of the per-iteration time (the job's pace: the mean over ranks) and the error of the emulated median.
 Target: |error| <= 5%. Nothing is asserted. On this 2-vCPU machine a real
 4-rank run oversubscribes the cores (2 ranks per core), which the emulated 2-rank run does not: the W=4 pair
 measures that difference as much as the emulator.
@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nbox_record.launch.emulation import EmulateConfig, emulate, iteration_breakdown  # noqa: E402
+from nbox_trace.bundle import job_iterations_us  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -49,7 +50,8 @@ def _port() -> int:
 
 def real_run(example: str, nproc: int, warmup: int, iterations: int, tmp: Path,
              splits: list[dict[str, float]]) -> list[float]:
-    """A plain torchrun of the example on ``nproc`` gloo ranks; per timed iteration the slowest rank (us).
+    """A plain torchrun of the example on ``nproc`` gloo ranks; per timed iteration the job's pace (the mean over
+    ranks, us).
     Appends the run's breakdown (as ``nbox emulate`` computes it) to ``splits`` when the example wrote one."""
     times = tmp / f"real-{example}-{nproc}.json"
     script = ROOT / "nbox_record" / "examples" / f"{example}.py"
@@ -58,7 +60,6 @@ def real_run(example: str, nproc: int, warmup: int, iterations: int, tmp: Path,
                     str(_port()), str(script), "--steps", str(warmup + iterations), "--report-times", str(times)],
                    env=env, check=True, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     per_rank = [json.loads((tmp / f"{times.name}.rank{r}").read_text()) for r in range(nproc)]
-    n = min(len(p) for p in per_rank)
     timings = {}
     for r in range(nproc):
         split_file = tmp / f"{times.name}.rank{r}.split"
@@ -69,7 +70,7 @@ def real_run(example: str, nproc: int, warmup: int, iterations: int, tmp: Path,
     b = iteration_breakdown(timings) if len(timings) == nproc else None
     if b is not None:
         splits.append(b)
-    return [max(p[i] for p in per_rank) for i in range(warmup, n)]
+    return job_iterations_us({r: p[warmup:] for r, p in enumerate(per_rank)})
 
 
 def emulated_run(example: str, world: int, nproc: int, warmup: int, iterations: int,

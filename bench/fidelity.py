@@ -7,8 +7,8 @@ For each built-in example:
 
 1. record it (``nbox record --example X``, 2 gloo ranks on this machine) into a bundle;
 2. R rounds, interleaved so that drifts of the machine hit both sides alike:
-   a. a fresh plain run of the example (torchrun, no nbox, ``--report-times``): per iteration, the slowest
-      rank's wall time after warm-up;
+   a. a fresh plain run of the example (torchrun, no nbox, ``--report-times``): per iteration, the job's
+      pace after warm-up (the mean over ranks);
    b. ``nbox replay`` of the bundle under the baseline scenario (the shipped, calibrated ``loopback_cpu``)
       with ``--clock real --compute live``, and with ``--compute recorded``;
 3. print the observed median and p10-p90 spread of the real runs, the replayed medians, and the error

@@ -23,7 +23,7 @@ rounds, last in odd ones):
    per mode each round, the modes' order turning round by round; the table's live figure is the first mode's, each
    mode gets its own paired line);
 4. a fresh plain run across the nodes (``torch.distributed.run --nnodes N``, no nbox, ``--report-times``): per
-   iteration the slowest rank's wall time after warm-up.
+   iteration the job's pace after warm-up (the mean over ranks: ``nbox_trace.bundle.job_iterations_us``).
 
 The table's figures are the issue's: the rounds' median prediction against the pooled real iterations' median,
 with their p10-p90. Below it, the paired figure (:mod:`roundstats`): each round's prediction against that round's
@@ -168,8 +168,9 @@ def plain_run(tb: Any, tmp: Path, example: str, steps: int, warmup: int, rnd: in
     per_rank = [json.loads((tmp / f"{times.name}.rank{r}").read_text()) for r in range(ranks)]
     split_files = [tmp / f"{times.name}.rank{r}.split" for r in range(ranks)]  # not every example writes them
     splits = [json.loads(f.read_text()) for f in split_files if f.exists()]
-    n = min(len(p) for p in per_rank)
-    return [max(p[i] for p in per_rank) for i in range(warmup, n)], [s[warmup:] for s in splits]
+    from nbox_trace.bundle import job_iterations_us
+
+    return job_iterations_us({r: p[warmup:] for r, p in enumerate(per_rank)}), [s[warmup:] for s in splits]
 
 
 def captured(bundle: Path) -> dict[str, float]:

@@ -51,9 +51,9 @@ def plain_run(example: str, steps: int, warmup: int, tmp: Path) -> tuple[float, 
     subprocess.run(cmd, env=_env(), check=True, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     per_rank = [json.loads((times.parent / f"{times.name}.rank{r}").read_text()) for r in range(2)]
-    n = min(len(p) for p in per_rank)
-    job = [max(p[i] for p in per_rank) for i in range(warmup, n)]
-    return wall, job
+    from nbox_trace.bundle import job_iterations_us
+
+    return wall, job_iterations_us({r: p[warmup:] for r, p in enumerate(per_rank)})
 
 
 def nbox_run(example: str, warmup: int, iterations: int, capture: int, tmp: Path) -> tuple[float, float, int]:

@@ -59,7 +59,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 from roundstats import Paired, paired  # noqa: E402
+
+from nbox_trace.bundle import job_iterations_us  # noqa: E402
 
 MODELS = ("bert", "resnet152", "deeplight", "t5")
 #: NeuronaBox's table (two nodes; observed and emulated iteration ms, mean and sd).
@@ -195,8 +198,7 @@ def workdir_runner(tmp: Path, args: argparse.Namespace) -> Runner:
 
     def real(model: str, rnd: int) -> list[float]:
         per_rank = [read(tmp / f"plain-{name_of(model)}-{rnd}.json.rank{r}") for r in range(2)]
-        n = min(len(p) for p in per_rank)
-        return [max(p[i] for p in per_rank) for i in range(args.warmup, n)]
+        return job_iterations_us({r: p[args.warmup:] for r, p in enumerate(per_rank)})
 
     def record(model: str, rnd: int) -> Path:
         bundle = tmp / f"r{rnd}" / f"{name_of(model)}.bundle"
@@ -255,8 +257,7 @@ def cuda_runner(tmp: Path, args: argparse.Namespace) -> Runner:
         _local([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *argv,
                 "--steps", str(args.steps), "--report-times", str(times)], f"real-{name}-{rnd}", tmp)
         per_rank = [json.loads((tmp / f"{times.name}.rank{r}").read_text()) for r in (0, 1)]
-        n = min(len(p) for p in per_rank)
-        return [max(p[i] for p in per_rank) for i in range(args.warmup, n)]
+        return job_iterations_us({r: p[args.warmup:] for r, p in enumerate(per_rank)})
 
     def record(model: str, rnd: int) -> Path:
         name, tail, _ = workload(model, extra)

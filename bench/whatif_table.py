@@ -150,6 +150,29 @@ class Log:
     def get(self, job: str, rnd: int, setting: str, path: str) -> dict[str, Any] | None:
         return self.done.get((job, rnd, setting, path))
 
+    def refresh(self, workdir: Path, warmup: int) -> int:
+        """Each real and ``emulate2`` launch's iteration times made again from its ranks' own files under
+        ``workdir``, by the job's rule (``nbox_trace.bundle.job_iterations_us``): a log written under an older
+        rule keeps its launches comparable. Returns how many were made again; a launch without its files keeps
+        its logged times."""
+        from nbox_trace.bundle import job_iterations_us
+
+        made = 0
+        for (job, rnd, setting, path), d in self.done.items():
+            where = workdir / job / f"r{rnd}"
+            per_rank: dict[int, list[float]] = {}
+            if path == "real":
+                files = sorted((where / f"real-{setting}").glob("plain-*.json.rank[0-9]"),
+                               key=lambda f: int(f.name.rsplit("rank", 1)[1]))
+                per_rank = {k: [float(x) for x in json.loads(f.read_text())][warmup:] for k, f in enumerate(files)}
+            elif path == "emulate2" and (where / f"emulate2-{setting}.n0.out").is_file():
+                doc = json.loads((where / f"emulate2-{setting}.n0.out").read_text())
+                per_rank = {int(k): [float(x) for x in v] for k, v in doc.get("per_rank_iteration_us", {}).items()}
+            if per_rank and all(per_rank.values()):
+                d["us"] = job_iterations_us(per_rank)
+                made += 1
+        return made
+
     def put(self, job: str, rnd: int, setting: str, path: str, **values: Any) -> dict[str, Any]:
         d = {"job": job, "round": rnd, "setting": setting, "path": path, "at": time.strftime("%H:%M:%S"), **values}
         self.done[(job, rnd, setting, path)] = d
@@ -607,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
                     key = (job, rnd, setting.name, "virtual")
                     log.done[key] = {**log.done.get(key, {}), "job": job, "round": rnd, "setting": setting.name,
                                      "path": "virtual", "us": virtual(Path(rec["bundle"]), scenario, setting)}
+    remade = log.refresh(args.workdir, args.warmup)
+    print(f"whatif: {remade} real and emulate launches' iterations made from their ranks' files", file=sys.stderr)
     rows = cells(log, jobs, names, args.paths)
     cells_summary = summary(rows) if rows else []
     if args.out is not None and rows:

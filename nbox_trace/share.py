@@ -1,11 +1,11 @@
 """Every rank's result on every node: small JSON documents exchanged through the run's rendezvous store.
 
 A run over several nodes leaves each rank's files on its own node, but each node's nbox command must report the
-whole job (the slowest rank per iteration is on whichever node). So, at its end, every rank puts its result in the
-store that torch.distributed already shares (``set``), waits until every rank has (``wait``) and reads them all
-(``get``): no collective is added to the job, and the store is the one the ranks rendezvoused through. Rank 0
-leaves last (:func:`leave_last`): on one node its process hosts the store (``nbox_trace.launch.localrun``: no agent
-store), and a rank still reading when rank 0 exits would lose it. Used by
+whole job (its iteration is made from every rank's, on whichever node each runs). So, at its end, every rank puts
+its result in the store that torch.distributed already shares (``set``), waits until every rank has (``wait``)
+and reads them all (``get``): no collective is added to the job, and the store is the one the ranks rendezvoused
+through. Rank 0 leaves last (:func:`leave_last`): on one node its process hosts the store
+(``nbox_trace.launch.localrun``: no agent store), and a rank still reading when rank 0 exits would lose it. Used by
 ``nbox emulate`` (:mod:`nbox_record.capture.emulated_rank`) and live replay (:mod:`nbox_replay.live._worker`); this
 module takes the store as an argument and imports no torch.
 """

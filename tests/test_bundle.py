@@ -30,13 +30,27 @@ def test_write_then_read_round_trip(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
 
 
-def test_observed_summary_takes_the_slowest_rank_per_iteration() -> None:
+def test_observed_summary_takes_the_jobs_pace_the_mean_over_ranks_per_iteration() -> None:
     s = B.observed_summary({0: [100.0, 120.0, 110.0], 1: [105.0, 115.0, 130.0]})
     it = s["iteration_time_us"]
-    assert (it["median"], it["min"], it["max"], it["n"]) == (120.0, 105.0, 130.0, 3)
-    assert it["p10"] <= it["median"] <= it["p90"]
+    assert (it["median"], it["min"], it["max"], it["n"]) == (117.5, 102.5, 120.0, 3)
+    assert it["p10"] <= it["median"] <= it["p90"] and s["rule"] == B.OBSERVED_RULE
     with pytest.raises(ValueError):
         B.observed_summary({0: []})
+
+
+def test_the_jobs_iteration_is_never_longer_than_every_ranks_own_window() -> None:
+    """Two ranks in lock step whose boundaries wobble: each rank's window is 300 us for 3 iterations, so the job's
+    pace is 100 us. The largest rank's time per iteration makes it 113 us on average, longer than either rank
+    took; the mean over ranks keeps each rank's window."""
+    per_rank = {0: [80.0, 120.0, 100.0], 1: [120.0, 80.0, 100.0]}
+    slowest = [max(a, b) for a, b in zip(per_rank[0], per_rank[1], strict=True)]
+    assert sum(slowest) / 3 == pytest.approx(340.0 / 3) and sum(slowest) / 3 > 100.0
+    job = B.job_iterations_us(per_rank)
+    assert job == [100.0, 100.0, 100.0] and sum(job) == sum(per_rank[0]) == sum(per_rank[1])
+    assert B.job_iterations_us({0: [1.0, 2.0, 3.0], 1: [3.0, 4.0]}) == [2.0, 3.0]  # the shortest rank sets the count
+    with pytest.raises(ValueError):
+        B.job_iterations_us({})
 
 
 def test_interrupted_write_leaves_nothing(tmp_path: Path) -> None:

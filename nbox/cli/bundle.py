@@ -146,7 +146,7 @@ def merge_cmd(bundles: Annotated[list[Path], typer.Argument(help="Each node's bu
     check_outputs([Output("-o/--out", out, "dir", overwrite)], inputs=list(bundles))
     result = merge_bundles(bundles, out, overwrite=overwrite)
     lines = [f"merged {len(bundles)} bundles into {result.out}: ranks {result.ranks}, observed iteration median "
-             f"{format_us(result.observed_median_us)} (slowest rank of every node)"]
+             f"{format_us(result.observed_median_us)} (over the ranks of every node)"]
     lines += [f"  node {n['node_rank']}: ranks {n['ranks']} ({n['hostname']}, {n['local_addr']})" for n in result.nodes]
     _emit(result.to_dict(), lines, json_out)
 

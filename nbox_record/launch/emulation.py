@@ -40,6 +40,7 @@ from nbox_record.launch.launcher import (
     rank_step,
     script_path,
 )
+from nbox_trace.bundle import job_iterations_us
 from nbox_trace.errors import UsageError
 from nbox_trace.files import Output, as_paths, check_outputs
 from nbox_trace.launch import Nodes, run
@@ -332,7 +333,7 @@ def emulate(cfg: EmulateConfig, progress: Report | None = None) -> EmulateResult
             per_rank[cfg.real_ranks[real]] = [float(x) for x in timings.get("iteration_us", [])]
             reports.append(doc["emulate"])
         n_iter = min((len(v) for v in per_rank.values()), default=0)
-        job = [max(v[i] for v in per_rank.values()) for i in range(n_iter)]
+        job = job_iterations_us(per_rank) if n_iter else []  # the job's pace: per iteration, the mean over ranks
         seen = {rep.get("world_size_seen") for rep in reports}
         world_seen = seen.pop() if len(seen) == 1 else None
         breakdown = iteration_breakdown(all_timings)

@@ -18,16 +18,17 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "archive": ("bundle_directory", "pack_bundle", "traces_directory", "unpack_bundle"),
     "diff": ("diff_bundles",),
     "inspection": ("inspect_bundle", "load_bundle"),
-    "manifest": ("COMM_GROUP_NAME", "Manifest", "THREAD_CPU_KEY", "locate_traces", "observed_summary",
+    "manifest": ("COMM_GROUP_NAME", "Manifest", "OBSERVED_RULE", "THREAD_CPU_KEY", "job_iterations_us", "locate_traces",
+        "observed_summary",
         "thread_cpu_figures", "write_bundle"),
     "merge": ("merge_bundles",),
     "verify": ("verify_bundle",),
 }
 
-__all__ = ["AnonymizeConfig", "COMM_GROUP_NAME", "LEVELS", "Manifest", "THREAD_CPU_KEY", "anonymize_bundle",
-    "bundle_directory", "diff_bundles", "inspect_bundle", "load_bundle", "locate_traces", "merge_bundles",
-    "observed_summary", "pack_bundle", "thread_cpu_figures", "traces_directory", "unpack_bundle",
-    "verify_bundle", "write_bundle"]
+__all__ = ["AnonymizeConfig", "COMM_GROUP_NAME", "LEVELS", "Manifest", "OBSERVED_RULE", "THREAD_CPU_KEY",
+    "anonymize_bundle", "bundle_directory", "diff_bundles", "inspect_bundle", "job_iterations_us", "load_bundle",
+    "locate_traces", "merge_bundles", "observed_summary", "pack_bundle", "thread_cpu_figures", "traces_directory",
+    "unpack_bundle", "verify_bundle", "write_bundle"]
 
 if TYPE_CHECKING:
     from nbox_trace.bundle.anonymize import LEVELS, AnonymizeConfig, anonymize_bundle
@@ -36,8 +37,10 @@ if TYPE_CHECKING:
     from nbox_trace.bundle.inspection import inspect_bundle, load_bundle
     from nbox_trace.bundle.manifest import (
         COMM_GROUP_NAME,
+        OBSERVED_RULE,
         THREAD_CPU_KEY,
         Manifest,
+        job_iterations_us,
         locate_traces,
         observed_summary,
         thread_cpu_figures,

@@ -5,7 +5,7 @@ manifests carry the run's identity (``job.job_id``, the same random id on every 
 rendezvous store) and the node (``job.nodes``). :func:`merge_bundles` checks that the inputs belong together, then
 writes one bundle (atomically) whose traces are all of theirs, whose process groups are the union of theirs (a group
 named in several must have the same members), and whose observed iteration time is recomputed over every rank (per
-iteration, the slowest rank of the whole job).
+iteration, the mean over every rank of the job: ``manifest.job_iterations_us``).
 
 Refused, naming the file (:class:`MergeError`, exit 3): an input that does not verify its own files, is incomplete,
 not a multi-node recording, or of another kind; inputs from different runs (``job_id``, torchrun ``run_id``,
