@@ -29,6 +29,10 @@ what-if, path): the median of the pooled iterations against the real median (abs
 (:mod:`roundstats`: the geometric mean of each round's ratio with its 90% interval). Target: |error| <= 5% on
 both. Nothing is asserted.
 
+A real launch's (and ``emulate2``'s) iteration is the job's pace, per iteration the mean of its ranks' times
+(``nbox_trace.bundle.job_iterations_us``); every table build remakes it from the launch's rank files when they are
+there (a log written under the earlier rule, the largest rank's time, stays comparable).
+
 Every launch's result is appended to ``WORKDIR/launches.jsonl`` (``--workdir``); a run started again with the same
 workdir skips the launches already there, and ``--rebuild`` makes the table from it without launching. ``--out
 DIR`` writes ``whatif_table.csv``; ``--json`` prints one document.
