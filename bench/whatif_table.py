@@ -166,7 +166,8 @@ class Log:
             where = workdir / job / f"r{rnd}"
             per_rank: dict[int, list[float]] = {}
             if path == "real":
-                files = sorted((where / f"real-{setting}").glob("plain-*.json.rank[0-9]"),
+                files = sorted((f for f in (where / f"real-{setting}").glob("plain-*.json.rank*")
+                                if f.name.rsplit("rank", 1)[1].isdigit()),
                                key=lambda f: int(f.name.rsplit("rank", 1)[1]))
                 per_rank = {k: [float(x) for x in json.loads(f.read_text())][warmup:] for k, f in enumerate(files)}
             elif path == "emulate2" and (where / f"emulate2-{setting}.n0.out").is_file():

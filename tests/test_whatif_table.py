@@ -55,3 +55,27 @@ def test_each_what_if_asks_its_question_of_the_calibrated_scenario() -> None:
     assert s["racks4"].sets(1.2) == ("topology.dims.0.racks=2", "topology.dims.0.oversubscription=4")
     assert s["straggler"].sets(1.0) == ("stragglers.0.rank=1", "stragglers.0.slowdown=2")
     assert s["racks2"].describe("1gbit") == "4 nodes, 2 racks of 2, 4:1 uplink"
+
+
+def test_a_log_is_remade_from_its_launches_rank_files_by_the_jobs_pace(tmp_path: Path) -> None:
+    """A real launch logged under the largest rank's time per iteration, and an emulate N = 2 launch, are remade from
+    their ranks' own files as the mean over ranks (warm-up left out); a launch without files keeps its times, and
+    ten ranks' files (rank10 after rank9) are all read."""
+    import json
+
+    log = W.Log(tmp_path / "launches.jsonl")
+    log.put("job", 0, "nodes4", "real", us=[130.0, 120.0])  # the largest rank's, as logged before
+    log.put("job", 0, "nodes8", "emulate2", us=[120.0])  # the largest of its two real ranks
+    log.put("job", 0, "link4", "real", us=[500.0])  # no files
+    real = tmp_path / "job" / "r0" / "real-nodes4"
+    real.mkdir(parents=True)
+    per_rank = [[999.0, 80.0, 120.0], [999.0, 130.0, 80.0]] + [[999.0, 100.0, 100.0]] * 8
+    for k, times in enumerate(per_rank):
+        (real / f"plain-job-0.json.rank{k}").write_text(json.dumps(times))
+    (real / "plain-job-0.json.rank0.split").write_text("[]")
+    (tmp_path / "job" / "r0" / "emulate2-nodes8.n0.out").write_text(json.dumps(
+        {"per_rank_iteration_us": {"0": [100.0], "1": [120.0]}}))
+    assert log.refresh(tmp_path, warmup=1) == 2
+    assert log.get("job", 0, "nodes4", "real")["us"] == pytest.approx([(80 + 130 + 800) / 10, (120 + 80 + 800) / 10])
+    assert log.get("job", 0, "nodes8", "emulate2")["us"] == pytest.approx([110.0])
+    assert log.get("job", 0, "link4", "real")["us"] == [500.0]
