@@ -19,8 +19,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "diff": ("diff_bundles",),
     "inspection": ("inspect_bundle", "load_bundle"),
     "manifest": ("COMM_GROUP_NAME", "Manifest", "OBSERVED_RULE", "THREAD_CPU_KEY", "job_iterations_us", "locate_traces",
-        "observed_summary",
-        "thread_cpu_figures", "write_bundle"),
+        "observed_summary", "thread_cpu_figures", "write_bundle"),
     "merge": ("merge_bundles",),
     "verify": ("verify_bundle",),
 }
