@@ -362,6 +362,19 @@ def _no_straggler_comm() -> Any:
     return _patched(A.Fabric, "group", group)
 
 
+def _no_compute_told() -> Any:
+    """The fabric not told the members' compute: a queued call counts the time since the running one began, and a
+    call arriving after the running one's unslowed end starts anew (the live backend's rule)."""
+    from emulator_core.pricing import answer as A
+
+    original = A.Fabric.answer
+
+    def answer(self: Any, *args: Any, compute_us: Any = None, **kw: Any) -> Any:
+        return original(self, *args, **kw)
+
+    return _patched(A.Fabric, "answer", answer)
+
+
 def _no_busy() -> Any:
     """No loss beside compute at all."""
     from emulator_core.pricing import answer as A
@@ -378,6 +391,7 @@ ABLATIONS: dict[str, Any] = {
     "busy delay grown with the steps at p ranks, off": _no_busy_steps,
     "a straggler's library threads slowed with it, off": _no_straggler_comm,
     "busy_slowdown (a delay per call beside compute), off": _no_busy,
+    "the members' compute told to the fabric (a call still running once slowed), off": _no_compute_told,
 }
 
 

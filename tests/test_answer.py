@@ -294,6 +294,68 @@ def test_a_collective_beside_its_members_compute_is_stretched_by_its_busy_slowdo
     assert b3.end_us - p3.end_us == pytest.approx(350.0)  # the stream ends the stretch later
 
 
+def test_a_call_still_running_once_slowed_by_its_members_compute_holds_the_next_one_behind_it() -> None:
+    """compute_us (the virtual replay's): the next call arrives after the running one's unslowed end, but the
+    members computed beside it all along, so once slowed at its busy rate it still runs and the new call queues
+    behind it (T = free + compute (1 - 1/r), its fixed point); members that waited instead of computing (FSDP's
+    ranks waiting for their all-gathers) leave it unslowed, and without compute_us (the live backend) it is not
+    looked for."""
+    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    slow = replace(base, calibration=tuple(replace(c, busy_slowdown=2.0) if c.collective == "all_reduce" else c
+                                           for c in base.calibration))
+    n = 1 << 20
+
+    def two(compute: object) -> tuple[Answer, Answer]:
+        fabric = Fabric(slow)
+        g = fabric.group(None, [0, 1])
+        first = fabric.answer(g, "all_reduce", n, [0.0, 0.0])
+        at = first.end_us + 0.25 * first.cost_us  # after its unslowed end
+        kw = {} if compute is None else {"compute_us": compute}
+        return first, fabric.answer(g, "all_reduce", n, [at, at], **kw)  # type: ignore[arg-type]
+
+    def busy(k: int, t0: float, t1: float) -> float:
+        return max(0.0, t1 - t0)  # every member computed throughout
+
+    first, second = two(busy)
+    rate = answer_mod.busy_rate(2.0, *Fabric(slow)._slowdown_of(Fabric(slow).group(None, [0, 1]), "all_reduce")[1:],
+                                1, first.cost_us)
+    assert rate > 1.25  # so that, slowed, it runs past the next arrival
+    at = first.end_us + 0.25 * first.cost_us
+    slowed = first.end_us + (at - first.start_us) * (1 - 1 / rate)  # compute counted up to the arrival only
+    assert slowed > at
+    assert second.start_us == pytest.approx(slowed, abs=1.0)
+    assert second.end_us == pytest.approx(slowed + second.cost_us, abs=1.0)
+    _, waited = two(lambda k, t0, t1: 0.0)
+    _, live = two(None)
+    assert waited.start_us == live.start_us == first.end_us + 0.25 * first.cost_us  # starts at its arrival
+    _, one = two(lambda k, t0, t1: busy(k, t0, t1) if k == 1 else 0.0)  # one busy member slows the ring
+    assert one.start_us == pytest.approx(slowed, abs=1.0)
+
+
+def test_a_queued_call_counts_the_members_compute_not_the_time_since_the_running_call_began() -> None:
+    """compute_us in the queued rule: the overlap is the busiest member's compute up to its own arrival, at most
+    the time since the running call began; a member that waited adds nothing."""
+    base = load_scenario(SCENARIOS / "loopback_cpu.toml")
+    slow = replace(base, calibration=tuple(replace(c, busy_slowdown=2.0) if c.collective == "all_reduce" else c
+                                           for c in base.calibration))
+    n = 1 << 20
+    costs = {}
+    for name, compute in (("proxy", None), ("half", lambda k, t0, t1: (t1 - t0) / 2),
+                          ("waited", lambda k, t0, t1: 0.0), ("over", lambda k, t0, t1: 10 * (t1 - t0))):
+        fabric = Fabric(slow)
+        g = fabric.group(None, [0, 1])
+        fabric.answer(g, "all_reduce", n, [0.0, 0.0])
+        kw = {} if compute is None else {"compute_us": compute}
+        costs[name] = fabric.answer(g, "all_reduce", n // 2, [300.0, 400.0], **kw).cost_us  # type: ignore[arg-type]
+    plain = Fabric(base)
+    pg = plain.group(None, [0, 1])
+    own = plain.price(pg, "all_reduce", n // 2)[1]
+    assert costs["proxy"] - own == pytest.approx(400.0 * 0.5)
+    assert costs["half"] - own == pytest.approx(200.0 * 0.5)
+    assert costs["waited"] == pytest.approx(own)
+    assert costs["over"] == pytest.approx(costs["proxy"])  # never more than the time since it began
+
+
 def test_busy_rate_is_a_delay_per_call_capped_at_the_measured_factor() -> None:
     """busy_rate: 1 without a slowdown; the measured factor for calls as short as the measured one (and for a
     stream of zero cost); 1 + delay x calls / cost for longer calls, so their stretch is the delay per call."""

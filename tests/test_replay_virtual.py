@@ -306,3 +306,40 @@ def test_recorded_times_edge_cases() -> None:
     assert recorded_call_us({0: 500.0, 1: 0.0}) is None and recorded_call_us({}) is None
     assert recording_complete([0, 1], {0: 1.0, 1: 2.0}) and not recording_complete([0, 1], {0: 1.0})
     assert not recording_complete([0], {0: 1.0})  # one member: nothing to take the shortest over
+
+
+def _bucketed(compute_between_us: float, waits: bool) -> tuple[float, float, float]:
+    """Two ranks issue an all-reduce of 1 MiB, then (``waits``: wait for it, else compute for
+    ``compute_between_us``), then a second one: the first's cost and start, the second's start and arrival."""
+    from dataclasses import replace
+
+    from nbox_replay.inputs.graph import COLLECTIVE, COMPUTE, CommInfo
+
+    graphs = {}
+    for rank in (0, 1):
+        g = RankGraph(rank, f"r{rank}")
+        g.ids, g.names = [1, 2, 3, 4, 5], ["mm", "all_reduce", "backward", "all_reduce", "step"]
+        g.kind = [COMPUTE, COLLECTIVE, COMPUTE, COLLECTIVE, COMPUTE]
+        g.duration_us = [100.0, 0.0, 0.0 if waits else compute_between_us, 0.0, 10.0]
+        g.issue_us, g.resource, g.resources = [0.0] * 5, [0] * 5, ["thread:1"]
+        g.deps, g.iteration = [(), (0,), ((1,) if waits else (0,)), (2,), (1, 3)], [0] * 5
+        g.comm = {1: CommInfo("all_reduce", 1 << 20, "0"), 3: CommInfo("all_reduce", 1 << 20, "0")}
+        graphs[rank] = g
+    base = resize(load_scenario(None), 2)
+    slow = replace(base, calibration=tuple(replace(c, busy_slowdown=2.0) if c.collective == "all_reduce" else c
+                                           for c in base.calibration))
+    first, second = simulate(graphs, slow, groups={"0": [0, 1]}, recorded_world=2).collectives
+    return first.end_us - first.start_us, first.start_us, second.start_us
+
+
+def test_a_bucket_still_running_beside_the_backward_pass_holds_the_next_bucket_behind_it() -> None:
+    """The replay tells the fabric each member's compute (Fabric.answer's compute_us): a first bucket slowed by
+    the backward pass beside it still runs when the next bucket is issued just after its unslowed end, so the next
+    queues behind it; when the ranks wait for the first bucket instead of computing, the next starts at its issue."""
+    cost, start, _ = _bucketed(0.0, waits=True)
+    arrival = start + 1.1 * cost  # the second bucket's issue: 10% of a call after the first's unslowed end
+    _, _, queued = _bucketed(arrival - 100.0, waits=False)
+    assert queued > arrival + 1.0
+    assert queued == pytest.approx(start + cost + (arrival - start) * 0.5, abs=1.0)  # the rate: its cap of 2
+    _, _, after_wait = _bucketed(0.0, waits=True)
+    assert after_wait == pytest.approx(start + cost)  # the ranks waited: nothing slowed the first one

@@ -15,7 +15,14 @@ live backend, simulated time in a virtual replay):
 * **beside compute**: a call issued while the group's previous collective still runs adds
   ``overlap * (1 - 1 / r)`` to its cost, ``overlap`` the members' compute since that collective's start (or the
   previous such call's arrival) and ``r = min(s, 1 + delay x calls / cost)`` (:func:`busy_rate`: s the
-  calibration's ``busy_slowdown``, ``calls`` and ``cost`` the stream's so far). ``delay`` is the calibration's
+  calibration's ``busy_slowdown``, ``calls`` and ``cost`` the stream's so far). Where the caller knows each real
+  member's compute (``compute_us``: the virtual replay), ``overlap`` is the busiest member's compute in that window,
+  each counted up to its own arrival (a member that waited, as FSDP's ranks wait for a prefetched all-gather, slowed
+  nothing); without it (the live backend) the whole window is taken as compute. With ``compute_us`` a call that
+  arrives after the running stream's end ``free`` is also queued when that stream, slowed so, would still run:
+  it starts at ``T = free + c (1 - 1 / r)``, ``c`` the busiest member's compute from the stream's start (or the
+  previous counted arrival) to ``min(T, arrival)``, the fixed point (DDP's middle bucket slowed by the backward
+  pass beside it, still running when the last bucket is issued). ``delay`` is the calibration's
   ``busy_delay_us`` times the algorithm's steps on the group over those on the calibrated ranks (a file without it:
   ``(s - 1)`` times the price of a ``busy_nbytes`` call, :data:`BUSY_CALL_MAX_US` long without that); a straggler's
   group of compute slowdown k uses ``1 + (s - 1) k`` and ``k x delay``. This effect belongs to CPU nodes (gloo's
@@ -31,7 +38,7 @@ docs/design/beside-compute.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,7 +46,7 @@ from emulator_core.network import netmodel as nm
 from emulator_core.pricing.pricer import GroupShape, Pricer, calibration_for, group_shape, make_pricer
 from emulator_core.scenario import Calibration, Scenario
 
-__all__ = ["Answer", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"]
+__all__ = ["Answer", "ComputeBetween", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"]
 
 
 #: The longest call ``nbox calibrate --busy`` measures ``busy_slowdown`` on (us; ``_calibrate_worker``'s
@@ -66,6 +73,39 @@ def busy_rate(slowdown: float, delay_us: float, calls: int, stream_us: float) ->
     if stream_us <= 0:
         return slowdown
     return min(slowdown, 1.0 + delay_us * max(calls, 1) / stream_us)
+
+
+#: ``compute_us(k, t0, t1)``: real member ``k``'s compute time within ``[t0, t1]``, microseconds.
+ComputeBetween = Callable[[int, float, float], float]
+
+
+def _busiest(t0: float, t1: float, arrivals_us: Sequence[float], compute_us: ComputeBetween) -> float:
+    """The most compute any real member did within ``[t0, t1]``, each counted up to its own arrival only (what
+    its arrival shows), at most ``t1 - t0``."""
+    if t1 <= t0:
+        return 0.0
+    most = 0.0
+    for k, a in enumerate(arrivals_us):
+        if a > t0:
+            most = max(most, compute_us(k, t0, min(t1, a)))
+    return min(most, t1 - t0)
+
+
+def _slowed_end(free: float, since: float, rate: float, arrivals_us: Sequence[float],
+                compute_us: ComputeBetween) -> float:
+    """When the running stream ends once slowed by its members' compute: ``T = free + c(since, T) (1 - 1 / rate)``,
+    ``c`` the busiest member's compute (:func:`_busiest`), counted up to the members' arrivals at this call. The
+    iteration from ``T = free`` rises to the fixed point; it stops within 1 us or after 32 rounds."""
+    if rate <= 1.0:
+        return free
+    loss = 1.0 - 1.0 / rate
+    end = free
+    for _ in range(32):
+        nxt = free + _busiest(since, end, arrivals_us, compute_us) * loss
+        if nxt - end < 1.0:
+            return max(end, nxt)
+        end = nxt
+    return end
 
 
 class Answer(NamedTuple):
@@ -237,7 +277,8 @@ class Fabric:
 
     def answer(self, group: FabricGroup, collective: str, nbytes: float, arrivals_us: Sequence[float],
                *, send_bytes: Sequence[float] | None = None,
-               recv_bytes: Sequence[float] | None = None) -> Answer:
+               recv_bytes: Sequence[float] | None = None,
+               compute_us: ComputeBetween | None = None) -> Answer:
         """Answer one collective and advance the group's stream (see the module docstring).
 
         Args:
@@ -246,6 +287,9 @@ class Fabric:
             nbytes: the size in costmodels' convention (the per-rank input; see costmodels' table).
             arrivals_us: issue time of each real member, in ``group.real_positions`` order.
             send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
+            compute_us: ``compute_us(k, t0, t1)``, real member ``k``'s compute time within ``[t0, t1]`` (us), where
+                the caller knows it (virtual replay); ``None``: a member computed from its previous arrival to
+                this one (module docstring, "beside compute").
 
         Raises:
             ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.
@@ -274,12 +318,21 @@ class Fabric:
         else:
             algorithm, cost = self.price(group, collective, nbytes)
         run_start, counted, slowdown, delay, calls, stream_us = group._busy
-        if last >= free:  # this call starts the stream anew: the collective its successors may find running
+        spill = free
+        if last >= free and compute_us is not None and slowdown > 1 and free > -math.inf:
+            spill = _slowed_end(free, max(run_start, counted), busy_rate(slowdown, delay, calls, stream_us),
+                                arrivals_us, compute_us)
+        if last >= free and spill <= last:  # this call starts the stream anew: the one its successors may find running
             group._busy = (start, last, *self._slowdown_of(group, collective), 1, cost)
+        elif last >= free:  # the running stream, slowed by its members' compute, still runs: queued behind it
+            start = spill
+            group._busy = (run_start, last, slowdown, delay, calls + 1, stream_us + cost)
         elif slowdown > 1:  # queued: the running stream was slowed by its members' compute until now
             rate = busy_rate(slowdown, delay, calls, stream_us)
             group._busy = (run_start, last, slowdown, delay, calls + 1, stream_us + cost)
-            cost += max(0.0, last - max(run_start, counted)) * (1.0 - 1.0 / rate)
+            since = max(run_start, counted)
+            overlap = last - since if compute_us is None else _busiest(since, last, arrivals_us, compute_us)
+            cost += max(0.0, overlap) * (1.0 - 1.0 / rate)
         end = start + cost
         group.free_us = end
         group.answered += 1

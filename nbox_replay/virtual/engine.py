@@ -26,6 +26,7 @@ target rank of its coordinates, and sizes follow their group's rule. Times are m
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,7 @@ class _Sim:
                 else mesh.members(name)
         self.fabric_groups: dict[str, FabricGroup] = {}
         self.pending: dict[tuple[str, int], _Pending] = {}
+        self.ranks: dict[int, _Rank] = {}  # set by simulate
         self.collectives: list[CollectiveAnswer] = []
         self.unpriced = 0
         self._replayed_members: dict[str, list[int]] = {}
@@ -219,7 +221,7 @@ def simulate(graphs: Mapping[int, RankGraph], scenario: Scenario, *, groups: Map
     if bad:
         raise InvalidInputError(f"replayed rank {bad[0]} is outside the what-if world of {scenario.world_size} ranks")
     sim = _Sim(graphs, scenario, groups, recorded_world, repetitions, mesh)
-    ranks = {r: _Rank(sim, g) for r, g in sim.graphs.items()}
+    ranks = sim.ranks = {r: _Rank(sim, g) for r, g in sim.graphs.items()}
     for rank in ranks.values():
         if not rank.done:
             sim.events.schedule(0, rank.g.rank, rank.step)
@@ -259,6 +261,9 @@ class _Rank:
         self.sim, self.g = sim, g
         self.result = RankResult(g.rank)
         self.free = [0.0] * len(g.resources)  # per resource (thread, stream): when it is next free, us
+        # per resource, its compute intervals (in time order: a resource runs one node at a time) and the running
+        # sum of their lengths, for :meth:`compute_between`
+        self.busy: list[tuple[list[float], list[float], list[float]]] = [([], [], [0.0]) for _ in g.resources]
         self.seq: dict[str, int] = {}
         self.p2p_seq: dict[tuple[int, int, int], int] = {}
         self.comm_positions = [i for i, k in enumerate(g.kind) if COLLECTIVE <= k <= RECV]
@@ -282,6 +287,27 @@ class _Rank:
         self.issued: list[float | None] = [None] * n
         self.keys: dict[int, tuple[str, int]] = {}
         self.recorded.reset()
+
+    def _computed(self, res: int, s: float, e: float) -> None:
+        """Resource ``res`` computed over ``[s, e]``: for the breakdown and :meth:`compute_between`."""
+        self.result.intervals.compute.append((s, e))
+        starts, ends, total = self.busy[res]
+        starts.append(s)
+        ends.append(e)
+        total.append(total[-1] + (e - s))
+
+    def compute_between(self, t0: float, t1: float) -> float:
+        """The rank's compute placed so far within ``[t0, t1]`` (us), summed over its threads and streams and at
+        most ``t1 - t0``: what the fabric's beside-compute answer counts (``Fabric.answer``'s ``compute_us``)."""
+        if t1 <= t0:
+            return 0.0
+        done = 0.0
+        for starts, ends, total in self.busy:
+            lo = bisect.bisect_right(ends, t0)  # the first interval ending after t0
+            hi = bisect.bisect_left(starts, t1)  # past the last one starting before t1
+            if lo < hi:
+                done += (total[hi] - total[lo] - max(0.0, t0 - starts[lo]) - max(0.0, ends[hi - 1] - t1))
+        return min(done, t1 - t0)
 
     def step(self) -> None:
         """The rank's event: walk until it must wait, then park on the collective or come back next round."""
@@ -337,7 +363,6 @@ class _Rank:
         neg_inf = -math.inf
         serialize = sim.serialize
         it_of, captured = sim.iteration_of[g.rank], sim.captured
-        compute_iv = result.intervals.compute
         rep_start = 0.0
         compute_floor = comm_floor = 0.0  # serialize: when the rank's compute / communication last ended
         pending: list[int] = []  # serialize: comm nodes issued since a compute node last waited for them
@@ -353,7 +378,7 @@ class _Rank:
                         if e is not None and e > s_other:
                             s_other = e
                     g_end = s_other + gap[i] * factor
-                    compute_iv.append((s_other, g_end))
+                    self._computed(res, s_other, g_end)
                     s_other = free[res] = g_end
                 s_comm = neg_inf  # comm dependencies (waits)
                 binding = -1
@@ -395,7 +420,7 @@ class _Rank:
                         d = dur[i] * factor
                         e = s_other + d
                         if d > 0:
-                            compute_iv.append((s_other, e))
+                            self._computed(res, s_other, e)
                         if e > compute_floor:
                             compute_floor = e
                     else:
@@ -512,7 +537,9 @@ class _Rank:
         send = recv = None
         if p.comm.collective == "all_to_all_v" and not sim.members(p.comm.pg)[1]:
             send, recv = sim.busiest_splits(fg, p)
-        ans = sim.fabric.answer(fg, p.comm.collective, p.nbytes, arrivals, send_bytes=send, recv_bytes=recv)
+        ranks = [sim.ranks[r] for r in (sorted(needed) if p.comm.collective == "send_recv" else needed)]
+        ans = sim.fabric.answer(fg, p.comm.collective, p.nbytes, arrivals, send_bytes=send, recv_bytes=recv,
+                                compute_us=lambda k, t0, t1: ranks[k].compute_between(t0, t1))
         rule = "priced from its recorded per-peer splits (the busiest member)" if send is not None else p.rule
         p.answer = CollectiveAnswer(key[0], key[1], p.comm.collective, p.nbytes, rule, ans.algorithm,
                                     ans.start_us, ans.end_us, recorded)
