@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,37 @@ import pytest
 from nbox_replay.replay import ReplayConfig, run_replay
 from nbox_replay.settings import ReplayConfigError
 from nbox_replay.truth import TruthError
+from nbox_trace.bundle import OBSERVED_RULE, job_iterations_us, observed_iteration_us
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL, BIG = ROOT / "traces" / "ddp_mlp", ROOT / "traces" / "tp_dp_mlp"
 
 
 def _observed(bundle: Path) -> dict[str, float]:
-    return dict(json.loads((bundle / "manifest.json").read_text())["observed"]["iteration_time_us"])
+    """The bundle's observed iterations under this version's rule (the shipped ones predate it: remade from their
+    ranks' times)."""
+    found = observed_iteration_us(json.loads((bundle / "manifest.json").read_text())["observed"])
+    assert found is not None
+    return found
+
+
+def test_a_bundle_written_under_the_old_rule_is_read_under_the_jobs_pace() -> None:
+    """Bundles written before the mean over ranks took the slowest rank per iteration: the replay and --truth
+    read them remade from their ranks' own times, and say which rule the stored figure had; a manifest whose rule
+    is this version's, or whose ranks' times are not whole, is read as stored."""
+    observed = json.loads((BIG / "manifest.json").read_text())["observed"]
+    assert observed["rule"] != OBSERVED_RULE
+    remade = observed_iteration_us(observed)
+    assert remade is not None and remade["remade_from"] == observed["rule"]
+    job = job_iterations_us({int(r): v for r, v in observed["per_rank_us"].items()})
+    assert remade["median"] == pytest.approx(statistics.median(job))
+    assert remade["median"] < observed["iteration_time_us"]["median"]  # the slowest rank's is above the pace
+    assert observed_iteration_us({**observed, "rule": OBSERVED_RULE}) == observed["iteration_time_us"]
+    for bad in ({"0": []}, {"0": [1.0, float("nan")]}, {"x": [1.0]}, {"0": [True]}, [], {"0": "1"}):
+        assert observed_iteration_us({**observed, "per_rank_us": bad}) == observed["iteration_time_us"]
+    assert observed_iteration_us({"per_rank_us": {"0": [1.0]}}) is None
+    rep = run_replay(ReplayConfig(str(SMALL), clock="virtual", world_size=4, truth=BIG, iterations=1))
+    assert rep.truth is not None and rep.truth.observed["median"] == remade["median"]
 
 
 def test_the_prediction_is_set_against_the_truths_observed_iterations_and_its_own_breakdown() -> None:

@@ -21,6 +21,7 @@ from nbox_replay.replay import (
     run_replay,
     warmup_repetitions,
 )
+from nbox_trace.bundle import OBSERVED_RULE, observed_iteration_us
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "traces" / "ddp_mlp"
@@ -31,7 +32,9 @@ def _per_repetition_us() -> float:
     graphs = _load(source, None)
     captured = max(captured_iterations(g)[1] for g in graphs.values())
     assert source.manifest is not None
-    return float(source.manifest.observed["iteration_time_us"]["median"]) * captured
+    observed = observed_iteration_us(source.manifest.observed)  # the shipped bundle predates the rule: remade
+    assert observed is not None
+    return float(observed["median"]) * captured
 
 
 def _reps(device: str, said: list[str] | None = None, **kw: Any) -> int:
@@ -79,6 +82,7 @@ def test_an_untrusted_recorded_median_falls_back_or_is_bounded(tmp_path: Path, t
     shutil.copytree(BUNDLE, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["observed"]["iteration_time_us"] = times
+    manifest["observed"]["rule"] = OBSERVED_RULE  # read as stored (else remade from the ranks' own times)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     source = open_source(copy)
     graphs = _load(source, None)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbox_replay.inputs.graph import ReplayInputError
-from nbox_trace.bundle import Manifest, locate_traces
+from nbox_trace.bundle import Manifest, locate_traces, observed_iteration_us
 from nbox_trace.chakra import EtReader, TraceSet, find_attr
 from nbox_trace.chakra import et_def_pb2 as pb
 from nbox_trace.check import inspect_trace
@@ -118,7 +118,7 @@ def open_source(path: str | os.PathLike[str], *, name: str | None = None) -> Rep
     observed = None
     if manifest is not None:
         device = _bundle_device(manifest, trace_set)
-        observed = manifest.observed.get("iteration_time_us") or None
+        observed = observed_iteration_us(manifest.observed)  # under this version's rule, remade if need be
     warnings = sum(p.count for p in report.all_problems()) - len(fatal)
     return ReplaySource(str(path), trace_set, manifest, groups, world, device, observed, warnings,
                         mesh_facts(world, groups, report.ranks))

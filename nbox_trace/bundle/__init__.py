@@ -19,15 +19,15 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "diff": ("diff_bundles",),
     "inspection": ("inspect_bundle", "load_bundle"),
     "manifest": ("COMM_GROUP_NAME", "Manifest", "OBSERVED_RULE", "THREAD_CPU_KEY", "job_iterations_us", "locate_traces",
-        "observed_summary", "thread_cpu_figures", "write_bundle"),
+        "observed_iteration_us", "observed_summary", "thread_cpu_figures", "write_bundle"),
     "merge": ("merge_bundles",),
     "verify": ("verify_bundle",),
 }
 
 __all__ = ["AnonymizeConfig", "COMM_GROUP_NAME", "LEVELS", "Manifest", "OBSERVED_RULE", "THREAD_CPU_KEY",
     "anonymize_bundle", "bundle_directory", "diff_bundles", "inspect_bundle", "job_iterations_us", "load_bundle",
-    "locate_traces", "merge_bundles", "observed_summary", "pack_bundle", "thread_cpu_figures", "traces_directory",
-    "unpack_bundle", "verify_bundle", "write_bundle"]
+    "locate_traces", "merge_bundles", "observed_iteration_us", "observed_summary", "pack_bundle",
+    "thread_cpu_figures", "traces_directory", "unpack_bundle", "verify_bundle", "write_bundle"]
 
 if TYPE_CHECKING:
     from nbox_trace.bundle.anonymize import LEVELS, AnonymizeConfig, anonymize_bundle
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         Manifest,
         job_iterations_us,
         locate_traces,
+        observed_iteration_us,
         observed_summary,
         thread_cpu_figures,
         write_bundle,
