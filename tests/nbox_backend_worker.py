@@ -138,6 +138,31 @@ def timing_only(out: dict[str, Any]) -> None:
     out["burst"] = [[r.nbytes, r.issue_us, r.start_us] for r in burst]
 
 
+def beside_compute(out: dict[str, Any], how: str) -> None:
+    """An all-reduce, then ``how`` ("spin": the thread computes; "sleep": it is blocked) for 1.25x its modeled
+    time, then a second one: the first's answer and the second's issue and start (records, one host's clock)."""
+    pg = dist.group.WORLD
+    x = torch.ones(1 << 16)
+    dist.all_reduce(x)
+    cost_s = (pg.records[-1].end_us - pg.records[-1].start_us) / 1e6  # type: ignore[union-attr]
+    dist.barrier()
+    first = dist.all_reduce(x, async_op=True)
+    assert first is not None
+    until = time.perf_counter() + 1.25 * cost_s
+    if how == "spin":
+        while time.perf_counter() < until:
+            pass
+    else:
+        time.sleep(max(0.0, until - time.perf_counter()))
+    second = dist.all_reduce(x, async_op=True)
+    assert second is not None
+    first.wait()
+    second.wait()
+    a, b = list(pg.records)[-2:]  # type: ignore[union-attr]
+    out["beside_compute"] = {"first_start_us": a.start_us, "first_end_us": a.end_us, "second_issue_us": b.issue_us,
+                             "second_start_us": b.start_us}
+
+
 def main() -> None:
     modes = sys.argv[1].split(",")
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 6
@@ -148,6 +173,9 @@ def main() -> None:
         collectives(out)
     if "timing_only" in modes:
         timing_only(out)
+    for how in ("spin", "sleep"):
+        if how in modes:
+            beside_compute(out, how)
     if "ddp" in modes:
         out["ddp_losses"] = train(DistributedDataParallel(model()), steps)
     if "fsdp2" in modes:

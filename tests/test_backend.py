@@ -192,3 +192,28 @@ def test_a_bad_setting_fails_the_script_with_the_variable_named(tmp_path: Path) 
     stderr = "".join(f.read_text() for f in (tmp_path / "logs").rglob("stderr.log"))
     assert not res.ok
     assert "NBOX_REAL_RANKS: lists 2 ranks but the job has 1 real processes" in stderr
+
+
+#: loopback_cpu's all-reduce slowed 2x beside compute (its delay per call large enough for the cap to set the rate),
+#: and a 2-rank all-reduce of 256 KiB priced at about 100 ms
+BESIDE = "calibration.0.busy_slowdown=2\ncalibration.0.busy_delay_us=1000000\ntopology.dims.0.latency_us=50000"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_call_still_running_once_slowed_by_the_computing_thread_holds_the_next_one(nproc: int) -> None:
+    """The live backend tells the fabric each real member's compute (its issuing thread's time on or waiting for
+    a CPU between its calls, exchanged with the arrivals): a first all-reduce beside a thread that computes for
+    1.25x its price still runs, slowed 2x, when the second is issued, and the second starts at its slowed end; beside
+    a thread that sleeps instead, the second starts at its own issue (one real rank, and two exchanging)."""
+    for how, held in (("spin", True), ("sleep", False)):
+        for r in launch(nproc, how, 2, NBOX_SCENARIO_SET=BESIDE):
+            b = r["beside_compute"]
+            issue, start = b["second_issue_us"], b["second_start_us"]
+            first_start, first_end = b["first_start_us"], b["first_end_us"]
+            if held:  # T = end + compute since the first's start x (1 - 1/2), the compute up to the issue
+                slowed = first_end + (issue - first_start) * 0.5
+                assert start > issue + 10_000.0, b
+                assert start - issue == pytest.approx(slowed - issue, abs=15_000.0), b  # about 37 ms after it
+            else:
+                assert start == pytest.approx(issue, abs=15_000.0), b

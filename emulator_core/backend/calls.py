@@ -24,10 +24,10 @@ import torch
 
 from emulator_core.backend import mirror
 from emulator_core.backend.delay import NboxWork
-from emulator_core.pricing import FabricGroup
+from emulator_core.pricing import ComputeBetween, FabricGroup
 
-__all__ = ["MAX_RECORDS", "Answerable", "GroupState", "OpRecord", "Pending", "in_issue_order", "post_exchange",
-           "start_exchange"]
+__all__ = ["MAX_RECORDS", "Answerable", "GroupState", "OpRecord", "Pending", "arrivals_of", "in_issue_order",
+           "member_compute", "post_exchange", "start_exchange"]
 
 #: Records kept per process group (older ones are dropped and counted).
 MAX_RECORDS = 1 << 20
@@ -77,6 +77,7 @@ class Pending:
     pricing: Mapping[str, Any] | None = None
     ref_issue_ns: int = 0  # the issue time on the reference timeline (what a deferred exchange sends)
     held: bool = False  # held on the device: its arrival (so its exchange) waits for the device's stamp
+    busy_ns: int = -1  # the issuing thread's time on or waiting for a CPU at the issue; -1: not read
 
 
 @dataclass
@@ -91,13 +92,53 @@ class GroupState:
     pending: queue.SimpleQueue[Pending | None] = field(default_factory=queue.SimpleQueue)
     resolver: threading.Thread | None = None
     stream: Any = None  # the group's own device stream, as NCCL's per group (emulator_core.backend.devicecall)
+    busy_prev: list[tuple[float, float]] | None = None  # per real member: its previous (arrival, busy) in us
 
 
-def post_exchange(g: GroupState, ref_issue_ns: int) -> tuple[torch.Tensor, Any]:
+def post_exchange(g: GroupState, ref_issue_ns: int, busy_ns: int = -1) -> tuple[torch.Tensor, Any]:
     """Start the real members' arrival-time exchange of one call on the group's inner gloo group: (the tensor the
-    arrivals land in, reference-timeline nanoseconds by inner position; the work to wait on)."""
-    arrivals = torch.empty(g.layout.n, dtype=torch.int64)
-    return arrivals, g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns], dtype=torch.int64))
+    arrivals land in, by inner position two int64 each: the reference-timeline issue in ns and the issuing
+    thread's busy time in ns or -1 (:func:`member_compute`); the work to wait on)."""
+    arrivals = torch.empty(2 * g.layout.n, dtype=torch.int64)
+    return arrivals, g.inner._allgather_base(arrivals, torch.tensor([ref_issue_ns, busy_ns], dtype=torch.int64))
+
+
+def arrivals_of(g: GroupState, values: list[int]) -> tuple[list[float], ComputeBetween | None]:
+    """A call's exchanged values (:func:`post_exchange`'s pairs, or one issue time per member where no busy time
+    was exchanged) as ``(arrivals in us, the members' compute for Fabric.answer or None)``."""
+    n = len(g.fabric_group.real_positions)
+    if len(values) != 2 * n:
+        g.busy_prev = None
+        return [v / 1000.0 for v in values], None
+    arrivals = [v / 1000.0 for v in values[0::2]]
+    busy = values[1::2]
+    if any(b < 0 for b in busy):
+        g.busy_prev = None
+        return arrivals, None
+    return arrivals, member_compute(g, arrivals, [b / 1000.0 for b in busy])
+
+
+def member_compute(g: GroupState, arrivals_us: list[float], busy_us: list[float]) -> ComputeBetween | None:
+    """Each real member's compute for :meth:`Fabric.answer` (``compute_us``), from the issuing thread's time on
+    or waiting for a CPU at this call and at the group's previous one (``busy_us``: a node's CPU thread is busy
+    when it computes, blocked when it waits for a collective): between a member's two arrivals its busy time is
+    taken as spread evenly; a window before its previous arrival counts whole (the arrival rule). None at the
+    group's first call. Every real member computes the same from the same exchanged values. CPU nodes only: the
+    calls are read only where the calibration slows a call beside compute (``Fabric.slowed_beside_compute``)."""
+    prev, g.busy_prev = g.busy_prev, list(zip(arrivals_us, busy_us, strict=True))
+    if prev is None or len(prev) != len(arrivals_us):
+        return None
+    now = g.busy_prev
+
+    def compute_us(k: int, t0: float, t1: float) -> float:
+        (a0, b0), (a1, b1) = prev[k], now[k]
+        before = max(0.0, min(t1, a0) - t0)
+        inside = max(0.0, min(t1, a1) - max(t0, a0))
+        span = a1 - a0
+        share = max(0.0, min(1.0, (b1 - b0) / span)) if span > 0 else 1.0
+        return before + inside * share
+
+    return compute_us
 
 
 def start_exchange(g: GroupState, item: Pending) -> None:
@@ -106,7 +147,7 @@ def start_exchange(g: GroupState, item: Pending) -> None:
     if item.ts is not None or item.ts_work is not None:
         return
     try:
-        item.ts, item.ts_work = post_exchange(g, item.ref_issue_ns)
+        item.ts, item.ts_work = post_exchange(g, item.ref_issue_ns, item.busy_ns)
     except BaseException as err:  # handed to the script's wait(), never swallowed
         item.work.fail(err)
 

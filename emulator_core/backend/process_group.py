@@ -50,6 +50,7 @@ from emulator_core.backend.calls import (
     GroupState,
     OpRecord,
     Pending,
+    arrivals_of,
     in_issue_order,
     post_exchange,
 )
@@ -59,6 +60,7 @@ from emulator_core.backend.eager import never_compiled
 from emulator_core.backend.emulation_config import EmulationConfig, EmulationConfigError
 from emulator_core.backend.objectp2p import guard_recv_object_list
 from emulator_core.pricing import Fabric
+from nbox_trace.threadtime import thread_times_ns
 
 __all__ = ["EmulationConfig", "EmulationConfigError", "NboxProcessGroup", "OpRecord", "Observer", "add_observer",
            "clock_report", "create_process_group", "process_clock", "remove_observer"]
@@ -198,6 +200,7 @@ class NboxProcessGroup(dist.ProcessGroup):
         def what() -> str:
             return f"{call} (rank {self.global_rank}, group {self._name or 'default'})"
         n_real = len(g.fabric_group.real_positions)
+        busy_ns = self._busy_ns(g, collective, p2p)
         hold = self.config.move_data or (self._hold_timing and p2p is None)  # timing-only p2p: the host's (below)
         st = devicecall.device_state(result, self.config.device_hold) if hold else None
         if st is not None:
@@ -215,9 +218,10 @@ class NboxProcessGroup(dist.ProcessGroup):
                 with torch.no_grad():  # buffers only: a functional collective's output is a no_grad view
                     works, finish = real(None)
                 run_finish(finish)
-            arrivals_us = [ref_issue_ns / 1000.0] * n_real
             with g.lock:
-                ans = self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, **(pricing or {}))
+                arrivals_us, compute = arrivals_of(g, [ref_issue_ns, busy_ns] * n_real)
+                ans = self.fabric.answer(g.fabric_group, collective, nbytes, arrivals_us, compute_us=compute,
+                                         **(pricing or {}))
             done_us = clock.local_ns(time.perf_counter_ns()) / 1000.0
             start_us, end_us = self._local_us(ans.start_us), self._local_us(ans.end_us)
             self._record(OpRecord(call, collective, nbytes, issue_us, start_us, end_us, ans.algorithm, done_us))
@@ -228,7 +232,7 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.exchange and not move:
                 arrivals, ts_work = None, None  # timing only: the resolver starts the exchange (calls.py)
             elif g.exchange:
-                arrivals, ts_work = post_exchange(g, ref_issue_ns)
+                arrivals, ts_work = post_exchange(g, ref_issue_ns, busy_ns)
             else:
                 arrivals, ts_work = torch.full((n_real,), ref_issue_ns, dtype=torch.int64), None
                 if not move and p2p is not None:  # timing only: the send's issue time goes where its data would
@@ -245,10 +249,22 @@ class NboxProcessGroup(dist.ProcessGroup):
             if g.resolver is None:
                 self._start_resolver(g)
             g.pending.put(Pending(call, work, ts_work, arrivals, works, finish, collective, nbytes, issue_us, pricing,
-                                  ref_issue_ns))
+                                  ref_issue_ns, busy_ns=busy_ns))
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
+
+    def _busy_ns(self, g: GroupState, collective: str, p2p: tuple[bool, int, int] | None) -> int:
+        """The issuing thread's time on or waiting for a CPU (ns, ``nbox_trace.threadtime``), read only where the
+        calibration slows ``collective`` beside compute (a CPU node) and the call's arrivals are exchanged or its
+        own: what the fabric's ``compute_us`` is made of (:func:`emulator_core.backend.calls.member_compute`);
+        -1 elsewhere (the arrival rule)."""
+        if p2p is not None or not (g.exchange or g.inner is None):
+            return -1
+        if not self.fabric.slowed_beside_compute(g.fabric_group, collective):
+            return -1
+        times = thread_times_ns()
+        return -1 if times is None else times.on_cpu_ns + times.run_queue_ns
 
     def _start_resolver(self, g: GroupState) -> None:
         if g.resolver is None:
@@ -268,8 +284,8 @@ class NboxProcessGroup(dist.ProcessGroup):
                     item.ts_work.wait(limit)
                 if item.ts is None:  # its exchange could not start: calls.start_exchange failed the work
                     continue
-                arrivals = [v / 1000.0 for v in item.ts.tolist()]
-                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals,
+                arrivals, compute = arrivals_of(g, item.ts.tolist())
+                ans = self.fabric.answer(g.fabric_group, item.collective, item.nbytes, arrivals, compute_us=compute,
                                          **(item.pricing or {}))
                 if item.held:
                     devicecall.land(item, limit)

@@ -15,16 +15,16 @@ from nbox_trace.doors import load
 
 #: Each exported name by the module of this room that defines it (imported on first use: nbox_trace.doors).
 _HOMES: dict[str, tuple[str, ...]] = {
-    "answer": ("Fabric", "FabricGroup", "mirror_member", "mirror_weights"),
+    "answer": ("ComputeBetween", "Fabric", "FabricGroup", "mirror_member", "mirror_weights"),
     "nccl_curve": ("time_us",),
     "pricer": ("Pricer", "extrapolation_note", "datasheet_of", "group_shape", "make_pricer", "price"),
 }
 
-__all__ = ["Fabric", "FabricGroup", "Pricer", "extrapolation_note", "datasheet_of", "group_shape",
+__all__ = ["ComputeBetween", "Fabric", "FabricGroup", "Pricer", "extrapolation_note", "datasheet_of", "group_shape",
     "make_pricer", "mirror_member", "mirror_weights", "price", "time_us"]
 
 if TYPE_CHECKING:
-    from emulator_core.pricing.answer import Fabric, FabricGroup, mirror_member, mirror_weights
+    from emulator_core.pricing.answer import ComputeBetween, Fabric, FabricGroup, mirror_member, mirror_weights
     from emulator_core.pricing.nccl_curve import time_us
     from emulator_core.pricing.pricer import Pricer, datasheet_of, extrapolation_note, group_shape, make_pricer, price
 else:

@@ -16,9 +16,10 @@ live backend, simulated time in a virtual replay):
   ``overlap * (1 - 1 / r)`` to its cost, ``overlap`` the members' compute since that collective's start (or the
   previous such call's arrival) and ``r = min(s, 1 + delay x calls / cost)`` (:func:`busy_rate`: s the
   calibration's ``busy_slowdown``, ``calls`` and ``cost`` the stream's so far). Where the caller knows each real
-  member's compute (``compute_us``: the virtual replay), ``overlap`` is the busiest member's compute in that window,
+  member's compute (``compute_us``: the virtual replay's compute intervals; the live backend's issuing threads' time
+  on or waiting for a CPU, exchanged with the arrivals), ``overlap`` is the busiest member's compute in that window,
   each counted up to its own arrival (a member that waited, as FSDP's ranks wait for a prefetched all-gather, slowed
-  nothing); without it (the live backend) the whole window is taken as compute. With ``compute_us`` a call that
+  nothing); without it the whole window is taken as compute. With ``compute_us`` a call that
   arrives after the running stream's end ``free`` is also queued when that stream, slowed so, would still run:
   it starts at ``T = free + c (1 - 1 / r)``, ``c`` the busiest member's compute from the stream's start (or the
   previous counted arrival) to ``min(T, arrival)``, the fixed point (DDP's middle bucket slowed by the backward
@@ -249,6 +250,11 @@ class Fabric:
             found = calibration_for(self.scenario, collective, group.shape) if group.shape.size > 1 else None
             group._cal[collective] = found[1] if found is not None else None
         return group._cal[collective]
+
+    def slowed_beside_compute(self, group: FabricGroup, collective: str) -> bool:
+        """Whether ``collective`` on ``group`` is slowed beside its members' compute (a CPU node's calibration with
+        ``busy_slowdown`` > 1): where a caller's ``compute_us`` can move the answer."""
+        return self._slowdown_of(group, collective)[0] > 1.0
 
     def _slowdown_of(self, group: FabricGroup, collective: str) -> tuple[float, float]:
         """``(busy_slowdown, delay_us)`` of ``collective``'s calibration on ``group``: the cap (1 without one) and
