@@ -294,8 +294,8 @@ class Fabric:
             arrivals_us: issue time of each real member, in ``group.real_positions`` order.
             send_bytes, recv_bytes: per-peer sizes of an ``all_to_all_v`` (p - 1 each), else ``None``.
             compute_us: ``compute_us(k, t0, t1)``, real member ``k``'s compute time within ``[t0, t1]`` (us), where
-                the caller knows it (virtual replay); ``None``: a member computed from its previous arrival to
-                this one (module docstring, "beside compute").
+                the caller knows it (the virtual replay; the live backend on CPU nodes); ``None``: a member
+                computed from its previous arrival to this one (module docstring, "beside compute").
 
         Raises:
             ValueError: wrong number of arrivals, a non-finite arrival, an unknown collective.
