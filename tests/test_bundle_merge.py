@@ -141,6 +141,15 @@ def test_incomplete_single_node_and_tampered_bundles_are_refused(tmp_path: Path)
     _refused(tmp_path, a, b, r"node1.bundle: does not verify .*trace/trace.1.et")
 
 
+def test_a_nodes_malformed_per_rank_times_are_refused_naming_the_file_and_rank(tmp_path: Path) -> None:
+    """observed.per_rank_us is untrusted: a time that is not finite and positive, or a list that is not one, is
+    refused naming the bundle and the rank (nbox_trace.bundle.manifest.per_rank_times, shared with the replay)."""
+    a = node_bundle(tmp_path / "node0.bundle", [0], 0)
+    for k, bad in enumerate(([1000.0, float("nan")], [0.0], "1000", [])):
+        b = node_bundle(tmp_path / f"bad{k}.bundle", [1], 1, per_rank={"1": bad})  # type: ignore[dict-item]
+        _refused(tmp_path, a, b, rf"bad{k}.bundle: observed.per_rank_us\['1'\] is not a list of times")
+
+
 def test_usage_errors_and_missing_inputs(tmp_path: Path, nodes: tuple[Path, Path]) -> None:
     with pytest.raises(UsageError, match="two or more bundles"):
         merge_bundles([nodes[0]], tmp_path / "m")

@@ -152,31 +152,47 @@ def observed_summary(per_rank_us: Mapping[int, list[float]]) -> dict[str, Any]:
     }
 
 
-#: The most ranks and iterations per rank :func:`observed_iteration_us` remakes a summary from (untrusted input).
+#: The most ranks, and iterations per rank, :func:`per_rank_times` accepts (untrusted input).
 MAX_REMADE_RANKS, MAX_REMADE_ITERATIONS = 65_536, 100_000
 
 
-def observed_iteration_us(observed: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A manifest's observed iteration time (``iteration_time_us``: median, p10, p90, n, ...) under this version's
-    rule (:data:`OBSERVED_RULE`): as stored when the manifest names that rule; remade from its ``per_rank_us`` when it
-    names another (or none: bundles written before the rule took the slowest rank per iteration) and those lists
-    are whole (every rank a non-empty list of finite positive times); else as stored. None without one. A remade
-    summary carries ``remade_from`` (the stored rule)."""
-    stored = observed.get("iteration_time_us") or None
-    rule = observed.get("rule")
-    if rule == OBSERVED_RULE or not isinstance(stored, Mapping):
-        return dict(stored) if isinstance(stored, Mapping) else None
-    raw = observed.get("per_rank_us")
+def per_rank_times(raw: object) -> dict[int, list[float]]:
+    """A manifest's ``observed.per_rank_us`` checked (untrusted): a mapping of rank numbers to non-empty lists of
+    finite positive times, at most :data:`MAX_REMADE_RANKS` ranks of :data:`MAX_REMADE_ITERATIONS` each.
+
+    Raises:
+        ValueError: names the first bad part (``observed.per_rank_us is missing``, ``observed.per_rank_us['x'] is
+            not a list of times``).
+    """
     if not isinstance(raw, Mapping) or not 0 < len(raw) <= MAX_REMADE_RANKS:
-        return dict(stored)
+        raise ValueError("observed.per_rank_us is missing")
     per_rank: dict[int, list[float]] = {}
     for key, times in raw.items():
         if (not isinstance(key, str) or not key.isdigit() or not isinstance(times, list)
                 or not 0 < len(times) <= MAX_REMADE_ITERATIONS
                 or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0
                            for t in times)):
-            return dict(stored)
+            raise ValueError(f"observed.per_rank_us[{str(key)[:20]!r}] is not a list of times")
         per_rank[int(key)] = [float(t) for t in times]
+    return per_rank
+
+
+def observed_iteration_us(observed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A manifest's observed iteration time (``iteration_time_us``: median, p10, p90, n, ...) under this version's
+    rule (:data:`OBSERVED_RULE`): as stored when the manifest names that rule; remade from its ``per_rank_us`` when it
+    names another (or none: bundles written before the rule took the slowest rank per iteration) and those lists
+    pass :func:`per_rank_times`; else as stored. None without one. A remade summary carries ``remade_from`` (the
+    stored rule)."""
+    stored = observed.get("iteration_time_us") or None
+    if not isinstance(stored, Mapping):
+        return None
+    rule = observed.get("rule")
+    if rule == OBSERVED_RULE:
+        return dict(stored)
+    try:
+        per_rank = per_rank_times(observed.get("per_rank_us"))
+    except ValueError:
+        return dict(stored)
     remade: dict[str, Any] = dict(observed_summary(per_rank)["iteration_time_us"])
     remade["remade_from"] = rule if isinstance(rule, str) else "per iteration, the slowest rank"
     return remade

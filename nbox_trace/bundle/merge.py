@@ -32,6 +32,7 @@ from nbox_trace.bundle.manifest import (
     BundleError,
     Manifest,
     observed_summary,
+    per_rank_times,
     read_manifest,
     verify_files,
     write_bundle,
@@ -177,14 +178,10 @@ def _observed(inputs: Sequence[_Input]) -> dict[str, Any]:
         node_cpu = inp.manifest.observed.get(THREAD_CPU_KEY)
         if isinstance(node_cpu, dict):
             cpu.update(node_cpu)
-        raw = inp.manifest.observed.get("per_rank_us")
-        if not isinstance(raw, dict):
-            raise MergeError(f"{inp.name}: observed.per_rank_us is missing: the observed time cannot be merged")
-        for rank, times in raw.items():
-            if not (str(rank).isdigit() and isinstance(times, list) and times
-                    and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times)):
-                raise MergeError(f"{inp.name}: observed.per_rank_us[{str(rank)[:20]!r}] is not a list of times")
-            per_rank[int(rank)] = [float(t) for t in times]
+        try:
+            per_rank.update(per_rank_times(inp.manifest.observed.get("per_rank_us")))
+        except ValueError as err:
+            raise MergeError(f"{inp.name}: {err}: the observed time cannot be merged") from None
     merged = observed_summary(per_rank)
     if cpu:
         merged[THREAD_CPU_KEY] = cpu
