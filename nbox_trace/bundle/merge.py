@@ -11,7 +11,8 @@ Refused, naming the file (:class:`MergeError`, exit 3): an input that does not v
 not a multi-node recording, or of another kind; inputs from different runs (``job_id``, torchrun ``run_id``,
 rendezvous endpoint), of a different world size or node count, different producer versions (nbox, torch, backend,
 CUDA, NCCL), capture settings or anonymization; ranks recorded by two inputs; ranks of the world that no input
-holds; a file (other than the traces and ``comm_group.json``) that two inputs hold with different contents.
+holds; a file (other than the traces and ``comm_group.json``) that two inputs hold with different contents; an
+observed ``per_rank_us`` that is not a list of finite positive times per rank (``manifest.per_rank_times``).
 """
 
 from __future__ import annotations
