@@ -39,6 +39,7 @@ LOGGER_IN_INFERENCE_MODE = """
     records = logger.stop()
     dist.all_reduce(torch.ones(11))  # after stop: not logged
     print([(r["op"], r["comm_bytes"]) for r in records], logger.errors)
+    dist.destroy_process_group()  # gloo's threads left running at exit abort the process now and then
 """
 
 
