@@ -227,7 +227,8 @@ class Testbed:
     Args:
         nodes: how many nodes (>= 2).
         rate: tbf rate of every link, each direction (tc syntax: ``1gbit``, ``100mbit``).
-        burst: tbf bucket (tc syntax); default: 1 ms at ``rate``, at least 64 KiB (a GSO segment fits).
+        burst: tbf bucket (tc syntax); default: 1 ms at ``rate``, at least 96 KiB (a whole GSO packet fits: a smaller
+            bucket makes tbf split it into MTU frames, a CPU cost the receiving node would not pay behind a NIC).
         queue_ms: tbf ``latency``: how long a packet may wait in the shaper's queue before it is dropped.
         uplink_queue_ms: the same bound on the racks' uplink (default: ``queue_ms``): a switch's buffer, where a
             queue builds when the uplink is slower than the links feeding it.
@@ -534,9 +535,18 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 _QUOTA_ROOT_FOR_TESTS: Any = None
 
 
+#: The smallest default tbf bucket (bytes). tbf splits a packet longer than its bucket into MTU frames when it is a
+#: GSO packet; a 64 KiB TCP GSO packet counts as its payload plus every segment's headers (about 68.6 KB), so a bucket
+#: of 64 KiB split every one of them, and the receiving node processed some 45 times as many packets as a NIC's
+#: segmentation offload and GRO hand a real host: five to six times its CPU on a link of 250-500 Mb/s, which on a node
+#: of a quarter of a core was most of its share (bench/probes/tbf_gso.py; docs/design/testbed.md).
+MIN_BURST_BYTES = 96 * 1024
+
+
 def _burst(bits: int) -> str:
-    """The default tbf bucket at ``bits`` per second: 1 ms of it, at least 64 KiB (a GSO segment fits)."""
-    return f"{max(64 * 1024, bits // 8 // 1000)}b"
+    """The default tbf bucket at ``bits`` per second: 1 ms of it, at least :data:`MIN_BURST_BYTES` (a whole GSO
+    packet passes unsplit)."""
+    return f"{max(MIN_BURST_BYTES, bits // 8 // 1000)}b"
 
 
 def _parse_shares(share: float | Sequence[float], nodes: int) -> list[float]:
