@@ -67,8 +67,8 @@ def test_a_node_runs_in_its_namespace_on_its_cpus_without_building() -> None:
     assert tb.wrap(1, ["echo", "hi"]) == ["ip", "netns", "exec", tb.nodes[1].netns, "taskset", "-c", "0", "echo", "hi"]
     assert tb.nodes[2].env() == {"GLOO_SOCKET_IFNAME": "tb2"}
     assert tb.burst == "125000b"  # 1 ms at 1 Gb/s
-    # below about 0.8 Gb/s, 1 ms is shorter than a 64 KiB GSO packet with its segments' headers (about 68.6 KB),
-    # which tbf would split into MTU frames: the bucket holds at least 96 KiB
+    # below about 0.55 Gb/s, 1 ms of the rate is shorter than a 64 KiB GSO packet with its segments' headers (about
+    # 68 KB), which tbf would split into MTU frames: the bucket holds at least 96 KiB
     assert T.Testbed(2, rate="250mbit").burst == "98304b"
     assert T.Testbed(4, racks=2, uplink_rate="500mbit")._tbf("uplink")[4] == "98304b"
     with pytest.raises(T.TestbedError, match="needs a built testbed"):

@@ -535,11 +535,11 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 _QUOTA_ROOT_FOR_TESTS: Any = None
 
 
-#: The smallest default tbf bucket (bytes). tbf splits a packet longer than its bucket into MTU frames when it is a
-#: GSO packet; a 64 KiB TCP GSO packet counts as its payload plus every segment's headers (about 68.6 KB), so a bucket
-#: of 64 KiB split every one of them, and the receiving node processed some 45 times as many packets as a NIC's
-#: segmentation offload and GRO hand a real host: five to six times its CPU on a link of 250-500 Mb/s, which on a node
-#: of a quarter of a core was most of its share (bench/probes/tbf_gso.py; docs/design/testbed.md).
+#: The smallest default tbf bucket (bytes). tbf splits a GSO packet longer than its bucket into MTU frames, and a
+#: 64 KiB TCP GSO packet counts as its payload plus every segment's headers (about 68 KB): a smaller bucket (the floor
+#: was 64 KiB) split every packet on links under about 550 Mb/s, and the receiving node paid from its own CPU share
+#: for frames a NIC's segmentation offload and GRO never hand a real host one by one (docs/design/testbed.md,
+#: "tbf's bucket and GSO"; ``bench/probes/tbf_gso.py`` measures it).
 MIN_BURST_BYTES = 96 * 1024
 
 
