@@ -16,29 +16,27 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from fidelity_testbed import on_nodes  # noqa: E402
 
 OLD_MIN_BURST_BYTES = 64 * 1024
 MIB = 1 << 20
 
 
-def _run(tb: Any, nbytes: int, reps: int, pattern: str) -> tuple[float, list[float]]:
+def _run(tb: Any, tmp: Path, nbytes: int, reps: int, pattern: str) -> tuple[float, list[float]]:
     subnet = tb.node(0).addr.rsplit(".", 1)[0]
     worker = str(Path(__file__).with_name("tbf_gso_worker.py"))
-    procs = [tb.run_on(k, [sys.executable, worker, str(k), str(len(tb.nodes)), subnet, str(nbytes), str(reps),
-                           pattern], stdout=subprocess.PIPE, stderr=subprocess.PIPE) for k in range(len(tb.nodes))]
-    docs = []
-    for k, p in enumerate(procs):
-        out, err = p.communicate(timeout=600)
-        if p.returncode:
-            raise SystemExit(f"tbf_gso: node {k} exited {p.returncode}: {err.decode(errors='replace')[-400:]}")
-        docs.append(json.loads(out))
+    outs = on_nodes(tb, tmp, "tbf_gso", lambda k: [sys.executable, worker, str(k), str(len(tb.nodes)), subnet,
+                                                  str(nbytes), str(reps), pattern])
+    docs = [json.loads(o) for o in outs]
     slowest = [max(d["times_s"][r] for d in docs) for r in range(reps)]
     return statistics.median(slowest), [d["cpu_s"] for d in docs]
 
@@ -69,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             # the old rule: 1 ms at the link's rate, at least 64 KiB (1 Gb/s links keep their 125 KB)
             namespaces.MIN_BURST_BYTES = OLD_MIN_BURST_BYTES if old else default_min
             try:
-                with Testbed(cpu_share=share, **{"rate": "1gbit", **kw}) as tb:
+                with Testbed(cpu_share=share, **{"rate": "1gbit", **kw}) as tb, \
+                        tempfile.TemporaryDirectory(prefix="nbox-tbf-gso-") as tmp:
                     for pattern in patterns:
-                        med, cpu = _run(tb, nbytes, args.reps, pattern)
+                        med, cpu = _run(tb, Path(tmp), nbytes, args.reps, pattern)
                         print(f"| {name} | {'old, 64 KiB' if old else 'this code'} | {pattern} | {med * 1e3:.1f} | "
                               f"{nbytes * 8 / med / 1e6:.0f} | {' '.join(f'{c:.2f}' for c in cpu)} |", flush=True)
             finally:
