@@ -29,6 +29,7 @@ import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -41,6 +42,7 @@ from emulator_core.calibration.nccl_calibrate import (  # noqa: E402
     fit_curve,
     regime_notes,
 )
+from emulator_core.calibration.physics_fit import carried, fit_physics  # noqa: E402
 from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
 from emulator_core.pricing.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.pricing.nccl_tuner import nccl_supports  # noqa: E402
@@ -171,6 +173,42 @@ def scenario_fit_errors(cluster: str, curves: list[Curve]) -> dict[str, list[flo
     return out
 
 
+def _noisy(curve: Curve) -> set[int]:
+    """Sizes of ``curve`` slower than its next larger size: noise, left out of the worst (issue 60's rule)."""
+    pts = curve.points
+    return {pts[i].size_bytes for i in range(len(pts) - 1) if pts[i].time_us > pts[i + 1].time_us}
+
+
+def physics_errors(cluster: str, curves: list[Curve]) -> dict[str, list[tuple[float, bool]]]:
+    """(|error|, noise) at sizes >= 1 MiB of the physics fit (``nbox calibrate --nccl-tests --model physics`` on the
+    cluster's datasheet with its fabric): ``own``, every curve against the figures fitted to all of them;
+    ``one``, each multi-node curve's figures carried to every other multi-node count of its collective;
+    ``rest``, each multi-node count predicted from the figures fitted to the cluster's other node counts."""
+    base = cluster_base(cluster, fabric=True)
+    out: dict[str, list[tuple[float, bool]]] = defaultdict(list)
+    _, fit = fit_physics(curves, base)
+    noise = {c.path: _noisy(c) for c in curves}
+    out["own"] = [(abs(r.model_us / r.real_us - 1), r.size_bytes in noise[r.path]) for r in fit.residuals
+                  if r.size_bytes >= 1 << 20]
+    for ref in (c for c in curves if c.nodes > 1):
+        scenario, _ = fit_physics([ref], base)
+        for target in curves:
+            if target.collective != ref.collective or target.nodes in (1, ref.nodes) \
+                    or target.gpus_per_node != ref.gpus_per_node:
+                continue
+            out["one"] += [(abs(r.error), r.size_bytes in noise[target.path]) for r in compare(scenario, target)
+                           if r.size_bytes >= 1 << 20]
+    for c, _, times in carried(curves, base):
+        out["rest"] += [(abs(t / pt.time_us - 1), pt.size_bytes in noise[c.path])
+                        for pt, t in zip(c.points, times, strict=True) if pt.size_bytes >= 1 << 20]
+    return out
+
+
+def pstats(pairs: list[tuple[float, bool]]) -> str:
+    """:func:`stats` of (|error|, noise) pairs: the median over all, the worst over the points not noise."""
+    return stats([e for e, _ in pairs], [e for e, n in pairs if not n])
+
+
 def band(size: int) -> str:
     return next(name for name, lo, hi in BANDS if lo <= size <= hi)
 
@@ -191,7 +229,7 @@ def main() -> int:
     fabric = datasheet_of(base)
     print(f"datasheet: the shipped dgx_h100_400g (NVLink {fabric.intra_bw_gbps:g} GB/s, NIC "
           f"{fabric.inter_bw_gbps:g} GB/s per GPU, NVLS {fabric.nvls}); sizes >= 1 MiB")
-    overall: dict[str, list[float]] = defaultdict(list)
+    overall: dict[str, list[Any]] = defaultdict(list)
     for cluster, curves in load().items():
         by_band: dict[str, list[float]] = defaultdict(list)
         same_regime: list[float] = []
@@ -234,6 +272,12 @@ def main() -> int:
             print(f"  fitted scenario as priced,{name:>14}: {stats(priced[name])}")
         print(f"  fitted scenario as priced,{'all':>14}: {stats([e for v in priced.values() for e in v])}  (the fit "
               f"where it measured, the datasheet model with the cluster's fabric elsewhere)")
+        phys = physics_errors(cluster, curves)
+        for key, label in (("own", "every curve, the figures fitted to all"),
+                           ("one", "one node count's figures -> the others"),
+                           ("rest", "the other node counts' figures -> each")):
+            print(f"  physics fit, {label:<40}: {pstats(phys[key])}")
+            overall["physics " + key + " pairs"] += phys[key]
         between: list[float] = []
         for target in curves:
             fits = tuple(fit_curve(c) for c in curves if c is not target and c.collective == target.collective
@@ -259,10 +303,18 @@ def main() -> int:
     for suffix, label in (("", "no fabric"), (" after", "with fabric")):
         print(f"all clusters, NCCL-tuned collectives on several nodes, {label}: {stats(overall['tuned' + suffix])}; "
               f"1-64 MiB {stats(overall['tuned 1-64' + suffix])}")
+    for key, label in (("own", "every curve, the figures fitted to all"),
+                       ("one", "one node count's figures -> the others"),
+                       ("rest", "the other node counts' figures -> each")):
+        print(f"all clusters: physics fit, {label}: {pstats(overall['physics ' + key + ' pairs'])}  (worst "
+              f"without the noise points)")
     held: dict[str, list[float]] = defaultdict(list)
     for cluster, curves in load_heldout().items():
         print(f"\nHELD OUT {cluster}: {len(curves)} curves (no default is set from them)")
         print_datasheet(cluster, curves, held, args.verbose)
+        phys = physics_errors(cluster, curves)
+        print(f"  physics fit, every curve, the figures fitted to all: {pstats(phys['own'])} (one node count: "
+              f"nothing to carry to)")
     return 0
 
 

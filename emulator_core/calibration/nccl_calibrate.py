@@ -23,14 +23,18 @@ from emulator_core.pricing import datasheet_of, group_shape, make_pricer, time_u
 from emulator_core.scenario import NcclFit, Scenario, Topology, dump_toml, nccl_fit, resize
 from nbox_trace.files import write_atomic
 
-__all__ = ["FitRow", "NcclTestsConfig", "base_scenario", "calibrate_from_curves", "calibrate_nccl_tests", "compare",
-           "fit_curve", "format_rows", "notes", "read_curves", "regime_notes", "row_dict", "summary", "write_fabric"]
+__all__ = ["MODELS", "FitRow", "NcclTestsConfig", "base_scenario", "calibrate_from_curves", "calibrate_nccl_tests",
+           "calibrate_physics", "compare", "fit_curve", "format_rows", "notes", "read_curves", "regime_notes",
+           "row_dict", "summary", "write_fabric"]
 
 #: Significant digits kept in the written table.
 _DIGITS = 5
 #: The size bands a curve is set against the datasheet model in (name, smallest, largest bytes).
 SIZE_BANDS = (("1-64 MiB", 1 << 20, 64 << 20), ("128 MiB-1 GiB", (64 << 20) + 1, 1 << 30),
               (">= 2 GiB", (1 << 30) + 1, 1 << 62))
+#: ``--model``: ``curve`` writes each curve as an ``[[nccl_fit]]`` entry (:func:`fit_curve`); ``physics`` fits the
+#: datasheet model's figures to the curves (:mod:`emulator_core.calibration.physics_fit`).
+MODELS = ("curve", "physics")
 #: How far a band's median measured time may sit from the datasheet model before it is named a regime (x or 1/x).
 REGIME_RATIO = 1.25
 
@@ -109,13 +113,7 @@ def calibrate_from_curves(curves: Sequence[Curve], base: Scenario) -> tuple[Scen
     if len(gpn) != 1:
         raise NcclTestsError(f"the files ran {sorted(gpn)} GPUs per node; give the curves of one cluster (one "
                              f"GPUs-per-node figure) per calibration")
-    seen: dict[tuple[str, int], str] = {}
-    for c in curves:
-        key = (c.collective, c.nodes)
-        if key in seen:
-            raise NcclTestsError(f"{c.path}: {c.collective} on {c.nodes} node(s) is also in {seen[key]}; give one "
-                                 f"curve per collective and node count")
-        seen[key] = c.path
+    _one_per_shape(curves)
     dims = base.topology.dims
     if len(dims) < 2:
         raise NcclTestsError("the base scenario has one topology dimension; nccl-tests curves need a node "
@@ -135,6 +133,17 @@ def calibrate_from_curves(curves: Sequence[Curve], base: Scenario) -> tuple[Scen
             near = min(others, key=lambda o: (abs(math.log(o.nodes / c.nodes)), -o.nodes))
             rows += _rows(c, near, scenario, f"from {near.nodes}x{near.gpus_per_node}")
     return scenario, rows
+
+
+def _one_per_shape(curves: Sequence[Curve]) -> None:
+    """:class:`NcclTestsError` where two curves measured one collective at one node count (or one file twice)."""
+    seen: dict[tuple[str, int], str] = {}
+    for c in curves:
+        key = (c.collective, c.nodes)
+        if key in seen:
+            raise NcclTestsError(f"{c.path}: {c.collective} on {c.nodes} node(s) is also in {seen[key]}; give one "
+                                 f"curve per collective and node count")
+        seen[key] = c.path
 
 
 def compare(scenario: Scenario, curve: Curve) -> list[FitRow]:
@@ -198,13 +207,19 @@ def format_rows(rows: Sequence[FitRow], *, min_bytes: int = 0, compared: bool = 
 @dataclass(frozen=True)
 class NcclTestsConfig:
     """What ``nbox calibrate --nccl-tests`` was asked: the files, the collective and shape for files that do not
-    say them (``None``: the files must), and the base scenario (``None``: the shipped dgx_h100_400g)."""
+    say them (``None``: the files must), the base scenario (``None``: the shipped dgx_h100_400g) and the model
+    (:data:`MODELS`)."""
 
     files: tuple[Path, ...]
     collective: str | None = None
     shape: tuple[int, int] | None = None
     base: Path | None = None
     overrides: tuple[str, ...] = ()
+    model: str = "curve"
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise NcclTestsError(f"--model {self.model!r}: one of {', '.join(MODELS)}")
 
 
 def read_curves(cfg: NcclTestsConfig) -> list[Curve]:
@@ -227,22 +242,47 @@ def calibrate_nccl_tests(cfg: NcclTestsConfig, out: Path) -> tuple[Scenario, lis
     :func:`notes`. Nothing is written when a file is refused."""
     curves = read_curves(cfg)
     base = base_scenario(cfg.base, cfg.overrides)
+    if cfg.model == "physics":
+        scenario, rows, said = calibrate_physics(curves, base)
+        write_fabric(scenario, out)
+        return scenario, rows, said + regime_notes(curves, base, physics=True)
     scenario, rows = calibrate_from_curves(curves, base)
     write_fabric(scenario, out)
     return scenario, rows, notes(curves, scenario) + regime_notes(curves, base)
 
 
-def regime_notes(curves: Sequence[Curve], base: Scenario) -> list[str]:
+def calibrate_physics(curves: Sequence[Curve], base: Scenario) -> tuple[Scenario, list[FitRow], list[str]]:
+    """``--model physics``: the scenario with the datasheet model's figures fitted to ``curves``
+    (:func:`emulator_core.calibration.physics_fit.fit_physics`), the rows (each point against the fit, source
+    ``physics``; each node count of a collective measured at others too, from the figures fitted without it) and
+    the notes (the figures, the residuals' spread, noise and outliers)."""
+    from emulator_core.calibration.physics_fit import carried, fit_physics, physics_notes
+
+    _one_per_shape(curves)
+    scenario, fit = fit_physics(curves, base)
+    by_path = {c.path: c for c in curves}
+    rows = [FitRow(r.path, r.collective, r.nodes, by_path[r.path].gpus_per_node, r.size_bytes, r.real_us,
+                   r.model_us, "physics") for r in fit.residuals]
+    for c, label, times in carried(curves, base):
+        rows += [FitRow(c.path, c.collective, c.nodes, c.gpus_per_node, pt.size_bytes, pt.time_us, t, label)
+                 for pt, t in zip(c.points, times, strict=True)]
+    return scenario, rows, physics_notes(fit)
+
+
+def regime_notes(curves: Sequence[Curve], base: Scenario, *, physics: bool = False) -> list[str]:
     """Where a curve sits in a regime the datasheet model cannot reach, by size band: the base scenario (its
     figures, fabric and library, with no fit) priced on each curve's shape, and every band whose median measured
     time is :data:`REGIME_RATIO` or more away from it named. Faster than the model: something the model does not
     have (in-network reduction, SHARP, NVLS on a switch the scenario does not say reduces, adaptive routing, or a
     faster fabric than the datasheet). Slower: a network below its datasheet (congestion, a shared or misconfigured
-    fabric) or a setting the scenario lacks. The fit prices such a band from its own points either way; the model's
-    parameters are not bent to it."""
+    fabric) or a setting the scenario lacks. The curve fit prices such a band from its own points either way; the
+    model's parameters are not bent to it (``physics``: the physics fit does not bend them either, and says the band
+    will miss)."""
     if len(base.topology.dims) < 2:
         return []
     out: list[str] = []
+    tail = ("the physics fit's figures are not bent to it: expect this band to miss by about as much" if physics
+            else "the fit prices it from its points")
     for c in curves:
         dims = base.topology.dims
         sized = replace(base, topology=replace(base.topology, dims=(replace(dims[0], size=c.gpus_per_node),
@@ -258,12 +298,12 @@ def regime_notes(curves: Sequence[Curve], base: Scenario) -> list[str]:
                 out.append(f"{c.path}: {name}: measured {1 / mid:.2f}x faster than the datasheet model on "
                            f"{c.nodes}x{c.gpus_per_node} ({algo}): a regime the model does not reach "
                            f"(in-network reduction, NVLS, adaptive routing, or a faster fabric than the datasheet's); "
-                           f"the fit prices it from its points")
+                           f"{tail}")
             elif mid >= REGIME_RATIO:
                 out.append(f"{c.path}: {name}: measured {mid:.2f}x slower than the datasheet model on "
                            f"{c.nodes}x{c.gpus_per_node} ({algo}): the fabric does less than its "
                            f"datasheet (congestion, sharing, a setting the scenario lacks such as its fabric kind); "
-                           f"the fit prices it from its points")
+                           f"{tail}")
     return out
 
 

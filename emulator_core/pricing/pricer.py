@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from emulator_core.network import BUS_FACTORS, algorithm_bandwidth_gbps, bus_bandwidth_gbps
@@ -256,8 +256,9 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
     own), the others the network; a group's ranks on one node and its node count come from its shape; NVLS when
     the node's switch reduces, CollNet when a network dimension's does. NCCL's own latency tables replace the
     dimensions' ``latency_us`` for these collectives; the name is NCCL's ``algorithm/protocol``. The network
-    dimension's ``fabric`` (the slowest spanned one's), when set, gives NCCL's model its transport's latency, its
-    protocols and its hops' store-and-forward slices (``emulator_core.network.fabric_kinds``)."""
+    dimension's ``fabric`` (the slowest spanned one's), when set, gives NCCL's model its transport's latency (its
+    ``net_latency_us`` where it says one), its protocols and its hops' store-and-forward slices
+    (``emulator_core.network.fabric_kinds``)."""
     from emulator_core.network import net_fabric
     from emulator_core.pricing.nccl_p2p import DEFAULT_P2P_CHUNK_BYTES, nccl_all_to_all_us
     from emulator_core.pricing.nccl_tuner import nccl_plan, nccl_supports
@@ -274,6 +275,8 @@ def _nccl_pricer(scenario: Scenario, collective: str, shape: GroupShape,
                            f"same number of ranks on every node")
     slowest = min(outer, key=lambda d: d.bandwidth_bytes_per_us)
     net = net_fabric(slowest.fabric) if slowest.fabric else None
+    if net is not None and slowest.net_latency_us is not None:  # a fitted or measured figure in place of the kind's
+        net = replace(net, latency_us=slowest.net_latency_us)
     cpu = scenario.network.host_cpu or "intel"
     intra_gbps = (node or outer[0]).bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS
     inter_gbps = slowest.bandwidth_bytes_per_us / cm.BYTES_PER_US_PER_GBPS

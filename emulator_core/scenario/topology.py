@@ -57,10 +57,12 @@ CONGESTION = ("aware", "unaware")
 LIBRARIES = ("generic", "nccl")
 TOPOLOGY_KEYS = ("dims",)
 DIM_KEYS = ("name", "size", "kind", "bandwidth_gbps", "latency_us", "links_per_rank", "forwarding",
-            "in_network_reduction", "fabric", "racks", "oversubscription")
+            "in_network_reduction", "fabric", "racks", "oversubscription", "net_latency_us")
 NETWORK_KEYS = ("congestion", "message_overhead_us", "chunks", "library", "host_cpu", "p2p_chunk_bytes")
 #: The host CPU kinds NCCL's tuner tells apart (its per-message network overhead, its LL bandwidth cap).
 HOST_CPUS = ("intel", "amd", "arm")
+#: The largest per-step network latency a dimension may say (us): far above any fabric's (EFA's plugin says 150).
+MAX_NET_LATENCY_US = 1e5
 #: Most chunks a collective may be cut into.
 MAX_CHUNKS = 4096
 
@@ -85,6 +87,9 @@ class Dimension:
         racks: racks of consecutive ranks behind their own switches (``kind = "switch"`` only; 1: one switch); the
             size must be a multiple of it.
         oversubscription: a rack's links' bandwidth over its uplink's (>= 1; with ``racks`` > 1).
+        net_latency_us: the network transport's latency per inter-node step, microseconds (NCCL's
+            ``latencyInter``), in place of the ``fabric`` kind's figure; ``None``: the kind's. Only with a network
+            ``fabric``. ``nbox calibrate --nccl-tests --model physics`` fits it.
     """
 
     name: str
@@ -98,6 +103,7 @@ class Dimension:
     fabric: str = ""
     racks: int = 1
     oversubscription: float = 1.0
+    net_latency_us: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -123,6 +129,14 @@ class Dimension:
             raise bad("racks", self.racks, f"must divide the dimension's size ({self.size}): racks of equal size")
         if self.oversubscription != 1.0 and self.racks == 1:
             raise bad("oversubscription", given, "oversubscribes the uplinks between racks: give racks > 1 too")
+        if self.net_latency_us is not None:
+            lat = check_float("net_latency_us", self.net_latency_us, ge=0)
+            if lat > MAX_NET_LATENCY_US:
+                raise bad("net_latency_us", lat, f"must be at most {MAX_NET_LATENCY_US:g} us")
+            if not self.fabric or role(self.fabric) != "network":
+                raise bad("net_latency_us", lat, "replaces a network fabric kind's latency: give the dimension's "
+                          "fabric (infiniband, roce, efa, tcpx, tcpxo) too")
+            object.__setattr__(self, "net_latency_us", lat)
 
     @property
     def link_bytes_per_us(self) -> float:
@@ -136,8 +150,8 @@ class Dimension:
         return self.link_bytes_per_us * self.links_per_rank
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain form; ``forwarding``, ``in_network_reduction``, ``fabric``, ``racks`` and ``oversubscription`` only
-        when not the defaults."""
+        """Plain form; ``forwarding``, ``in_network_reduction``, ``fabric``, ``racks``, ``oversubscription`` and
+        ``net_latency_us`` only when not the defaults."""
         out: dict[str, Any] = {"name": self.name, "size": self.size, "kind": self.kind,
                                "bandwidth_gbps": self.bandwidth_gbps, "latency_us": self.latency_us,
                                "links_per_rank": self.links_per_rank}
@@ -151,6 +165,8 @@ class Dimension:
             out["racks"] = self.racks
         if self.oversubscription != 1.0:
             out["oversubscription"] = self.oversubscription
+        if self.net_latency_us is not None:
+            out["net_latency_us"] = self.net_latency_us
         return out
 
     @classmethod

@@ -262,6 +262,9 @@ def calibrate_cmd(
         help="With --nccl-tests: the scenario whose datasheet figures the fit scales by (default: the shipped "
              "dgx_h100_400g).")] = None,
     set_: _SetOpt = None,
+    model: Annotated[str, typer.Option(
+        help="With --nccl-tests: curve (each curve as a table the scenario prices from) or physics (the datasheet "
+             "model's NVLink and NIC bandwidth and network latency fitted to the curves).")] = "curve",
 ) -> None:
     """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
 
@@ -287,10 +290,13 @@ def calibrate_cmd(
       nbox calibrate --nccl-tests all_reduce_4x8.txt all_gather_4x8.txt -o fabric.toml
 
       nbox calibrate --nccl-tests pasted_rows.txt --collective all_reduce --shape 2x8 -o fabric.toml
+
+      nbox calibrate --nccl-tests all_reduce_4x8.txt --model physics --set topology.dims.1.fabric=efa -o fabric.toml
     """
     from nbox_trace.errors import UsageError
 
-    nccl_only = {"FILES": files, "--collective": collective, "--shape": shape, "--what-if": what_if, "--set": set_}
+    nccl_only = {"FILES": files, "--collective": collective, "--shape": shape, "--what-if": what_if, "--set": set_,
+                 "--model": model != "curve"}
     if nccl_tests:
         launch = {"-n/--nproc": nproc != 2, "--backend": backend != "auto", "--sizes": sizes != "1KiB..64MiB",
                   "--sizes-from": sizes_from is not None,
@@ -303,7 +309,7 @@ def calibrate_cmd(
         given = [k for k, v in launch.items() if v]
         if given:
             raise UsageError(f"{given[0]}: measures on launched ranks; --nccl-tests launches none")
-        _calibrate_nccl_tests(files or [], collective, shape, what_if, set_ or [], out, json_out)
+        _calibrate_nccl_tests(files or [], collective, shape, what_if, set_ or [], out, json_out, model)
         return
     given = [k for k, v in nccl_only.items() if v]
     if given:
@@ -358,7 +364,7 @@ def calibrate_cmd(
 
 
 def _calibrate_nccl_tests(files: list[Path], collective: str | None, shape: str | None, what_if: Path | None,
-                          overrides: list[str], out: Path, json_out: bool) -> None:
+                          overrides: list[str], out: Path, json_out: bool, model: str = "curve") -> None:
     from emulator_core.calibration import (
         NcclTestsConfig,
         calibrate_nccl_tests,
@@ -373,7 +379,7 @@ def _calibrate_nccl_tests(files: list[Path], collective: str | None, shape: str 
     if not files:
         raise UsageError("--nccl-tests: give the nccl-tests output FILES to fit")
     cfg = NcclTestsConfig(tuple(files), collective, parse_shape(shape) if shape is not None else None, what_if,
-                          tuple(overrides))
+                          tuple(overrides), model)
     check_outputs([Output("-o/--out", out, "file")], inputs=[*files, what_if])
     scenario, rows, said = calibrate_nccl_tests(cfg, out)
     if json_out:
@@ -385,6 +391,7 @@ def _calibrate_nccl_tests(files: list[Path], collective: str | None, shape: str 
     for line in said:
         sys.stderr.write(f"nbox calibrate: note: {line}\n")
     dims = " x ".join(f"{d.size} {d.name}" for d in scenario.topology.dims)
+    fitted = f"{len(scenario.nccl_fit)} curve(s)" if model == "curve" else "the physics fit's figures"
     sys.stderr.write(f"nbox calibrate: wrote {out}: world size {scenario.world_size} ({dims}), "
-                     f"{len(scenario.nccl_fit)} curve(s); price another world size with `nbox scenario cost "
+                     f"{fitted}; price another world size with `nbox scenario cost "
                      f"--world-size N` (or --set world_size=N --set topology.dims.1.size=0)\n")
