@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import emulate_fidelity_testbed as eft  # noqa: E402
 import fidelity_testbed as ft  # noqa: E402
 from seeds_table import ranks_lock  # noqa: E402
+from whatif_table import JOBS  # noqa: E402
 
 SIDES = ("alone", "beside a computing peer", "real")
 
@@ -39,28 +40,34 @@ SIDES = ("alone", "beside a computing peer", "real")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calibration", type=Path, required=True, help="the testbed's calibrated scenario")
-    ap.add_argument("--models", default="t5,resnet152", help="comma list of built-in examples (default t5,resnet152)")
+    ap.add_argument("--models", default="t5,resnet152",
+                    help="comma list of built-in examples or bench/whatif_table.py jobs (default t5,resnet152)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per model (default 2)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--rate", default="1gbit", help="the link's tbf rate")
+    ap.add_argument("--share", type=float, default=None,
+                    help="each node's CPU share (a cgroup quota, as bench/whatif_table.py's testbed); default none")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = ap.parse_args(argv)
     from nbox_trace.testbed import Testbed
 
     got: dict[tuple[str, str], list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="nbox-corun-") as work, Testbed(2, rate=args.rate) as tb:
+    with tempfile.TemporaryDirectory(prefix="nbox-corun-") as work, \
+            Testbed(2, rate=args.rate, cpu_share=args.share) as tb:
         tmp = Path(work)
-        for model in [m for m in args.models.split(",") if m]:
-            _, tail, _ = ft.workload(model)
+        for name in [m for m in args.models.split(",") if m]:
+            job = JOBS.get(name)  # a job of the what-if table (a script with its arguments), else an example
+            model, extra = (job.example, job.args) if job else (name, ())
+            _, tail, _ = ft.workload(model, extra)
             for rnd in range(args.rounds):
                 for side in SIDES if rnd % 2 == 0 else SIDES[::-1]:
                     with ranks_lock():
                         if side == "real":
-                            us, _ = ft.plain_run(tb, tmp, model, args.warmup + args.iterations, args.warmup, rnd)
+                            us, _ = ft.plain_run(tb, tmp, model, args.warmup + args.iterations, args.warmup, rnd, extra)
                         elif side == "alone":
-                            us = eft.emulate_on(tb, tmp, f"alone-{model}-{rnd}", model, 2, 1, args.calibration,
-                                                args.warmup, args.iterations)
+                            us = eft.emulate_on(tb, tmp, f"alone-{name}-{rnd}", model, 2, 1, args.calibration,
+                                                args.warmup, args.iterations, extra=extra)
                         else:  # the peer outlasts node 0's run: more iterations, stopped after
                             peer = tb.run_on(1, eft._nbox("emulate", "--world-size", 2, "-n", 1, "--what-if",
                                                           args.calibration, "--warmup", 1, "--iterations",
@@ -69,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
                                              {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **tb.node(1).env()},
                                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                             try:
-                                us = eft.emulate_on(tb, tmp, f"beside-{model}-{rnd}", model, 2, 1, args.calibration,
-                                                    args.warmup, args.iterations)
+                                us = eft.emulate_on(tb, tmp, f"beside-{name}-{rnd}", model, 2, 1,
+                                                    args.calibration, args.warmup, args.iterations, extra=extra)
                             finally:
                                 os.killpg(peer.pid, signal.SIGKILL)
                                 peer.wait()
-                    got.setdefault((model, side), []).append(statistics.median(us))
-                    print(f"corun_emulate: {model} round {rnd} {side}: {statistics.median(us) / 1e3:.1f} ms",
+                    got.setdefault((name, side), []).append(statistics.median(us))
+                    print(f"corun_emulate: {name} round {rnd} {side}: {statistics.median(us) / 1e3:.1f} ms",
                           file=sys.stderr)
     rows: list[dict[str, Any]] = []
     for model in dict.fromkeys(m for m, _ in got):
