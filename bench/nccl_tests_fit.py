@@ -43,7 +43,7 @@ from emulator_core.calibration.nccl_calibrate import (  # noqa: E402
     regime_notes,
 )
 from emulator_core.calibration.physics_fit import carried, fit_physics  # noqa: E402
-from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, Point, read_curve  # noqa: E402
+from emulator_core.network.nccl_tests import BUS_FACTORS, Curve, NcclTestsError, Point, read_curve  # noqa: E402
 from emulator_core.pricing.nccl_curve import between_us, time_us  # noqa: E402
 from emulator_core.pricing.nccl_tuner import nccl_supports  # noqa: E402
 from emulator_core.pricing.pricer import datasheet_of  # noqa: E402
@@ -63,6 +63,7 @@ CLUSTER_FABRIC: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "aws_p5_h100": ("efa", (), ("network.host_cpu=amd", "network.p2p_chunk_bytes=512KiB")),
     "voltage_park_h100": ("infiniband", (), ()),    # ConnectX-7 400 Gb/s InfiniBand per GPU
     "gcp_a3mega_2x8": ("tcpxo", ("topology.dims.1.bandwidth_gbps=200",), ()),  # held out: A3 Mega, 200 Gb/s per GPU
+    "h100_ib_issue309": ("infiniband", (), ()),     # held out: 8 x 8 H100, 400 Gb/s InfiniBand (PROVENANCE.md)
 }
 
 
@@ -89,11 +90,22 @@ def load() -> dict[str, list[Curve]]:
     return clusters
 
 
+def _named(path: Path) -> Curve:
+    """A held-out file: its collective from the log, else from the file name's start (``all_reduce_2x8.txt``)."""
+    said = next((c for c in sorted(BUS_FACTORS, key=len, reverse=True) if path.name.startswith(c + "_")), None)
+    try:
+        return read_curve(path)
+    except NcclTestsError:
+        if said is None:
+            raise
+        return read_curve(path, collective=said)
+
+
 def load_heldout() -> dict[str, list[Curve]]:
     folder = DATA / "heldout"
     if not folder.is_dir():
         return {}
-    return {d.name: [read_curve(f) for f in sorted(d.glob("*.txt"))] for d in sorted(folder.iterdir()) if d.is_dir()}
+    return {d.name: [_named(f) for f in sorted(d.glob("*.txt"))] for d in sorted(folder.iterdir()) if d.is_dir()}
 
 
 def cluster_base(cluster: str, *, fabric: bool) -> Scenario:
@@ -209,6 +221,22 @@ def pstats(pairs: list[tuple[float, bool]]) -> str:
     return stats([e for e, _ in pairs], [e for e, n in pairs if not n])
 
 
+def curve_fit_pairs(cluster: str, curves: list[Curve]) -> list[tuple[float, bool]]:
+    """(|error|, noise) at sizes >= 1 MiB of each curve's table fit (``--model curve``) as priced at every other node
+    count of its collective (:func:`scenario_fit_errors`, with the noise flag)."""
+    base = cluster_base(cluster, fabric=True)
+    out: list[tuple[float, bool]] = []
+    for ref in curves:
+        scenario, _ = calibrate_from_curves([ref], base)
+        for target in curves:
+            if target.collective == ref.collective and target.nodes != ref.nodes \
+                    and target.gpus_per_node == ref.gpus_per_node:
+                noise = _noisy(target)
+                out += [(abs(r.error), r.size_bytes in noise) for r in compare(scenario, target)
+                        if r.size_bytes >= 1 << 20]
+    return out
+
+
 def band(size: int) -> str:
     return next(name for name, lo, hi in BANDS if lo <= size <= hi)
 
@@ -313,8 +341,11 @@ def main() -> int:
         print(f"\nHELD OUT {cluster}: {len(curves)} curves (no default is set from them)")
         print_datasheet(cluster, curves, held, args.verbose)
         phys = physics_errors(cluster, curves)
-        print(f"  physics fit, every curve, the figures fitted to all: {pstats(phys['own'])} (one node count: "
-              f"nothing to carry to)")
+        for key, label in (("own", "every curve, the figures fitted to all"),
+                           ("one", "one node count's figures -> the others"),
+                           ("rest", "the other node counts' figures -> each")):
+            print(f"  physics fit, {label:<40}: {pstats(phys[key])}")
+        print(f"  curve fit as priced, one node count -> the others:   {pstats(curve_fit_pairs(cluster, curves))}")
     return 0
 
 
