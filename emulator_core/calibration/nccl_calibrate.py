@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from emulator_core.calibration.physics_fit import carried, curve_times, fit_physics, physics_notes
 from emulator_core.network import BUS_FACTORS, Curve, NcclTestsError, Point
-from emulator_core.pricing import datasheet_of, group_shape, make_pricer, time_us
-from emulator_core.scenario import NcclFit, Scenario, Topology, dump_toml, nccl_fit, resize
+from emulator_core.pricing import datasheet_of, time_us
+from emulator_core.scenario import NcclFit, Scenario, Topology, dump_toml, nccl_fit
 from nbox_trace.files import write_atomic
 
 __all__ = ["MODELS", "FitRow", "NcclTestsConfig", "base_scenario", "calibrate_from_curves", "calibrate_nccl_tests",
@@ -158,16 +159,8 @@ def compare(scenario: Scenario, curve: Curve) -> list[FitRow]:
         raise NcclTestsError(f"{curve.path}: ran {curve.gpus_per_node} GPUs per node, the scenario's node "
                              f"dimension {node.name!r} has {node.size}; use --set topology.dims.0.size="
                              f"{curve.gpus_per_node}")
-    sized = resize(scenario, curve.ranks)
-    pricer = make_pricer(sized, curve.collective, group_shape(sized))
-    per_rank_input = curve.collective in ("all_gather", "gather", "scatter")
-    rows = []
-    for pt in curve.points:
-        n = pt.size_bytes / curve.ranks if per_rank_input else pt.size_bytes
-        name, t = pricer(n)
-        rows.append(FitRow(curve.path, curve.collective, curve.nodes, curve.gpus_per_node, pt.size_bytes,
-                           pt.time_us, t, name))
-    return rows
+    return [FitRow(curve.path, curve.collective, curve.nodes, curve.gpus_per_node, pt.size_bytes, pt.time_us, t, name)
+            for pt, (name, t) in zip(curve.points, curve_times(scenario, curve), strict=True)]
 
 
 def write_fabric(scenario: Scenario, out: Path) -> Path:
@@ -256,8 +249,6 @@ def calibrate_physics(curves: Sequence[Curve], base: Scenario) -> tuple[Scenario
     (:func:`emulator_core.calibration.physics_fit.fit_physics`), the rows (each point against the fit, source
     ``physics``; each node count of a collective measured at others too, from the figures fitted without it) and
     the notes (the figures, the residuals' spread, noise and outliers)."""
-    from emulator_core.calibration.physics_fit import carried, fit_physics, physics_notes
-
     _one_per_shape(curves)
     scenario, fit = fit_physics(curves, base)
     by_path = {c.path: c for c in curves}

@@ -35,10 +35,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from emulator_core.network import Curve, NcclTestsError, net_fabric
-from emulator_core.scenario import Scenario, Topology
+from emulator_core.pricing import group_shape, make_pricer
+from emulator_core.scenario import Scenario, Topology, resize
 
 __all__ = ["HUBER_DELTA", "NOISE_TOLERANCE", "NVLINK_MIN_BYTES", "OUTLIER_SCALES", "PhysicsFit", "Residual", "carried",
-           "fit_physics", "physics_notes", "sized_base"]
+           "curve_times", "fit_physics", "physics_notes", "sized_base"]
 
 #: Where the loss turns from squares to a constant pull: a point 10% off pulls no harder than one 10% off.
 HUBER_DELTA = math.log(1.10)
@@ -57,7 +58,8 @@ _GOLDEN = (math.sqrt(5) - 1) / 2
 @dataclass(frozen=True)
 class Residual:
     """One measured point against the fitted model: ``residual`` is ``log(model / measured)``; ``noise``: slower
-    than the next larger size of its curve (left out of the fit); ``outlier``: see the module docstring."""
+    than the next larger size of its curve by more than :data:`NOISE_TOLERANCE` (left out of the fit); ``outlier``:
+    see the module docstring."""
 
     path: str
     collective: str
@@ -146,10 +148,18 @@ def _level(loss: float) -> float:
     return float(f"{loss:.9g}") if loss > 1e-12 else 0.0
 
 
-def _model_us(scenario: Scenario, curves: Sequence[Curve]) -> list[list[float]]:
-    from emulator_core.calibration.nccl_calibrate import compare
+def curve_times(scenario: Scenario, curve: Curve) -> list[tuple[str, float]]:
+    """``scenario``'s (algorithm, time in us) of ``curve``'s collective at each of its sizes, on its shape (the
+    scenario resized to ``nodes x gpus_per_node`` ranks; all-gather's nccl-tests size is the output, nbox prices the
+    per-rank input)."""
+    sized = resize(scenario, curve.ranks)
+    pricer = make_pricer(sized, curve.collective, group_shape(sized))
+    per_rank_input = curve.collective in ("all_gather", "gather", "scatter")
+    return [pricer(pt.size_bytes / curve.ranks if per_rank_input else pt.size_bytes) for pt in curve.points]
 
-    return [[r.model_us for r in compare(scenario, c)] for c in curves]
+
+def _model_us(scenario: Scenario, curves: Sequence[Curve]) -> list[list[float]]:
+    return [[t for _, t in curve_times(scenario, c)] for c in curves]
 
 
 def _loss(scenario: Scenario, curves: Sequence[Curve], keep: list[list[bool]]) -> float:
@@ -307,8 +317,8 @@ def physics_notes(fit: PhysicsFit) -> list[str]:
            f"{len(used)} points, Huber loss beyond {100 * math.expm1(HUBER_DELTA):.0f}%"]
     for r in fit.residuals:
         if r.noise:
-            out.append(f"{r.path}: {size(r.size_bytes)} took {r.real_us:g} us, more than the next larger size: "
-                       f"noise, left out of the fit")
+            out.append(f"{r.path}: {size(r.size_bytes)} took {r.real_us:g} us, more than "
+                       f"{100 * (NOISE_TOLERANCE - 1):.0f}% over the next larger size: noise, left out of the fit")
         elif r.outlier:
             out.append(f"{r.path}: {size(r.size_bytes)}: measured {r.real_us:g} us, the fitted model "
                        f"{r.model_us:.1f} us ({100 * (r.model_us / r.real_us - 1):+.0f}%): an outlier "

@@ -263,8 +263,8 @@ def calibrate_cmd(
              "dgx_h100_400g).")] = None,
     set_: _SetOpt = None,
     model: Annotated[str, typer.Option(
-        help="With --nccl-tests: curve (each curve as a table the scenario prices from) or physics (the datasheet "
-             "model's NVLink and NIC bandwidth and network latency fitted to the curves).")] = "curve",
+        help="With --nccl-tests: curve (each curve a table) or physics (the datasheet model's bandwidths and "
+             "network latency fitted).", rich_help_panel=ADVANCED)] = "curve",
 ) -> None:
     """Measure the real collectives on N local ranks, fit the cost models, write the fabric as a scenario.
 
