@@ -166,22 +166,22 @@ def print_datasheet(cluster: str, curves: list[Curve], overall: dict[str, list[f
         print(f"    {Path(line.split(':', 1)[0]).name}:{line.split(':', 1)[1].split(' (', 1)[0]}")
 
 
-def scenario_fit_errors(cluster: str, curves: list[Curve]) -> dict[str, list[float]]:
-    """|error| per size band (>= 1 MiB) of each curve's fitted scenario (``nbox calibrate --nccl-tests`` on the
-    cluster's datasheet with its fabric and host facts) priced at every other node count of its collective, as
+def scenario_fit_errors(cluster: str, curves: list[Curve]) -> list[tuple[int, float, bool]]:
+    """(size, |error|, noise) at sizes >= 1 MiB of each curve's fitted scenario (``nbox calibrate --nccl-tests`` on
+    the cluster's datasheet with its fabric and host facts) priced at every other node count of its collective, as
     ``nbox scenario cost --compare`` prices it: the fit in its regime and step messages, the datasheet model
-    elsewhere (``emulator_core.pricing.pricer._fit_pricer``)."""
+    elsewhere (``emulator_core.pricing.pricer._fit_pricer``); noise: slower than its next larger size."""
     base = cluster_base(cluster, fabric=True)
-    out: dict[str, list[float]] = defaultdict(list)
+    out: list[tuple[int, float, bool]] = []
     for ref in curves:
         scenario, _ = calibrate_from_curves([ref], base)
         for target in curves:
             if target.collective != ref.collective or target.nodes == ref.nodes \
                     or target.gpus_per_node != ref.gpus_per_node:
                 continue
-            for r in compare(scenario, target):
-                if r.size_bytes >= 1 << 20:
-                    out[band(r.size_bytes)].append(abs(r.error))
+            noise = _noisy(target)
+            out += [(r.size_bytes, abs(r.error), r.size_bytes in noise) for r in compare(scenario, target)
+                    if r.size_bytes >= 1 << 20]
     return out
 
 
@@ -219,22 +219,6 @@ def physics_errors(cluster: str, curves: list[Curve]) -> dict[str, list[tuple[fl
 def pstats(pairs: list[tuple[float, bool]]) -> str:
     """:func:`stats` of (|error|, noise) pairs: the median over all, the worst over the points not noise."""
     return stats([e for e, _ in pairs], [e for e, n in pairs if not n])
-
-
-def curve_fit_pairs(cluster: str, curves: list[Curve]) -> list[tuple[float, bool]]:
-    """(|error|, noise) at sizes >= 1 MiB of each curve's table fit (``--model curve``) as priced at every other node
-    count of its collective (:func:`scenario_fit_errors`, with the noise flag)."""
-    base = cluster_base(cluster, fabric=True)
-    out: list[tuple[float, bool]] = []
-    for ref in curves:
-        scenario, _ = calibrate_from_curves([ref], base)
-        for target in curves:
-            if target.collective == ref.collective and target.nodes != ref.nodes \
-                    and target.gpus_per_node == ref.gpus_per_node:
-                noise = _noisy(target)
-                out += [(abs(r.error), r.size_bytes in noise) for r in compare(scenario, target)
-                        if r.size_bytes >= 1 << 20]
-    return out
 
 
 def band(size: int) -> str:
@@ -294,7 +278,9 @@ def main() -> int:
         print(f"    of which across regimes:                          {stats(crossing)}")
         print(f"    of which step message inside the fitted range: {stats(inside)}")
         print(f"    of which extrapolated beyond it:               {stats(outside)}")
-        priced = scenario_fit_errors(cluster, curves)
+        priced: dict[str, list[float]] = defaultdict(list)
+        for size, err, _ in scenario_fit_errors(cluster, curves):
+            priced[band(size)].append(err)
         overall["priced"] += [e for v in priced.values() for e in v]
         for name, _, _ in BANDS:
             print(f"  fitted scenario as priced,{name:>14}: {stats(priced[name])}")
@@ -345,7 +331,8 @@ def main() -> int:
                            ("one", "one node count's figures -> the others"),
                            ("rest", "the other node counts' figures -> each")):
             print(f"  physics fit, {label:<40}: {pstats(phys[key])}")
-        print(f"  curve fit as priced, one node count -> the others:   {pstats(curve_fit_pairs(cluster, curves))}")
+        carried_curve = [(e, n) for _, e, n in scenario_fit_errors(cluster, curves)]
+        print(f"  curve fit as priced, one node count -> the others:   {pstats(carried_curve)}")
     return 0
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from emulator_core.calibration.physics_fit import carried, curve_times, fit_physics, physics_notes
+from emulator_core.calibration.physics_fit import carried, curve_times, fit_physics, gpus_per_node, physics_notes
 from emulator_core.network import BUS_FACTORS, Curve, NcclTestsError, Point
 from emulator_core.pricing import datasheet_of, time_us
 from emulator_core.scenario import NcclFit, Scenario, Topology, dump_toml, nccl_fit
@@ -108,18 +108,12 @@ def calibrate_from_curves(curves: Sequence[Curve], base: Scenario) -> tuple[Scen
         NcclTestsError: no curves, curves of different GPUs per node, two curves of one collective and node
             count, or a base scenario without a node dimension and a network dimension.
     """
-    if not curves:
-        raise NcclTestsError("no nccl-tests files given")
-    gpn = {c.gpus_per_node for c in curves}
-    if len(gpn) != 1:
-        raise NcclTestsError(f"the files ran {sorted(gpn)} GPUs per node; give the curves of one cluster (one "
-                             f"GPUs-per-node figure) per calibration")
+    g = gpus_per_node(curves)
     _one_per_shape(curves)
     dims = base.topology.dims
     if len(dims) < 2:
         raise NcclTestsError("the base scenario has one topology dimension; nccl-tests curves need a node "
                              "dimension (NVLink) and a network dimension (e.g. the shipped dgx_h100_400g)")
-    g = gpn.pop()
     nodes = max(c.nodes for c in curves)
     topology = Topology((replace(dims[0], size=g), replace(dims[-1], size=0)))
     fits = tuple(fit_curve(c) for c in curves)

@@ -36,10 +36,10 @@ from dataclasses import dataclass, replace
 
 from emulator_core.network import Curve, NcclTestsError, net_fabric
 from emulator_core.pricing import group_shape, make_pricer
-from emulator_core.scenario import Scenario, Topology, resize
+from emulator_core.scenario import Dimension, Scenario, Topology, resize
 
 __all__ = ["HUBER_DELTA", "NOISE_TOLERANCE", "NVLINK_MIN_BYTES", "OUTLIER_SCALES", "PhysicsFit", "Residual", "carried",
-           "curve_times", "fit_physics", "physics_notes", "sized_base"]
+           "curve_times", "fit_physics", "gpus_per_node", "physics_notes", "sized_base"]
 
 #: Where the loss turns from squares to a constant pull: a point 10% off pulls no harder than one 10% off.
 HUBER_DELTA = math.log(1.10)
@@ -206,7 +206,7 @@ def _fit(curves: Sequence[Curve], base: Scenario) -> tuple[float, float, float, 
     node, net = base.topology.dims[0], base.topology.dims[-1]
     nvlink0 = node.bandwidth_bytes_per_us / 1e3
     nic0 = net.bandwidth_bytes_per_us / 1e3
-    lat0 = net.net_latency_us if net.net_latency_us is not None else net_fabric(net.fabric).latency_us
+    lat0 = _latency_us(net)
     keep = {id(c): [i not in _noise(c) for i in range(len(c.points))] for c in curves}
     one = [c for c in curves if c.nodes == 1]
     many = [c for c in curves if c.nodes > 1]
@@ -236,12 +236,7 @@ def sized_base(curves: Sequence[Curve], base: Scenario) -> Scenario:
         NcclTestsError: no curves, curves of different GPUs per node, or a base without a node dimension and a
             network dimension with a network ``fabric`` kind (the model needs the transport).
     """
-    if not curves:
-        raise NcclTestsError("no nccl-tests files given")
-    gpn = {c.gpus_per_node for c in curves}
-    if len(gpn) != 1:
-        raise NcclTestsError(f"the files ran {sorted(gpn)} GPUs per node; give the curves of one cluster (one "
-                             f"GPUs-per-node figure) per calibration")
+    g = gpus_per_node(curves)
     dims = base.topology.dims
     if len(dims) < 2 or base.network.library != "nccl":
         raise NcclTestsError("--model physics fits NCCL's datasheet model: the base scenario needs a node dimension, "
@@ -250,16 +245,31 @@ def sized_base(curves: Sequence[Curve], base: Scenario) -> Scenario:
         raise NcclTestsError(f"--model physics needs the network's kind: set the base's dimension {dims[-1].name!r} "
                              f"fabric (--set topology.dims.{len(dims) - 1}.fabric=infiniband, roce, efa, tcpx or "
                              f"tcpxo)")
-    g = gpn.pop()
     topology = Topology((replace(dims[0], size=g), replace(dims[-1], size=0)))
     return replace(base, world_size=g * max(c.nodes for c in curves), topology=topology, nccl_fit=())
+
+
+def gpus_per_node(curves: Sequence[Curve]) -> int:
+    """The one GPUs-per-node figure of ``curves``; :class:`NcclTestsError` when there are no curves or several
+    figures (curves of one cluster are calibrated together)."""
+    if not curves:
+        raise NcclTestsError("no nccl-tests files given")
+    gpn = {c.gpus_per_node for c in curves}
+    if len(gpn) != 1:
+        raise NcclTestsError(f"the files ran {sorted(gpn)} GPUs per node; give the curves of one cluster (one "
+                             f"GPUs-per-node figure) per calibration")
+    return gpn.pop()
+
+
+def _latency_us(net: Dimension) -> float:
+    """The network dimension's latency per step: its ``net_latency_us``, else its fabric kind's."""
+    return net.net_latency_us if net.net_latency_us is not None else net_fabric(net.fabric).latency_us
 
 
 def fit_physics(curves: Sequence[Curve], base: Scenario) -> tuple[Scenario, PhysicsFit]:
     """The scenario of ``curves`` (one cluster) with the three figures fitted (module docstring), and the fit."""
     sized = sized_base(curves, base)
     node, net = sized.topology.dims[0], sized.topology.dims[-1]
-    lat0 = net.net_latency_us if net.net_latency_us is not None else net_fabric(net.fabric).latency_us
     nvlink, nic, lat, nv_fitted, net_fitted = _fit(curves, sized)
     nvlink, nic, lat = _sig(nvlink), _sig(nic), _sig(lat)
     scenario = _with(sized, nvlink, nic, lat)
@@ -273,7 +283,8 @@ def fit_physics(curves: Sequence[Curve], base: Scenario) -> tuple[Scenario, Phys
     scale = 1.4826 * statistics.median(abs(r - mid) for r in used) if used else 0.0
     residuals = [replace(r, outlier=not r.noise and abs(r.residual - mid) > max(OUTLIER_SCALES * scale, HUBER_DELTA))
                  for r in residuals]
-    fit = PhysicsFit(nvlink, nic, lat, node.bandwidth_bytes_per_us / 1e3, net.bandwidth_bytes_per_us / 1e3, lat0,
+    fit = PhysicsFit(nvlink, nic, lat, node.bandwidth_bytes_per_us / 1e3, net.bandwidth_bytes_per_us / 1e3,
+                     _latency_us(net),
                      net.fabric, nv_fitted, net_fitted, tuple(residuals), scale)
     return scenario, fit
 
